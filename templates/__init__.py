@@ -1,0 +1,1 @@
+"""Jinja2 templates and the report schema, installed as the package `triage.templates`."""

@@ -1,0 +1,275 @@
+"""Stage 3: align the arms' observables and measure every difference against float64.
+
+The output names one headline `Divergence`, found in this order:
+1. **arms** – the first aligned observable whose bits differ between two arms;
+2. **claim** – a comparison the script makes itself that fails (``allclose`` false,
+   ``assert_close`` raising), or two values of one arm that compute the same float64 quantity
+   (same reference) yet differ: fp16 vs fp32, eager vs compiled in one process;
+3. **reference** – a value whose finiteness differs from its float64 reference, or that is
+   farther from it than dynamo's 1e-3 (one arm alone, or arms that agree with each other).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from triage import policy
+from triage.model import ArmRun, Comparison, Divergence, Observable, Side
+
+SUMMARY_VALUES = 4
+
+
+def compare(runs: list[ArmRun]) -> Comparison:
+    completed = [r for r in runs if r.completed]
+    aligned, alignment_note = _align(completed)
+    leaves_identical, leaves_note = _leaves(completed)
+    candidates: list[Divergence] = []
+    if len(completed) >= 2:
+        a = completed[0]
+        for b in completed[1:]:
+            for i in range(aligned):
+                if _bits(a.observables[i]) != _bits(b.observables[i]):
+                    candidates.append(_divergence("arms", a, a.observables[i], b, b.observables[i]))
+    claims: list[dict[str, Any]] = []
+    claim_divs: list[Divergence] = []
+    for run in completed:
+        for x, y, how in _claim_pairs(run):
+            d = _divergence("claim", run, x, run, y)
+            claims.append({"arm": run.spec, "how": how, "a": x.label, "b": y.label, "line": x.line,
+                           "holds": (x.claim or {}).get("holds"), "bitwise_equal": d.bitwise_equal,
+                           "within_tolerance": d.within_tolerance,
+                           "a_agrees_with_reference": d.a.agrees_with_reference,
+                           "b_agrees_with_reference": d.b.agrees_with_reference if d.b else None})
+            if not d.bitwise_equal and (how == "implicit" or (x.claim or {}).get("holds") is False):
+                claim_divs.append(d)
+    reference_divs = []
+    for run in completed:
+        for o in run.observables:
+            side = _side(run, o)
+            if side.agrees_with_reference is False:
+                reference_divs.append(_single(run, o, side))
+    ordered = candidates + claim_divs + reference_divs
+    conditioning = [dict(c, arm=r.spec) for r in completed for c in r.conditioning]
+    return Comparison(
+        arms=runs, aligned=aligned, alignment_note=alignment_note,
+        leaves_identical=leaves_identical, leaves_note=leaves_note,
+        divergence=ordered[0] if ordered else None, divergences=len(ordered),
+        claims=claims, conditioning=conditioning,
+    )
+
+
+# -- alignment ----------------------------------------------------------------------------
+def _key(o: Observable) -> tuple:
+    fp = o.fingerprint or {}
+    return (o.kind, o.label, tuple(fp.get("shape", ())), fp.get("dtype"))
+
+
+def _align(runs: list[ArmRun]) -> tuple[int, str | None]:
+    if len(runs) < 2:
+        return (len(runs[0].observables) if runs else 0), None
+    a = runs[0]
+    aligned = len(a.observables)
+    note = None
+    for b in runs[1:]:
+        n = min(len(a.observables), len(b.observables))
+        i = next((i for i in range(n) if _key(a.observables[i]) != _key(b.observables[i])), n)
+        if i < aligned:
+            aligned = i
+        if i < n:
+            x, y = a.observables[i], b.observables[i]
+            note = (f"alignment broke at observable {i + 1}: {a.spec} saw {x.label} (line {x.line}), "
+                    f"{b.spec} saw {y.label} (line {y.line}); value-dependent control flow?")
+        elif len(a.observables) != len(b.observables):
+            note = f"{a.spec} recorded {len(a.observables)} observables, {b.spec} {len(b.observables)}"
+    return aligned, note
+
+
+def _leaves(runs: list[ArmRun]) -> tuple[bool | None, str | None]:
+    if len(runs) < 2:
+        return None, None
+    a = runs[0]
+    for b in runs[1:]:
+        for x, y in zip(a.leaves, b.leaves):
+            if _leaf_bits(x) != _leaf_bits(y):
+                return False, (f"leaf {x['index']} ({x['kind']}, {x.get('op') or 'data'} at line {x.get('line')}) "
+                               f"differs between {a.spec} and {b.spec}")
+        if len(a.leaves) != len(b.leaves):
+            return None, f"{a.spec} recorded {len(a.leaves)} leaves, {b.spec} {len(b.leaves)}"
+    return True, None
+
+
+def _leaf_bits(leaf: dict[str, Any]) -> tuple:
+    fp = leaf.get("fingerprint") or {}
+    return fp.get("shape"), fp.get("dtype"), fp.get("sha256")
+
+
+def _bits(o: Observable) -> tuple:
+    fp = o.fingerprint or {}
+    return fp.get("shape"), fp.get("dtype"), fp.get("sha256")
+
+
+# -- claims -------------------------------------------------------------------------------
+def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
+    pairs: list[tuple[Observable, Observable, str]] = []
+    operands: dict[int, dict[int, Observable]] = {}
+    for o in run.observables:
+        if o.kind == "claim" and o.claim:
+            operands.setdefault(o.claim["id"], {})[o.claim["operand"]] = o
+    for ops in operands.values():
+        if 0 in ops and 1 in ops:
+            pairs.append((ops[0], ops[1], ops[0].claim["func"]))
+    # Implicit claims: two observed values with the same float64 value but different bits
+    # are the same quantity computed two ways (fp16 vs fp32, eager vs compiled, cpu vs "gpu").
+    seen: dict[tuple, Observable] = {}
+    for o in run.observables[:400]:
+        ref = (o.reference or {}).get("fingerprint")
+        if o.kind not in ("readback", "call") or not ref or not o.fingerprint:
+            continue
+        key = (tuple(ref["shape"]), ref["sha256"])
+        first = seen.get(key)
+        if first is None:
+            seen[key] = o
+        elif _bits(first)[2] != _bits(o)[2] and first.fingerprint["dtype"] != "bool":
+            pairs.append((first, o, "implicit"))
+    return pairs
+
+
+# -- measurements -------------------------------------------------------------------------
+def _side(run: ArmRun, o: Observable) -> Side:
+    fp = o.fingerprint or {}
+    dtype = fp.get("dtype", "?")
+    ref_fp = (o.reference or {}).get("fingerprint")
+    side = Side(arm=run.spec, observable=o.index, label=o.label, line=o.line, dtype=dtype,
+                summary=summarize(fp), reference_summary=summarize(ref_fp) if ref_fp else None)
+    if ref_fp is None:
+        return side
+    v, r = o.value, o.reference_value
+    if v is None or r is None or v.shape != r.shape or not _is_float(dtype):
+        side.nonfinite_vs_reference = sum(abs(fp.get(k, 0) - ref_fp.get(k, 0)) for k in ("nan", "posinf", "neginf"))
+        if v is not None and r is not None and v.shape == r.shape and not _is_float(dtype):
+            side.agrees_with_reference = bool(np.array_equal(v.astype(np.float64), np.round(r)))
+        elif side.nonfinite_vs_reference:
+            side.agrees_with_reference = False
+        return side
+    v64, r64 = v.astype(np.complex128 if np.iscomplexobj(v) else np.float64), r
+    mismatch = _nonfinite_mismatch(v64, r64)
+    side.nonfinite_vs_reference = int(mismatch.sum())
+    bits, largest = policy.FLOAT_FORMATS.get(dtype, (53, math.inf))
+    # Past largest + half an ulp, the correctly rounded value *is* inf.
+    threshold = largest * (1 + 2.0 ** -bits)
+    side.overflow_to_inf = int((np.isinf(v64) & np.isfinite(r64) & (np.abs(r64) >= threshold)).sum())
+    both = np.isfinite(v64) & np.isfinite(r64)
+    if both.any():
+        err = np.abs(v64[both] - r64[both])
+        side.max_abs_error = float(err.max())
+        side.max_rel_error = float((err / np.maximum(np.abs(r64[both]), np.finfo(np.float64).tiny)).max())
+        side.max_ulps = float((err / _ulp(r64[both], dtype)).max())
+        side.rmse = float(np.sqrt(np.mean(err.astype(np.float64) ** 2)))
+    tol = policy.reference_tolerance(dtype)
+    side.agrees_with_reference = side.nonfinite_vs_reference == 0 and bool(
+        np.allclose(v64, r64, rtol=tol, atol=tol, equal_nan=True))
+    return side
+
+
+def _single(run: ArmRun, o: Observable, side: Side) -> Divergence:
+    fp = o.fingerprint or {}
+    return Divergence(
+        source="reference", observable_label=o.label, line=o.line, a=side, b=None,
+        dtype=side.dtype, bitwise_equal=False, within_tolerance=False,
+        rtol=policy.reference_tolerance(side.dtype), atol=policy.reference_tolerance(side.dtype),
+        max_abs_diff=side.max_abs_error, nonfinite_mismatch=side.nonfinite_vs_reference,
+        numel=fp.get("numel", 0), ancestors=_ancestors(run, o, None, None),
+    )
+
+
+def _divergence(source: str, ra: ArmRun, x: Observable, rb: ArmRun, y: Observable) -> Divergence:
+    sa, sb = _side(ra, x), _side(rb, y)
+    fa, fb = x.fingerprint or {}, y.fingerprint or {}
+    dtypes = [fa.get("dtype", "?"), fb.get("dtype", "?")]
+    # Comparing two dtypes (fp16 vs fp32): the looser tolerance applies.
+    dtype = max(dtypes, key=lambda d: policy.tolerance(d)[0])
+    rtol, atol = policy.tolerance(dtype)
+    d = Divergence(source=source, observable_label=x.label if x.label == y.label else f"{x.label} vs {y.label}",
+                   line=x.line, a=sa, b=sb, dtype=dtype, bitwise_equal=_bits(x)[2] == _bits(y)[2] and fa.get("dtype") == fb.get("dtype"),
+                   within_tolerance=False, rtol=rtol, atol=atol, max_abs_diff=None,
+                   nonfinite_mismatch=0, numel=fa.get("numel", 0),
+                   ancestors=_ancestors(ra, x, rb, y))
+    if x.value is not None and y.value is not None and x.value.shape == y.value.shape:
+        kind = np.complex128 if np.iscomplexobj(x.value) or np.iscomplexobj(y.value) else np.float64
+        a64, b64 = x.value.astype(kind), y.value.astype(kind)
+        d.nonfinite_mismatch = int(_nonfinite_mismatch(a64, b64).sum())
+        both = np.isfinite(a64) & np.isfinite(b64)
+        d.max_abs_diff = float(np.abs(a64[both] - b64[both]).max()) if both.any() else None
+        d.within_tolerance = d.nonfinite_mismatch == 0 and bool(np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True))
+        if d.nonfinite_mismatch == 0:
+            d.fp64_rule = _fp64_rule(sa, sb, dtype, d.numel)
+    else:
+        d.nonfinite_mismatch = sum(abs(fa.get(k, 0) - fb.get(k, 0)) for k in ("nan", "posinf", "neginf"))
+    return d
+
+
+def _fp64_rule(a: Side, b: Side, dtype: str, numel: int) -> str | None:
+    """Dynamo's accuracy rule, applied both ways: neither side is m× farther from float64."""
+    if a.rmse is None or b.rmse is None:
+        return None
+    m = policy.rmse_multiplier(dtype, numel)
+    tol = policy.DYNAMO_TOL
+    worse, better = (a, b) if a.rmse >= b.rmse else (b, a)
+    passes = worse.rmse <= m * better.rmse + tol / 10
+    verb = "≤" if passes else ">"
+    return (f"{'pass' if passes else 'fail'}: RMSE({worse.arm} {worse.label}, fp64) = {worse.rmse:.3g} {verb} "
+            f"{m:g}·RMSE({better.arm} {better.label}, fp64) + {tol}/10 = {m * better.rmse + tol / 10:.3g}")
+
+
+def _ancestors(ra: ArmRun, x: Observable, rb: ArmRun | None, y: Observable | None) -> list[dict[str, Any]]:
+    """The leaves a diverging value depends on, marked where the two sides' leaves differ."""
+    xs = [ra.leaves[i] for i in x.ancestors if i < len(ra.leaves)]
+    ys = [rb.leaves[i] for i in y.ancestors if i < len(rb.leaves)] if (rb is not None and y is not None) else []
+    out = []
+    for k, leaf in enumerate(xs[:64]):
+        other = ys[k] if k < len(ys) else None
+        differs = other is not None and _leaf_bits(leaf) != _leaf_bits(other)
+        out.append({"index": leaf["index"], "kind": leaf["kind"], "op": leaf.get("op"), "line": leaf.get("line"),
+                    "shape": (leaf.get("fingerprint") or {}).get("shape"), "differs": differs,
+                    "other_index": other["index"] if other else None})
+    return out
+
+
+def _nonfinite_mismatch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.iscomplexobj(a) or np.iscomplexobj(b):
+        return np.isfinite(a) != np.isfinite(b)
+    return (np.isnan(a) != np.isnan(b)) | (np.isposinf(a) != np.isposinf(b)) | (np.isneginf(a) != np.isneginf(b))
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in policy.FLOAT_FORMATS or dtype in ("float16", "bfloat16", "complex32")
+
+
+def _ulp(ref: np.ndarray, dtype: str) -> np.ndarray:
+    bits, _ = policy.FLOAT_FORMATS.get(dtype, (24, 0.0))
+    mag = np.abs(np.real(ref)).astype(np.float64)
+    _, exp = np.frexp(np.where(mag > 0, mag, 1.0))
+    ulp = np.ldexp(1.0, exp - bits)
+    return np.maximum(ulp, np.ldexp(1.0, -1074))
+
+
+def summarize(fp: dict[str, Any] | None) -> str:
+    """A short human rendering of a fingerprint: the first values and the nonfinite counts."""
+    if not fp:
+        return "?"
+    shape = "[" + ", ".join(str(s) for s in fp["shape"]) + "]"
+    vals = []
+    for v in fp.get("sample", [])[:SUMMARY_VALUES]:
+        if isinstance(v, float):
+            vals.append(f"{v:.6g}")
+        elif isinstance(v, list):
+            vals.append(f"{v[0]}+{v[1]}j")
+        else:
+            vals.append(str(v))
+    more = ", …" if fp.get("numel", 0) > SUMMARY_VALUES else ""
+    text = f"[{', '.join(vals)}{more}]" if fp["shape"] else (vals[0] if vals else "?")
+    flags = [f"{fp[k]} {name}" for k, name in (("nan", "nan"), ("posinf", "+inf"), ("neginf", "-inf")) if fp.get(k)]
+    extra = f" ({', '.join(flags)} of {fp['numel']})" if flags and fp["numel"] > 1 else ""
+    return f"{text} {fp['dtype']}{shape}{extra}" if fp["shape"] else f"{text} ({fp['dtype']}){extra}"

@@ -1,0 +1,188 @@
+"""The plain data objects that flow between pipeline stages (all JSON-serialisable)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Repro:
+    """A reporter's script, read and checked, ready to run (or the reason it cannot)."""
+
+    path: str
+    name: str
+    source: str
+    problem: str | None = None  # why no arm can run it (missing file, syntax error)
+    problem_line: int | None = None
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One execution configuration: device, eager or compile (with a backend), knobs."""
+
+    device: str
+    mode: str = "eager"
+    backend: str | None = None
+    knobs: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def spec(self) -> str:
+        parts = [self.device]
+        if self.mode == "compile":
+            parts.append(f"compile={self.backend}" if self.backend else "compile")
+        parts.extend(f"{k}={v}" for k, v in self.knobs)
+        return "/".join(parts)
+
+    def to_job(self) -> dict[str, Any]:
+        return {"spec": self.spec, "device": self.device, "mode": self.mode,
+                "backend": self.backend, "knobs": dict(self.knobs)}
+
+
+@dataclass
+class Observable:
+    index: int
+    kind: str  # call | readback | claim | final
+    label: str
+    line: int | None
+    fingerprint: dict[str, Any] | None
+    reference: dict[str, Any] | None  # {"fingerprint", "note", "approximate"}
+    ancestors: list[int] = field(default_factory=list)  # leaf indices
+    conditioning: list[int] = field(default_factory=list)  # ArmRun.conditioning indices upstream
+    claim: dict[str, Any] | None = None
+    value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
+    reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
+
+
+@dataclass
+class ArmRun:
+    """Everything one arm's isolated run produced, whether or not it finished."""
+
+    spec: str
+    device: str
+    mode: str
+    status: str  # ok | raised | crashed | timeout | unavailable
+    elapsed_s: float | None = None
+    wall_s: float | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    failure: str | None = None  # one line, for people, when status is not ok
+    exception: dict[str, Any] | None = None
+    exit_note: str | None = None
+    stdout: str = ""
+    stderr: str = ""
+    output_dropped: int = 0
+    environment: str | None = None
+    environment_error: str | None = None
+    flags_start: dict[str, Any] | None = None
+    flags_end: dict[str, Any] | None = None
+    observables: list[Observable] = field(default_factory=list)
+    leaves: list[dict[str, Any]] = field(default_factory=list)
+    conditioning: list[dict[str, Any]] = field(default_factory=list)
+    graph: dict[str, Any] | None = None
+    reference: dict[str, Any] | None = None
+    random_before_seed: dict[str, Any] | None = None
+    compiled_random_ops: list[str] = field(default_factory=list)
+    torch_import_s: float | None = None
+
+    @property
+    def completed(self) -> bool:
+        """The script ran to its end, or stopped on its own check (an assert that failed)."""
+        return self.status == "ok" or (self.status == "raised" and bool(self.exception and self.exception.get("claim")))
+
+
+@dataclass
+class Side:
+    """One of the two values a divergence compares: an arm's observable (or a claim operand)."""
+
+    arm: str
+    observable: int
+    label: str
+    line: int | None
+    dtype: str
+    summary: str
+    max_abs_error: float | None = None  # vs float64 reference
+    max_rel_error: float | None = None
+    max_ulps: float | None = None
+    rmse: float | None = None
+    nonfinite_vs_reference: int = 0  # elements whose finiteness differs from the reference
+    overflow_to_inf: int = 0  # of those, ±inf where float64's value is beyond the dtype's range
+    agrees_with_reference: bool | None = None
+    reference_summary: str | None = None
+
+
+@dataclass
+class Divergence:
+    """The headline difference: what differs, between which sides, and how."""
+
+    source: str  # arms | claim | reference
+    observable_label: str
+    line: int | None
+    a: Side
+    b: Side | None  # None when one side is compared with its float64 reference alone
+    dtype: str
+    bitwise_equal: bool
+    within_tolerance: bool
+    rtol: float
+    atol: float
+    max_abs_diff: float | None
+    nonfinite_mismatch: int
+    numel: int
+    fp64_rule: str | None = None
+    ancestors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    arms: list[ArmRun]
+    aligned: int
+    alignment_note: str | None
+    leaves_identical: bool | None
+    leaves_note: str | None
+    divergence: Divergence | None
+    divergences: int
+    claims: list[dict[str, Any]]
+    conditioning: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    kind: str
+    expected: bool | None
+    policy_section: str
+    policy_url: str
+    labels: list[str]
+    summary: str
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    repro: Repro
+    arms_requested: list[str]
+    comparison: Comparison | None
+    verdict: Verdict
+    triage_version: str
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """dataclasses -> dicts, dropping fields marked ``metadata={"json": False}``."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.metadata.get("json", True)}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, float) and obj != obj:
+        return "nan"
+    if isinstance(obj, float) and obj in (float("inf"), float("-inf")):
+        return "inf" if obj > 0 else "-inf"
+    if isinstance(obj, np.generic):
+        return to_jsonable(obj.item())
+    return obj

@@ -1,0 +1,55 @@
+"""The stages in order: the one function the CLI, the Action and tests call."""
+from __future__ import annotations
+
+import time
+
+from triage import __version__
+from triage.classify import classify
+from triage.compare import compare
+from triage.extract import extract_repro
+from triage.model import ArmSpec, Report
+from triage.run import Progress, RunOptions, run_arms
+
+
+def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
+                  progress: Progress | None = None, notes: list[str] | None = None) -> Report:
+    start = time.monotonic()
+    repro = extract_repro(path)
+    comparison = None
+    if repro.problem is None:
+        runs = run_arms(repro, arms, options, progress)
+        comparison = compare(runs)
+    verdict = classify(repro, comparison)
+    report_notes = list(notes or [])
+    if comparison is not None:
+        report_notes.extend(_run_notes(comparison, options))
+    return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=comparison, verdict=verdict,
+                  triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes)
+
+
+def _run_notes(comparison, options: RunOptions) -> list[str]:  # noqa: ANN001 - Comparison
+    notes = []
+    if comparison.leaves_identical:
+        n = len(comparison.arms[0].leaves)
+        notes.append(f"Every arm started from bit-identical weights and inputs ({n} leaf tensors compared).")
+    elif comparison.leaves_note:
+        notes.append(f"The arms did not start from identical leaves: {comparison.leaves_note}.")
+    if comparison.alignment_note:
+        notes.append(comparison.alignment_note)
+    for r in comparison.arms:
+        if r.random_before_seed:
+            rb = r.random_before_seed
+            notes.append(f"The script draws random numbers (`{rb['op']}`, line {rb['line']}) before seeding; triage seeded "
+                         f"every generator with {options.seed} in every arm, so all arms drew the same numbers.")
+            break
+    for r in comparison.arms:
+        if r.exit_note:
+            notes.append(f"`{r.spec}`: {r.exit_note}; the values observed up to then are compared.")
+        if r.reference and r.reference.get("note"):
+            notes.append(f"`{r.spec}` float64 reference is {r.reference['status']}: {r.reference['note']}.")
+        if r.reference and r.reference.get("approximate_ops"):
+            notes.append(f"`{r.spec}`: {', '.join(r.reference['approximate_ops'])} could not run in float64; "
+                         "the reference uses the arm's own precision for them.")
+        if r.mode == "compile" and r.graph and r.graph.get("compiled_graphs") == 0 and r.completed:
+            notes.append(f"`{r.spec}`: the script never called torch.compile, so this arm ran it eagerly.")
+    return notes

@@ -1,0 +1,96 @@
+"""PyTorch's numerical accuracy policy, as the verdicts cite it.
+
+Sections are those of ``docs/source/notes/numerical_accuracy.rst``; tolerances are
+``torch.testing.assert_close``'s defaults; the float64-relative rule is dynamo's accuracy
+check (``torch._dynamo.utils.same`` with ``fp64_ref``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NOTE_URL = "https://docs.pytorch.org/docs/stable/notes/numerical_accuracy.html"
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    anchor: str
+    quote: str
+
+    @property
+    def url(self) -> str:
+        return f"{NOTE_URL}#{self.anchor}" if self.anchor else NOTE_URL
+
+
+GENERAL = Section(
+    "Numerical accuracy (introduction)", "",
+    "PyTorch is not guaranteed to produce bitwise identical results for floating point computations "
+    "that are mathematically identical. […] CPU and GPU results can be different even for "
+    "bitwise-identical inputs and even after controlling for the sources of randomness.")
+BATCHED = Section(
+    "Batched computations or slice computations", "batched-computations-or-slice-computations",
+    "An operation applied to a tensor slice is not guaranteed to produce results that are identical "
+    "to the slice of the result of the same operation applied to the full tensor.")
+EXTREMAL = Section(
+    "Extremal values", "extremal-values",
+    "When inputs contain large values such that intermediate results may overflow the range of the "
+    "used datatype, the end result may overflow too, even though it is representable in the original datatype.")
+LINALG = Section(
+    "Linear algebra (torch.linalg): Extremal values in linalg", "extremal-values-in-linalg",
+    "If provided with ill-conditioned inputs, the result of these functions may vary when using the "
+    "same inputs on different devices or when using different backends.")
+TF32 = Section(
+    "TensorFloat-32 (TF32) on Nvidia Ampere (and later) devices",
+    "tensorfloat-32-tf32-on-nvidia-ampere-and-later-devices",
+    "When an operation is performed using TF32 tensor cores, only the first 10 bits of the input mantissa are read.")
+REDUCED_PRECISION = Section(
+    "Reduced Precision Reduction for FP16 and BF16 GEMMs", "reduced-precision-reduction-for-fp16-and-bf16-gemms",
+    "Certain GPU architectures […] allow a few truncations of the intermediate accumulation results to the reduced precision.")
+NONE = Section("none: the accuracy note does not cover this outcome", "", "")
+
+# assert_close defaults: dtype -> (rtol, atol)
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
+    "complex32": (1e-3, 1e-5),
+    "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+}
+# Mantissa bits (with the implicit bit) and the largest finite value, per floating dtype.
+FLOAT_FORMATS: dict[str, tuple[int, float]] = {
+    "float16": (11, 65504.0),
+    "bfloat16": (8, 3.3895313892515355e38),
+    "float32": (24, 3.4028234663852886e38),
+    "float64": (53, 1.7976931348623157e308),
+    "complex64": (24, 3.4028234663852886e38),
+    "complex128": (53, 1.7976931348623157e308),
+}
+DYNAMO_TOL = 1e-3
+
+
+def tolerance(dtype: str) -> tuple[float, float]:
+    return TOLERANCES.get(dtype, (0.0, 0.0))
+
+
+def reference_tolerance(dtype: str) -> float:
+    """How far from float64 a value may be and still 'agree with the reference' (dynamo's 1e-3)."""
+    return max(DYNAMO_TOL, tolerance(dtype)[0])
+
+
+def rmse_multiplier(dtype: str, numel: int) -> float:
+    return 3.0 if dtype in ("float16", "bfloat16") or numel < 1000 else 2.0
+
+
+LABELS = {
+    "numerical": "module: numerical-stability",
+    "nonfinite": "module: NaNs and Infs",
+    "tf32": "module: tf32",
+    "silent": "module: correctness (silent)",
+    "review": "triage review",
+    "repro": "needs reproduction",
+    "linalg": "module: linear algebra",
+    "random": "module: random",
+    "compile": "oncall: pt2",
+}

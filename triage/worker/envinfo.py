@@ -1,0 +1,76 @@
+"""Environment capture (collect_env, with a timeout) and the numerics flags it omits."""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import torch
+
+
+def collect_env(timeout_s: float) -> tuple[str | None, str | None]:
+    """`torch.utils.collect_env`'s report, or why it is missing.  Runs before any patching."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            from torch.utils import collect_env as ce
+
+            box["text"] = ce.get_pretty_env_info()
+        except Exception as e:  # noqa: BLE001 - collect_env shells out and may fail anywhere
+            box["error"] = f"{type(e).__name__}: {e}"
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return None, f"collect_env did not finish within {timeout_s:.0f} s"
+    return box.get("text"), box.get("error")
+
+
+def numerics_flags() -> dict[str, Any]:
+    """The switches that change numbers and that collect_env does not report."""
+    b = torch.backends
+    flags: dict[str, Any] = {
+        "torch": torch.__version__,
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "default_dtype": str(torch.get_default_dtype()).replace("torch.", ""),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "mkldnn_enabled": b.mkldnn.enabled,
+        "cuda_available": torch.cuda.is_available(),
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
+    flags["cuda_matmul_allow_tf32"] = b.cuda.matmul.allow_tf32
+    flags["cudnn_allow_tf32"] = b.cudnn.allow_tf32
+    flags["cudnn_benchmark"] = b.cudnn.benchmark
+    flags["cudnn_deterministic"] = b.cudnn.deterministic
+    flags["allow_fp16_reduced_precision_reduction"] = b.cuda.matmul.allow_fp16_reduced_precision_reduction
+    flags["allow_bf16_reduced_precision_reduction"] = b.cuda.matmul.allow_bf16_reduced_precision_reduction
+    return flags
+
+
+def apply_knobs(knobs: dict[str, str]) -> None:
+    """Set the arm's knobs; the parent has already validated names and values."""
+    b = torch.backends
+    on = lambda v: v in ("on", "1", "true")  # noqa: E731
+    for name, value in knobs.items():
+        if name == "threads":
+            torch.set_num_threads(int(value))
+        elif name == "tf32":
+            b.cuda.matmul.allow_tf32 = on(value)
+            b.cudnn.allow_tf32 = on(value)
+        elif name == "reduced_precision":
+            b.cuda.matmul.allow_fp16_reduced_precision_reduction = on(value)
+            b.cuda.matmul.allow_bf16_reduced_precision_reduction = on(value)
+        elif name == "deterministic":
+            torch.use_deterministic_algorithms(on(value), warn_only=True)
+        elif name == "cudnn_benchmark":
+            b.cudnn.benchmark = on(value)
+        elif name == "mkldnn":
+            b.mkldnn.enabled = on(value)
+        elif name in ("fallback_random", "emulate_precision_casts"):
+            import torch._inductor.config as inductor_config
+
+            setattr(inductor_config, name, on(value))

@@ -1,0 +1,91 @@
+"""Fingerprints and numpy copies of tensors (inside the worker)."""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+SAMPLE_SIZE = 6
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _plain_cpu(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if t.is_quantized:
+        t = t.dequantize()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.resolve_conj().resolve_neg().contiguous()
+
+
+def fingerprint(t: torch.Tensor) -> dict[str, Any]:
+    """Shape, dtype, a hash of the exact bits, nonfinite counts and a few summary figures."""
+    cpu = _plain_cpu(t)
+    raw = cpu.reshape(-1).view(torch.uint8) if cpu.numel() else torch.empty(0, dtype=torch.uint8)
+    fp: dict[str, Any] = {
+        "shape": list(cpu.shape),
+        "dtype": dtype_name(t.dtype),
+        "numel": cpu.numel(),
+        "sha256": hashlib.sha256(raw.numpy().tobytes()).hexdigest()[:24],
+        "nan": 0,
+        "posinf": 0,
+        "neginf": 0,
+        "min": None,
+        "max": None,
+        "norm": None,
+        "sample": [],
+    }
+    if cpu.numel() == 0:
+        return fp
+    if cpu.is_floating_point() or cpu.is_complex():
+        wide = cpu.to(torch.complex128 if cpu.is_complex() else torch.float64)
+        fp["nan"] = int(torch.isnan(wide).sum())
+        if not cpu.is_complex():
+            fp["posinf"] = int(torch.isposinf(wide).sum())
+            fp["neginf"] = int(torch.isneginf(wide).sum())
+            finite = wide[torch.isfinite(wide)]
+            if finite.numel():
+                fp["min"] = float(finite.min())
+                fp["max"] = float(finite.max())
+                fp["norm"] = float(torch.linalg.vector_norm(finite))
+        fp["sample"] = [_jsonable(v) for v in wide.reshape(-1)[:SAMPLE_SIZE].tolist()]
+    elif cpu.dtype == torch.bool:
+        fp["sample"] = [bool(v) for v in cpu.reshape(-1)[:SAMPLE_SIZE].tolist()]
+    else:
+        wide = cpu.to(torch.float64)
+        fp["min"] = float(wide.min())
+        fp["max"] = float(wide.max())
+        fp["sample"] = [int(v) for v in cpu.reshape(-1)[:SAMPLE_SIZE].tolist()]
+    return fp
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, complex):
+        return [_jsonable(v.real), _jsonable(v.imag)]
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray | None:
+    """An exact numpy copy (bfloat16 widened to float32, which is exact); None if impossible."""
+    try:
+        cpu = _plain_cpu(t)
+    except (RuntimeError, TypeError):
+        return None
+    if cpu.dtype == torch.bfloat16:
+        cpu = cpu.float()
+    elif cpu.dtype == torch.complex32:
+        cpu = cpu.to(torch.complex64)
+    try:
+        return cpu.numpy()
+    except TypeError:
+        return None

@@ -1,0 +1,268 @@
+"""Observables: what the script itself sees, recorded identically on every arm.
+
+* ``call``     outputs of each call of a root ``nn.Module`` or of a compiled callable,
+* ``readback`` values turned into Python or printed (``.item()``, ``.tolist()``,
+               ``.numpy()``, ``repr``/``print``, f-string formatting),
+* ``claim``    operands of the script's own comparisons (``torch.equal``, ``allclose``,
+               ``isclose``, ``torch.testing.assert_close``) with the script's answer,
+* ``final``    tensors bound to top-level names when the script ends.
+
+Each observable keeps a fingerprint, its value within a memory budget, and the op-graph node
+whose float64 replay is its reference.  Observables of two arms align by program order.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from triage.worker.fingerprint import fingerprint, to_numpy
+from triage.worker.modes import Quiet, suspended_modes
+from triage.worker.opgraph import OpRecorder, RecordingBackend
+
+MAX_OBSERVABLES = 2000
+MAX_TENSORS_PER_CALL = 32
+
+READBACKS: dict[Any, str] = {
+    torch.Tensor.item: ".item()",
+    torch.Tensor.tolist: ".tolist()",
+    torch.Tensor.numpy: ".numpy()",
+    torch.Tensor.__array__: "np.asarray()",
+    torch.Tensor.__repr__: "print/repr",
+    torch.Tensor.__format__: "format",
+    torch.Tensor.__float__: "float()",
+    torch.Tensor.__int__: "int()",
+}
+CLAIMS: dict[Any, str] = {
+    torch.equal: "torch.equal",
+    torch.allclose: "torch.allclose",
+    torch.isclose: "torch.isclose",
+    torch.Tensor.equal: "Tensor.equal",
+    torch.Tensor.allclose: "Tensor.allclose",
+    torch.Tensor.isclose: "Tensor.isclose",
+}
+
+
+class ObservationStore:
+    def __init__(self, recorder: OpRecorder, site: Callable[[], int | None], value_budget: int,
+                 emit: Callable[[dict], None]) -> None:
+        self.recorder = recorder
+        self.site = site
+        self.value_budget = value_budget
+        self.emit = emit
+        self.records: list[dict[str, Any]] = []
+        self.values: dict[str, np.ndarray] = {}
+        self.claims = itertools.count()
+        self.quiet = Quiet(recorder)
+        self.full = False
+
+    def add(self, kind: str, label: str, t: torch.Tensor, line: int | None = None,
+            claim: dict[str, Any] | None = None) -> None:
+        if len(self.records) >= MAX_OBSERVABLES:
+            self.full = True
+            return
+        with self.quiet:
+            index = len(self.records)
+            try:
+                fp = fingerprint(t)
+            except Exception as e:  # noqa: BLE001 - an odd tensor must not stop the script
+                fp = None
+                label = f"{label} (no fingerprint: {type(e).__name__})"
+            node = self.recorder.node_for(t) if fp is not None else None
+            record = {
+                "index": index, "kind": kind, "label": label,
+                "line": line if line is not None else self.site(),
+                "fingerprint": fp, "node": node.name if node is not None else None,
+                "claim": claim,
+            }
+            if fp is not None and fp["numel"] * 8 <= self.value_budget:
+                value = to_numpy(t)
+                if value is not None:
+                    self.values[f"obs{index}"] = value
+                    self.value_budget -= value.nbytes
+            self.records.append(record)
+            self.emit({"observable": {k: record[k] for k in ("index", "kind", "label", "line", "fingerprint")}})
+
+    def add_all(self, kind: str, label: str, value: Any, line: int | None = None) -> None:
+        tensors = [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+        for i, t in enumerate(tensors[:MAX_TENSORS_PER_CALL]):
+            suffix = f" output {i}" if len(tensors) > 1 else ""
+            self.add(kind, label + suffix, t, line)
+
+
+class Observer(TorchFunctionMode):
+    """Records readbacks and the script's comparisons as they happen."""
+
+    def __init__(self, store: ObservationStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in READBACKS and args and isinstance(args[0], torch.Tensor):
+            self.store.add("readback", READBACKS[func], args[0])
+        elif func in CLAIMS and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
+            record_claim(self.store, CLAIMS[func], args[0], args[1], _claim_result(out))
+        return out
+
+
+def _claim_result(out: Any) -> Any:
+    if isinstance(out, bool):
+        return out
+    if isinstance(out, torch.Tensor):
+        with torch._C.DisableTorchFunction():
+            return bool(out.all())
+    return None
+
+
+def record_claim(store: ObservationStore, func: str, a: torch.Tensor, b: torch.Tensor, holds: Any) -> None:
+    claim_id = next(store.claims)
+    line = store.site()
+    for operand, t in enumerate((a, b)):
+        store.add("claim", f"{func} operand {operand + 1}", t, line,
+                  claim={"id": claim_id, "func": func, "operand": operand, "holds": holds})
+
+
+class RootCalls:
+    """Global module hooks that record the outputs of root (outermost) module calls."""
+
+    def __init__(self, store: ObservationStore) -> None:
+        self.store = store
+        self.depth = 0
+        self.counts: dict[str, int] = {}
+        self.handles = []
+
+    def install(self) -> None:
+        hooks = torch.nn.modules.module
+        self.handles.append(hooks.register_module_forward_pre_hook(self.pre))
+        try:
+            self.handles.append(hooks.register_module_forward_hook(self.post, always_call=True))
+        except TypeError:  # torch without always_call
+            self.handles.append(hooks.register_module_forward_hook(self.post))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def pre(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
+        self.depth += 1
+
+    def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
+        self.depth -= 1
+        if self.depth != 0:
+            return
+        inner = getattr(module, "_orig_mod", module)
+        name = type(inner).__name__
+        self.counts[name] = self.counts.get(name, 0) + 1
+        self.store.add_all("call", f"{name}() call #{self.counts[name]}", output)
+
+
+def compile_backend(name_or_fn: Any, mode: Any, options: Any, dynamic: Any) -> Callable:
+    """The backend callable `torch.compile` itself would build for these arguments."""
+    if callable(name_or_fn):
+        return name_or_fn
+    if name_or_fn == "inductor":
+        return torch._TorchCompileInductorWrapper(mode, options, dynamic)
+    return torch._TorchCompileWrapper(name_or_fn, mode, options, dynamic)
+
+
+def install_compile(store: ObservationStore, recorder: OpRecorder, compile_arm: bool,
+                    arm_backend: str | None) -> None:
+    """Replace `torch.compile`: eager arms return the callable itself; compile arms compile it
+    with a recording backend and call it with every triage mode suspended."""
+    real_compile = torch.compile
+    counts: dict[str, int] = {}
+
+    def triage_compile(model: Any = None, *, fullgraph: bool = False, dynamic: Any = None,
+                       backend: Any = "inductor", mode: Any = None, options: Any = None,
+                       disable: bool = False, **rest: Any) -> Any:
+        if model is None:
+            return functools.partial(triage_compile, fullgraph=fullgraph, dynamic=dynamic,
+                                     backend=backend, mode=mode, options=options,
+                                     disable=disable, **rest)
+        if not compile_arm or disable:
+            target = model
+        else:
+            real = compile_backend(arm_backend or backend, mode, options, dynamic)
+            target = real_compile(model, fullgraph=fullgraph, dynamic=dynamic,
+                                  backend=RecordingBackend(real, recorder), **rest)
+        if isinstance(model, torch.nn.Module):
+            if target is not model:
+                forward = target.forward
+
+                def suspended_forward(*a: Any, **k: Any) -> Any:
+                    with suspended_modes():
+                        return forward(*a, **k)
+
+                target.forward = suspended_forward
+            return target
+        name = getattr(model, "__name__", type(model).__name__)
+
+        @functools.wraps(model)
+        def compiled_call(*a: Any, **k: Any) -> Any:
+            if target is model:
+                out = model(*a, **k)
+            else:
+                with suspended_modes():
+                    out = target(*a, **k)
+            counts[name] = counts.get(name, 0) + 1
+            store.add_all("call", f"compiled `{name}` call #{counts[name]}", out)
+            return out
+
+        return compiled_call
+
+    torch.compile = triage_compile
+
+
+def install_assert_close(store: ObservationStore) -> None:
+    original = torch.testing.assert_close
+
+    @functools.wraps(original)
+    def assert_close(actual: Any, expected: Any, *args: Any, **kwargs: Any) -> None:
+        holds: bool | None = None
+        try:
+            original(actual, expected, *args, **kwargs)
+            holds = True
+        except AssertionError:
+            holds = False
+            raise
+        finally:
+            if isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor):
+                record_claim(store, "torch.testing.assert_close", actual, expected, holds)
+
+    torch.testing.assert_close = assert_close
+
+
+def install_seed_watch(recorder: OpRecorder) -> None:
+    """Note when the script seeds torch itself (for the unseeded-draw report)."""
+    for module in (torch, torch.random):
+        original = module.manual_seed
+
+        def manual_seed(seed: Any, _original: Callable = original) -> Any:
+            recorder.seeded = True
+            return _original(seed)
+
+        module.manual_seed = manual_seed
+
+
+def final_tensors(namespace: dict[str, Any], limit: int = 64) -> list[tuple[str, torch.Tensor]]:
+    """Tensors bound to the script's top-level names (REPL-style snippets print nothing)."""
+    found: list[tuple[str, torch.Tensor]] = []
+    for name, value in list(namespace.items()):
+        if name.startswith("_") or len(found) >= limit:
+            continue
+        if isinstance(value, torch.Tensor):
+            found.append((name, value))
+        elif isinstance(value, (list, tuple)) and 0 < len(value) <= 16 and all(isinstance(v, torch.Tensor) for v in value):
+            found.extend((f"{name}[{i}]", v) for i, v in enumerate(value))
+    return found

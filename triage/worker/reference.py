@@ -1,0 +1,199 @@
+"""The float64 reference: replay the recorded op graph on the CPU from upcast leaves.
+
+The reference is not a second run of the script (an fp64 ``torch.rand`` draws different
+numbers): it starts from bit-identical leaves, upcast exactly, and evaluates every recorded
+op in float64 (complex128 for complex), with dtype arguments widened and device arguments
+moved to the CPU.  Where an op cannot run that way, the replay tries its decomposition, then
+the op at the arm's own precision (marked *approximate*), then gives up on the ops that
+depend on it.  Only ancestors of the requested nodes are evaluated.
+"""
+from __future__ import annotations
+
+import operator
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+# Ops whose meaning depends on the exact dtype: widening their inputs would change the
+# question (bit reinterpretation, next representable value).  They run at recorded dtype.
+EXACT_OPS = {"view", "frexp", "nextafter", "bitwise_and", "bitwise_or", "bitwise_xor"}
+
+
+def widen_dtype(d: Any) -> Any:
+    if isinstance(d, torch.dtype):
+        if d.is_floating_point:
+            return torch.float64
+        if d.is_complex:
+            return torch.complex128
+    return d
+
+
+def widen(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if t.is_floating_point() and t.dtype != torch.float64:
+            return t.to(torch.float64)
+        if t.is_complex() and t.dtype != torch.complex128:
+            return t.to(torch.complex128)
+    return t
+
+
+def _widen_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in kwargs.items():
+        if k == "dtype":
+            v = widen_dtype(v)
+        elif k == "device" and v is not None:
+            v = torch.device("cpu")
+        out[k] = v
+    return out
+
+
+class UpcastMode(TorchDispatchMode):
+    """Runs every aten op in float64 on the CPU; used to replay dynamo graphs."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        return func(*tree_map(widen, args), **_widen_kwargs(tree_map(widen, kwargs or {})))
+
+
+@dataclass
+class Replay:
+    values: dict[str, torch.Tensor]
+    failed: dict[str, str] = field(default_factory=dict)  # node name -> why it has no value
+    approximate: dict[str, str] = field(default_factory=dict)  # node -> op run at arm precision
+    seconds: float = 0.0
+    incomplete: str | None = None
+
+
+def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
+                exact_singular: set[str] = frozenset()) -> Replay:
+    """Evaluate the ancestors of the `wanted` nodes in float64; values of `wanted` returned.
+
+    `exact_singular` names determinant nodes whose input was shown exactly singular in
+    rational arithmetic: their reference is the exact answer (det 0, logdet -inf), not
+    LAPACK's float64 rounding noise.
+    """
+    start = time.monotonic()
+    by_name = {n.name: n for n in graph.nodes}
+    needed = _ancestors([by_name[w] for w in wanted if w in by_name])
+    last_use: dict[fx.Node, int] = {}
+    order = [n for n in graph.nodes if n in needed]
+    for i, n in enumerate(order):
+        for a in n.all_input_nodes:
+            last_use[a] = i
+    env: dict[fx.Node, Any] = {}
+    result = Replay(values={})
+    previous_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            for i, n in enumerate(order):
+                if time.monotonic() - start > deadline_s:
+                    result.incomplete = f"the replay passed its {deadline_s:.0f} s budget"
+                    break
+                _evaluate(n, env, result)
+                if n.name in exact_singular and n in env:
+                    env[n] = _exact_singular_outputs(n, env[n])
+                if n.name in wanted and n in env:
+                    result.values[n.name] = env[n]
+                for a in n.all_input_nodes:
+                    if last_use.get(a) == i and a.name not in wanted:
+                        env.pop(a, None)
+    finally:
+        torch.set_default_dtype(previous_dtype)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _exact_singular_outputs(n: fx.Node, out: Any) -> Any:
+    name = n.target.overloadpacket.__name__
+    if name in ("_linalg_det", "linalg_det", "det"):
+        det = out[0] if isinstance(out, tuple) else out
+        return (torch.zeros_like(det),) + tuple(out[1:]) if isinstance(out, tuple) else torch.zeros_like(det)
+    if name in ("_linalg_slogdet", "linalg_slogdet", "slogdet"):
+        sign, logabsdet = out[0], out[1]
+        return (torch.zeros_like(sign), torch.full_like(logabsdet, float("-inf"))) + tuple(out[2:])
+    if name == "logdet":
+        return torch.full_like(out, float("-inf"))
+    return out
+
+
+def _ancestors(nodes: list[fx.Node]) -> set[fx.Node]:
+    seen: set[fx.Node] = set()
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _evaluate(n: fx.Node, env: dict[fx.Node, Any], result: Replay) -> None:
+    if n.op == "placeholder":
+        env[n] = widen(n.meta["leaf"].value)
+        return
+    missing = [a.name for a in n.all_input_nodes if a not in env]
+    if missing:
+        result.failed[n.name] = result.failed.get(missing[0], f"depends on {missing[0]}")
+        return
+    args = fx.node.map_arg(n.args, lambda a: env[a])
+    kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
+    target = n.target
+    try:
+        if target is operator.getitem:
+            env[n] = args[0][args[1]]
+        elif isinstance(target, torch._ops.OpOverload):
+            env[n] = _run_op(n, target, args, kwargs, result)
+        else:  # a dynamo GraphModule from a compiled region
+            with UpcastMode():
+                env[n] = tree_map(widen, target(*tree_map(widen, args)))
+    except Exception as e:  # noqa: BLE001 - any failure only removes this node's reference
+        result.failed[n.name] = f"{_op_name(target)} could not be replayed in float64: {type(e).__name__}: {str(e)[:200]}"
+
+
+def _run_op(n: fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict, result: Replay) -> Any:
+    name = op.overloadpacket.__name__
+    mutable = [
+        i for i, a in enumerate(op._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
+    # In-place and out= ops would mutate a value other nodes still need: give them a copy.
+    args = tuple(a.clone() if i in mutable and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
+    if name in EXACT_OPS and any(isinstance(a, torch.dtype) for a in args):
+        return _run_at_recorded_precision(n, op, args, kwargs, result)
+    wide_args = tree_map(widen, args)
+    wide_kwargs = _widen_kwargs(tree_map(widen, kwargs))
+    try:
+        return tree_map(widen, op(*wide_args, **wide_kwargs))
+    except (RuntimeError, NotImplementedError, TypeError):
+        decomposition = torch._decomp.decomposition_table.get(op)
+        if decomposition is not None:
+            try:
+                return tree_map(widen, decomposition(*wide_args, **wide_kwargs))
+            except (RuntimeError, NotImplementedError, TypeError):
+                pass
+        return _run_at_recorded_precision(n, op, args, kwargs, result)
+
+
+def _run_at_recorded_precision(n: fx.Node, op: Any, args: tuple, kwargs: dict, result: Replay) -> Any:
+    dtypes = [a.meta.get("dtype") if isinstance(a, fx.Node) else None for a in n.args]
+    narrowed = tuple(
+        a.to(d) if isinstance(a, torch.Tensor) and d is not None else a
+        for a, d in zip(args, dtypes + [None] * (len(args) - len(dtypes)))
+    )
+    result.approximate[n.name] = _op_name(op)
+    return tree_map(widen, op(*narrowed, **kwargs))
+
+
+def _op_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target.overloadpacket.__name__}"
+    return getattr(target, "__name__", str(target))

@@ -1,0 +1,248 @@
+"""One arm's run of one script, inside the worker process."""
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import sys
+import time
+import traceback
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]:
+    t0 = time.monotonic()
+    import torch
+
+    from triage.worker import envinfo
+    from triage.worker.collapse import DeviceCollapse, install_cuda_shims
+    from triage.worker.fingerprint import fingerprint, to_numpy
+    from triage.worker.observe import (
+        ObservationStore, Observer, RootCalls, final_tensors, install_assert_close,
+        install_compile, install_seed_watch,
+    )
+    from triage.worker.opgraph import Fault, OpRecorder, script_site
+    from triage.worker.reference import replay_fp64
+
+    arm = job["arm"]
+    result: dict[str, Any] = {"torch_import_s": round(time.monotonic() - t0, 3)}
+    emit({"phase": "imported", "torch": torch.__version__})
+
+    environment, env_error = job.get("collect_env"), None
+    if environment is None:
+        environment, env_error = envinfo.collect_env(job["collect_env_timeout"])
+    result["environment"] = environment
+    result["environment_error"] = env_error
+    result["environment_cached"] = job.get("collect_env") is not None
+
+    device = torch.device(arm["device"])
+    unavailable = _device_unavailable(torch, device)
+    if unavailable:
+        result.update(status="unavailable", exception=None, unavailable=unavailable)
+        return result
+
+    knobs = dict(arm["knobs"])
+    fault = None
+    if "fault" in knobs:
+        op, _, how = knobs.pop("fault").partition(":")
+        fault = Fault(op, how or "scale")
+    envinfo.apply_knobs(knobs)
+    seed = job["seed"]
+    torch.manual_seed(seed)
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed)
+    result["flags_start"] = envinfo.numerics_flags()
+
+    script = job["script"]
+    site = script_site(script)
+    recorder = OpRecorder(device, site, fault=fault, max_leaf_bytes=job["max_leaf_bytes"])
+    store = ObservationStore(recorder, site, job["value_budget"], emit)
+    roots = RootCalls(store)
+    install_cuda_shims(device, script)
+    install_compile(store, recorder, arm["mode"] == "compile", arm.get("backend"))
+    install_assert_close(store)
+    install_seed_watch(recorder)
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+
+    code = compile(Path(script).read_bytes(), script, "exec", dont_inherit=True)
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=script, __builtins__=builtins, __cached__=None)
+    saved_main = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    sys.argv = [script]
+    sys.path.insert(0, str(Path(script).parent))
+
+    emit({"phase": "script-start"})
+    status, exception, exit_note = "ok", None, None
+    start = time.monotonic()
+    roots.install()
+    try:
+        with recorder, Observer(store), DeviceCollapse(device):
+            exec(code, module.__dict__)
+    except SystemExit as e:
+        code_ = e.code
+        if code_ in (None, 0):
+            exit_note = f"the script called sys.exit({code_ if code_ is not None else ''}) at line {_script_line(e, script)}"
+        else:
+            status = "raised"
+            exception = _exception_info(e, script)
+    except BaseException as e:  # noqa: BLE001 - whatever the script raises is a result
+        status = "raised"
+        exception = _exception_info(e, script)
+    finally:
+        roots.remove()
+        sys.modules["__main__"] = saved_main
+    result["elapsed_s"] = round(time.monotonic() - start, 3)
+    emit({"phase": "script-done", "status": status})
+
+    for name, t in final_tensors(module.__dict__):
+        store.add("final", f"`{name}` at exit", t, line=None)
+    recording = recorder.finish()
+    result["flags_end"] = envinfo.numerics_flags()
+
+    leaves = []
+    for leaf in recording.leaves:
+        leaves.append({"index": leaf.index, "node": leaf.node.name, "kind": leaf.kind, "op": leaf.op,
+                       "line": leaf.line, "fingerprint": fingerprint(leaf.value)})
+    leaf_index = {leaf.node.name: leaf.index for leaf in recording.leaves}
+    by_name = {n.name: n for n in recording.graph.nodes}
+
+    reference: dict[str, Any] = {"status": "off", "seconds": 0.0, "note": None, "approximate_ops": []}
+    replay = None
+    wanted = {r["node"] for r in store.records if r["node"] is not None}
+    if job["reference"]:
+        emit({"phase": "reference-start", "nodes": len(by_name)})
+        singular = {c["node"] for c in recording.conditioning if c.get("exact_singular")}
+        replay = replay_fp64(recording.graph, wanted, job["reference_budget_s"], singular)
+        reference.update(
+            status="partial" if (replay.incomplete or replay.failed or recording.stopped) else "complete",
+            seconds=round(replay.seconds, 3),
+            note=replay.incomplete or recording.stopped,
+            approximate_ops=sorted(set(replay.approximate.values())),
+        )
+    values = dict(store.values)
+    conditioning_nodes = {c["node"]: i for i, c in enumerate(recording.conditioning)}
+    for record in store.records:
+        node_name = record["node"]
+        record["ancestors"], record["conditioning"] = _ancestry(by_name.get(node_name), leaf_index, conditioning_nodes)
+        ref: dict[str, Any] = {"fingerprint": None, "note": None, "approximate": False}
+        record["reference"] = ref
+        if replay is None:
+            ref["note"] = "the float64 reference is switched off"
+            continue
+        if node_name is None:
+            ref["note"] = recording.stopped or "no recorded op produced this value"
+            continue
+        value = replay.values.get(node_name)
+        if value is None or not isinstance(value, torch.Tensor):
+            ref["note"] = replay.failed.get(node_name) or replay.incomplete or "not replayed"
+            continue
+        fp = record["fingerprint"]
+        if fp is None or list(value.shape) != fp["shape"]:
+            ref["note"] = "the replay produced a different shape"
+            continue
+        ref["fingerprint"] = fingerprint(value)
+        ref["approximate"] = bool(replay.approximate)
+        wide = to_numpy(value)
+        if wide is not None and f"obs{record['index']}" in values:
+            values[f"ref{record['index']}"] = wide
+
+    result.update(
+        status=status,
+        exception=exception,
+        exit_note=exit_note,
+        observables=store.records,
+        observables_truncated=store.full,
+        leaves=leaves,
+        conditioning=recording.conditioning,
+        graph={"nodes": len(by_name), "leaves": len(recording.leaves),
+               "compiled_graphs": recording.compiled_graphs, "stopped": recording.stopped},
+        reference=reference,
+        random_before_seed=recording.random_before_seed,
+        compiled_random_ops=recording.compiled_random_ops,
+    )
+    out_dir = Path(job["result_dir"])
+    np.savez(out_dir / "values.npz", **values)
+    return result
+
+
+def _device_unavailable(torch: Any, device: Any) -> str | None:
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return "no CUDA device is available to this torch build on this machine"
+        if (device.index or 0) >= torch.cuda.device_count():
+            return f"{device} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        return None
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        return "MPS is not available on this machine"
+    return None
+
+
+def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[str, int],
+              limit: int = 20000) -> tuple[list[int], list[int]]:
+    """The leaves and the conditioning-checked ops an observable's value depends on."""
+    if node is None:
+        return [], []
+    seen, stack, leaves, conditioned = set(), [node], [], []
+    while stack and len(seen) < limit:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.name in leaf_index:
+            leaves.append(leaf_index[n.name])
+        if n.name in conditioning_nodes:
+            conditioned.append(conditioning_nodes[n.name])
+        stack.extend(n.all_input_nodes)
+    return sorted(leaves)[:256], sorted(conditioned)
+
+
+def _script_line(e: BaseException, script: str) -> int | None:
+    line = None
+    for frame, lineno in traceback.walk_tb(e.__traceback__):
+        if frame.f_code.co_filename == script:
+            line = lineno
+    return line
+
+
+def _exception_info(e: BaseException, script: str) -> dict[str, Any]:
+    tb = traceback.extract_tb(e.__traceback__)
+    # Drop triage's own frames (the exec call) from the traceback shown to people.
+    frames = [f for f in tb if "triage/worker" not in f.filename.replace(os.sep, "/")]
+    innermost = frames[-1] if frames else None
+    line = _script_line(e, script)
+    source_line = ""
+    if innermost is not None and innermost.filename == script:
+        source_line = (innermost.line or "").strip()
+    # The script's own check failing is a result, not a failure to run: an assert or raise
+    # on the script's own line, or a testing helper (assert_close, numpy.testing) failing.
+    in_testing_helper = innermost is not None and any(
+        part in innermost.filename.replace(os.sep, "/") for part in ("torch/testing/", "numpy/testing/"))
+    claim = source_line.startswith(("raise", "assert")) or (
+        isinstance(e, AssertionError) and in_testing_helper)
+    if isinstance(e, SyntaxError):
+        line = e.lineno
+    text = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(type(e), e))
+    return {
+        "type": type(e).__name__,
+        "qualified_type": f"{type(e).__module__}.{type(e).__qualname__}",
+        "message": str(e)[:2000],
+        "traceback": text[-8000:],
+        "line": line,
+        "claim": claim,
+    }
+
+
+def write_result(result: dict[str, Any], out_dir: Path) -> None:
+    tmp = out_dir / "result.json.tmp"
+    tmp.write_text(json.dumps(result, default=str))
+    tmp.replace(out_dir / "result.json")
