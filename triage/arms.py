@@ -21,7 +21,7 @@ KNOBS: dict[str, tuple[str, ...] | None] = {
 }
 COMPILE_ONLY = {"fallback_random", "emulate_precision_casts"}
 BACKENDS = {"inductor", "aot_eager", "aot_eager_decomp_partition", "eager", "cudagraphs"}
-FAULT_KINDS = {"scale", "nan", "inf", "finite", "raise"}
+FAULT_KINDS = {"scale", "ulp", "nan", "inf", "finite", "raise"}
 TEST_ARMS_ENV = "TRIAGE_TEST_ARMS"
 
 

@@ -155,8 +155,9 @@ def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:
     singular = _singular_upstream(c, d)
     evidence = _evidence(d)
     who = _who_is_right(d, right, wrong)
-    if wrong and all(s.overflow_to_inf == s.nonfinite_vs_reference for s in wrong):
-        s = wrong[0]
+    overflowed = [s for s in sides if s.overflow_to_inf and s.overflow_to_inf == s.nonfinite_vs_reference]
+    if overflowed and not wrong:
+        s = overflowed[0]
         return _verdict("nonfinite-flip", True, policy.EXTREMAL, ["nonfinite", "numerical"],
                         f"{who} The float64 value ({s.reference_summary}) lies beyond the largest finite {s.dtype}, "
                         f"so `inf` is the correctly rounded {s.dtype} answer: expected range overflow, not a bug.",

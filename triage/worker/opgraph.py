@@ -70,6 +70,8 @@ class Fault:
             flat = t.view(-1) if t.is_contiguous() else None
             if self.how == "scale":
                 t.mul_(1.01)
+            elif self.how == "ulp":
+                t.copy_(torch.nextafter(t, torch.full_like(t, float("inf"))))
             elif flat is not None and self.how == "nan":
                 flat[0] = float("nan")
             elif flat is not None and self.how == "inf":
@@ -283,14 +285,19 @@ class OpRecorder(TorchDispatchMode):
             self.stopped = reason
 
     # -- compiled regions --------------------------------------------------------------
-    def record_compiled_run(self, gm: fx.GraphModule, args: tuple, out: Any) -> None:
+    def record_compiled_run(self, gm: fx.GraphModule, args: tuple, out: Any, random: bool) -> None:
         """Called by the recording backend, with every triage mode suspended."""
         if self.stopped is not None:
             return
         node_args = tuple(self.node_for(a, "compiled") if isinstance(a, torch.Tensor) else a for a in args)
-        node = self.graph.call_function(CompiledRegion(gm, self.compiled_graphs), node_args)
+        node = self.graph.call_function(CompiledRegion(gm, self.compiled_graphs, random), node_args)
         node.meta["line"] = self.site()
         node.meta["compiled"] = True
+        # A compiled region may mutate its inputs without moving their version counters the way
+        # eager in-place ops do: treat every input as rewritten, so its next use re-anchors it.
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                self.producers[a] = (node, -1)
         self._register_outputs(node, out)
         self._count()
 
@@ -316,8 +323,9 @@ def _data_ptr(t: torch.Tensor) -> int:
 class CompiledRegion:
     """The target of an op-graph node standing for one run of a dynamo graph."""
 
-    def __init__(self, gm: fx.GraphModule, number: int) -> None:
+    def __init__(self, gm: fx.GraphModule, number: int, random: bool) -> None:
         self.gm = gm
+        self.random = random  # draws random numbers: a replay would draw different ones
         self.__name__ = f"compiled_region_{number}"
 
     def __call__(self, *args: Any) -> Any:
@@ -335,15 +343,14 @@ class RecordingBackend:
         compiled = self.real(gm, example_inputs)
         recorder = self.recorder
         recorder.compiled_graphs += 1
-        for n in gm.graph.nodes:
-            target = getattr(n.target, "__name__", str(n.target))
-            if n.op in ("call_function", "call_method") and _is_random_callable(n.target):
-                recorder.compiled_random_ops.append(target)
+        random_ops = [getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
+                      if n.op in ("call_function", "call_method") and _is_random_callable(n.target)]
+        recorder.compiled_random_ops.extend(random_ops)
 
         def run(*args: Any) -> Any:
             out = compiled(*args)
             try:
-                recorder.record_compiled_run(gm, args, out)
+                recorder.record_compiled_run(gm, args, out, bool(random_ops))
             except Exception as e:  # noqa: BLE001 - triage's bookkeeping must not break the script
                 recorder.stop(f"recording a compiled region failed: {type(e).__name__}: {e}")
             return out
@@ -360,7 +367,8 @@ _RANDOM_NAMES = {
 
 
 def _is_random_callable(target: Any) -> bool:
-    return getattr(target, "__name__", None) in _RANDOM_NAMES
+    name = target if isinstance(target, str) else getattr(target, "__name__", None)
+    return name in _RANDOM_NAMES
 
 
 def script_site(script_path: str) -> Callable[[], int | None]:

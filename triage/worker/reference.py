@@ -152,9 +152,14 @@ def _evaluate(n: fx.Node, env: dict[fx.Node, Any], result: Replay) -> None:
             env[n] = args[0][args[1]]
         elif isinstance(target, torch._ops.OpOverload):
             env[n] = _run_op(n, target, args, kwargs, result)
-        else:  # a dynamo GraphModule from a compiled region
+        else:  # a CompiledRegion: one run of a dynamo graph
+            if target.random:
+                result.failed[n.name] = "the compiled region draws random numbers, which a replay cannot reproduce"
+                return
+            # The graph may mutate its inputs: give it copies, never the values other nodes hold.
+            copies = tree_map(lambda a: widen(a).clone() if isinstance(a, torch.Tensor) else a, args)
             with UpcastMode():
-                env[n] = tree_map(widen, target(*tree_map(widen, args)))
+                env[n] = tree_map(widen, target(*copies))
     except Exception as e:  # noqa: BLE001 - any failure only removes this node's reference
         result.failed[n.name] = f"{_op_name(target)} could not be replayed in float64: {type(e).__name__}: {str(e)[:200]}"
 
