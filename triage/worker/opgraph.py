@@ -142,7 +142,7 @@ class OpRecorder(TorchDispatchMode):
             kind = "random" if is_random else ("uninitialized" if name in UNINITIALIZED_OPS else "factory")
             if is_random and not self.seeded and self.random_before_seed is None:
                 self.random_before_seed = {"op": name, "line": self.site()}
-            self._paused_register_leaves(out, kind, name)
+            self._paused_register_leaves(out, kind, name, _mutated(func, args))
             return out
         self.paused += 1
         try:
@@ -159,7 +159,7 @@ class OpRecorder(TorchDispatchMode):
         n_args, n_kwargs = tree_unflatten(node_args, spec)
         node = self.graph.call_function(func, tuple(n_args), dict(n_kwargs))
         node.meta["line"] = self.site()
-        self._register_outputs(node, out)
+        self._register_outputs(node, out, _mutated(func, args))
         if name in LINALG_OPS and isinstance(args[0], torch.Tensor):
             self.paused += 1
             try:
@@ -230,7 +230,7 @@ class OpRecorder(TorchDispatchMode):
                     kind = origin[0]
         return self._new_leaf(t, kind, None)
 
-    def _new_leaf(self, t: torch.Tensor, kind: str, op: str | None) -> fx.Node:
+    def _new_leaf(self, t: torch.Tensor, kind: str, op: str | None, bump: int = 0) -> fx.Node:
         node = self.graph.placeholder(f"leaf{len(self.leaves)}")
         value = t.detach().clone()
         leaf = Leaf(len(self.leaves), node, value, kind, op, self.site())
@@ -238,27 +238,32 @@ class OpRecorder(TorchDispatchMode):
         node.meta["line"] = leaf.line
         node.meta["dtype"] = value.dtype
         self.leaves.append(leaf)
-        self.producers[t] = (node, t._version)
+        self.producers[t] = (node, t._version + bump)
         self.leaf_bytes += value.numel() * value.element_size()
         if self.leaf_bytes > self.max_leaf_bytes:
             self.stop(f"the recorded leaf values passed {self.max_leaf_bytes >> 20} MiB")
         return node
 
-    def _paused_register_leaves(self, out: Any, kind: str, op: str) -> None:
+    def _paused_register_leaves(self, out: Any, kind: str, op: str, mutated: set[int]) -> None:
         self.paused += 1
         try:
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
                     self.storage_origin[_data_ptr(t)] = (kind, op)
                     if self.stopped is None:
-                        self._new_leaf(t, kind, op)
+                        self._new_leaf(t, kind, op, bump=1 if id(t) in mutated else 0)
         finally:
             self.paused -= 1
 
-    def _register_outputs(self, node: fx.Node, out: Any) -> None:
+    def _register_outputs(self, node: fx.Node, out: Any, mutated: set[int] = frozenset()) -> None:
+        # An in-place op's version bump happens above this mode (ADInplaceOrView), after we
+        # return: a mutated tensor's valid version is one more than what it reads now.
+        def version(t: torch.Tensor) -> int:
+            return t._version + (1 if id(t) in mutated else 0)
+
         if isinstance(out, torch.Tensor):
             node.meta["dtype"] = out.dtype
-            self.producers[out] = (node, out._version)
+            self.producers[out] = (node, version(out))
             return
         if isinstance(out, (tuple, list)):
             for i, t in enumerate(out):
@@ -266,14 +271,14 @@ class OpRecorder(TorchDispatchMode):
                     item = self.graph.call_function(operator.getitem, (node, i))
                     item.meta["line"] = node.meta.get("line")
                     item.meta["dtype"] = t.dtype
-                    self.producers[t] = (item, t._version)
+                    self.producers[t] = (item, version(t))
                 elif isinstance(t, (tuple, list)):
                     for j, u in enumerate(t):
                         if isinstance(u, torch.Tensor):
                             inner = self.graph.call_function(operator.getitem, (node, i))
                             item = self.graph.call_function(operator.getitem, (inner, j))
                             item.meta["dtype"] = u.dtype
-                            self.producers[u] = (item, u._version)
+                            self.producers[u] = (item, version(u))
 
     def _count(self) -> None:
         self.nodes += 1
@@ -311,6 +316,14 @@ class OpRecorder(TorchDispatchMode):
             compiled_graphs=self.compiled_graphs,
             compiled_random_ops=self.compiled_random_ops,
         )
+
+
+def _mutated(func: Any, args: tuple) -> set[int]:
+    """ids of the tensors this op writes to (in-place self, out= arguments)."""
+    return {
+        id(args[i]) for i, a in enumerate(func._schema.arguments)
+        if i < len(args) and a.alias_info is not None and a.alias_info.is_write and isinstance(args[i], torch.Tensor)
+    }
 
 
 def _data_ptr(t: torch.Tensor) -> int:

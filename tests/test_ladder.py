@@ -1,0 +1,124 @@
+"""compare + classify on hand-built ArmRuns: each rung of the ladder, without subprocesses."""
+import hashlib
+
+import numpy as np
+
+from triage.classify import classify
+from triage.compare import compare
+from triage.model import ArmRun, Observable, Repro
+
+REPRO = Repro(path="/x/repro.py", name="repro.py", source="")
+
+
+def fp(v: np.ndarray, dtype: str = "float32") -> dict:
+    v = np.asarray(v)
+    finite = v[np.isfinite(v)]
+    return {"shape": list(v.shape), "dtype": dtype, "numel": int(v.size),
+            "sha256": hashlib.sha256(v.tobytes() + dtype.encode()).hexdigest()[:24],
+            "nan": int(np.isnan(v).sum()), "posinf": int(np.isposinf(v).sum()), "neginf": int(np.isneginf(v).sum()),
+            "min": float(finite.min()) if finite.size else None, "max": float(finite.max()) if finite.size else None,
+            "norm": None, "sample": [float(x) for x in v.reshape(-1)[:6]]}
+
+
+def obs(i, value, ref, kind="call", label="Model() call #1", dtype="float32", ancestors=(0,), claim=None, cond=()):
+    value = np.asarray(value, dtype=np.float16 if dtype == "float16" else np.float32)
+    ref = np.asarray(ref, dtype=np.float64)
+    return Observable(index=i, kind=kind, label=label, line=10 + i, fingerprint=fp(value, dtype),
+                      reference={"fingerprint": fp(ref, "float64"), "note": None, "approximate": False},
+                      ancestors=list(ancestors), claim=claim, conditioning=list(cond), value=value, reference_value=ref)
+
+
+LEAF = {"index": 0, "kind": "input", "op": None, "line": 3, "fingerprint": {"shape": [3], "dtype": "float32", "sha256": "aa"}}
+
+
+def arm(spec, observables, status="ok", leaves=(LEAF,), conditioning=(), exception=None, mode="eager"):
+    return ArmRun(spec=spec, device="cpu", mode=mode, status=status, observables=list(observables),
+                  leaves=list(leaves), conditioning=list(conditioning), exception=exception,
+                  failure=None if status == "ok" else "RuntimeError at line 4: boom")
+
+
+def verdict(*runs):
+    return classify(REPRO, compare(list(runs)))
+
+
+def test_bitwise_equal_arms_are_not_reproduced():
+    v = verdict(arm("cpu", [obs(0, [1, 2], [1, 2])]), arm("cuda", [obs(0, [1, 2], [1, 2])]))
+    assert v.kind == "not-reproduced"
+
+
+def test_within_tolerance_is_expected_rounding():
+    v = verdict(arm("cpu", [obs(0, [1.0, 2.0], [1, 2])]), arm("cuda", [obs(0, [1.0000001, 2.0], [1, 2])]))
+    assert (v.kind, v.expected) == ("expected-rounding", True)
+
+
+def test_one_arm_far_from_float64_is_likely_bug():
+    v = verdict(arm("cpu", [obs(0, [1.0, 2.0], [1, 2])]), arm("cuda", [obs(0, [1.5, 2.0], [1, 2])]))
+    assert (v.kind, v.expected) == ("likely-bug", False) and "`cuda`" in v.summary
+
+
+def test_inf_on_one_arm_only_is_a_nonfinite_flip_naming_the_wrong_arm():
+    v = verdict(arm("cpu", [obs(0, [52.9], [52.9])]), arm("cpu/compile", [obs(0, [np.inf], [52.9])], mode="compile"))
+    assert (v.kind, v.expected) == ("nonfinite-flip", False)
+    assert "agrees with `cpu`" in v.summary
+
+
+def test_inf_beyond_the_dtype_range_is_expected_overflow():
+    fp16 = obs(0, [np.inf], [693147.6], kind="readback", label=".item()", dtype="float16")
+    fp32 = obs(1, [693147.6], [693147.6], kind="readback", label=".item()")
+    v = verdict(arm("cpu", [fp16, fp32]))
+    assert (v.kind, v.expected, v.policy_section) == ("nonfinite-flip", True, "Extremal values")
+
+
+def test_singular_matrix_makes_a_finite_answer_rounding_noise():
+    note = {"op": "_linalg_slogdet", "line": 17, "shape": [4, 4], "dtype": "float32", "cond": 1.8e49, "rank": 1,
+            "order": 4, "singular": True, "ill_conditioned": True, "exact_singular": True, "node": "n"}
+    run = arm("cpu", [obs(0, [-114.58], [-np.inf], cond=[0])], conditioning=[note])
+    v = verdict(run)
+    assert (v.kind, v.expected) == ("nonfinite-flip", True) and "singular" in v.summary
+
+
+def test_singular_matrix_whose_minus_inf_agrees_is_ill_conditioned_on_one_arm():
+    note = {"op": "_linalg_slogdet", "line": 17, "shape": [4, 4], "dtype": "float32", "cond": 1e30, "rank": 1,
+            "order": 4, "singular": True, "ill_conditioned": True, "exact_singular": True, "node": "n"}
+    v = verdict(arm("cpu", [obs(0, [-np.inf], [-np.inf], cond=[0])], conditioning=[note]))
+    assert (v.kind, v.expected) == ("expected-ill-conditioned", True) and "agrees with the float64 reference" in v.summary
+
+
+def test_failure_on_every_arm_is_could_not_run():
+    exc = {"type": "RuntimeError", "message": "boom", "claim": False, "line": 4, "traceback": ""}
+    v = verdict(arm("cpu", [], status="raised", exception=exc), arm("cuda", [], status="raised", exception=exc))
+    assert v.kind == "could-not-run" and "the same way" in v.summary
+
+
+def test_failure_on_one_arm_is_crash_one_arm():
+    exc = {"type": "InductorError", "message": "boom", "claim": False, "line": 4, "traceback": ""}
+    v = verdict(arm("cpu", [obs(0, [1], [1])]), arm("cpu/compile", [], status="raised", exception=exc, mode="compile"))
+    assert (v.kind, v.expected) == ("crash-one-arm", False) and "`cpu/compile` fails" in v.summary
+
+
+def test_the_scripts_own_failed_assert_is_a_result_not_a_crash():
+    exc = {"type": "AssertionError", "message": "", "claim": True, "line": 9, "traceback": ""}
+    v = verdict(arm("cpu", [obs(0, [1], [1])], status="raised", exception=exc),
+                arm("cpu/compile", [obs(0, [1], [1])], status="raised", exception=exc))
+    assert v.kind == "not-reproduced"
+
+
+def test_claim_operands_from_different_random_draws_are_nondeterministic():
+    leaves = [dict(LEAF), {"index": 1, "kind": "random", "op": "uniform_", "line": 5, "fingerprint": {"shape": [2, 4], "sha256": "b"}},
+              {"index": 2, "kind": "random", "op": "uniform_", "line": 5, "fingerprint": {"shape": [2, 4], "sha256": "c"}}]
+    a = obs(0, [0.3], [0.3], kind="claim", label="torch.allclose operand 1", ancestors=(0, 1),
+            claim={"id": 0, "func": "torch.allclose", "operand": 0, "holds": False})
+    b = obs(1, [0.9], [0.9], kind="claim", label="torch.allclose operand 2", ancestors=(0, 2),
+            claim={"id": 0, "func": "torch.allclose", "operand": 1, "holds": False})
+    v = verdict(arm("cpu", [a, b], leaves=leaves))
+    assert (v.kind, v.expected) == ("nondeterministic", True) and "uniform_" in v.summary
+
+
+def test_single_arm_agreeing_with_float64_is_not_reproduced():
+    v = verdict(arm("cpu", [obs(0, [1.0, 2.0], [1.0000000001, 2.0])]))
+    assert v.kind == "not-reproduced" and "agrees with the float64" in v.summary
+
+
+def test_misaligned_observables_are_reported():
+    c = compare([arm("cpu", [obs(0, [1], [1], label="A() call #1")]), arm("cuda", [obs(0, [1], [1], label="B() call #1")])])
+    assert c.aligned == 0 and "alignment broke" in c.alignment_note
