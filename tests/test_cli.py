@@ -67,7 +67,6 @@ BAD = FIXTURES / "bad"
     ("syntax_error.py", None, "syntax error", 3),
     ("not_utf8.py", None, "not valid UTF-8", 3),
     ("missing.py", None, "no such file", 3),
-    ("raises.py", "raised", "reporter's script fails here", 3),
     ("segfault.py", "crashed", "SIGSEGV", 3),
     ("reads_stdin.py", "raised", "keyboard input", 3),
 ])
@@ -79,6 +78,12 @@ def test_bad_input_gets_a_clear_report(triage, script, status, message, code):
     if status:
         assert report["arms"][0]["status"] == status
     assert "Traceback (most recent call last)" not in out.split("triage:")[0]
+
+
+def test_the_scripts_own_raise_is_kept_as_a_result(triage):
+    rc, report, comment, _ = triage(BAD / "raises.py")
+    assert rc == 0 and report["arms"][0]["status"] == "raised"
+    assert "reporter's script fails here" in report["arms"][0]["failure"] and "reporter's script fails here" in comment
 
 
 def test_infinite_loop_times_out(triage):
