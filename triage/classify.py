@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from triage import policy
+from triage.compare import summarize
 from triage.model import ArmRun, Comparison, Divergence, Repro, Side, Verdict
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
@@ -138,7 +139,7 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
         run, o = nonfinite_ok[0]
         note = singular[0]
         return _verdict("expected-ill-conditioned", True, policy.LINALG, ["numerical", "linalg"],
-                        f"Only `{run.spec}` could run here. Its {o.label} (line {o.line}) is {_summary(o)}, which agrees "
+                        f"Only `{run.spec}` could run here. Its {o.label} (line {o.line}) is {summarize(o.fingerprint)}, which agrees "
                         f"with the float64 reference: the matrix fed to `{note['op']}` at line {note['line']} is singular "
                         f"({_cond_text(note)}). A finite value from another device is rounding noise.",
                         [_cond_text(note, full=True)])
@@ -266,12 +267,6 @@ def _pair(d: Divergence) -> str:
     if d.a.arm == d.b.arm:
         return f"{d.a.label} and {d.b.label} (arm `{d.a.arm}`)"
     return f"`{d.a.arm}` and `{d.b.arm}`"
-
-
-def _summary(o: Any) -> str:
-    from triage.compare import summarize
-
-    return summarize(o.fingerprint)
 
 
 def _fmt(x: float | None) -> str:

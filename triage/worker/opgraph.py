@@ -192,10 +192,7 @@ class OpRecorder(TorchDispatchMode):
             flat, spec = tree_flatten((args, kwargs))
             cpu_args, cpu_kwargs = tree_unflatten([to_cpu(a) for a in flat], spec)
             out = func(*cpu_args, **cpu_kwargs)
-            mutated = [
-                i for i, a in enumerate(func._schema.arguments)
-                if a.alias_info is not None and a.alias_info.is_write and i < len(args)
-            ]
+            mutated = [i for i in written_positions(func) if i < len(args)]
             if mutated:
                 for i in mutated:
                     args[i].copy_(cpu_args[i])
@@ -318,12 +315,14 @@ class OpRecorder(TorchDispatchMode):
         )
 
 
+def written_positions(func: Any) -> list[int]:
+    """Positions of the arguments an aten op writes to (in-place self, out= arguments)."""
+    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
 def _mutated(func: Any, args: tuple) -> set[int]:
-    """ids of the tensors this op writes to (in-place self, out= arguments)."""
-    return {
-        id(args[i]) for i, a in enumerate(func._schema.arguments)
-        if i < len(args) and a.alias_info is not None and a.alias_info.is_write and isinstance(args[i], torch.Tensor)
-    }
+    """ids of the tensors this call writes to."""
+    return {id(args[i]) for i in written_positions(func) if i < len(args) and isinstance(args[i], torch.Tensor)}
 
 
 def _data_ptr(t: torch.Tensor) -> int:

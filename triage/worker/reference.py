@@ -19,6 +19,8 @@ import torch.fx as fx
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from triage.worker.opgraph import written_positions
+
 # Ops whose meaning depends on the exact dtype: widening their inputs would change the
 # question (bit reinterpretation, next representable value).  They run at recorded dtype.
 EXACT_OPS = {"view", "frexp", "nextafter", "bitwise_and", "bitwise_or", "bitwise_xor"}
@@ -166,10 +168,7 @@ def _evaluate(n: fx.Node, env: dict[fx.Node, Any], result: Replay) -> None:
 
 def _run_op(n: fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict, result: Replay) -> Any:
     name = op.overloadpacket.__name__
-    mutable = [
-        i for i, a in enumerate(op._schema.arguments)
-        if a.alias_info is not None and a.alias_info.is_write
-    ]
+    mutable = written_positions(op)
     # In-place and out= ops would mutate a value other nodes still need: give them a copy.
     args = tuple(a.clone() if i in mutable and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
     if name in EXACT_OPS and any(isinstance(a, torch.dtype) for a in args):
