@@ -52,6 +52,7 @@ class Observable:
     ancestors: list[int] = field(default_factory=list)  # leaf indices
     conditioning: list[int] = field(default_factory=list)  # ArmRun.conditioning indices upstream
     claim: dict[str, Any] | None = None
+    node: str | None = None  # the op-graph node that computed it (arm's own recording)
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
 
@@ -86,6 +87,7 @@ class ArmRun:
     random_before_seed: dict[str, Any] | None = None
     compiled_random_ops: list[str] = field(default_factory=list)
     torch_import_s: float | None = None
+    graph_dir: str | None = field(default=None, metadata={"json": False})  # exported op graph
 
     @property
     def completed(self) -> bool:
@@ -134,6 +136,30 @@ class Divergence:
     ancestors: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class DivergenceKind:
+    """What the minimizer must preserve: how two arms' values (or outcomes) differ.
+
+    kind: ``raises`` (one arm raises; detail names the arm side and exception type),
+    ``nonfinite`` (detail: which side holds which nonfinite values the other does not, e.g.
+    ``b:+inf``), ``mismatch`` (beyond the dtype's assert_close tolerance), ``rounding``
+    (different bits, within tolerance).
+    """
+
+    kind: str
+    detail: str = ""
+
+    def describe(self) -> str:
+        if self.kind == "raises":
+            side, _, exc = self.detail.partition(":")
+            return f"arm {side.upper()} raises {exc}"
+        if self.kind == "nonfinite":
+            parts = [f"{p.split(':')[1]} on arm {p.split(':')[0].upper()}" for p in self.detail.split(",")]
+            return "nonfinite values on one side only (" + ", ".join(parts) + ")"
+        return {"mismatch": "values differ beyond the dtype's tolerance",
+                "rounding": "values differ in their bits, within the dtype's tolerance"}[self.kind]
+
+
 @dataclass
 class Comparison:
     arms: list[ArmRun]
@@ -160,6 +186,37 @@ class Verdict:
 
 
 @dataclass
+class LocalizedOp:
+    """One op of the diverging value's cone: its end-to-end difference between the arms and
+    its local error (the op alone on arm B, from arm A's recorded inputs)."""
+
+    node: str
+    op: str
+    line: int | None
+    role: str  # introduced | propagated
+    first: bool  # the first op, in execution order, whose output differs end to end
+    end_to_end: dict[str, Any] | None
+    local: dict[str, Any] | None
+
+
+@dataclass
+class Minimal:
+    """The minimized divergence and its standalone repro (``verified``: re-run in fresh arms)."""
+
+    ops: list[str]
+    script: str
+    verified: bool
+    queries: int
+    seconds: float
+    arms: list[str]
+    kind: str
+    reliability: str
+    original_ops: int
+    verification: str
+    inputs_file: str | None = None
+
+
+@dataclass
 class Report:
     repro: Repro
     arms_requested: list[str]
@@ -168,6 +225,8 @@ class Report:
     triage_version: str
     seconds: float
     notes: list[str] = field(default_factory=list)
+    minimal: Minimal | None = None
+    localization: list[LocalizedOp] = field(default_factory=list)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -1,30 +1,44 @@
 """The stages in order: the one function the CLI, the Action and tests call."""
 from __future__ import annotations
 
+import os
+import shutil
 import time
 
 from triage import __version__
 from triage.classify import classify
 from triage.compare import compare
 from triage.extract import extract_repro
+from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
 from triage.model import ArmSpec, Report
 from triage.run import Progress, RunOptions, run_arms
 
 
 def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
-                  progress: Progress | None = None, notes: list[str] | None = None) -> Report:
+                  progress: Progress | None = None, notes: list[str] | None = None,
+                  minimize: MinimizeOptions | None = None) -> Report:
     start = time.monotonic()
     repro = extract_repro(path)
     comparison = None
+    reduced = MinimizeResult()
     if repro.problem is None:
         runs = run_arms(repro, arms, options, progress)
-        comparison = compare(runs)
+        try:
+            comparison = compare(runs)
+            reduced = minimize_divergence(comparison, arms, options, minimize or MinimizeOptions(enabled=False),
+                                          progress)
+        finally:
+            for run in runs:
+                if run.graph_dir:
+                    shutil.rmtree(os.path.dirname(run.graph_dir), ignore_errors=True)
     verdict = classify(repro, comparison)
     report_notes = list(notes or [])
     if comparison is not None:
         report_notes.extend(_run_notes(comparison, options))
+    report_notes.extend(reduced.notes)
     return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=comparison, verdict=verdict,
-                  triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes)
+                  triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes,
+                  minimal=reduced.minimal, localization=reduced.localization)
 
 
 def _run_notes(comparison, options: RunOptions) -> list[str]:  # noqa: ANN001 - Comparison

@@ -36,6 +36,7 @@ class RunOptions:
     collect_env_timeout_s: float = 30.0
     cache_dir: str | None = None
     keep_dirs: bool = False
+    export_graphs: bool = True  # eager arms write their op graph for the minimizer
 
 
 Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, details)
@@ -70,6 +71,7 @@ def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
         "reference_budget_s": options.reference_budget_s,
         "value_budget": options.value_budget_bytes,
         "max_leaf_bytes": options.max_leaf_bytes,
+        "export_graph": options.export_graphs,
         "result_dir": str(out),
         # CUDA reserves far more address space than it uses: limit it on CPU arms only.
         "address_space_limit": memory_bytes + 8 * GiB if arm.device == "cpu" else None,
@@ -90,6 +92,11 @@ def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
     run.wall_s = round(time.monotonic() - started, 3)
     if run.environment and not cached_env:
         cache.put(arm.device, run.environment)
+    if (out / "graph" / "graph.json").exists() and run.completed:
+        # Outlives the arm's directory; the pipeline removes it when the minimizer is done.
+        run.graph_dir = tempfile.mkdtemp(prefix="triage-graph-")
+        shutil.move(str(out / "graph"), run.graph_dir)
+        run.graph_dir = os.path.join(run.graph_dir, "graph")
     if not options.keep_dirs:
         shutil.rmtree(root, ignore_errors=True)
     notify("end", {"status": run.status})
@@ -178,7 +185,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values_file: Path) ->
         run.observables.append(Observable(
             index=i, kind=o["kind"], label=o["label"], line=o.get("line"), fingerprint=o.get("fingerprint"),
             reference=o.get("reference"), ancestors=o.get("ancestors", []), claim=o.get("claim"),
-            conditioning=o.get("conditioning", []),
+            conditioning=o.get("conditioning", []), node=o.get("node"),
             value=values.get(f"obs{i}"), reference_value=values.get(f"ref{i}"),
         ))
     if run.status == "raised" and run.exception:

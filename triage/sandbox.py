@@ -63,7 +63,7 @@ class ProcessOutcome:
     peak_rss_bytes: int
 
 
-class _Capture:
+class OutputCapture:
     """Drains a pipe, keeping the first and last `cap/2` bytes."""
 
     def __init__(self, stream: Any, cap: int) -> None:
@@ -113,7 +113,7 @@ def run_isolated(argv: list[str], *, cwd: str, env: dict[str, str], limits: Limi
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, pass_fds=(write_fd,))
     os.close(write_fd)
-    out, err = _Capture(proc.stdout, limits.output_bytes), _Capture(proc.stderr, limits.output_bytes)
+    out, err = OutputCapture(proc.stdout, limits.output_bytes), OutputCapture(proc.stderr, limits.output_bytes)
     messages: list[dict[str, Any]] = []
     deadline = [start + limits.timeout_s]
 
@@ -149,7 +149,7 @@ def run_isolated(argv: list[str], *, cwd: str, env: dict[str, str], limits: Limi
         if time.monotonic() > deadline[0]:
             timed_out = True
             break
-    _kill_group(proc.pid)
+    kill_group(proc.pid)
     proc.wait()
     control.join(timeout=2)
     code = proc.returncode
@@ -162,7 +162,7 @@ def run_isolated(argv: list[str], *, cwd: str, env: dict[str, str], limits: Limi
     )
 
 
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -52,7 +52,7 @@ class Leaf:
 
 @dataclass
 class Fault:
-    """A test-only arm knob: perturb the outputs of one named aten op."""
+    """A test-only arm knob: perturb every floating output of one named aten op."""
 
     op: str
     how: str = "scale"
@@ -78,7 +78,6 @@ class Fault:
                 flat[0] = float("inf")
             elif self.how == "finite":
                 torch.nan_to_num_(t, nan=0.0, posinf=1e4, neginf=-1e4)
-            break
         return out
 
 

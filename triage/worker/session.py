@@ -170,6 +170,11 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     )
     out_dir = Path(job["result_dir"])
     np.savez(out_dir / "values.npz", **values)
+    if job.get("export_graph") and arm["mode"] == "eager":
+        # The op graph the minimizer works on: only a complete eager recording describes the run.
+        from triage.worker.graphio import export_graph
+
+        result["graph"]["export"] = recording.stopped or export_graph(recording.graph, out_dir / "graph") or "ok"
     return result
 
 

@@ -1,0 +1,175 @@
+"""Stage 4: from the headline divergence to a verified minimal repro, with localization.
+
+1. pick the two arms of the divergence; arm A is the one whose eager op graph is used;
+2. start a warm worker per arm; arm A computes every op of the diverging value's cone once,
+   and those values become the *recorded inputs* of any sub-graph;
+3. measure reliability (the whole cone, several runs) — a flaky divergence stops here;
+4. localize (`triage.localize`); reduce (`triage.passes`) with the `ReductionProblem`;
+5. write the standalone script and verify it in fresh arms (`triage.standalone`).
+Every step that cannot proceed says why in a note; none of them raises.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from triage import standalone
+from triage.compare import divergence_kind
+from triage.graph import OpGraph
+from triage.localize import localize
+from triage.model import ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
+from triage.passes import RELIABILITY_RUNS, reduce, reliability
+from triage.problem import ReductionProblem
+from triage.run import RunOptions
+from triage.warm import ArmWorker, WorkerFailed
+
+GiB = 1 << 30
+Progress = Callable[[str, str, dict[str, Any]], None]
+
+
+@dataclass
+class MinimizeOptions:
+    enabled: bool = True
+    budget_s: float = 900.0  # for the reduction passes; the best op set so far is kept
+    query_timeout_s: float = 180.0
+    memory_bytes: int = 8 * GiB
+    directory: str | None = None  # where minimal.py (and its inputs file) are written
+
+
+@dataclass
+class MinimizeResult:
+    minimal: Minimal | None = None
+    localization: list[LocalizedOp] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    script_dir: str | None = None
+
+
+def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_options: RunOptions,
+                        options: MinimizeOptions, progress: Progress | None = None) -> MinimizeResult:
+    result = MinimizeResult()
+    notify = (lambda event, details: progress("minimize", event, details)) if progress else (lambda e, d: None)
+    if not options.enabled or comparison is None or comparison.divergence is None:
+        return result
+    chosen = _choose(comparison, arms)
+    if isinstance(chosen, str):
+        result.notes.append(f"Not minimized: {chosen}.")
+        return result
+    run_a, spec_a, spec_b, obs_a, obs_b = chosen
+    dtype = (obs_a.fingerprint or {}).get("dtype", "?")
+    target = divergence_kind(obs_a.value, obs_b.value, dtype)
+    graph = OpGraph(run_a.graph_dir)
+    cone = graph.cone(obs_a.node)
+    if target is None or not cone:
+        result.notes.append("Not minimized: the diverging value is a recorded input, not computed by an op.")
+        return result
+    directory = Path(options.directory or tempfile.mkdtemp(prefix="triage-minimal-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="triage-values-"))
+    started = time.monotonic()
+    notify("start", {"ops": len(cone)})
+    workers: list[ArmWorker] = []
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(ArmWorker, spec, run_a.graph_dir, options.memory_bytes) for spec in (spec_a, spec_b)]
+            for f in futures:
+                try:
+                    workers.append(f.result())
+                except WorkerFailed as e:
+                    result.notes.append(f"Not minimized: {e}.")
+        if len(workers) < 2:
+            return result
+        a, b = workers
+        problem = ReductionProblem(graph, a, b, target, query_timeout_s=options.query_timeout_s)
+        digests = _record_values(problem, cone, scratch / "values.pt", options)
+        if isinstance(digests, str):
+            result.notes.append(f"Not minimized: {digests}.")
+            return result
+        notify("reliability", {})
+        hits, outcomes = reliability(problem, cone)
+        if hits < RELIABILITY_RUNS:
+            seen = sorted({k.describe() for o in outcomes for k in o.kinds.values() if k is not None})
+            failure = next((o.failure for o in outcomes if o.failure), None)
+            shown = failure or (", ".join(seen) if seen else "bitwise-equal values")
+            result.notes.append(
+                f"Not minimized: replaying the recorded op graph on {spec_a.spec} and {spec_b.spec} showed "
+                f"{target.describe()} in {hits} of {RELIABILITY_RUNS} runs (otherwise: {shown})"
+                + ("; the divergence is flaky." if hits else "; the divergence needs something the op graph does not capture."))
+            return result
+        notify("localize", {})
+        result.localization, note = localize(problem, cone, compiled=spec_b.mode == "compile")
+        if note:
+            result.notes.append(f"Localization incomplete: {note}.")
+        notify("reduce", {"ops": len(cone)})
+        problem.deadline = time.monotonic() + options.budget_s
+        ops = reduce(problem, cone, digests)
+        if time.monotonic() > problem.deadline:
+            result.notes.append(f"Minimization stopped at its {options.budget_s:.0f} s budget; the op set is the "
+                                "smallest found by then.")
+        outputs = problem.diverging_outputs(ops)
+        plan = problem.plan(ops, outputs=outputs)
+        notify("render", {"ops": len(ops)})
+        error, reply = standalone.render(a, plan.request(), spec_a, spec_b, target, directory, options.query_timeout_s)
+        if error:
+            result.notes.append(f"Minimized to {len(ops)} op(s), but writing the script failed: {error}.")
+            return result
+        queries, seconds = problem.queries, time.monotonic() - started
+    finally:
+        for w in workers:
+            w.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    notify("verify", {})
+    verified, seen = standalone.verify(directory, spec_a, spec_b, target, run_options)
+    result.script_dir = str(directory)
+    result.minimal = Minimal(
+        ops=graph.op_names(ops), script=reply["script"], verified=verified, queries=queries,
+        seconds=round(seconds, 2), arms=[spec_a.spec, spec_b.spec], kind=target.describe(),
+        reliability=f"{hits} of {RELIABILITY_RUNS} replays of the recorded op graph diverged the same way",
+        original_ops=len(cone), verification=seen, inputs_file=reply.get("side_file"))
+    notify("end", {"status": "verified" if verified else "not verified"})
+    return result
+
+
+def _choose(comparison: Comparison, arms: list[ArmSpec]) -> tuple | str:
+    """(arm A's run, A's spec, B's spec, A's observable, B's observable), or why not."""
+    d = comparison.divergence
+    if d.source != "arms" or d.b is None:
+        return ("the divergence is between two values of one arm (the script's own comparison); the "
+                "minimizer compares two arms")
+    specs = {a.spec: a for a in arms}
+    runs = {r.spec: r for r in comparison.arms}
+    sides = [(runs[d.a.arm], d.a.observable), (runs[d.b.arm], d.b.observable)]
+
+    def usable(run: ArmRun) -> bool:
+        return run.mode == "eager" and run.graph_dir is not None
+
+    sides.sort(key=lambda s: (not usable(s[0]), "fault" in dict(specs[s[0].spec].knobs)))
+    (ra, ia), (rb, ib) = sides
+    if not usable(ra):
+        reasons = {r.spec: (r.graph or {}).get("export") for r, _ in sides if r.mode == "eager"}
+        why = "; ".join(f"{s}: {r}" for s, r in reasons.items() if r and r != "ok")
+        return "no eager arm recorded a complete op graph" + (f" ({why})" if why else "")
+    oa, ob = ra.observables[ia], rb.observables[ib]
+    if oa.node is None:
+        return "no recorded op computed the diverging value"
+    if oa.value is None or ob.value is None:
+        return "the diverging values were too large to keep"
+    return ra, specs[ra.spec], specs[rb.spec], oa, ob
+
+
+def _record_values(p: ReductionProblem, cone: frozenset[str], path: Path,
+                   options: MinimizeOptions) -> dict[str, str] | str:
+    """Arm A computes the cone once; its values become every sub-graph's recorded inputs."""
+    plan = p.graph.plan(cone)
+    header, _ = p.a.request(dict(plan.request(), cmd="prepare", path=str(path)), options.query_timeout_s * 4)
+    if not header.get("ok"):
+        return f"{p.a.arm.spec} could not replay its own op graph: {header.get('lost') or header.get('error')}"
+    p.a.state.append({"cmd": "load_values", "path": str(path)})
+    header_b, _ = p.b.request({"cmd": "load_values", "path": str(path)}, options.query_timeout_s, keep_state=True)
+    if not header_b.get("ok"):
+        return f"{p.b.arm.spec} could not load the recorded values: {header_b.get('lost') or header_b.get('error')}"
+    return header.get("digests", {})

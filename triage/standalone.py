@@ -1,0 +1,73 @@
+"""Stage 4b: the minimal op set as a standalone script, re-run in fresh arms before it is reported.
+
+Arm A's warm worker writes the script (`triage.worker.render`: public torch calls, exact
+input literals).  Its last lines show both arms' values where one process can: eager and
+compiled side by side for a compile arm, a loop over devices for a device pair; otherwise they
+print the value and name the arms to compare.  Verification runs the script through the same
+isolated arm runner as the reporter's script (fresh processes, both arms) and holds when some
+value differs between the arms with the same `DivergenceKind` the minimizer preserved.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from triage.compare import divergence_kind
+from triage.extract import extract_repro
+from triage.model import ArmRun, ArmSpec, DivergenceKind
+from triage.run import RunOptions, run_arms
+
+SCRIPT_NAME = "minimal.py"
+
+
+def script_style(a: ArmSpec, b: ArmSpec) -> tuple[str, list[str]]:
+    """How the script shows both arms: ``compile``, ``devices`` (with the devices), or ``plain``."""
+    same_knobs = a.knobs == b.knobs
+    if a.device == b.device and same_knobs and {a.mode, b.mode} == {"eager", "compile"}:
+        return "compile", []
+    if a.device != b.device and same_knobs and a.mode == b.mode == "eager":
+        return "devices", [a.device, b.device]
+    return "plain", []
+
+
+def render(worker: Any, plan_request: dict[str, Any], a: ArmSpec, b: ArmSpec, kind: DivergenceKind,
+           directory: Path, timeout_s: float) -> tuple[str | None, dict[str, Any]]:
+    """Ask arm A's worker for the script; (error, reply)."""
+    style, devices = script_style(a, b)
+    compiled = b if b.mode == "compile" else a
+    request = dict(plan_request, cmd="render", style=style, devices=devices, backend=compiled.backend,
+                   arms=[a.spec, b.spec], kind=kind.describe(), dir=str(directory))
+    header, _ = worker.request(request, timeout_s)
+    if not header.get("ok"):
+        return f"{header.get('lost') or header.get('error')}", header
+    (directory / SCRIPT_NAME).write_text(header["script"])
+    return None, header
+
+
+def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, options: RunOptions) -> tuple[bool, str]:
+    """Run the script on both arms in fresh processes; (verified, what was seen)."""
+    repro = extract_repro(str(directory / SCRIPT_NAME))
+    if repro.problem:
+        return False, f"the script triage wrote does not load: {repro.problem}"
+    runs = run_arms(repro, [a, b], RunOptions(
+        timeout_s=options.timeout_s, memory_bytes=options.memory_bytes, seed=options.seed, reference=False,
+        collect_env_timeout_s=options.collect_env_timeout_s, cache_dir=options.cache_dir, export_graphs=False))
+    for run in runs:
+        if not run.completed:
+            return False, f"the script failed on {run.spec}: {run.failure}"
+    seen = _kinds(runs[0], runs[1])
+    if target in seen:
+        return True, f"fresh runs on {a.spec} and {b.spec} show it: {target.describe()}"
+    shown = ", ".join(sorted({k.describe() for k in seen})) or "bitwise-equal values"
+    return False, f"fresh runs on {a.spec} and {b.spec} show {shown}, not {target.describe()}"
+
+
+def _kinds(ra: ArmRun, rb: ArmRun) -> list[DivergenceKind]:
+    found = []
+    for x, y in zip(ra.observables, rb.observables):
+        if x.value is None or y.value is None or x.label != y.label:
+            continue
+        kind = divergence_kind(x.value, y.value, (x.fingerprint or {}).get("dtype", "?"))
+        if kind is not None:
+            found.append(kind)
+    return found

@@ -1,0 +1,139 @@
+"""Warm arm workers, the parent's side: one long-lived isolated process per arm.
+
+`ArmWorker.request` sends one request and waits for the answer with a deadline.  A worker
+that dies or runs past the deadline is killed (its whole process group) and restarted, with
+its setup and loaded state replayed, and the request is answered with ``{"ok": False,
+"lost": ...}``, which the minimizer treats as the arm failing that query.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from triage.model import ArmSpec
+from triage.sandbox import OutputCapture, kill_group, scrubbed_environment
+from triage.worker.wire import WireError, receive, send
+
+GiB = 1 << 30
+MAX_RESTARTS = 5
+Reply = tuple[dict[str, Any], dict[str, np.ndarray]]
+
+
+class WorkerFailed(Exception):
+    """The worker could not start, or died while being set up; the message says why."""
+
+
+class ArmWorker:
+    def __init__(self, arm: ArmSpec, graph_dir: str, memory_bytes: int, startup_timeout_s: float = 180.0) -> None:
+        self.arm = arm
+        self.graph_dir = graph_dir
+        self.memory_bytes = memory_bytes
+        self.startup_timeout_s = startup_timeout_s
+        self.state: list[dict[str, Any]] = []  # requests replayed after a restart (loaded values)
+        self.restarts = 0
+        self.dead: str | None = None  # set once restarts are exhausted
+        self.proc: subprocess.Popen | None = None
+        self.workdir = tempfile.mkdtemp(prefix="triage-warm-")
+        self._start()
+
+    # -- process lifecycle ----------------------------------------------------------------
+    def _start(self) -> None:
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = dict(scrubbed_environment(), TRIAGE_REQUEST_FD=str(req_r), TRIAGE_REPLY_FD=str(rep_w))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-m", "triage.worker.serve"], cwd=self.workdir, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, pass_fds=(req_r, rep_w))
+        os.close(req_r)
+        os.close(rep_w)
+        self.requests = os.fdopen(req_w, "wb")
+        self.replies: queue.Queue[Reply | None] = queue.Queue()
+        self.stdout = OutputCapture(self.proc.stdout, 64 * 1024)
+        self.stderr = OutputCapture(self.proc.stderr, 64 * 1024)
+        threading.Thread(target=self._read, args=(os.fdopen(rep_r, "rb"), self.replies), daemon=True).start()
+        setup = {"arm": self.arm.to_job(), "graph_dir": self.graph_dir,
+                 "address_space_limit": self.memory_bytes + 8 * GiB if self.arm.device == "cpu" else None}
+        header, _ = self._exchange(setup, self.startup_timeout_s)
+        if not header.get("ok"):
+            error = header.get("error") or {}
+            reason = header.get("lost") or f"{error.get('type')}: {error.get('message')}"
+            self.close()
+            raise WorkerFailed(f"the {self.arm.spec} worker could not start: {reason}")
+        for request in self.state:
+            self._exchange(request, self.startup_timeout_s)
+
+    @staticmethod
+    def _read(stream: Any, replies: queue.Queue) -> None:
+        try:
+            while True:
+                replies.put(receive(stream))
+        except (WireError, OSError, ValueError):
+            replies.put(None)
+
+    def _exchange(self, header: dict[str, Any], timeout_s: float) -> Reply:
+        try:
+            send(self.requests, header)
+            reply = self.replies.get(timeout=timeout_s)
+        except (BrokenPipeError, OSError):
+            reply = None
+        except queue.Empty:
+            self._kill()
+            return {"ok": False, "lost": f"no answer within {timeout_s:.0f} s"}, {}
+        if reply is None:
+            self._kill()
+            return {"ok": False, "lost": self._death()}, {}
+        return reply
+
+    def _death(self) -> str:
+        code = self.proc.wait(timeout=10) if self.proc else None
+        tail = self.stderr.text().strip().splitlines()[-1:] if self.proc else []
+        how = f"signal {-code}" if code is not None and code < 0 else f"status {code}"
+        return f"the worker died ({how}){': ' + tail[0][:200] if tail else ''}"
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            kill_group(self.proc.pid)
+        if self.proc is not None:
+            self.proc.wait()
+
+    # -- requests -------------------------------------------------------------------------
+    def request(self, header: dict[str, Any], timeout_s: float, keep_state: bool = False) -> Reply:
+        """One request; a lost worker is restarted (state replayed) before this returns."""
+        if self.dead:
+            return {"ok": False, "lost": self.dead}, {}
+        reply = self._exchange(header, timeout_s)
+        if reply[0].get("lost"):
+            self.restarts += 1
+            try:
+                if self.restarts > MAX_RESTARTS:
+                    raise WorkerFailed(f"the {self.arm.spec} worker was lost {self.restarts} times")
+                self._start()
+            except WorkerFailed as e:
+                self.dead = str(e)
+        elif keep_state and reply[0].get("ok"):
+            self.state.append(header)
+        return reply
+
+    def close(self) -> None:
+        try:
+            self.requests.close()
+        except OSError:
+            pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._kill()
+        for f in Path(self.workdir).glob("*"):
+            f.unlink(missing_ok=True)
+        os.rmdir(self.workdir)

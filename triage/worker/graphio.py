@@ -1,0 +1,167 @@
+"""The op graph on disk, and running any part of it on one arm.
+
+An arm's worker writes the recorded graph as ``graph.json`` (nodes in execution order, every
+argument encoded as JSON) and ``leaves.pt`` (the leaf values, loaded with
+``weights_only=True``).  Triage's own process reads the JSON to plan reductions without
+importing torch; the warm workers load both and execute *plans*: an ordered list of node names
+to compute, the names whose values are given as inputs, and the names to return.
+"""
+from __future__ import annotations
+
+import json
+import math
+import operator
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+FORMAT = "triage.opgraph/1"
+
+
+class UnsupportedGraph(Exception):
+    """The recording holds something the JSON form cannot carry (the reason is the message)."""
+
+
+# -- export (inside the arm's run) --------------------------------------------------------
+def export_graph(graph: fx.Graph, directory: Path) -> str | None:
+    """Write graph.json + leaves.pt; None, or why the graph cannot be exported."""
+    nodes, leaves = [], {}
+    try:
+        for n in graph.nodes:
+            line = n.meta.get("line")
+            dtype = n.meta.get("dtype")
+            entry: dict[str, Any] = {"name": n.name, "line": line,
+                                     "dtype": str(dtype).replace("torch.", "") if dtype is not None else None}
+            if n.op == "placeholder":
+                leaf = n.meta["leaf"]
+                entry.update(op="leaf", kind=leaf.kind, source=leaf.op, shape=list(leaf.value.shape))
+                leaves[n.name] = leaf.value
+            elif n.op == "call_function" and n.target is operator.getitem:
+                entry.update(op="getitem", of=n.args[0].name, index=n.args[1])
+            elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+                entry.update(op="call", target=_target_name(n.target),
+                             args=encode(n.args), kwargs=encode(dict(n.kwargs)))
+            elif n.op == "call_function":
+                raise UnsupportedGraph(f"node {n.name} runs {getattr(n.target, '__name__', n.target)}, not an aten op")
+            else:
+                continue
+            nodes.append(entry)
+    except UnsupportedGraph as e:
+        return str(e)
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save(leaves, directory / "leaves.pt")
+    (directory / "graph.json").write_text(json.dumps({"format": FORMAT, "nodes": nodes}))
+    return None
+
+
+def _target_name(op: torch._ops.OpOverload) -> str:
+    return f"{op.namespace}.{op._opname}.{op._overloadname}"
+
+
+def encode(value: Any) -> Any:
+    if isinstance(value, fx.Node):
+        return {"node": value.name}
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {"dict": {k: encode(v) for k, v in value.items()}}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).replace("torch.", "")}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).replace("torch.", "")}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).replace("torch.", "")}
+    if isinstance(value, complex):
+        return {"complex": [value.real, value.imag]}
+    raise UnsupportedGraph(f"an op argument of type {type(value).__name__}")
+
+
+def decode(value: Any, env: dict[str, Any], device: torch.device) -> Any:
+    if isinstance(value, list):
+        return [decode(v, env, device) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "node" in value:
+        return env[value["node"]]
+    if "dict" in value:
+        return {k: decode(v, env, device) for k, v in value["dict"].items()}
+    if "float" in value:
+        return float(value["float"])
+    if "dtype" in value:
+        return getattr(torch, value["dtype"])
+    if "device" in value:
+        # The recording arm's device stands for "this arm's device" on every other arm.
+        return device
+    if "layout" in value:
+        return getattr(torch, value["layout"])
+    if "memory_format" in value:
+        return getattr(torch, value["memory_format"])
+    if "complex" in value:
+        return complex(*value["complex"])
+    raise ValueError(f"cannot decode {value!r}")
+
+
+def resolve(target: str) -> torch._ops.OpOverload:
+    namespace, packet, overload = target.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+
+
+# -- execution (inside a warm worker) -----------------------------------------------------
+class LoadedGraph:
+    """graph.json + leaves.pt, ready to execute plans on one device."""
+
+    def __init__(self, directory: Path) -> None:
+        doc = json.loads((directory / "graph.json").read_text())
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"unknown graph format {doc.get('format')!r}")
+        self.nodes: dict[str, dict[str, Any]] = {n["name"]: n for n in doc["nodes"]}
+        self.leaves: dict[str, torch.Tensor] = torch.load(directory / "leaves.pt", weights_only=True)
+        self.ops: dict[str, Callable] = {name: resolve(n["target"]) for name, n in self.nodes.items()
+                                         if n["op"] == "call"}
+
+    def run_eager(self, plan: list[str], inputs: dict[str, Any], device: torch.device,
+                  after_op: Callable[[Callable, Any], Any] | None = None,
+                  keep: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+        """Compute `plan` in order from `inputs`; `after_op` may replace an op's output (a fault),
+        `keep` sees every computed value (to store intermediates)."""
+        env = dict(inputs)
+        for name in plan:
+            node = self.nodes[name]
+            if node["op"] == "getitem":
+                env[name] = env[node["of"]][node["index"]]
+            else:
+                fn = self.ops[name]
+                out = fn(*decode(node["args"], env, device), **decode(node["kwargs"], env, device))
+                env[name] = after_op(fn, out) if after_op is not None else out
+            if keep is not None:
+                keep(name, env[name])
+        return env
+
+    def to_module(self, plan: list[str], input_names: list[str], outputs: list[str],
+                  device: torch.device) -> fx.GraphModule:
+        """The plan as an FX GraphModule taking `input_names` and returning `outputs` (a tuple)."""
+        graph = fx.Graph()
+        env: dict[str, Any] = {name: graph.placeholder(_py_name(name)) for name in input_names}
+        for name in plan:
+            node = self.nodes[name]
+            if node["op"] == "getitem":
+                env[name] = graph.call_function(operator.getitem, (env[node["of"]], node["index"]))
+            else:
+                args = decode(node["args"], env, device)
+                kwargs = decode(node["kwargs"], env, device)
+                env[name] = graph.call_function(self.ops[name], tuple(args), kwargs)
+        graph.output(tuple(env[name] for name in outputs))
+        return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _py_name(name: str) -> str:
+    return name if name.isidentifier() else "v_" + "".join(c if c.isalnum() else "_" for c in name)
+

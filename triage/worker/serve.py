@@ -1,0 +1,217 @@
+"""A warm arm worker: ``python -m triage.worker.serve``, one long-lived process per arm.
+
+The minimizer asks thousands of "do the arms still diverge on this sub-graph?" questions;
+paying ``import torch`` for each would make that hopeless.  Each arm instead gets one worker,
+isolated like an arm run (fresh process, scrubbed environment, own process group, memory
+limit), that loads the recorded op graph once and then answers requests read from a pipe
+(framing in `triage.worker.wire`):
+
+``setup``        arm settings + graph directory: import torch, apply knobs, load the graph
+``prepare``      compute every node on this (reference) arm, keep the values as the
+                 recorded intermediates, write them where the other arm can load them
+``load_values``  load those recorded intermediates
+``run``          execute a plan (eagerly, or compiled with the arm's backend) from recorded
+                 inputs and return the outputs' values, or the exception
+``localize``     per node: end-to-end difference and the op's local error, both against the
+                 recorded intermediates
+``render``       write the standalone repro script for a plan (`triage.worker.render`)
+
+The worker runs no code from the reporter's script: only aten ops named in the recording.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from triage.worker.wire import WireError, receive, send
+
+
+class Server:
+    def __init__(self, setup: dict[str, Any]) -> None:
+        import torch
+
+        from triage.worker import envinfo
+        from triage.worker.graphio import LoadedGraph
+        from triage.worker.opgraph import Fault
+
+        self.torch = torch
+        arm = setup["arm"]
+        self.device = torch.device(arm["device"])
+        knobs = dict(arm["knobs"])
+        fault = knobs.pop("fault", None)
+        self.fault = None
+        if fault:
+            op, _, how = fault.partition(":")
+            self.fault = Fault(op, how or "scale")
+        envinfo.apply_knobs(knobs)
+        self.compile = arm["mode"] == "compile"
+        self.backend = arm.get("backend") or "inductor"
+        self.graph = LoadedGraph(Path(setup["graph_dir"]))
+        self.recorded: dict[str, Any] = {}
+        self.compiled: dict[str, Any] = {}
+
+    # -- helpers -------------------------------------------------------------------------
+    def _after_op(self, fn: Any, out: Any) -> Any:
+        if self.fault is not None and self.fault.matches(fn):
+            return self.fault.apply(out)
+        return out
+
+    def _inputs(self, names: list[str], sources: dict[str, str] | None = None) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        sources = sources or {}
+        for name in names:
+            if name in sources:
+                continue
+            value = self.graph.leaves.get(name)
+            if value is None:
+                value = self.recorded[name]
+            # Fresh copies every time: a plan's in-place ops must not touch the recorded values.
+            values[name] = value.detach().clone().to(self.device) if isinstance(value, self.torch.Tensor) else value
+        for name, source in sources.items():
+            values[name] = values[source]  # one tensor passed twice, as a merged input
+        return values
+
+    def _execute(self, request: dict[str, Any]) -> list[Any]:
+        plan, input_names, outputs = request["plan"], request["inputs"], request["outputs"]
+        inputs = self._inputs(input_names, request.get("sources"))
+        if not self.compile:
+            env = self.graph.run_eager(plan, inputs, self.device, self._after_op)
+            return [env[name] for name in outputs]
+        fn = self.compiled.get(request["key"])
+        if fn is None:
+            gm = self.graph.to_module(plan, input_names, outputs, self.device)
+            from triage.worker.observe import compile_backend
+
+            fn = self.torch.compile(gm, backend=compile_backend(self.backend, None, None, False),
+                                    fullgraph=True, dynamic=False)
+            self.compiled[request["key"]] = fn
+        return list(fn(*(inputs[name] for name in input_names)))
+
+    # -- commands ------------------------------------------------------------------------
+    def prepare(self, request: dict[str, Any]) -> tuple[dict, dict]:
+        torch = self.torch
+        keep = {}
+
+        def store(name: str, value: Any) -> None:
+            if isinstance(value, torch.Tensor):
+                keep[name] = value.detach().clone().cpu()
+
+        self.graph.run_eager(request["plan"], self._inputs(request["inputs"]), self.device,
+                             self._after_op, keep=store)
+        self.recorded = keep
+        torch.save(keep, request["path"])
+        digests = {name: _digest(t) for name, t in {**keep, **self.graph.leaves}.items()}
+        return {"ok": True, "values": len(keep), "digests": digests,
+                "bytes": sum(t.numel() * t.element_size() for t in keep.values())}, {}
+
+    def load_values(self, request: dict[str, Any]) -> tuple[dict, dict]:
+        self.recorded = self.torch.load(request["path"], weights_only=True)
+        return {"ok": True, "values": len(self.recorded)}, {}
+
+    def run(self, request: dict[str, Any]) -> tuple[dict, dict]:
+        from triage.worker.fingerprint import dtype_name, to_numpy
+
+        out = self._execute(request)
+        arrays, specs = {}, []
+        for name, value in zip(request["outputs"], out):
+            if isinstance(value, self.torch.Tensor):
+                array = to_numpy(value)
+                if array is not None:
+                    arrays[name] = array
+                specs.append({"name": name, "dtype": dtype_name(value.dtype)})
+        return {"ok": True, "outputs": specs}, arrays
+
+    def localize(self, request: dict[str, Any]) -> tuple[dict, dict]:
+        """End-to-end: the whole plan on this arm vs the recorded values.  Local: each listed
+        op alone, from the recorded values of its inputs, vs its recorded output."""
+        from triage.compare import value_errors
+        from triage.worker.fingerprint import dtype_name, to_numpy
+
+        torch = self.torch
+
+        def errors(name: str, value: Any) -> dict[str, Any] | None:
+            ref = self.recorded.get(name)
+            if not isinstance(value, torch.Tensor) or ref is None:
+                return None
+            a, b = to_numpy(ref), to_numpy(value)
+            if a is None or b is None:
+                return None
+            return value_errors(a, b, dtype_name(ref.dtype))
+
+        rows: dict[str, dict[str, Any]] = {}
+        try:
+            values = self._execute(dict(request["whole"]))
+            for name, value in zip(request["whole"]["outputs"], values):
+                rows.setdefault(name, {})["end_to_end"] = errors(name, value)
+        except Exception as e:  # noqa: BLE001 - an arm failing on the whole plan is a finding
+            rows["__whole__"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        for single in request["local"]:
+            try:
+                values = self._execute(single)
+                for name, value in zip(single["outputs"], values):
+                    rows.setdefault(name, {})["local"] = errors(name, value)
+            except Exception as e:  # noqa: BLE001
+                rows.setdefault(single["outputs"][0], {})["local"] = {
+                    "kind": "raises", "detail": type(e).__name__, "max_abs": None, "max_ulps": None, "nonfinite": 0}
+        return {"ok": True, "rows": rows}, {}
+
+    def render(self, request: dict[str, Any]) -> tuple[dict, dict]:
+        from triage.worker.render import render_script
+
+        return {"ok": True, **render_script(self, request)}, {}
+
+
+def _digest(t: Any) -> str:
+    """Identity of a value's exact bits, shape and dtype (input consolidation merges equal ones)."""
+    import hashlib
+
+    from triage.worker.fingerprint import to_numpy
+
+    array = to_numpy(t)
+    raw = array.tobytes() if array is not None else repr(t).encode()
+    return hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode() + raw).hexdigest()[:24]
+
+
+COMMANDS = ("prepare", "load_values", "run", "localize", "render")
+
+
+def main() -> int:
+    requests = os.fdopen(int(os.environ.pop("TRIAGE_REQUEST_FD")), "rb")
+    replies = os.fdopen(int(os.environ.pop("TRIAGE_REPLY_FD")), "wb")
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        setup, _ = receive(requests)
+    except WireError:
+        return 1
+    if setup.get("address_space_limit"):
+        limit = int(setup["address_space_limit"])
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        server = Server(setup)
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which reports it to people
+        send(replies, {"ok": False, "error": {"type": type(e).__name__, "message": str(e)[:2000],
+                                              "traceback": traceback.format_exc()[-4000:]}})
+        return 1
+    send(replies, {"ok": True, "torch": server.torch.__version__})
+    while True:
+        try:
+            request, _ = receive(requests)
+        except WireError:
+            return 0
+        cmd = request.get("cmd")
+        if cmd not in COMMANDS:
+            send(replies, {"ok": False, "error": {"type": "ValueError", "message": f"unknown command {cmd!r}"}})
+            continue
+        try:
+            header, arrays = getattr(server, cmd)(request)
+        except Exception as e:  # noqa: BLE001 - the arm raising is an answer, not a worker failure
+            header, arrays = {"ok": False, "error": {"type": type(e).__name__, "message": str(e)[:2000]}}, {}
+        send(replies, header, arrays)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
