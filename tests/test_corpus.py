@@ -37,7 +37,7 @@ def test_shared_fixture_verdict(triage, name):
     meta = json.loads((ISSUES / name / "meta.json").read_text())
     if meta["needs_cuda"]:
         pytest.skip("needs CUDA")
-    _, report, _, out = triage(ISSUES / name / "repro.py", arms_for(meta), "--timeout", "180")
+    _, report, _, out = triage(ISSUES / name / "repro.py", arms_for(meta), "--timeout", "180", "--no-minimize")
     assert report is not None, out
     assert report["verdict"]["kind"] in accepted(name, meta), report["verdict"]["summary"]
     if report["verdict"]["kind"] != "could-not-run":

@@ -227,6 +227,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     minimal: Minimal | None = None
     localization: list[LocalizedOp] = field(default_factory=list)
+    minimal_dir: str | None = field(default=None, metadata={"json": False})  # minimal.py + inputs file
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -38,7 +38,8 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
     report_notes.extend(reduced.notes)
     return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=comparison, verdict=verdict,
                   triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes,
-                  minimal=reduced.minimal, localization=reduced.localization)
+                  minimal=reduced.minimal, localization=reduced.localization,
+                  minimal_dir=reduced.script_dir)
 
 
 def _run_notes(comparison, options: RunOptions) -> list[str]:  # noqa: ANN001 - Comparison

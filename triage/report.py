@@ -8,10 +8,11 @@ from typing import Any
 
 import jinja2
 
-from triage.model import Report, to_jsonable
+from triage.model import LocalizedOp, Report, to_jsonable
 
 SCHEMA_ID = "triage.report/1"
 COMMENT_LIMIT = 65536
+LOCALIZATION_ROWS = 8
 MARKER = "<!-- triage:report -->"
 
 
@@ -47,6 +48,8 @@ def report_json(report: Report) -> dict[str, Any]:
         "comparison": comparison,
         "arms_requested": data["arms_requested"],
         "notes": data["notes"],
+        "minimal": data["minimal"],
+        "localization": data["localization"],
         "triage_version": data["triage_version"],
         "seconds": data["seconds"],
     }
@@ -104,7 +107,25 @@ def _render(report: Report, source_cap: int, output_cap: int, env_cap: int) -> s
         arm_details=details, environment=_cap(env_run.environment, env_cap) if env_run and env_cap else "",
         environment_arm=env_run.spec if env_run else None, version=report.triage_version,
         seconds=report.seconds, arms_requested=report.arms_requested, truncated=truncated,
+        minimal=report.minimal, minimal_script=_cap(report.minimal.script, source_cap) if report.minimal else "",
+        localization=[_localized_row(r) for r in report.localization[:LOCALIZATION_ROWS]],
     )
+
+
+def _localized_row(r: LocalizedOp) -> dict[str, str]:
+    return {"op": r.op, "line": str(r.line) if r.line is not None else "—",
+            "role": ("first to differ; " if r.first else "") + r.role,
+            "local": _cell(_errors(r.local)), "end_to_end": _cell(_errors(r.end_to_end))}
+
+
+def _errors(e: dict[str, Any] | None) -> str:
+    if not e:
+        return "—"
+    if e["kind"] == "equal":
+        return "bitwise equal"
+    if e["kind"] in ("nonfinite", "raises"):
+        return f"{e['kind']} ({e.get('detail')})"
+    return f"{e['kind']}: {e.get('max_ulps') or 0:.3g} ulp, abs {e.get('max_abs') or 0:.3g}"
 
 
 def _cap(text: str | None, cap: int) -> str:
@@ -142,6 +163,21 @@ def render_terminal(report: Report, console: Any) -> None:
         console.print(table)
     for e in v.evidence:
         console.print(f" • {e}", markup=False, highlight=False)
+    m = report.minimal
+    if m:
+        state = "verified in fresh arms" if m.verified else "NOT verified: " + m.verification
+        console.print(f"minimal repro: {len(m.ops)} op(s) ({', '.join(m.ops[:8])}) of {m.original_ops}, "
+                      f"{m.queries} queries, {m.seconds:.1f} s, {state}", markup=False, highlight=False)
+        from rich.syntax import Syntax
+
+        console.print(Syntax(m.script, "python", word_wrap=True))
+    if report.localization:
+        table = Table(title="where it diverges (top ops)")
+        for col in ("op", "line", "role", "local error", "end to end"):
+            table.add_column(col)
+        for row in [_localized_row(r) for r in report.localization[:LOCALIZATION_ROWS]]:
+            table.add_row(row["op"], row["line"], row["role"], row["local"], row["end_to_end"])
+        console.print(table)
     for n in report.notes:
         console.print(f" · {n}", markup=False, highlight=False)
     console.print(f"policy: {v.policy_section} {v.policy_url}", markup=False, highlight=False)

@@ -1,0 +1,180 @@
+"""The minimizer: graph planning, reduction passes, divergence kinds (fast), and end to end
+on real arms: the compiled acosh and the faulted slogdet reduce to one op, verified (slow)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from triage import passes
+from triage.compare import divergence_kind
+from triage.graph import OpGraph
+from triage.model import DivergenceKind
+
+
+def _chain(tmp_path, n, extra=()):
+    """leaf0 -> op0 -> op1 -> ... -> op{n-1}; `extra` adds (name, reads) side ops."""
+    nodes = [{"name": "leaf0", "op": "leaf", "kind": "input", "dtype": "float32", "line": 1}]
+    prev = "leaf0"
+    for i in range(n):
+        nodes.append({"name": f"op{i}", "op": "call", "target": "aten.sin.default", "dtype": "float32",
+                      "args": [{"node": prev}], "kwargs": {"dict": {}}, "line": i + 2})
+        prev = f"op{i}"
+    for name, reads in extra:
+        nodes.append({"name": name, "op": "call", "target": "aten.add.Tensor", "dtype": "float32",
+                      "args": [{"node": r} for r in reads], "kwargs": {"dict": {}}, "line": 99})
+    (tmp_path / "graph.json").write_text(json.dumps({"format": "triage.opgraph/1", "nodes": nodes}))
+    return OpGraph(tmp_path)
+
+
+class PlantedProblem:
+    """A stand-in for `ReductionProblem`: the arms diverge iff the planted op runs on a sink path."""
+
+    def __init__(self, graph, planted, target=DivergenceKind("mismatch")):
+        self.graph, self.planted, self.target, self.merge, self.queries = graph, planted, target, {}, 0
+        self.cache = {}
+
+    def plan(self, ops, outputs=None):
+        return self.graph.plan(ops, outputs=outputs, merge=self.merge)
+
+    def diverging_outputs(self, ops):
+        plan = self.plan(ops)
+        return [o for o in plan.outputs if self.planted in self.graph.cone(o) and self.planted in ops]
+
+    def diverges(self, ops):
+        key = self.plan(ops).key
+        if key not in self.cache:
+            self.queries += 1
+            self.cache[key] = bool(ops) and bool(self.diverging_outputs(ops))
+        return self.cache[key]
+
+
+def test_plan_inputs_outputs_and_cone(tmp_path):
+    g = _chain(tmp_path, 5, extra=[("side", ["op1", "leaf0"])])
+    plan = g.plan(frozenset({"op2", "op3"}))
+    assert plan.nodes == ["op2", "op3"]
+    assert plan.inputs == ["op1"]  # a recorded intermediate becomes an input
+    assert plan.outputs == ["op3"]
+    assert g.cone("op3") == frozenset({"op0", "op1", "op2", "op3"})
+    assert g.cone("leaf0") == frozenset()
+    assert g.plan(frozenset({"side", "op1"})).outputs == ["side"]
+    assert g.plan(frozenset({"op2"})).key != g.plan(frozenset({"op3"})).key
+
+
+@pytest.mark.parametrize("n,planted", [(50, 17), (500, 3), (2500, 2400)])
+def test_passes_reach_the_planted_op(tmp_path, n, planted):
+    g = _chain(tmp_path, n)
+    p = PlantedProblem(g, f"op{planted}")
+    cone = g.cone(f"op{n - 1}")
+    assert p.diverges(cone)
+    result = passes.reduce(p, cone)
+    assert result == frozenset({f"op{planted}"})
+    assert p.queries < 4 * (n.bit_length() + 4), p.queries
+
+
+def test_ddmin_and_one_minimal_find_a_pair(tmp_path):
+    g = _chain(tmp_path, 30)
+
+    class NeedsTwo(PlantedProblem):
+        def diverges(self, ops):
+            return {"op5", "op20"} <= set(ops)
+
+    p = NeedsTwo(g, "op5")
+    assert passes.one_minimal(p, passes.ddmin(p, g.cone("op29"))) == frozenset({"op5", "op20"})
+
+
+def test_reliability_counts_runs():
+    class Flaky:
+        target = DivergenceKind("mismatch")
+        cache = {}
+        calls = 0
+
+        def plan(self, ops):
+            class P:
+                key = "k"
+            return P()
+
+        def run(self, plan):
+            Flaky.calls += 1
+            return passes.Outcome({"o": self.target if Flaky.calls % 2 else None})
+
+    hits, outcomes = passes.reliability(Flaky(), frozenset({"x"}), runs=4)
+    assert (hits, len(outcomes)) == (2, 4)
+
+
+def test_divergence_kinds():
+    a = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    assert divergence_kind(a, a.copy(), "float32") is None
+    assert divergence_kind(a, np.nextafter(a, 10).astype(np.float32), "float32") == DivergenceKind("rounding")
+    assert divergence_kind(a, a * 1.01, "float32") == DivergenceKind("mismatch")
+    b = a.copy()
+    b[0] = np.inf
+    assert divergence_kind(a, b, "float32") == DivergenceKind("nonfinite", "b:+inf")
+    c = a.copy()
+    c[1] = np.nan
+    assert divergence_kind(c, b, "float32") == DivergenceKind("nonfinite", "a:nan,b:+inf")
+    assert divergence_kind(np.array([1, 2]), np.array([1, 3]), "int64") == DivergenceKind("mismatch")
+    nan = np.array([np.nan], dtype=np.float32)
+    assert divergence_kind(nan, nan.copy(), "float32") is None
+
+
+@pytest.mark.slow
+def test_compiled_acosh_minimizes_to_acosh(triage, tmp_path):
+    code, report, comment, out = triage(FIXTURES / "compile_acosh.py", "cpu,cpu/compile")
+    assert code == 0, out
+    m = report["minimal"]
+    assert m["ops"] == ["aten.acosh"], out
+    assert m["verified"] is True, m["verification"]
+    assert "torch.acosh(x0)" in m["script"] and "torch.compile(f" in m["script"]
+    assert "4.999999889098154e+22" in m["script"]  # the recorded input, exactly
+    assert comment.index("Minimal repro") < comment.index("Original repro")
+    first = report["localization"][0]
+    assert first["op"] == "aten.acosh" and first["first"] and first["role"] == "introduced"
+    run = subprocess.run([sys.executable, str(tmp_path / "minimal.py")], capture_output=True, text=True,
+                         timeout=300)
+    assert "compiled: tensor([   inf,    inf,    inf" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.slow
+def test_faulted_slogdet_minimizes_to_slogdet_on_the_singular_matrix(triage):
+    code, report, _, out = triage(FIXTURES / "singular_logdet.py", "cpu,cpu/fault=linalg_slogdet")
+    assert code == 0, out
+    m = report["minimal"]
+    assert m["ops"] == ["aten._linalg_slogdet"], out
+    assert m["verified"] is True, m["verification"]
+    assert m["original_ops"] > 5
+    row = "[0.3603135943412781, 0.17635859549045563, 0.4320794939994812, 0.2915912866592407]"
+    assert m["script"].count(row) == 4  # the recorded 4x4 matrix: four identical rows
+
+
+@pytest.mark.slow
+def test_no_minimize_flag_and_single_arm(triage):
+    _, report, _, _ = triage(FIXTURES / "matmul_chain.py", "cpu,cpu/fault=mm", "--no-minimize")
+    assert report["minimal"] is None and report["localization"] == []
+    _, report, _, _ = triage(FIXTURES / "matmul_chain.py", "cpu")
+    assert report["minimal"] is None
+
+
+@pytest.mark.slow
+def test_lost_worker_is_restarted(tmp_path):
+    from triage.arms import parse_arms
+    from triage.extract import extract_repro
+    from triage.run import RunOptions, run_arms
+    from triage.warm import ArmWorker
+
+    arm = parse_arms("cpu")[0]
+    run = run_arms(extract_repro(str(FIXTURES / "compile_acosh.py")), [arm], RunOptions(reference=False))[0]
+    graph = OpGraph(run.graph_dir)
+    worker = ArmWorker(arm, run.graph_dir, 4 << 30)
+    try:
+        plan = graph.plan(frozenset(graph.ops))
+        assert worker.request(dict(plan.request(), cmd="run"), 60)[0]["ok"]
+        worker.proc.kill()
+        lost, _ = worker.request(dict(plan.request(), cmd="run"), 60)
+        assert not lost["ok"] and "died" in lost["lost"]
+        again, values = worker.request(dict(plan.request(), cmd="run"), 60)
+        assert again["ok"] and worker.restarts == 1 and values
+    finally:
+        worker.close()
