@@ -71,6 +71,11 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
     directory.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="triage-values-"))
     started = time.monotonic()
+    timings: dict[str, float] = {}
+
+    def lap(step: str) -> None:
+        timings[step] = round(time.monotonic() - started - sum(timings.values()), 3)
+
     notify("start", {"ops": len(cone)})
     workers: list[ArmWorker] = []
     try:
@@ -85,12 +90,15 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
             return result
         a, b = workers
         problem = ReductionProblem(graph, a, b, target, query_timeout_s=options.query_timeout_s)
+        lap("startup")
         digests = _record_values(problem, cone, scratch / "values.pt", options)
         if isinstance(digests, str):
             result.notes.append(f"Not minimized: {digests}.")
             return result
+        lap("record_values")
         notify("reliability", {})
         hits, outcomes = reliability(problem, cone)
+        lap("reliability")
         if hits < RELIABILITY_RUNS:
             seen = sorted({k.describe() for o in outcomes for k in o.kinds.values() if k is not None})
             failure = next((o.failure for o in outcomes if o.failure), None)
@@ -104,9 +112,13 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         result.localization, note = localize(problem, cone, compiled=spec_b.mode == "compile")
         if note:
             result.notes.append(f"Localization incomplete: {note}.")
+        lap("localize")
         notify("reduce", {"ops": len(cone)})
         problem.deadline = time.monotonic() + options.budget_s
+        queries_before = problem.queries
         ops = reduce(problem, cone, digests)
+        lap("reduce")
+        reduce_queries = problem.queries - queries_before
         if time.monotonic() > problem.deadline:
             result.notes.append(f"Minimization stopped at its {options.budget_s:.0f} s budget; the op set is the "
                                 "smallest found by then.")
@@ -117,6 +129,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         if error:
             result.notes.append(f"Minimized to {len(ops)} op(s), but writing the script failed: {error}.")
             return result
+        lap("render")
         queries, seconds = problem.queries, time.monotonic() - started
     finally:
         for w in workers:
@@ -124,12 +137,14 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         shutil.rmtree(scratch, ignore_errors=True)
     notify("verify", {})
     verified, seen = standalone.verify(directory, spec_a, spec_b, target, run_options)
+    lap("verify")
+    timings["reduce_queries"] = reduce_queries
     result.script_dir = str(directory)
     result.minimal = Minimal(
         ops=graph.op_names(ops), script=reply["script"], verified=verified, queries=queries,
         seconds=round(seconds, 2), arms=[spec_a.spec, spec_b.spec], kind=target.describe(),
         reliability=f"{hits} of {RELIABILITY_RUNS} replays of the recorded op graph diverged the same way",
-        original_ops=len(cone), verification=seen, inputs_file=reply.get("side_file"))
+        original_ops=len(cone), verification=seen, inputs_file=reply.get("side_file"), timings=timings)
     notify("end", {"status": "verified" if verified else "not verified"})
     return result
 

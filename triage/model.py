@@ -214,6 +214,7 @@ class Minimal:
     original_ops: int
     verification: str
     inputs_file: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step (startup, reduce, verify…)
 
 
 @dataclass
