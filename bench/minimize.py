@@ -60,7 +60,7 @@ def run_triage(script: Path, arms_text: str) -> tuple[dict, object, object]:
     rate = (f"{m.timings['reduce_queries'] / m.timings['reduce']:.0f}" if m and m.timings.get("reduce") else "—")
     row = {"queries": m.queries if m else "—", "seconds": f"{wall:.1f}", "rate": rate,
            "verify": f"{m.timings.get('verify', 0):.1f}" if m else "—", "ops": len(m.ops) if m else "—",
-           "verified": str(m.verified).lower() if m else "—", "nodes": len(runs[0].graph_dir and _ops(runs[0]) or [])}
+           "verified": str(m.verified).lower() if m else "—", "nodes": len(_ops(runs[0])) if runs[0].graph_dir else 0}
     return row, runs, comparison
 
 
@@ -89,13 +89,13 @@ def run_fx_minifier(runs, comparison, arms_text: str) -> dict:  # noqa: ANN001
     inputs = [loaded.leaves[name].clone() for name in plan.inputs]
     arm_b = parse_arms(arms_text)[1]
     fault = dict(arm_b.knobs).get("fault")
+    injected = Fault.parse(fault) if fault else None
     queries = [0]
 
     class FaultMode(torch.utils._python_dispatch.TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             out = func(*args, **(kwargs or {}))
-            f = Fault(*fault.partition(":")[::2]) if ":" in fault else Fault(fault)
-            return f.apply(out) if f.matches(func) else out
+            return injected.apply(out) if injected.matches(func) else out
 
     def module_fails(g, inps) -> bool:  # noqa: ANN001
         queries[0] += 1

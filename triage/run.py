@@ -94,9 +94,9 @@ def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
         cache.put(arm.device, run.environment)
     if (out / "graph" / "graph.json").exists() and run.completed:
         # Outlives the arm's directory; the pipeline removes it when the minimizer is done.
-        run.graph_dir = tempfile.mkdtemp(prefix="triage-graph-")
-        shutil.move(str(out / "graph"), run.graph_dir)
-        run.graph_dir = os.path.join(run.graph_dir, "graph")
+        holder = tempfile.mkdtemp(prefix="triage-graph-")
+        shutil.move(str(out / "graph"), holder)
+        run.graph_dir = os.path.join(holder, "graph")
     if not options.keep_dirs:
         shutil.rmtree(root, ignore_errors=True)
     notify("end", {"status": run.status})

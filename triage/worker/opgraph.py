@@ -57,6 +57,12 @@ class Fault:
     op: str
     how: str = "scale"
 
+    @classmethod
+    def parse(cls, text: str) -> "Fault":
+        """``OP[:how]``, as the arm spec gives it (how defaults to scale)."""
+        op, _, how = text.partition(":")
+        return cls(op, how or "scale")
+
     def matches(self, func: Any) -> bool:
         name = func.overloadpacket.__name__
         return name.lstrip("_") == self.op.removeprefix("aten.").lstrip("_")

@@ -191,13 +191,8 @@ def _literal(t: torch.Tensor) -> str | None:
     if t.numel() <= LITERAL_ELEMENTS and not t.is_complex() and t.dtype != torch.complex32:
         values = t.double().tolist() if t.is_floating_point() else t.tolist()
         return f"torch.tensor({_nested(values)}, dtype={dtype})"
-    array = to_numpy(t.contiguous())
-    if array is not None and t.dtype != torch.bfloat16 and array.nbytes <= HEX_BYTES:
-        shape = ", ".join(str(s) for s in t.shape)
-        return (f'torch.frombuffer(bytearray.fromhex("{array.tobytes().hex()}"), dtype={dtype})'
-                f".reshape({shape}{',' if t.dim() == 1 else ''})")
-    if t.dtype == torch.bfloat16 and t.numel() * 2 <= HEX_BYTES:
-        raw = t.contiguous().view(torch.int16).numpy().tobytes().hex()
+    if t.numel() * t.element_size() <= HEX_BYTES:
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes().hex()
         shape = ", ".join(str(s) for s in t.shape)
         return (f'torch.frombuffer(bytearray.fromhex("{raw}"), dtype={dtype})'
                 f".reshape({shape}{',' if t.dim() == 1 else ''})")

@@ -20,6 +20,7 @@ The worker runs no code from the reporter's script: only aten ops named in the r
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import resource
 import sys
@@ -43,10 +44,7 @@ class Server:
         self.device = torch.device(arm["device"])
         knobs = dict(arm["knobs"])
         fault = knobs.pop("fault", None)
-        self.fault = None
-        if fault:
-            op, _, how = fault.partition(":")
-            self.fault = Fault(op, how or "scale")
+        self.fault = Fault.parse(fault) if fault else None
         envinfo.apply_knobs(knobs)
         self.compile = arm["mode"] == "compile"
         self.backend = arm.get("backend") or "inductor"
@@ -167,8 +165,6 @@ class Server:
 
 def _digest(t: Any) -> str:
     """Identity of a value's exact bits, shape and dtype (input consolidation merges equal ones)."""
-    import hashlib
-
     from triage.worker.fingerprint import to_numpy
 
     array = to_numpy(t)

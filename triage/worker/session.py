@@ -49,8 +49,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     knobs = dict(arm["knobs"])
     fault = None
     if "fault" in knobs:
-        op, _, how = knobs.pop("fault").partition(":")
-        fault = Fault(op, how or "scale")
+        fault = Fault.parse(knobs.pop("fault"))
     envinfo.apply_knobs(knobs)
     seed = job["seed"]
     torch.manual_seed(seed)

@@ -20,16 +20,12 @@ class WireError(Exception):
 
 
 def send(stream: BinaryIO, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> None:
-    arrays = arrays or {}
-    specs = []
-    for name, a in arrays.items():
-        a = np.ascontiguousarray(a)
-        arrays[name] = a
-        specs.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "nbytes": a.nbytes})
-    line = json.dumps(dict(header, arrays=specs)).encode() + b"\n"
-    stream.write(line)
-    for name in arrays:
-        stream.write(memoryview(arrays[name]).cast("B"))
+    contiguous = {name: np.ascontiguousarray(a) for name, a in (arrays or {}).items()}
+    specs = [{"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "nbytes": a.nbytes}
+             for name, a in contiguous.items()]
+    stream.write(json.dumps(dict(header, arrays=specs)).encode() + b"\n")
+    for a in contiguous.values():
+        stream.write(memoryview(a).cast("B"))
     stream.flush()
 
 
