@@ -22,7 +22,7 @@ def test_verdicts_on_a_well_conditioned_script(triage, arms, expected):
     code, report, comment, out = triage(FIXTURES / "matmul_chain.py", arms)
     assert code == 0, out
     assert kind(report) == expected, report["verdict"]["summary"]
-    assert comment.startswith("<!-- triage:report -->") and f"`{expected[0]}`" in comment
+    assert comment.startswith("<!-- triage:report digest=") and f"<code>{expected[0]}</code>" in comment
 
 
 def test_leaves_are_bit_identical_across_arms(triage):

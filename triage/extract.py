@@ -1,13 +1,17 @@
-"""Stage 1: read a reporter's script and check that Python can compile it.
+"""Stage 1: read a reporter's script (a file, or the code in a GitHub issue body) and check
+that Python can compile it.
 
 Compiling is safe in triage's own process (nothing runs); it turns a syntax or encoding
 error into a could-not-run report without starting any arm.
 """
 from __future__ import annotations
 
+import ast
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from triage.model import Repro
+from triage.model import IssueRepro, Repro
 
 MAX_SOURCE_BYTES = 2 << 20
 
@@ -36,3 +40,312 @@ def extract_repro(path: str | Path) -> Repro:
     except ValueError as e:  # e.g. null bytes
         return Repro(str(p), name, source, problem=f"{name} cannot be compiled: {e}")
     return Repro(str(p), name, source)
+
+
+# --- Issue bodies -----------------------------------------------------------------------
+# PyTorch's bug-report form renders each field as a `### <label>` section (blank optional
+# fields as `_No response_`): code in ```python fences under "Describe the bug", the
+# traceback and printed output in untagged fences, collect_env output under "Versions".
+# Real bodies deviate (no template, unfenced code, `>>>` transcripts, output pasted under
+# Versions), so every block is classified by what it is, not by where it sits.
+
+MAX_BODY_CHARS = 1 << 20
+_FENCE_OPEN = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n]*)$")
+_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(?P<title>.*?)[ \t#]*$")
+_PROMPT = re.compile(r"^(?:>>>|\.\.\.|In \[\d+\]:|\s+\.\.\.:)(?: |$)")
+_OUT_PROMPT = re.compile(r"^Out\[\d+\]: ?")
+_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Warning)\b.*?:", re.M)
+_EXTERNAL_CODE = re.compile(r"https?://(?:gist\.github\.com|colab\.research\.google\.com|pastebin\.com)/\S+")
+_ENV_KEYS = ("PyTorch version", "Is debug build", "CUDA used to build PyTorch", "ROCM used to build PyTorch", "OS",
+             "Python version", "Is CUDA available", "CUDA runtime version", "GPU models and configuration",
+             "Nvidia driver version", "cuDNN version")
+_DATA_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".npy", ".npz", ".bin", ".safetensors", ".ckpt", ".h5", ".csv")
+_COMMON_IMPORTS = {"torch": "import torch", "np": "import numpy as np", "nn": "import torch.nn as nn",
+                   "F": "import torch.nn.functional as F", "numpy": "import numpy"}
+_PYTHON_TAGS = {"python", "py", "python3", "py3", "pytorch", "torch"}
+_TRANSCRIPT_TAGS = {"pycon", "pycon3", "ipython", "python-repl", "repl"}
+
+
+@dataclass
+class _Block:
+    kind: str  # code | transcript | traceback | environment | output | text
+    text: str
+    section: str
+    tagged: bool = False  # fenced and tagged as Python
+
+
+def extract_issue_body(body: str | None) -> IssueRepro:
+    """The repro script in a GitHub issue body, or the reason there is none. Never raises:
+    the body is whatever a reporter (or an attacker) typed."""
+    text = (body or "").replace("\r\n", "\n").replace("\r", "\n")
+    if len(text) > MAX_BODY_CHARS:
+        return IssueRepro(None, problem=f"the issue body is {len(text)} characters; triage reads bodies up to "
+                                        f"{MAX_BODY_CHARS} characters")
+    if not text.strip():
+        return IssueRepro(None, problem="the issue body is empty")
+    blocks = _classify(_blocks(text))
+    result = IssueRepro(None)
+    for b in blocks:
+        if b.kind == "environment" and result.environment is None:
+            result.environment = b.text
+            result.environment_fields = parse_environment(b.text)
+        elif b.kind == "traceback" and result.traceback is None:
+            result.traceback = b.text
+        elif b.kind == "output":
+            result.observed.append(b.text)
+        elif b.kind == "transcript":
+            result.observed.extend(_transcript_output(b.text))
+    script, how = _choose_script(blocks)
+    if script is None:
+        link = _EXTERNAL_CODE.search(text)
+        result.problem = (f"the repro is linked ({link.group(0)}), not in the issue; triage does not fetch external "
+                          "code, so please paste it into the issue" if link else
+                          "no Python code in the issue body (triage looks for ```python fences, untagged fences that "
+                          "parse as Python, `>>>` transcripts and an unfenced script)")
+        return result
+    result.notes.extend(how)
+    script, added = _add_missing_imports(script)
+    if added:
+        result.notes.append("added " + ", ".join(f"`{a}`" for a in added) + " (used but not imported in the issue)")
+    if not re.search(r"\btorch\b", script):
+        result.problem = "the code in the issue does not use torch"
+    elif missing := _external_files(script):
+        result.problem = ("the repro loads files that are not in the issue (" + ", ".join(missing[:5]) +
+                          "); please replace them with tensors built in the script")
+    result.script = script
+    return result
+
+
+def parse_environment(text: str) -> dict[str, str]:
+    """The key lines of `python -m torch.utils.collect_env` output."""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in _ENV_KEYS and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def _blocks(text: str) -> list[_Block]:
+    """Fenced blocks and the prose between them, each tagged with its `###` section."""
+    blocks: list[_Block] = []
+    section, prose = "", []
+    lines = text.split("\n")
+    i = 0
+
+    def flush() -> None:
+        chunk = "\n".join(prose).strip("\n")
+        if chunk.strip() and chunk.strip() != "_No response_":
+            blocks.append(_Block("text", chunk, section))
+        prose.clear()
+
+    while i < len(lines):
+        line = lines[i]
+        if m := _FENCE_OPEN.match(line):
+            fence, indent, info = m.group("fence"), len(m.group("indent")), m.group("info").strip()
+            if fence[0] == "`" and "`" in info:
+                prose.append(line)
+                i += 1
+                continue
+            flush()
+            body, i = [], i + 1
+            close = re.compile(rf"^ *{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+            while i < len(lines) and not close.match(lines[i]):
+                body.append(_dedent(lines[i], indent))
+                i += 1
+            i += 1
+            tag = info.split()[0].lower().strip("{}.") if info else ""
+            blocks.append(_Block(tag or "untagged", "\n".join(body), section, tagged=tag in _PYTHON_TAGS))
+            continue
+        if h := _HEADING.match(line):
+            flush()
+            section = h.group("title").strip()
+        else:
+            prose.append(line)
+        i += 1
+    flush()
+    return blocks
+
+
+def _dedent(line: str, indent: int) -> str:
+    strip = min(indent, len(line) - len(line.lstrip(" ")))
+    return line[strip:]
+
+
+def _classify(blocks: list[_Block]) -> list[_Block]:
+    out = []
+    for b in blocks:
+        text = b.text.strip("\n")
+        if not text.strip() or text.strip() == "_No response_":
+            continue
+        if b.kind == "text":
+            for prose, transcript in _split_transcripts(text):
+                if prose.strip():
+                    out.append(_Block("environment" if _is_environment(prose) else "text", prose, b.section))
+                if transcript:
+                    out.append(_Block("transcript", transcript, b.section))
+            continue
+        elif b.kind in _TRANSCRIPT_TAGS or _is_transcript(text):
+            kind = "transcript"
+        elif b.tagged:
+            kind = "code"
+        elif _is_environment(text):
+            kind = "environment"
+        elif text.lstrip().startswith("Traceback (most recent call last)") or _EXCEPTION_LINE.match(text.lstrip()):
+            kind = "traceback"
+        elif _is_code(text):
+            kind = "code"
+        else:
+            kind = "output"
+        out.append(_Block(kind, text, b.section, b.tagged))
+    return out
+
+
+def _split_transcripts(text: str) -> list[tuple[str, str]]:
+    """Prose with unfenced `>>>` sessions in it: (prose before, session) pairs. A session runs
+    from a prompt line to a blank line that is not followed by another prompt."""
+    lines, pieces, prose, session = text.split("\n"), [], [], []
+    for i, line in enumerate(lines):
+        if session:
+            nxt = next((ln for ln in lines[i + 1:] if ln.strip()), "")
+            if not line.strip() and not _PROMPT.match(nxt):
+                pieces.append(("\n".join(prose), "\n".join(session)))
+                prose, session = [], []
+            else:
+                session.append(line)
+        elif _PROMPT.match(line) and line.startswith((">>>", "In [")):
+            session.append(line)
+        else:
+            prose.append(line)
+    pieces.append(("\n".join(prose), "\n".join(session)))
+    return pieces
+
+
+def _is_environment(text: str) -> bool:
+    return "Collecting environment information" in text or len(parse_environment(text)) >= 2
+
+
+def _is_transcript(text: str) -> bool:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return bool(lines) and _PROMPT.match(lines[0]) is not None
+
+
+def _parses(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+
+
+def _is_code(text: str) -> bool:
+    """Python, and more than a printed value: `tensor([1., inf])` parses too, but a script has
+    a statement, an import, or a call on a name it defines."""
+    tree = _parses(text)
+    if tree is None or not tree.body:
+        return False
+    return any(not isinstance(node, ast.Expr) for node in tree.body) or "import" in text
+
+
+def _transcript_code(text: str) -> str:
+    code = []
+    for line in text.splitlines():
+        if m := _PROMPT.match(line):
+            code.append(line[m.end():])
+    return "\n".join(code)
+
+
+def _transcript_output(text: str) -> list[str]:
+    out = [_OUT_PROMPT.sub("", ln) for ln in text.splitlines() if ln.strip() and not _PROMPT.match(ln)]
+    return ["\n".join(out)] if out else []
+
+
+def _choose_script(blocks: list[_Block]) -> tuple[str | None, list[str]]:
+    """The script: code blocks in order when later ones build on earlier ones, else the
+    largest that imports torch. Blocks under a Versions heading are never code."""
+    candidates = []
+    for b in blocks:
+        if b.section.lower().startswith("version"):
+            continue
+        if b.kind == "code":
+            candidates.append((b.text, b.tagged, "fence"))
+        elif b.kind == "transcript" and (code := _transcript_code(b.text)).strip():
+            candidates.append((code, True, "transcript"))
+    parsed = [(code, src) for code, _, src in candidates if _parses(code) is not None]
+    if not parsed:
+        # A Python-tagged block that does not parse still goes to the run, so the report can
+        # name the syntax error and its line; prose that parses is the last resort.
+        tagged = [code for code, is_tagged, _ in candidates if is_tagged]
+        if tagged:
+            return max(tagged, key=len), ["the ```python block does not parse as Python"]
+        prose = "\n".join(b.text for b in blocks if b.kind == "text" and not b.section.lower().startswith("version"))
+        if _is_code(prose):
+            return prose, ["the code is unfenced in the issue body"]
+        return None, []
+    notes = ["from a `>>>` transcript (prompts stripped)"] if any(src == "transcript" for _, src in parsed) else []
+    if len(parsed) == 1:
+        return parsed[0][0], notes
+    joined = "\n\n".join(code for code, _ in parsed)
+    if _builds_on_earlier([code for code, _ in parsed]) and _parses(joined) is not None:
+        return joined, notes + [f"joined the issue's {len(parsed)} code blocks in order (each uses names from the ones before)"]
+    with_torch = [code for code, _ in parsed if re.search(r"^\s*(import torch|from torch)", code, re.M)]
+    chosen = max(with_torch or [code for code, _ in parsed], key=len)
+    index = [code for code, _ in parsed].index(chosen) + 1
+    return chosen, notes + [f"used code block {index} of {len(parsed)} (the largest that imports torch)"]
+
+
+def _builds_on_earlier(codes: list[str]) -> bool:
+    defined: set[str] = set()
+    for i, code in enumerate(codes):
+        tree = _parses(code)
+        if tree is None:
+            return False
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if i > 0 and not used & defined:
+            return False
+        defined |= _defined_names(tree)
+    return True
+
+
+def _defined_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _add_missing_imports(script: str) -> tuple[str, list[str]]:
+    tree = _parses(script)
+    if tree is None:
+        return script, []
+    defined = _defined_names(tree)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    added = [stmt for name, stmt in _COMMON_IMPORTS.items() if name in used and name not in defined]
+    if not added:
+        return script, []
+    return "\n".join(added) + "\n" + script, added
+
+
+def _external_files(script: str) -> list[str]:
+    """Data files the script reads but never writes (a `.pt` the reporter had on disk)."""
+    tree = _parses(script)
+    if tree is None:
+        return []
+    read, written = [], set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        literals = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        for path in literals:
+            if "save" in name or "write" in name or "dump" in name:
+                written.add(path)
+            elif name in ("load", "open", "loadtxt", "fromfile", "read_csv", "load_file") and \
+                    path.lower().endswith(_DATA_SUFFIXES):
+                read.append(path)
+    return [p for p in read if p not in written]

@@ -19,6 +19,34 @@ class Repro:
     problem_line: int | None = None
 
 
+@dataclass
+class IssueRepro:
+    """What an issue body yields: the script to run (or why there is none) and what the
+    reporter saw (printed output, traceback, pasted collect_env)."""
+
+    script: str | None
+    problem: str | None = None  # no runnable repro: the reason, in one sentence
+    observed: list[str] = field(default_factory=list)
+    traceback: str | None = None
+    environment: str | None = None
+    environment_fields: dict[str, str] = field(default_factory=dict)  # "PyTorch version" -> "2.1.0+cu121", …
+    notes: list[str] = field(default_factory=list)  # how the script was put together
+
+
+@dataclass
+class Issue:
+    """The GitHub issue a report is about; `body_sha256` lets the posting job check that the
+    body it answers is the body that was run."""
+
+    repo: str
+    number: int
+    title: str
+    url: str
+    author: str
+    body_sha256: str
+    extraction: IssueRepro
+
+
 @dataclass(frozen=True)
 class ArmSpec:
     """One execution configuration: device, eager or compile (with a backend), knobs."""
@@ -229,6 +257,7 @@ class Report:
     minimal: Minimal | None = None
     localization: list[LocalizedOp] = field(default_factory=list)
     minimal_dir: str | None = field(default=None, metadata={"json": False})  # minimal.py + inputs file
+    issue: Issue | None = None
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -10,7 +10,7 @@ from triage.classify import classify
 from triage.compare import compare
 from triage.extract import extract_repro
 from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
-from triage.model import ArmSpec, Report
+from triage.model import ArmSpec, Issue, Report, Repro
 from triage.run import Progress, RunOptions, run_arms
 
 
@@ -40,6 +40,41 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
                   triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes,
                   minimal=reduced.minimal, localization=reduced.localization,
                   minimal_dir=reduced.script_dir)
+
+
+def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOptions,
+                 progress: Progress | None = None, notes: list[str] | None = None,
+                 minimize: MinimizeOptions | None = None) -> Report:
+    """`triage_script` on the repro extracted from an issue (written to `workdir/repro.py`),
+    or a could-not-run report that says why the issue has no runnable repro."""
+    extraction = issue.extraction
+    report_notes = list(notes or []) + [f"From the issue: {n}." for n in extraction.notes]
+    if extraction.problem is not None or extraction.script is None:
+        repro = Repro(path="", name="repro.py", source=extraction.script or "",
+                      problem=f"no runnable repro in {issue.repo}#{issue.number}: {extraction.problem}")
+        return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=None,
+                      verdict=classify(repro, None), triage_version=__version__, seconds=0.0,
+                      notes=report_notes, issue=issue)
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "repro.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(extraction.script.rstrip("\n") + "\n")
+    report = triage_script(path, arms, options, progress, report_notes, minimize)
+    report.issue = issue
+    if report.comparison is not None:
+        report.notes.extend(_environment_notes(extraction.environment_fields, report.comparison))
+    return report
+
+
+def _environment_notes(reporter: dict[str, str], comparison) -> list[str]:  # noqa: ANN001 - Comparison
+    """Where the reporter's collect_env and triage's differ in what decides the numbers."""
+    from triage.extract import parse_environment
+
+    ours = next((parse_environment(r.environment) for r in comparison.arms if r.environment), {})
+    differ = [f"{key}: reporter `{reporter[key]}`, triage `{ours.get(key) or 'n/a'}`"
+              for key in ("PyTorch version", "CUDA used to build PyTorch", "GPU models and configuration")
+              if reporter.get(key) and reporter.get(key) != ours.get(key)]
+    return ["The reporter's environment differs from triage's — " + "; ".join(differ) + "."] if differ else []
 
 
 def _run_notes(comparison, options: RunOptions) -> list[str]:  # noqa: ANN001 - Comparison

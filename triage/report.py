@@ -1,33 +1,86 @@
-"""Stage 5: render a `Report` as the GitHub comment (jinja2), report.json and the terminal view."""
+"""Stage 5: render a report as the GitHub comment (jinja2), report.json and the terminal view.
+
+The comment is rendered from report.json's data, never from live objects, so `triage run`
+and the Action's privileged `triage post` (which holds a token and reads a report written by
+a job that ran untrusted code) share one renderer. Every string in that data is treated as
+hostile: it reaches the markdown only through `_fence` (code blocks), `_code` (inline code)
+or `_md` (prose), and the template's finalize applies `_md` to anything else, so a value
+cannot open HTML, a link, an image, a mention or a cross-reference in someone else's issue.
+"""
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 import json
 import re
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
-from triage.model import LocalizedOp, Report, to_jsonable
+from triage import policy
+from triage.model import Report, to_jsonable
 
 SCHEMA_ID = "triage.report/1"
 COMMENT_LIMIT = 65536
+SUMMARY_LIMIT_BYTES = 1_000_000  # $GITHUB_STEP_SUMMARY refuses more than 1 MiB per step
 LOCALIZATION_ROWS = 8
-MARKER = "<!-- triage:report -->"
+MARKER = "<!-- triage:report"  # the hidden first line of the bot's comment: MARKER + digest + " -->"
+ZWSP = "\u200b"
 
 
-def _fence(text: str, lang: str = "") -> str:
+def _fence(text: str, lang: str = "") -> Markup:
     """A code fence longer than any backtick run inside `text`, so nothing escapes it."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
+    fence = "`" * max(3, longest + 1)
+    return Markup(f"{fence}{lang}\n{text.rstrip()}\n{fence}")
+
+
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+_PUNCTUATION = re.compile(r"([\\`*_\[\]|~!{}])")
+
+
+def _escape(text: str) -> str:
+    """Plain text as inert markdown: HTML entities, backslash-escaped punctuation, and a
+    zero-width space that stops @mentions, #refs, GH-refs and autolinks from firing."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    text = _PUNCTUATION.sub(r"\\\1", text)
+    text = text.replace("@", "@" + ZWSP).replace("#", "#" + ZWSP).replace("://", ":" + ZWSP + "//")
+    return re.sub(r"(?i)\b(gh|www)(?=[-.])", lambda m: m.group(1) + ZWSP, text)
+
+
+def _md(text: Any) -> Markup:
+    """Prose from the report: one line, its `code spans` kept as <code> and everything escaped."""
+    text = re.sub(r"\s*[\r\n]+\s*", " ", str(text))
+    out, pos = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out.append(_escape(text[pos:m.start()]))
+        out.append(f"<code>{_escape(m.group(2).strip() or m.group(2))}</code>")
+        pos = m.end()
+    out.append(_escape(text[pos:]))
+    return Markup("".join(out))
+
+
+def _code(text: Any) -> Markup:
+    one_line = re.sub(r"[\r\n]+", " ", str(text))
+    return Markup(f"<code>{_escape(one_line)}</code>")
+
+
+def _cell(text: Any, width: int = 300) -> Markup:
+    """A table cell: one line, at most `width` characters of the original text."""
+    text = str(text)
+    return _md(text if len(text) <= width else text[: width - 1] + "…")
+
+
+def _finalize(value: Any) -> Any:
+    return value if isinstance(value, Markup) else _md("" if value is None else value)
 
 
 def _environment() -> jinja2.Environment:
     folder = importlib.resources.files("triage.templates")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), autoescape=False,
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    env.filters["fence"] = _fence
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined, finalize=_finalize)
+    env.filters.update(fence=_fence, code=_code, cell=_cell, md=_md)
     return env
 
 
@@ -50,72 +103,121 @@ def report_json(report: Report) -> dict[str, Any]:
         "notes": data["notes"],
         "minimal": data["minimal"],
         "localization": data["localization"],
+        "issue": data["issue"],
         "triage_version": data["triage_version"],
         "seconds": data["seconds"],
     }
 
 
-def write_json(report: Report, path: str) -> None:
+def write_json(data: dict[str, Any], path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(report_json(report), f, indent=1, allow_nan=False)
+        json.dump(data, f, indent=1, allow_nan=False)
         f.write("\n")
 
 
-def render_comment(report: Report, limit: int = COMMENT_LIMIT) -> str:
-    """The comment, shrinking the collapsible parts until it fits GitHub's limit."""
+def load_schema() -> dict[str, Any]:
+    return json.loads(importlib.resources.files("triage.templates").joinpath("report.schema.json").read_text())
+
+
+def validate_report(data: Any) -> list[str]:
+    """Every way `data` breaks report.schema.json (strict types, enums, sizes), as
+    `path: message` lines; empty when it is a report this renderer may read."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(load_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {_short(e.message)}" for e in errors[:20]]
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= 200 else message[:200] + "…"
+
+
+def comment_digest(data: dict[str, Any]) -> str:
+    """A digest of what the comment says, without timings: a re-run with the same outcome has
+    the same digest, so the posted comment is left alone."""
+    stable = {k: data.get(k) for k in ("verdict", "notes", "arms_requested")}
+    stable["repro"] = (data.get("repro") or {}).get("source")
+    stable["arms"] = [(a.get("spec"), a.get("status"), a.get("failure")) for a in data.get("arms", [])]
+    divergence = (data.get("comparison") or {}).get("divergence") or {}
+    stable["divergence"] = [(s or {}).get("summary") for s in (divergence.get("a"), divergence.get("b"))]
+    minimal = data.get("minimal") or {}
+    stable["minimal"] = (minimal.get("ops"), minimal.get("script"), minimal.get("verified"))
+    stable["localization"] = [(r.get("op"), r.get("role")) for r in data.get("localization") or []]
+    blob = json.dumps(stable, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def marker_line(data: dict[str, Any]) -> str:
+    return f"{MARKER} digest={comment_digest(data)} -->"
+
+
+def render_comment(data: dict[str, Any], limit: int = COMMENT_LIMIT, size=len) -> str:  # noqa: ANN001
+    """The comment for report data, shrinking the collapsible parts until `size(text)` fits
+    `limit` (GitHub's 65,536 characters for a comment; bytes for a job summary)."""
     for caps in ((20000, 4000, 12000), (6000, 1500, 4000), (2000, 600, 1200), (500, 200, 0)):
-        text = _render(report, *caps)
-        if len(text) <= limit:
+        text = _render(data, *caps)
+        if size(text) <= limit:
             return text
-    return text[: limit - 200] + "\n\n… (truncated to fit GitHub's comment limit)\n"
+    notice = "\n\n… (truncated to fit GitHub's limit; the full report is in report.json)\n"
+    while size(text) + size(notice) > limit:
+        text = text[: max(0, len(text) - max(1000, len(text) // 10))]
+    return text + notice
 
 
-def _render(report: Report, source_cap: int, output_cap: int, env_cap: int) -> str:
-    c, v = report.comparison, report.verdict
-    runs = c.arms if c else []
-    d = c.divergence if c else None
-    headline = d.observable_label if d else "value"
+def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int) -> str:
+    v = data["verdict"]
+    runs = data.get("arms") or []
+    divergence = (data.get("comparison") or {}).get("divergence") or {}
+    sides = {s["arm"]: s for s in (divergence.get("a"), divergence.get("b")) if isinstance(s, dict) and "arm" in s}
     arms_rows = []
     for r in runs:
-        side = None
-        if d is not None:
-            side = next((s for s in (d.a, d.b) if s is not None and s.arm == r.spec), None)
-        value = side.summary if side else (r.failure or "—" if r.status != "ok" else "—")
-        if side and side.max_rel_error is not None:
-            error = f"rel {side.max_rel_error:.2g}, {side.max_ulps:.3g} ulp"
-        elif side and side.reference_summary:
-            error = f"float64 {side.reference_summary}"
+        side = sides.get(r["spec"])
+        value = side.get("summary") if side else (r.get("failure") or "—") if r["status"] != "ok" else "—"
+        if side and isinstance(side.get("max_rel_error"), (int, float)):
+            error = f"rel {side['max_rel_error']:.2g}, {side.get('max_ulps') or 0:.3g} ulp"
+        elif side and side.get("reference_summary"):
+            error = f"float64 {side['reference_summary']}"
         else:
             error = "—"
-        arms_rows.append({"spec": r.spec, "status": r.status, "value": _cell(value), "error": _cell(error),
-                          "time": f"{r.elapsed_s:.2f} s" if r.elapsed_s is not None else "—"})
+        elapsed = r.get("elapsed_s")
+        arms_rows.append({"spec": r["spec"], "status": r["status"], "value": value, "error": error,
+                          "time": f"{elapsed:.2f} s" if isinstance(elapsed, (int, float)) else "—"})
     details = []
     for r in runs:
-        exc = r.exception["traceback"] if r.exception else ""
-        details.append({"spec": r.spec, "failure": _cell(r.failure) if r.failure else None,
-                        "stdout": _cap(r.stdout, output_cap), "exception": _cap(exc, output_cap),
-                        "flags": json.dumps(r.flags_end or r.flags_start, indent=1) if (r.flags_end or r.flags_start) else ""})
-    env_run = next((r for r in runs if r.environment), None)
-    from triage import policy
-
-    quote = next((s.quote for s in vars(policy).values()
-                  if isinstance(s, policy.Section) and s.title == v.policy_section), "")
-    truncated = "collapsible sections shortened to fit" if source_cap < 20000 else "full report in report.json"
+        flags = r.get("flags_end") or r.get("flags_start")
+        details.append({"spec": r["spec"], "failure": r.get("failure"),
+                        "stdout": _cap(r.get("stdout"), output_cap),
+                        "exception": _cap((r.get("exception") or {}).get("traceback"), output_cap),
+                        "flags": json.dumps(flags, indent=1) if flags else ""})
+    env_run = next((r for r in runs if r.get("environment")), None)
+    section = next((s for s in vars(policy).values()
+                    if isinstance(s, policy.Section) and s.title == v["policy_section"]), None)
+    minimal = data.get("minimal")
+    repro = data.get("repro") or {}
+    issue = data.get("issue") or {}
+    extraction = issue.get("extraction") or {}
     return _environment().get_template("comment.md.j2").render(
-        marker=MARKER, v=v, quote=quote, arms=arms_rows, headline_label=_cell(headline),
-        notes=report.notes, repro_name=report.repro.name, repro_source=_cap(report.repro.source, source_cap),
-        arm_details=details, environment=_cap(env_run.environment, env_cap) if env_run and env_cap else "",
-        environment_arm=env_run.spec if env_run else None, version=report.triage_version,
-        seconds=report.seconds, arms_requested=report.arms_requested, truncated=truncated,
-        minimal=report.minimal, minimal_script=_cap(report.minimal.script, source_cap) if report.minimal else "",
-        localization=[_localized_row(r) for r in report.localization[:LOCALIZATION_ROWS]],
+        marker=Markup(marker_line(data)), v=v, section=section,
+        policy_url=Markup(section.url) if section else None, arms=arms_rows,
+        headline_label=divergence.get("observable_label") or "value",
+        notes=data.get("notes") or [], repro_name=repro.get("name") or "repro.py",
+        repro_source=_cap(repro.get("source"), source_cap), arm_details=details,
+        environment=_cap(env_run.get("environment"), env_cap) if env_run and env_cap else "",
+        environment_arm=env_run["spec"] if env_run else None, version=data.get("triage_version") or "?",
+        seconds=data.get("seconds") or 0, arms_requested=data.get("arms_requested") or [],
+        truncated="collapsible sections shortened to fit" if source_cap < 20000 else "full report in report.json",
+        minimal=minimal, minimal_script=_cap(minimal["script"], source_cap) if minimal else "",
+        localization=[_localized_row(r) for r in (data.get("localization") or [])[:LOCALIZATION_ROWS]],
+        reporter_env=extraction.get("environment_fields") or {},
+        reporter_observed=_cap("\n\n".join(extraction.get("observed") or []), output_cap),
     )
 
 
-def _localized_row(r: LocalizedOp) -> dict[str, str]:
-    return {"op": r.op, "line": str(r.line) if r.line is not None else "—",
-            "role": ("first to differ; " if r.first else "") + r.role,
-            "local": _cell(_errors(r.local)), "end_to_end": _cell(_errors(r.end_to_end))}
+def _localized_row(r: dict[str, Any]) -> dict[str, str]:
+    return {"op": r["op"], "line": str(r["line"]) if r.get("line") is not None else "—",
+            "role": ("first to differ; " if r.get("first") else "") + r["role"],
+            "local": _errors(r.get("local")), "end_to_end": _errors(r.get("end_to_end"))}
 
 
 def _errors(e: dict[str, Any] | None) -> str:
@@ -132,11 +234,6 @@ def _cap(text: str | None, cap: int) -> str:
     if not text:
         return ""
     return text if len(text) <= cap else text[: cap // 2] + "\n[…]\n" + text[-cap // 2:]
-
-
-def _cell(text: str) -> str:
-    """Table cells: no newlines, no pipes, no HTML."""
-    return re.sub(r"[\r\n]+", " ", text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")[:300]
 
 
 def render_terminal(report: Report, console: Any) -> None:
@@ -175,7 +272,7 @@ def render_terminal(report: Report, console: Any) -> None:
         table = Table(title="where it diverges (top ops)")
         for col in ("op", "line", "role", "local error", "end to end"):
             table.add_column(col)
-        for row in [_localized_row(r) for r in report.localization[:LOCALIZATION_ROWS]]:
+        for row in [_localized_row(to_jsonable(r)) for r in report.localization[:LOCALIZATION_ROWS]]:
             table.add_row(row["op"], row["line"], row["role"], row["local"], row["end_to_end"])
         console.print(table)
     for n in report.notes:

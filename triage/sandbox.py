@@ -41,6 +41,52 @@ def scrubbed_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def take_secret(name: str) -> str | None:
+    """Read a secret from the environment and keep it from the repro, which runs as the same
+    user: drop it from `os.environ` (no child inherits it), blank it in this process's original
+    environment block (which `/proc/<pid>/environ` shows even after `del os.environ[...]`),
+    and mark the process non-dumpable (no ptrace, no /proc/<pid>/mem) for a non-root user.
+    Root can still read any process's memory; `triage issue --post` warns when run as root."""
+    value = os.environ.pop(name, None)
+    if value is not None:
+        _blank_initial_environment(name)
+        _set_non_dumpable()
+    return value
+
+
+def _blank_initial_environment(name: str) -> None:
+    try:
+        import ctypes
+
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        env_start, env_end = int(fields[47]), int(fields[48])  # stat fields 50 and 51
+        with open("/proc/self/environ", "rb") as f:
+            block = f.read()
+        prefix = name.encode() + b"="
+        offset = 0
+        while (offset := block.find(prefix, offset)) != -1:
+            if offset == 0 or block[offset - 1] == 0:
+                end = block.find(b"\0", offset)
+                end = len(block) if end == -1 else end
+                if env_start + end <= env_end:
+                    ctypes.memset(env_start + offset, 0, end - offset)
+            offset += len(prefix)
+    except (OSError, ValueError, IndexError, AttributeError):  # not Linux: no /proc to read it from
+        pass
+
+
+def _set_non_dumpable() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_dumpable = 4
+        libc.prctl(pr_set_dumpable, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass
 class Limits:
     timeout_s: float

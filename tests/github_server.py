@@ -1,0 +1,196 @@
+"""A small GitHub REST server on 127.0.0.1 for the publishing tests: the endpoints PyGithub
+calls for triage (user, issue, comments list/create/edit, labels add/remove), with tokens,
+comment authors, Link-header pagination, and injected failures (a 502, a 403 rate limit
+with its reset) — so the tests exercise PyGithub over real HTTP, not a mock of it."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+PREFIX = "/api/v3"
+
+
+@dataclass
+class Failure:
+    method: str
+    path: str  # regex on the path after /api/v3
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: dict[str, Any] = field(default_factory=lambda: {"message": "Server Error"})
+    times: int = 1
+    applied: bool = False  # do the request, then answer with the failure (a write that "failed" but happened)
+
+
+class FakeGitHub:
+    def __init__(self) -> None:
+        self.users = {"bot-token": "triage-bot", "mallory-token": "mallory"}
+        self.issues: dict[tuple[str, int], dict[str, Any]] = {}
+        self.comments: list[dict[str, Any]] = []
+        self.failures: list[Failure] = []
+        self.requests: list[tuple[str, str, int]] = []  # method, path, status
+        self.lock = threading.Lock()
+        self.next_id = 1000
+        self.max_body = 65536
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{PREFIX}"
+
+    def start(self) -> FakeGitHub:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def add_issue(self, repo: str, number: int, body: str, labels: list[str] = (), title: str = "numbers differ") -> None:
+        self.issues[(repo, number)] = {"repo": repo, "number": number, "title": title, "body": body,
+                                       "labels": list(labels), "user": "reporter"}
+
+    def add_comment(self, repo: str, number: int, body: str, login: str) -> dict[str, Any]:
+        with self.lock:
+            self.next_id += 1
+            comment = {"id": self.next_id, "repo": repo, "number": number, "body": body, "login": login}
+            self.comments.append(comment)
+            return comment
+
+    def comments_on(self, repo: str, number: int) -> list[dict[str, Any]]:
+        return [c for c in self.comments if c["repo"] == repo and c["number"] == number]
+
+    def writes(self) -> list[tuple[str, str, int]]:
+        return [r for r in self.requests if r[0] != "GET"]
+
+    # -- JSON shapes PyGithub reads --------------------------------------------------------
+    def _user(self, login: str) -> dict[str, Any]:
+        return {"login": login, "id": abs(hash(login)) % 10**6, "type": "Bot" if login.endswith("[bot]") else "User"}
+
+    def _issue_json(self, issue: dict[str, Any]) -> dict[str, Any]:
+        api = f"{self.api_url}/repos/{issue['repo']}/issues/{issue['number']}"
+        return {"id": issue["number"], "number": issue["number"], "title": issue["title"], "body": issue["body"],
+                "state": "open", "url": api, "comments_url": api + "/comments",
+                "html_url": f"https://github.example/{issue['repo']}/issues/{issue['number']}",
+                "user": self._user(issue["user"]),
+                "labels": [{"name": n, "url": f"{self.api_url}/repos/{issue['repo']}/labels/{n}"} for n in issue["labels"]]}
+
+    def _comment_json(self, c: dict[str, Any]) -> dict[str, Any]:
+        return {"id": c["id"], "body": c["body"], "user": self._user(c["login"]),
+                "url": f"{self.api_url}/repos/{c['repo']}/issues/comments/{c['id']}",
+                "html_url": f"https://github.example/{c['repo']}/issues/{c['number']}#issuecomment-{c['id']}"}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        gh = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            override: Failure | None = None
+
+            def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+                if self.override is not None:
+                    status, payload, headers, self.override = (self.override.status, self.override.body,
+                                                               self.override.headers, None)
+                data = b"" if payload is None else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+                with gh.lock:
+                    gh.requests.append((self.command, self.path.split("?")[0].removeprefix(PREFIX), status))
+
+            def _body(self) -> Any:
+                n = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(n) or b"null") if n else None
+
+            def _login(self) -> str | None:
+                auth = self.headers.get("Authorization") or ""
+                token = auth.split(" ", 1)[1] if " " in auth else None
+                return gh.users.get(token) if token else None
+
+            def _handle(self) -> None:
+                url = urlsplit(self.path)
+                path, query = unquote(url.path).removeprefix(PREFIX), parse_qs(url.query)
+                body = self._body()
+                for f in gh.failures:
+                    if f.times > 0 and f.method == self.command and re.fullmatch(f.path, path):
+                        f.times -= 1
+                        if not f.applied:
+                            return self._send(f.status, f.body, f.headers)
+                        self.override = f
+                        break
+                login = self._login()
+                if self.headers.get("Authorization") and login is None:
+                    return self._send(401, {"message": "Bad credentials"})
+                if path == "/user" and self.command == "GET":
+                    return self._send(200, gh._user(login)) if login else self._send(401, {"message": "Requires authentication"})
+                m = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/comments/(\d+)", path)
+                if m and self.command == "PATCH":
+                    comment = next((c for c in gh.comments if c["id"] == int(m.group(2))), None)
+                    if comment is None:
+                        return self._send(404, {"message": "Not Found"})
+                    if comment["login"] != login:
+                        return self._send(403, {"message": "Must have admin rights to Repository."})
+                    if len(body["body"]) > gh.max_body:
+                        return self._send(422, {"message": "Validation Failed", "errors": [{"message": "Body is too long"}]})
+                    comment["body"] = body["body"]
+                    return self._send(200, gh._comment_json(comment))
+                m = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(\d+)(/comments|/labels(?:/(.+))?)?", path)
+                issue = gh.issues.get((m.group(1), int(m.group(2)))) if m else None
+                if issue is None:
+                    return self._send(404, {"message": "Not Found"})
+                tail = m.group(3)
+                if tail is None and self.command == "GET":
+                    return self._send(200, gh._issue_json(issue))
+                if tail == "/comments" and self.command == "GET":
+                    comments = gh.comments_on(issue["repo"], issue["number"])
+                    per_page = int(query.get("per_page", ["30"])[0])
+                    page = int(query.get("page", ["1"])[0])
+                    chunk = comments[(page - 1) * per_page: page * per_page]
+                    headers = {}
+                    if page * per_page < len(comments):
+                        nxt = f"{gh.api_url}/repos/{issue['repo']}/issues/{issue['number']}/comments?per_page={per_page}&page={page + 1}"
+                        headers["Link"] = f'<{nxt}>; rel="next"'
+                    return self._send(200, [gh._comment_json(c) for c in chunk], headers)
+                if login is None:
+                    return self._send(401, {"message": "Requires authentication"})
+                if tail == "/comments" and self.command == "POST":
+                    if len(body["body"]) > gh.max_body:
+                        return self._send(422, {"message": "Validation Failed", "errors": [{"message": "Body is too long"}]})
+                    comment = gh.add_comment(issue["repo"], issue["number"], body["body"], login)
+                    return self._send(201, gh._comment_json(comment))
+                if tail == "/labels" and self.command == "POST":
+                    names = body["labels"] if isinstance(body, dict) else body
+                    issue["labels"] += [n for n in names if n not in issue["labels"]]
+                    return self._send(200, [{"name": n} for n in issue["labels"]])
+                if tail and tail.startswith("/labels/") and self.command == "DELETE":
+                    name = m.group(4)
+                    if name not in issue["labels"]:
+                        return self._send(404, {"message": "Label does not exist"})
+                    issue["labels"].remove(name)
+                    return self._send(200, [{"name": n} for n in issue["labels"]])
+                return self._send(404, {"message": f"not implemented: {self.command} {path}"})
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _handle
+
+        return Handler
+
+
+def rate_limited(method: str, path: str, reset_in_s: float = 1.0) -> Failure:
+    """GitHub's primary rate limit: 403, remaining 0, and the epoch second it resets."""
+    return Failure(method, path, 403, {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0",
+                                       "X-RateLimit-Reset": str(int(time.time() + reset_in_s))},
+                   {"message": "API rate limit exceeded for installation."})
