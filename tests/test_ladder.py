@@ -122,3 +122,70 @@ def test_single_arm_agreeing_with_float64_is_not_reproduced():
 def test_misaligned_observables_are_reported():
     c = compare([arm("cpu", [obs(0, [1], [1], label="A() call #1")]), arm("cuda", [obs(0, [1], [1], label="B() call #1")])])
     assert c.aligned == 0 and "alignment broke" in c.alignment_note
+
+
+# -- the rungs added for "why it diverges" -----------------------------------------------------
+SETTINGS = {"num_threads": 2, "deterministic": False, "mkldnn": True}
+
+
+def call(i, value, training=True, layers=(), settings=SETTINGS, weights=0):
+    o = obs(i, value, value, label=f"Net() call #{i + 1}")
+    o.module = {"instance": 0, "variable": "net", "training": training, "train_layers": list(layers),
+                "inputs": ["same-digest"], "weights_version": weights, "settings": dict(settings)}
+    return o
+
+
+DROPOUT = {"path": "block.drop", "type": "Dropout", "effect": "zeroes a random 0.5 of its inputs on every call"}
+
+
+def test_train_mode_layer_between_two_calls_is_nondeterministic_with_the_fix():
+    v = verdict(arm("cpu", [call(0, [1.0, 0.0], layers=[DROPOUT]), call(1, [0.5, 0.5], training=False)]))
+    assert (v.kind, v.expected) == ("nondeterministic", True)
+    assert "`net.block.drop` (Dropout)" in v.summary and "`net.eval()`" in v.summary
+    assert "training mode, the second in eval mode" in v.summary
+
+
+def test_a_setting_changed_between_two_calls_is_a_precision_mode():
+    v = verdict(arm("cpu", [call(0, [1.0, 2.0]), call(1, [1.0000001, 2.0], settings=dict(SETTINGS, num_threads=6))]))
+    assert (v.kind, v.expected) == ("expected-precision-mode", True)
+    assert "`torch.set_num_threads(2)` → `torch.set_num_threads(6)`" in v.summary
+
+
+def test_changed_weights_are_not_a_repeat():
+    v = verdict(arm("cpu", [call(0, [1.0, 2.0]), call(1, [1.5, 2.0], weights=3)]))
+    assert v.kind == "not-reproduced"  # an optimizer step in between: a different computation
+
+
+def test_unexplained_repeat_points_at_a_nondeterministic_kernel():
+    v = verdict(arm("cpu", [call(0, [1.0, 2.0], training=False), call(1, [1.5, 2.0], training=False)]))
+    assert (v.kind, v.expected) == ("nondeterministic", None) and "deterministic=on" in v.summary
+
+
+def test_an_agreeing_ablation_names_the_cause():
+    from triage.model import Ablation
+
+    runs = [arm("cpu", [obs(0, [1.0, 2.0], [1, 2])]), arm("cpu/threads=1", [obs(0, [1.0000001, 2.0], [1, 2])])]
+    agree = Ablation(switch="threads=1", arms=["cpu/threads=1", "cpu/threads=1"], outcome="agree-bitwise",
+                     detail="the two sides are bit-identical", section="Numerical accuracy (introduction)",
+                     setting="torch.set_num_threads(1)", supports="expected-precision-mode")
+    v = classify(REPRO, compare(runs), [agree])
+    assert (v.kind, v.expected) == ("expected-precision-mode", True) and "the reduction order" in v.summary
+    still = Ablation(**{**agree.__dict__, "outcome": "still-diverges"})
+    assert classify(REPRO, compare(runs), [still]).kind == "expected-rounding"
+
+
+def test_signed_zero_only():
+    v = verdict(arm("cpu", [obs(0, [-0.0], [0.0])]), arm("cpu/compile", [obs(0, [0.0], [0.0])], mode="compile"))
+    assert v.kind == "expected-rounding" and "sign of a zero" in v.summary
+
+
+def test_one_unseeded_run_among_reseeded_ones():
+    def leaf(i, draws, call_line):
+        return {"index": i, "kind": "random", "op": "uniform_", "line": 16, "call_line": call_line,
+                "fingerprint": {"shape": [5, 10], "sha256": f"s{draws}"}, "seed": {"line": 9, "value": 42, "draws": draws}}
+
+    run = arm("cpu", [obs(0, [1.0], [1.0], kind="readback", label="format")],
+              leaves=[leaf(0, 0, 37), leaf(1, 0, 38), leaf(2, 3, 39)])
+    repro = Repro(path="/x/r.py", name="r.py", source="\n" * 38 + "w3 = train()\n")
+    v = classify(repro, compare([run]))
+    assert v.kind == "nondeterministic" and "line 39 (`w3 = train()`)" in v.summary

@@ -7,7 +7,7 @@ from typing import Any
 
 from triage import policy
 from triage.compare import summarize
-from triage.model import ArmRun, Comparison, Divergence, Repro, Side, Verdict
+from triage.model import Ablation, ArmRun, Comparison, Divergence, Observable, Repro, Side, Verdict
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
          "expected-rounding", "expected-precision-mode", "expected-ill-conditioned", "likely-bug")
@@ -19,7 +19,7 @@ def _verdict(kind: str, expected: bool | None, section: policy.Section, labels: 
                    labels=[policy.LABELS[k] for k in labels], summary=summary, evidence=evidence or [])
 
 
-def classify(repro: Repro, comparison: Comparison | None) -> Verdict:
+def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablation] | None = None) -> Verdict:
     if repro.problem is not None or comparison is None:
         return _verdict("could-not-run", None, policy.NONE, ["repro"],
                         f"triage could not run the script: {repro.problem}.")
@@ -34,11 +34,12 @@ def classify(repro: Repro, comparison: Comparison | None) -> Verdict:
     if failed:
         return _crash_one_arm(completed, failed)
     d = comparison.divergence
-    rung = _nondeterministic(comparison, d)
+    agree = [a for a in ablations or [] if a.outcome in ("agree-bitwise", "within-tolerance")]
+    rung = _repeated_call(comparison, d, agree) or _nondeterministic(comparison, d) or _ablated(comparison, d, agree)
     if rung is not None:
         return rung
     if d is None:
-        return _not_reproduced(comparison, completed)
+        return _unseeded_runs(completed, repro.source) or _not_reproduced(comparison, completed)
     if d.nonfinite_mismatch > 0:
         return _nonfinite_flip(comparison, d)
     if d.b is not None and d.within_tolerance:
@@ -48,9 +49,13 @@ def classify(repro: Repro, comparison: Comparison | None) -> Verdict:
     if d.b is not None and not conditioned and (d.fp64_rule or "").startswith("pass"):
         return _rounding(d)
     if conditioned:
-        return _verdict("expected-ill-conditioned", True, policy.LINALG, ["numerical", "linalg"],
+        note = _singular_upstream(comparison, d) or {}
+        matrix = "figure" not in note
+        section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
+        return _verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
                         f"{_where(d)} differs beyond tolerance, but it depends on {conditioned}. "
-                        "On such inputs results may vary between devices and backends.", _evidence(d))
+                        "On such inputs results may vary between devices and backends.",
+                        _evidence(d) + ([_cond_text(note, full=True)] if note else []))
     return _likely_bug(d)
 
 
@@ -107,6 +112,168 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
     return None
 
 
+SETTING_NAMES = {"num_threads": "torch.set_num_threads({})", "deterministic": "torch.use_deterministic_algorithms({})",
+                 "mkldnn": "torch.backends.mkldnn.enabled = {}",
+                 "float32_matmul_precision": "torch.set_float32_matmul_precision({!r})",
+                 "cuda_matmul_tf32": "torch.backends.cuda.matmul.allow_tf32 = {}",
+                 "cudnn_tf32": "torch.backends.cudnn.allow_tf32 = {}", "cudnn_benchmark": "torch.backends.cudnn.benchmark = {}",
+                 "default_dtype": "torch.set_default_dtype({})"}
+
+
+def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verdict | None:
+    """One module, same weights, bit-identical input, called twice: why the answers differ."""
+    if d is None or d.how != "repeat":
+        return None
+    run = next(r for r in c.arms if r.spec == d.a.arm)
+    first = next(o for o in run.observables if o.index == d.a.observable)
+    later = next(o for o in run.observables if o.index == d.b.observable)
+    ma, mb = first.module or {}, later.module or {}
+    name = ma.get("variable") or "the model"
+    calls = f"{first.label} (line {first.line}) and {later.label} (line {later.line})"
+    evidence = _evidence(d) + [f"both calls: module instance {ma.get('instance')}, weights unchanged, "
+                               "bit-identical inputs"]
+    layers = ma.get("train_layers") or mb.get("train_layers") or []
+    if layers:
+        listing = "; ".join(f"`{name}.{x['path']}` ({x['type']}) {x['effect']}" for x in layers[:4])
+        modes = ""
+        if ma.get("training") != mb.get("training"):
+            modes = (f" The first call ran in {'training' if ma.get('training') else 'eval'} mode, the second in "
+                     f"{'training' if mb.get('training') else 'eval'} mode.")
+        return _verdict("nondeterministic", True, policy.GENERAL, ["reproducibility"],
+                        f"`{name}` gives different outputs for the same input in {calls}: it has layers that behave "
+                        f"differently in training mode — {listing}.{modes} This is the model's mode, not numerics. "
+                        f"Fix: call `{name}.eval()` before comparing outputs (and use `torch.no_grad()`).",
+                        evidence + [f"train-mode layer `{x['path']}`: {x['type']}" for x in layers[:8]])
+    sa, sb = ma.get("settings") or {}, mb.get("settings") or {}
+    changed = [k for k in sa if sa.get(k) != sb.get(k)]
+    if changed:
+        lines = "; ".join(f"`{SETTING_NAMES.get(k, k + '={}').format(sa[k])}` → `{SETTING_NAMES.get(k, k + '={}').format(sb[k])}`"
+                          for k in changed)
+        tf32 = any("tf32" in k or k == "float32_matmul_precision" for k in changed)
+        pinned = next((a for a in agree if a.supports == "expected-precision-mode"), None)
+        shown = (f" With `{pinned.switch}` held for the whole script ({pinned.setting}) the two calls "
+                 f"{_agree_text(pinned)}." if pinned else "")
+        how = (f"within {d.dtype} tolerance (max |diff| {d.max_abs_diff:.3g})" if d.within_tolerance
+               else f"by {d.max_abs_diff:.3g}" if d.max_abs_diff is not None else "")
+        return _verdict("expected-precision-mode", True, policy.TF32 if tf32 else policy.GENERAL,
+                        ["numerical", "reproducibility"] + (["tf32"] if tf32 else []),
+                        f"`{name}` gives different outputs for the same input and weights in {calls} {how}, and the "
+                        f"script changes a numerics setting between the calls: {lines}. Kernels pick different "
+                        "blocking and reduction orders for different settings, so the rounding differs; PyTorch does "
+                        f"not promise bitwise-identical results across such settings.{shown}",
+                        evidence + [f"setting at the first call: {k}={sa[k]}; at the second: {k}={sb[k]}" for k in changed])
+    return _verdict("nondeterministic", None, policy.GENERAL, ["reproducibility", "review"],
+                    f"`{name}` gives different outputs in {calls} although the weights, the input bits and the "
+                    "numerics settings are the same and no layer depends on training mode: a kernel is "
+                    "nondeterministic run to run. Re-run with `torch.use_deterministic_algorithms(True)` "
+                    "(arm knob `deterministic=on`) to find it.", evidence)
+
+
+CAUSES = {
+    "threads": "how the work is split across threads (the reduction order)",
+    "mkldnn": "oneDNN's kernels, which block and accumulate differently",
+    "tf32": "TF32 tensor cores, which read only 10 bits of each fp32 input's mantissa",
+    "reduced_precision": "fp16/bf16 GEMMs accumulating in reduced precision",
+    "cudnn_benchmark": "cuDNN's benchmark choosing a different algorithm",
+    "emulate_precision_casts": "inductor keeping fp16/bf16 intermediates in fp32 where eager rounds at every cast",
+    "fallback_random": "inductor's own random number generator, which draws other numbers than eager's",
+    "deterministic": "a nondeterministic kernel",
+}
+
+
+def _agree_text(a: Ablation) -> str:
+    return "agree bitwise" if a.outcome == "agree-bitwise" else f"agree within tolerance ({a.detail})"
+
+
+def _ablated(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verdict | None:
+    """A switch under which the divergence disappears names its cause (and an ill-conditioned
+    input, where there is one, says why that switch matters this much)."""
+    if d is None or not agree:
+        return None
+    conditioned = _ill_conditioning(c, d)
+    why_big = f" It matters this much because the value depends on {conditioned}." if conditioned else ""
+    a = agree[0]
+    knob = a.switch.partition("=")[0]
+    section = next(s for s in vars(policy).values() if isinstance(s, policy.Section) and s.title == a.section)
+    labels = {"tf32": ["numerical", "tf32"], "fallback_random": ["random", "compile"],
+              "deterministic": ["reproducibility", "review"]}.get(knob, ["numerical"])
+    others = ", ".join(f"`{x.switch}`" for x in agree[1:])
+    size = (f" (max |diff| {d.max_abs_diff:.3g}{', within ' + d.dtype + ' tolerance' if d.within_tolerance else ''})"
+            if d.max_abs_diff is not None else "")
+    on = ("on both arms, which then are one configuration: the arms differ only in this setting"
+          if len(a.arms) == 2 and a.arms[0] == a.arms[1] else "on " + ", ".join(f"`{s}`" for s in a.arms))
+    return _verdict(a.supports, True if a.supports == "expected-precision-mode" or knob == "fallback_random" else None,
+                    section, labels,
+                    f"{_where(d)} differs between {_pair(d)}{size}. With `{a.switch}` {on} — the sides "
+                    f"{_agree_text(a)}{' (so do they under ' + others + ')' if others else ''}. The difference comes from "
+                    f"{CAUSES.get(knob, knob)}; PyTorch does not promise bitwise-identical results across such "
+                    f"settings.{why_big} To get the same numbers, set `{a.setting}`.",
+                    _evidence(d) + [f"ablation `{x.switch}` ({', '.join(x.arms)}): {x.outcome}, {x.detail}" for x in agree])
+
+
+def _unseeded_runs(completed: list[ArmRun], source: str) -> Verdict | None:
+    """The script seeds some runs of a random computation and not others (the article's
+    'two seeded runs agree; an unseeded run does not'): one random site is drawn several
+    times, some draws reproduced exactly by reseeding, another from a different generator
+    state. The top-level call that made the odd draw is the unseeded run."""
+    for run in completed:
+        sites: dict[tuple, list[dict[str, Any]]] = {}
+        for leaf in run.leaves:
+            if leaf.get("kind") == "random" and leaf.get("seed") is not None:
+                sites.setdefault(_site(leaf), []).append(leaf)
+        for leaves in sites.values():
+            states = [_state(x) for x in leaves]
+            usual_state = max(set(states), key=states.count)
+            if states.count(usual_state) < 2 or len(set(states)) < 2:
+                continue
+            usual = [x for x in leaves if _state(x) == usual_state]
+            odd = [x for x in leaves if _state(x) != usual_state]
+            leaf, seed_at = odd[0], usual[0]["seed"]
+            where = (f"`torch.manual_seed({seed_at['value']})` at line {seed_at['line']}" if seed_at.get("line")
+                     else "the start of the script")
+            state = leaf["seed"]
+            drift = (f"{state['draws'] - seed_at['draws']} random ops later than that" if state.get("line") == seed_at.get("line")
+                     else f"from the generator as {'line ' + str(state['line']) if state.get('line') else 'triage'} seeded it")
+            seeded_calls = sorted({x.get("call_line") for x in usual if x.get("call_line")})
+            odd_calls = sorted({x.get("call_line") for x in odd if x.get("call_line")})
+            code = _code_at(source, odd_calls[0]) if odd_calls else ""
+            printed = _printed_mix(run, {x["index"] for x in usual}, {x["index"] for x in odd})
+            return _verdict(
+                "nondeterministic", True, policy.GENERAL, ["reproducibility", "random"],
+                f"The script reseeds to reproduce a random computation, and one run is not reseeded. "
+                f"`aten.{leaf['op']}` (line {leaf['line']}) is drawn for the calls at line"
+                f"{'s' if len(seeded_calls) > 1 else ''} {', '.join(map(str, seeded_calls)) or '?'} right after {where} "
+                f"— identical draws — but for the call at line {', '.join(map(str, odd_calls)) or '?'}{code} {drift}: that "
+                f"run is not seeded, so its results differ from the seeded runs'{printed}. Fix: call "
+                "`torch.manual_seed(…)` before every run that must reproduce (or pass a `torch.Generator`).",
+                [f"`aten.{x['op']}` line {x['line']}, top-level line {x.get('call_line')}: {x['seed'].get('draws')} "
+                 f"draws after seed {x['seed'].get('value')} (line {x['seed'].get('line')})" for x in (usual[0], leaf)])
+    return None
+
+
+def _code_at(source: str, line: int) -> str:
+    lines = source.splitlines()
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return f" (`{text}`)" if text and len(text) <= 120 else ""
+
+
+def _site(leaf: dict[str, Any]) -> tuple:
+    return leaf.get("op"), leaf.get("line"), tuple((leaf.get("fingerprint") or {}).get("shape") or ())
+
+
+def _printed_mix(run: ArmRun, usual: set[int], odd: set[int]) -> str:
+    """A value the script prints that depends on both kinds of draw, when ancestry shows one."""
+    for o in run.observables:
+        if o.kind in ("readback", "claim") and set(o.ancestors) & usual and set(o.ancestors) & odd:
+            return f" ({o.label} at line {o.line} compares the two)"
+    return ""
+
+
+def _state(leaf: dict[str, Any]) -> tuple:
+    seed = leaf.get("seed") or {}
+    return seed.get("line"), seed.get("value"), seed.get("draws")
+
+
 def _distinct_draws(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
     """Within one arm, two operands computed from *different* random/uninitialized leaves of
     the same shapes (a fresh nn.Linear per call)."""
@@ -131,7 +298,7 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
         return _verdict("not-reproduced", None, policy.NONE, ["repro"],
                         "The script ran on every arm but never produced a tensor triage could observe "
                         "(no module output, no printed or compared tensor): there is nothing numerical to compare.")
-    singular = [x for x in c.conditioning if x.get("singular")]
+    singular = [x for x in c.conditioning if x.get("singular") and "figure" not in x]
     nonfinite_ok = [(r, o) for r in completed for o in r.observables
                     if o.fingerprint and (o.fingerprint.get("nan") or o.fingerprint.get("posinf") or o.fingerprint.get("neginf"))
                     and set(o.conditioning) and any(r.conditioning[i].get("singular") for i in o.conditioning)]
@@ -143,13 +310,29 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
                         f"with the float64 reference: the matrix fed to `{note['op']}` at line {note['line']} is singular "
                         f"({_cond_text(note)}). A finite value from another device is rounding noise.",
                         [_cond_text(note, full=True)])
+    same = _identical_copies(completed[0])
     if len(completed) == 1:
         return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                         f"Only `{completed[0].spec}` ran. Every one of its {n} observed values agrees with the float64 "
-                        "reference and no comparison the script makes fails: nothing diverges here.")
+                        f"reference and no comparison the script makes fails: nothing diverges here.{same}")
     return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                     f"The arms agree bitwise on all {c.aligned} aligned observables and every comparison the "
                     "script makes holds: the reported divergence does not reproduce here.")
+
+
+def _identical_copies(run: ArmRun) -> str:
+    """Two of the script's named tensors holding the same bits (weights before and after a
+    device move): said outright, because that is usually what the reporter doubted."""
+    groups: dict[tuple, list[Observable]] = {}
+    for o in run.observables:
+        fp = o.fingerprint or {}
+        if o.kind == "final" and fp.get("numel", 0) > 1 and fp.get("sha256"):
+            groups.setdefault((tuple(fp.get("shape") or ()), fp.get("dtype"), fp["sha256"]), []).append(o)
+    for (shape, dtype, _), same in groups.items():
+        if len(same) >= 2:
+            names = " and ".join(o.label.replace(" at exit", "") for o in same[:3])
+            return f" {names} are bit-identical ({'×'.join(map(str, shape))} {dtype}): copying tensors between devices does not change them."
+    return ""
 
 
 def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:
@@ -166,6 +349,12 @@ def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:
                         f"{who} The float64 value ({s.reference_summary}) lies beyond the largest finite {s.dtype}, "
                         f"so `inf` is the correctly rounded {s.dtype} answer: expected range overflow, not a bug.",
                         evidence)
+    if singular and "figure" in singular:
+        section = policy.EXTREMAL if "overflow" in singular["kind"] else policy.GENERAL
+        return _verdict("nonfinite-flip", True, section, ["nonfinite", "numerical"],
+                        f"{who} At `aten.{singular['op']}` (line {singular['line']}) {singular['figure']}, so a "
+                        "non-finite value on one side is the input's doing, not a kernel's.",
+                        evidence + [_cond_text(singular, full=True)])
     if singular:
         return _verdict("nonfinite-flip", True, policy.LINALG, ["nonfinite", "linalg"],
                         f"{who} The matrix fed to `{singular['op']}` at line {singular['line']} is singular "
@@ -181,6 +370,12 @@ def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:
 
 
 def _rounding(d: Divergence) -> Verdict:
+    if d.b is not None and d.max_abs_diff == 0.0 and d.nonfinite_mismatch == 0:
+        return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+                        f"{_where(d)}: {_pair(d)} hold equal values that differ only in the sign of a zero "
+                        f"({d.a.summary} vs {d.b.summary}). IEEE 754 defines -0 == +0; which sign a computation "
+                        "ends with depends on the order of its operations, which the accuracy note does not fix.",
+                        _evidence(d))
     how = (f"within {d.dtype} tolerance (rtol={d.rtol:g}, atol={d.atol:g}; max |diff| {d.max_abs_diff:.3g})"
            if d.within_tolerance else f"by dynamo's float64 rule ({d.fp64_rule})")
     return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
@@ -212,14 +407,18 @@ def _singular_upstream(c: Comparison, d: Divergence) -> dict[str, Any] | None:
             continue
         run = next((r for r in c.arms if r.spec == s.arm), None)
         o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        for i in (o.conditioning if o else []):
-            if run.conditioning[i].get("singular") or run.conditioning[i].get("ill_conditioned"):
-                return run.conditioning[i]
+        notes = [run.conditioning[i] for i in (o.conditioning if o else []) if i < len(run.conditioning)]
+        # A singular matrix explains more than a cancelling sum does; both more than nothing.
+        for note in sorted(notes, key=lambda n: (not n.get("singular"), "figure" in n)):
+            if note.get("singular") or note.get("ill_conditioned"):
+                return dict(note, arm=run.spec)
     return None
 
 
 def _ill_conditioning(c: Comparison, d: Divergence) -> str | None:
     note = _singular_upstream(c, d)
+    if note and "figure" in note:
+        return f"`aten.{note['op']}` at line {note['line']}, where {note['figure']}"
     if note:
         return f"`{note['op']}` of a matrix with {_cond_text(note)} (line {note['line']})"
     over = [s for s in (d.a, d.b) if s is not None and s.overflow_to_inf]
@@ -229,6 +428,10 @@ def _ill_conditioning(c: Comparison, d: Divergence) -> str | None:
 
 
 def _cond_text(note: dict[str, Any], full: bool = False) -> str:
+    if "figure" in note:
+        text = note["figure"]
+        return (f"{note['kind']} at `aten.{note['op']}` ({'×'.join(map(str, note['shape']))} {note['dtype']}, "
+                f"line {note['line']}, arm {note.get('arm', '?')}): {text}") if full else text
     parts = []
     if note.get("exact_singular"):
         parts.append("determinant exactly 0 in rational arithmetic")

@@ -48,6 +48,11 @@ def _run_options(f: Any) -> Any:
                      help="Reduce a divergence between two arms to its minimal op set and a verified script."),
         click.option("--minimize-budget", type=click.FloatRange(min=1), default=900.0, show_default=True,
                      help="Seconds the reduction passes may take; the smallest op set found by then is kept."),
+        click.option("--ablate/--no-ablate", default=True, show_default=True,
+                     help="For a divergence, re-run with one switch changed at a time (threads=1, tf32=off, …) "
+                          "and report which make the sides agree."),
+        click.option("--ablate-budget", type=click.FloatRange(min=1), default=120.0, show_default=True,
+                     help="Seconds the ablations may take."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed for every generator, in every arm."),
         click.option("--jobs", type=click.IntRange(min=1), default=None, help="Arms run at once (default: cores)."),
         click.option("--quiet", is_flag=True, help="No progress and no terminal summary."),
@@ -100,8 +105,8 @@ def run_command(script: str, json_path: str | None, comment_path: str, minimal_p
     """Run SCRIPT on isolated arms, judge it against the accuracy policy, write the comment."""
     from triage.pipeline import triage_script
 
-    report = _execute(lambda arms, options, progress, notes, minimize: triage_script(
-        script, arms, options, progress, notes, minimize), run)
+    report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_script(
+        script, arms, options, progress, notes, minimize, ablation), run)
     _finish(report, json_path, comment_path, minimal_path, run["quiet"])
     sys.exit(_exit_code(report))
 
@@ -176,8 +181,8 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, out_dir: 
                   "token, then `triage post --report`.", highlight=False)
     issue = _load_issue(ref, event_path, github)
     os.makedirs(out_dir, exist_ok=True)
-    report = _execute(lambda arms, options, progress, notes, minimize: triage_issue(
-        issue, out_dir, arms, options, progress, notes, minimize), run)
+    report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_issue(
+        issue, out_dir, arms, options, progress, notes, minimize, ablation), run)
     data = _finish(report, os.path.join(out_dir, "report.json"), os.path.join(out_dir, "comment.md"),
                    os.path.join(out_dir, "minimal.py"), run["quiet"])
     _write_step_summary(data)
@@ -275,6 +280,7 @@ def _execute(pipeline: Any, run: dict[str, Any]) -> Any:
     """Parse the run options, run `pipeline` with a progress display, return its Report."""
     from rich.console import Console
 
+    from triage.ablate import AblationOptions
     from triage.minimize import MinimizeOptions
 
     notes: list[str] = []
@@ -291,7 +297,8 @@ def _execute(pipeline: Any, run: dict[str, Any]) -> Any:
     progress = _Progress(Console(stderr=True), [a.spec for a in arms]) if not run["quiet"] else None
     try:
         return pipeline(arms, options, progress.update if progress else None, notes,
-                        MinimizeOptions(enabled=run["minimize"], budget_s=run["minimize_budget"]))
+                        MinimizeOptions(enabled=run["minimize"], budget_s=run["minimize_budget"]),
+                        AblationOptions(enabled=run["ablate"], budget_s=run["ablate_budget"]))
     finally:
         if progress:
             progress.stop()

@@ -31,25 +31,26 @@ def compare(runs: list[ArmRun]) -> Comparison:
         for b in completed[1:]:
             for i in range(aligned):
                 if _bits(a.observables[i]) != _bits(b.observables[i]):
-                    candidates.append(_divergence("arms", a, a.observables[i], b, b.observables[i]))
+                    candidates.append(pair_divergence("arms", a, a.observables[i], b, b.observables[i]))
     claims: list[dict[str, Any]] = []
     claim_divs: list[Divergence] = []
     for run in completed:
         for x, y, how in _claim_pairs(run):
-            d = _divergence("claim", run, x, run, y)
+            d = pair_divergence("claim", run, x, run, y)
+            d.how = how
             claims.append({"arm": run.spec, "how": how, "a": x.label, "b": y.label, "line": x.line,
                            "holds": (x.claim or {}).get("holds"), "bitwise_equal": d.bitwise_equal,
                            "within_tolerance": d.within_tolerance,
                            "a_agrees_with_reference": d.a.agrees_with_reference,
                            "b_agrees_with_reference": d.b.agrees_with_reference if d.b else None})
-            if not d.bitwise_equal and (how == "implicit" or (x.claim or {}).get("holds") is False):
+            if not d.bitwise_equal and (how in ("implicit", "repeat") or (x.claim or {}).get("holds") is False):
                 claim_divs.append(d)
     # Against float64 alone only when there is no second arm: where arms agree with each other,
     # the reporter's divergence did not reproduce, and float64 findings are notes, not verdicts.
     reference_divs = []
     for run in completed if len(completed) == 1 else []:
         for o in run.observables:
-            side = _side(run, o)
+            side = side_of(run, o)
             if side.agrees_with_reference is False:
                 reference_divs.append(_single(run, o, side))
     ordered = candidates + claim_divs + reference_divs
@@ -178,10 +179,26 @@ def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
     for ops in operands.values():
         if 0 in ops and 1 in ops:
             pairs.append((ops[0], ops[1], ops[0].claim["func"]))
+    # Repeated calls: one module, same weights, bit-identical inputs, called again — and a
+    # different answer (dropout left on, batch statistics, a setting changed in between).
+    repeated: set[int] = set()
+    calls: dict[tuple, Observable] = {}
+    for o in run.observables:
+        m = o.module
+        if o.kind != "call" or not m or not m.get("inputs") or None in m["inputs"]:
+            continue
+        output = o.label.partition(" output ")[2]
+        key = (m["instance"], tuple(m["inputs"]), m.get("weights_version"), output)
+        first = calls.setdefault(key, o)
+        if first is not o and _bits(first) != _bits(o):
+            pairs.append((first, o, "repeat"))
+            repeated.add(o.index)
     # Implicit claims: two observed values with the same float64 value but different bits
     # are the same quantity computed two ways (fp16 vs fp32, eager vs compiled, cpu vs "gpu").
     seen: dict[tuple, Observable] = {}
     for o in run.observables[:400]:
+        if o.index in repeated:
+            continue
         ref = (o.reference or {}).get("fingerprint")
         if o.kind not in ("readback", "call") or not ref or not o.fingerprint:
             continue
@@ -195,7 +212,8 @@ def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
 
 
 # -- measurements -------------------------------------------------------------------------
-def _side(run: ArmRun, o: Observable) -> Side:
+def side_of(run: ArmRun, o: Observable) -> Side:
+    """One observed value measured against its float64 reference."""
     fp = o.fingerprint or {}
     dtype = fp.get("dtype", "?")
     ref_fp = (o.reference or {}).get("fingerprint")
@@ -245,8 +263,9 @@ def _single(run: ArmRun, o: Observable, side: Side) -> Divergence:
     )
 
 
-def _divergence(source: str, ra: ArmRun, x: Observable, rb: ArmRun, y: Observable) -> Divergence:
-    sa, sb = _side(ra, x), _side(rb, y)
+def pair_divergence(source: str, ra: ArmRun, x: Observable, rb: ArmRun, y: Observable) -> Divergence:
+    """Two observed values (two arms', or two of one arm's) measured against each other."""
+    sa, sb = side_of(ra, x), side_of(rb, y)
     fa, fb = x.fingerprint or {}, y.fingerprint or {}
     dtypes = [fa.get("dtype", "?"), fb.get("dtype", "?")]
     # Comparing two dtypes (fp16 vs fp32): the looser tolerance applies.

@@ -81,6 +81,9 @@ class Observable:
     conditioning: list[int] = field(default_factory=list)  # ArmRun.conditioning indices upstream
     claim: dict[str, Any] | None = None
     node: str | None = None  # the op-graph node that computed it (arm's own recording)
+    # Root module calls: which module instance (and the script's name for it), its training
+    # flag and train-mode layers, input digests, and the numerics settings at the call.
+    module: dict[str, Any] | None = None
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
 
@@ -162,6 +165,7 @@ class Divergence:
     numel: int
     fp64_rule: str | None = None
     ancestors: list[dict[str, Any]] = field(default_factory=list)
+    how: str | None = None  # claims: the script's function, "implicit", or "repeat" (one module called twice)
 
 
 @dataclass(frozen=True)
@@ -200,6 +204,20 @@ class Comparison:
     claims: list[dict[str, Any]]
     conditioning: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Ablation:
+    """One switch changed on the arms involved in a divergence, and what happened to it."""
+
+    switch: str  # the arm knob, e.g. "threads=1"
+    arms: list[str]  # the ablated arm specs
+    outcome: str  # agree-bitwise | within-tolerance | still-diverges | not-comparable | skipped
+    detail: str
+    section: str  # the accuracy note's section the switch belongs to
+    setting: str  # the line a user sets
+    supports: str  # the verdict kind it supports when the sides agree
+    seconds: float = 0.0
 
 
 @dataclass
@@ -258,6 +276,7 @@ class Report:
     localization: list[LocalizedOp] = field(default_factory=list)
     minimal_dir: str | None = field(default=None, metadata={"json": False})  # minimal.py + inputs file
     issue: Issue | None = None
+    ablations: list[Ablation] = field(default_factory=list)
 
 
 def to_jsonable(obj: Any) -> Any:

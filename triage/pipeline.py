@@ -6,6 +6,7 @@ import shutil
 import time
 
 from triage import __version__
+from triage.ablate import AblationOptions, ablate
 from triage.classify import classify
 from triage.compare import compare
 from triage.extract import extract_repro
@@ -16,22 +17,24 @@ from triage.run import Progress, RunOptions, run_arms
 
 def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
                   progress: Progress | None = None, notes: list[str] | None = None,
-                  minimize: MinimizeOptions | None = None) -> Report:
+                  minimize: MinimizeOptions | None = None, ablation: AblationOptions | None = None) -> Report:
     start = time.monotonic()
     repro = extract_repro(path)
     comparison = None
     reduced = MinimizeResult()
+    ablations = []
     if repro.problem is None:
         runs = run_arms(repro, arms, options, progress)
         try:
             comparison = compare(runs)
+            ablations = ablate(repro, comparison, options, ablation or AblationOptions(enabled=False), progress)
             reduced = minimize_divergence(comparison, arms, options, minimize or MinimizeOptions(enabled=False),
                                           progress)
         finally:
             for run in runs:
                 if run.graph_dir:
                     shutil.rmtree(os.path.dirname(run.graph_dir), ignore_errors=True)
-    verdict = classify(repro, comparison)
+    verdict = classify(repro, comparison, ablations)
     report_notes = list(notes or [])
     if comparison is not None:
         report_notes.extend(_run_notes(comparison, options))
@@ -39,12 +42,12 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
     return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=comparison, verdict=verdict,
                   triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes,
                   minimal=reduced.minimal, localization=reduced.localization,
-                  minimal_dir=reduced.script_dir)
+                  minimal_dir=reduced.script_dir, ablations=ablations)
 
 
 def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOptions,
                  progress: Progress | None = None, notes: list[str] | None = None,
-                 minimize: MinimizeOptions | None = None) -> Report:
+                 minimize: MinimizeOptions | None = None, ablation: AblationOptions | None = None) -> Report:
     """`triage_script` on the repro extracted from an issue (written to `workdir/repro.py`),
     or a could-not-run report that says why the issue has no runnable repro."""
     extraction = issue.extraction
@@ -59,7 +62,7 @@ def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOp
     path = os.path.join(workdir, "repro.py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(extraction.script.rstrip("\n") + "\n")
-    report = triage_script(path, arms, options, progress, report_notes, minimize)
+    report = triage_script(path, arms, options, progress, report_notes, minimize, ablation)
     report.issue = issue
     if report.comparison is not None:
         report.notes.extend(_environment_notes(extraction.environment_fields, report.comparison))

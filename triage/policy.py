@@ -92,5 +92,6 @@ LABELS = {
     "repro": "needs reproduction",
     "linalg": "module: linear algebra",
     "random": "module: random",
+    "reproducibility": "module: numerical-reproducibility",
     "compile": "oncall: pt2",
 }

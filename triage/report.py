@@ -104,6 +104,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "minimal": data["minimal"],
         "localization": data["localization"],
         "issue": data["issue"],
+        "ablations": data["ablations"],
         "triage_version": data["triage_version"],
         "seconds": data["seconds"],
     }
@@ -144,6 +145,7 @@ def comment_digest(data: dict[str, Any]) -> str:
     minimal = data.get("minimal") or {}
     stable["minimal"] = (minimal.get("ops"), minimal.get("script"), minimal.get("verified"))
     stable["localization"] = [(r.get("op"), r.get("role")) for r in data.get("localization") or []]
+    stable["ablations"] = [(a.get("switch"), a.get("outcome")) for a in data.get("ablations") or []]
     blob = json.dumps(stable, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -209,6 +211,7 @@ def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int
         truncated="collapsible sections shortened to fit" if source_cap < 20000 else "full report in report.json",
         minimal=minimal, minimal_script=_cap(minimal["script"], source_cap) if minimal else "",
         localization=[_localized_row(r) for r in (data.get("localization") or [])[:LOCALIZATION_ROWS]],
+        ablations=[a for a in data.get("ablations") or [] if a["outcome"] != "skipped"],
         reporter_env=extraction.get("environment_fields") or {},
         reporter_observed=_cap("\n\n".join(extraction.get("observed") or []), output_cap),
     )
@@ -268,6 +271,13 @@ def render_terminal(report: Report, console: Any) -> None:
         from rich.syntax import Syntax
 
         console.print(Syntax(m.script, "python", word_wrap=True))
+    if report.ablations:
+        table = Table(title="ablations (one switch changed)")
+        for col in ("switch", "arms", "result", "set with"):
+            table.add_column(col)
+        for a in report.ablations:
+            table.add_row(a.switch, ", ".join(a.arms), escape(f"{a.outcome}: {a.detail}"), escape(a.setting))
+        console.print(table)
     if report.localization:
         table = Table(title="where it diverges (top ops)")
         for col in ("op", "line", "role", "local error", "end to end"):

@@ -185,7 +185,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values_file: Path) ->
         run.observables.append(Observable(
             index=i, kind=o["kind"], label=o["label"], line=o.get("line"), fingerprint=o.get("fingerprint"),
             reference=o.get("reference"), ancestors=o.get("ancestors", []), claim=o.get("claim"),
-            conditioning=o.get("conditioning", []), node=o.get("node"),
+            conditioning=o.get("conditioning", []), node=o.get("node"), module=o.get("module"),
             value=values.get(f"obs{i}"), reference_value=values.get(f"ref{i}"),
         ))
     if run.status == "raised" and run.exception:

@@ -6,6 +6,7 @@ says results on such inputs may differ between devices; this module supplies the
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -109,3 +110,108 @@ def _bareiss_det(m: list[list]) -> object:
                 m[i][j] = (m[i][j] * m[k][k] - m[i][k] * m[k][j]) / previous
         previous = m[k][k]
     return sign * m[n - 1][n - 1]
+
+
+# --- Beyond linalg: cancellation, intermediate overflow, domain edges -------------------
+# Notes share the linalg notes' shape (op, shape, dtype, ill_conditioned, …) plus `kind` and
+# a ready `figure`, so the classifier and the report treat every conditioning note alike.
+# Each check reads the op's recorded inputs once, in float64, and only small enough tensors.
+
+REDUCTIONS = {"sum", "mean", "cumsum", "var", "std", "var_mean", "std_mean", "nansum"}
+MATMULS = {"mm", "mv", "addmm", "addmv", "bmm", "dot", "matmul"}
+SQUARING = {"linalg_vector_norm", "norm", "var", "std", "var_mean", "std_mean"}
+DOMAINS = {"log": (0.0, None), "log2": (0.0, None), "log10": (0.0, None), "log1p": (-1.0, None),
+           "sqrt": (0.0, None), "rsqrt": (0.0, None), "acosh": (1.0, None), "atanh": (-1.0, 1.0),
+           "asin": (-1.0, 1.0), "acos": (-1.0, 1.0)}
+SIGNED_ZERO_OPS = {"reciprocal", "div", "atan2", "log", "rsqrt", "pow", "copysign"}
+SENSITIVE_OPS = REDUCTIONS | MATMULS | SQUARING | set(DOMAINS) | SIGNED_ZERO_OPS | {"exp", "expm1"}
+MAX_ELEMENTS = 1 << 22
+MAX_MATMUL_FLOPS = 1 << 27
+
+
+def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
+    """The worst numerical hazard of this op at this input, or None where there is none."""
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if x is None or not x.is_floating_point() or x.numel() == 0 or x.numel() > MAX_ELEMENTS:
+        return None
+    finfo = torch.finfo(x.dtype)
+    wide = x.detach().to("cpu", torch.float64)
+    base = {"op": op, "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""), "eps": finfo.eps,
+            "singular": False, "ill_conditioned": False, "cond": None, "rank": None, "order": None}
+    if not torch.isfinite(wide).all():
+        return None
+    if op in SQUARING:
+        biggest = float(wide.abs().max())
+        if biggest * biggest > finfo.max:
+            return dict(base, kind="intermediate-overflow", ill_conditioned=True, overflow=True,
+                        figure=f"max |x| = {biggest:.3g}, so x² = {biggest * biggest:.3g} exceeds the largest "
+                               f"{base['dtype']} ({finfo.max:.3g}) although the result may not")
+    if op in ("exp", "expm1"):
+        limit = math.log(finfo.max)
+        over = int((wide > limit).sum())
+        if over:
+            return dict(base, kind="overflow", ill_conditioned=True, overflow=True,
+                        figure=f"{over} input(s) above log(max {base['dtype']}) = {limit:.4g}: exp overflows to inf")
+    if op in DOMAINS:
+        note = _domain(op, wide, base)
+        if note:
+            return note
+    if op in SIGNED_ZERO_OPS:
+        negative_zero = int(((wide == 0) & torch.signbit(wide)).sum())
+        if negative_zero:
+            return dict(base, kind="signed-zero", figure=f"{negative_zero} input(s) are -0.0: the sign of zero "
+                                                          "decides ±inf or ±0 here")
+    if op in REDUCTIONS and wide.numel() > 1:
+        return _cancellation(base, wide.abs().sum(), wide.sum(), finfo.eps, "Σ|x| / |Σx|")
+    if op in MATMULS and len(args) >= 2 and isinstance(args[-1], torch.Tensor):
+        a, b = (args[1], args[2]) if op in ("addmm", "addmv") and len(args) >= 3 else (args[0], args[1])
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() < 1 or b.dim() < 1:
+            return None
+        flops = a.numel() * (b.shape[-1] if b.dim() > 1 else 1)
+        if flops > MAX_MATMUL_FLOPS or not (a.is_floating_point() and b.is_floating_point()):
+            return None
+        wa, wb = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
+        magnitude, value = torch.matmul(wa.abs(), wb.abs()), torch.matmul(wa, wb).abs()
+        ratio = magnitude / torch.clamp(value, min=torch.finfo(torch.float64).tiny)
+        worst = int(torch.argmax(ratio))
+        return _cancellation(base, magnitude.flatten()[worst], value.flatten()[worst], finfo.eps,
+                             "Σ|aᵢbᵢ| / |Σaᵢbᵢ| (worst output element)")
+    return None
+
+
+def _domain(op: str, wide: torch.Tensor, base: dict[str, Any]) -> dict[str, Any] | None:
+    low, high = DOMAINS[op]
+    outside = int((wide < low).sum()) + (int((wide > high).sum()) if high is not None else 0)
+    at_edge = int((wide == low).sum()) + (int((wide == high).sum()) if high is not None else 0)
+    if outside or at_edge:
+        return dict(base, kind="domain", ill_conditioned=True,
+                    figure=f"{outside} input(s) outside {op}'s domain and {at_edge} exactly on its edge "
+                           f"({low}{', ' + str(high) if high is not None else ''}): nan/inf are the exact answers there")
+    if op == "acosh":
+        big = float(wide.max())
+        if big * big > torch.finfo(getattr(torch, base["dtype"])).max:
+            return dict(base, kind="intermediate-overflow", ill_conditioned=False,
+                        figure=f"max x = {big:.3g}: x² overflows {base['dtype']}, so the textbook formula "
+                               "log(x + sqrt(x² - 1)) gives inf where acosh(x) is finite")
+    eps = base["eps"]
+    distance = float((wide - low).abs().min()) if high is None else float(
+        torch.minimum((wide - low).abs(), (high - wide).abs()).min())
+    if distance < 1e3 * eps * max(1.0, abs(low)):
+        return dict(base, kind="domain-edge", ill_conditioned=True,
+                    figure=f"an input lies {distance:.3g} from {op}'s domain edge, within 1000 ulp: the result's "
+                           "relative condition number is unbounded there")
+    return None
+
+
+def _cancellation(base: dict[str, Any], magnitude: torch.Tensor, value: torch.Tensor, eps: float,
+                  formula: str) -> dict[str, Any] | None:
+    magnitude, value = float(magnitude), abs(float(value))
+    if magnitude == 0:
+        return None
+    ratio = magnitude / value if value > 0 else math.inf
+    # A sum's relative error bound is about n·eps·Σ|x|/|Σx|; past 1e-4 it is visible.
+    if ratio * eps <= 1e-4:
+        return None
+    return dict(base, kind="cancellation", ill_conditioned=True, cond=ratio,
+                figure=f"{formula} = {ratio:.3g}: the terms cancel, so {base['dtype']}'s "
+                       f"{-math.log10(eps):.0f} digits leave about {max(0.0, -math.log10(ratio * eps)):.0f} correct")

@@ -58,6 +58,9 @@ def apply_knobs(knobs: dict[str, str]) -> None:
     for name, value in knobs.items():
         if name == "threads":
             torch.set_num_threads(int(value))
+            # The arm's thread count holds for the whole script: a script that sets its own
+            # (gh-88718 switches between 1 and 6) is exactly what `threads=N` rules out.
+            torch.set_num_threads = lambda n: None
         elif name == "tf32":
             b.cuda.matmul.allow_tf32 = on(value)
             b.cudnn.allow_tf32 = on(value)

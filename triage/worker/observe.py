@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -64,7 +65,7 @@ class ObservationStore:
         self.compiled_depth = 0  # inside a compiled call: modules dynamo runs are not root calls
 
     def add(self, kind: str, label: str, t: torch.Tensor, line: int | None = None,
-            claim: dict[str, Any] | None = None) -> None:
+            claim: dict[str, Any] | None = None, module: dict[str, Any] | None = None) -> None:
         if self.muted:
             return
         if len(self.records) >= MAX_OBSERVABLES:
@@ -82,7 +83,7 @@ class ObservationStore:
                 "index": index, "kind": kind, "label": label,
                 "line": line if line is not None else self.site(),
                 "fingerprint": fp, "node": node.name if node is not None else None,
-                "claim": claim,
+                "claim": claim, "module": module,
             }
             if fp is not None and fp["numel"] * 8 <= self.value_budget:
                 value = to_numpy(t)
@@ -92,11 +93,12 @@ class ObservationStore:
             self.records.append(record)
             self.emit({"observable": {k: record[k] for k in ("index", "kind", "label", "line", "fingerprint")}})
 
-    def add_all(self, kind: str, label: str, value: Any, line: int | None = None) -> None:
+    def add_all(self, kind: str, label: str, value: Any, line: int | None = None,
+                module: dict[str, Any] | None = None) -> None:
         tensors = [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
         for i, t in enumerate(tensors[:MAX_TENSORS_PER_CALL]):
             suffix = f" output {i}" if len(tensors) > 1 else ""
-            self.add(kind, label + suffix, t, line)
+            self.add(kind, label + suffix, t, line, module=module)
 
 
 class Observer(TorchFunctionMode):
@@ -134,12 +136,17 @@ def record_claim(store: ObservationStore, func: str, a: torch.Tensor, b: torch.T
 
 
 class RootCalls:
-    """Global module hooks that record the outputs of root (outermost) module calls."""
+    """Global module hooks that record the outputs of root (outermost) module calls, with
+    what decides whether two calls of one module on one input may differ: the layers that
+    behave differently in training mode, and the numerics settings in force."""
 
-    def __init__(self, store: ObservationStore) -> None:
+    def __init__(self, store: ObservationStore, script: str) -> None:
         self.store = store
+        self.script = script
         self.depth = 0
         self.counts: dict[str, int] = {}
+        self.instances: list[torch.nn.Module] = []  # kept alive so that id() stays unique
+        self.pending: list[dict[str, Any]] = []
         self.handles = []
 
     def install(self) -> None:
@@ -158,6 +165,9 @@ class RootCalls:
         if torch.compiler.is_compiling() or self.store.compiled_depth:
             return
         self.depth += 1
+        if self.depth == 1:
+            with self.store.quiet:
+                self.pending.append(self._state(module, args))
 
     def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if torch.compiler.is_compiling() or self.store.compiled_depth:
@@ -165,10 +175,77 @@ class RootCalls:
         self.depth -= 1
         if self.depth != 0:
             return
+        state = self.pending.pop() if self.pending else None
         inner = getattr(module, "_orig_mod", module)
         name = type(inner).__name__
         self.counts[name] = self.counts.get(name, 0) + 1
-        self.store.add_all("call", f"{name}() call #{self.counts[name]}", output)
+        self.store.add_all("call", f"{name}() call #{self.counts[name]}", output, module=state)
+
+    def _state(self, module: torch.nn.Module, args: Any) -> dict[str, Any]:
+        inner = getattr(module, "_orig_mod", module)
+        instance = next((i for i, m in enumerate(self.instances) if m is inner), None)
+        if instance is None:
+            instance = len(self.instances)
+            self.instances.append(inner)
+        digests = []
+        for t in tree_flatten(args)[0]:
+            if isinstance(t, torch.Tensor):
+                try:
+                    digests.append((fingerprint(t) or {}).get("sha256"))
+                except Exception:  # noqa: BLE001 - an odd input only means no repeat check
+                    digests.append(None)
+        # In-place updates (optimizer.step, load_state_dict) bump a parameter's version: equal
+        # sums mean the same weights, so two calls on one input should give one answer.
+        weights = sum(p._version for p in itertools.islice(inner.parameters(), 10000))
+        return {"instance": instance, "variable": _variable_of(inner, self.script), "training": inner.training,
+                "train_layers": training_layers(inner), "inputs": digests, "weights_version": weights,
+                "settings": numerics_settings()}
+
+
+TRAIN_MODE_LAYERS = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm, torch.nn.RReLU)
+
+
+def training_layers(module: torch.nn.Module, limit: int = 20) -> list[dict[str, str]]:
+    """Submodules that compute something else in training mode than in eval mode."""
+    found = []
+    for path, m in module.named_modules():
+        if not m.training or not isinstance(m, TRAIN_MODE_LAYERS):
+            continue
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            if m.p == 0:
+                continue
+            effect = f"zeroes a random {m.p:g} of its inputs on every call"
+        elif isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            effect = "normalizes with the batch's own statistics and updates running_mean/running_var"
+        else:
+            effect = "draws a random negative slope on every call"
+        found.append({"path": path, "type": type(m).__name__, "effect": effect})
+        if len(found) >= limit:
+            break
+    return found
+
+
+def numerics_settings() -> dict[str, Any]:
+    """The settings a script may change between two calls that change the numbers."""
+    b = torch.backends
+    return {"num_threads": torch.get_num_threads(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "mkldnn": b.mkldnn.enabled, "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda_matmul_tf32": b.cuda.matmul.allow_tf32, "cudnn_tf32": b.cudnn.allow_tf32,
+            "cudnn_benchmark": b.cudnn.benchmark, "default_dtype": str(torch.get_default_dtype())}
+
+
+def _variable_of(module: torch.nn.Module, script: str) -> str | None:
+    """The script's name for `module` (`model_dropout`), for a fix the reader can paste."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == script:
+            for scope in (frame.f_locals, frame.f_globals):
+                for name, value in scope.items():
+                    if value is module and not name.startswith("_"):
+                        return name
+        frame = frame.f_back
+    return None
 
 
 def compile_backend(name_or_fn: Any, mode: Any, options: Any, dynamic: Any) -> Callable:
@@ -264,6 +341,7 @@ def install_seed_watch(recorder: OpRecorder) -> None:
 
         def manual_seed(seed: Any, _original: Callable = original) -> Any:
             recorder.seeded = True
+            recorder.seed_state = {"line": recorder.site(), "value": int(seed), "draws": 0}
             return _original(seed)
 
         module.manual_seed = manual_seed

@@ -33,10 +33,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from triage.worker.conditioning import LINALG_OPS, condition_of
+from triage.worker.conditioning import LINALG_OPS, SENSITIVE_OPS, condition_of, sensitivity_of
 
 UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 # Ops whose outputs carry no numerical meaning worth a node (scalar extraction, metadata).
+MAX_HAZARD_NOTES = 64
 SKIPPED_OPS = {"_local_scalar_dense", "is_nonzero", "equal", "sym_size", "sym_stride", "sym_numel"}
 
 
@@ -48,6 +49,11 @@ class Leaf:
     kind: str
     op: str | None
     line: int | None
+    # Random leaves: the generator state they were drawn from — the script's last
+    # manual_seed (line, value; line None: triage's own seed) and how many random ops came
+    # between it and this one — and the top-level script line that led here.
+    seed: dict[str, Any] | None = None
+    call_line: int | None = None
 
 
 @dataclass
@@ -108,10 +114,12 @@ class OpRecorder(TorchDispatchMode):
         fault: Fault | None = None,
         max_nodes: int = 200_000,
         max_leaf_bytes: int = 1 << 30,
+        outer_site: Callable[[], int | None] = lambda: None,
     ) -> None:
         super().__init__()
         self.device = device
         self.site = site
+        self.outer_site = outer_site
         self.fault = fault
         self.max_nodes = max_nodes
         self.max_leaf_bytes = max_leaf_bytes
@@ -122,12 +130,14 @@ class OpRecorder(TorchDispatchMode):
         self.paused = 0
         self.stopped: str | None = None
         self.conditioning: list[dict[str, Any]] = []
+        self.hazards = 0  # cancellation/overflow/domain notes so far (bounded: they cost a pass each)
         self.producers: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         # data_ptr -> leaf kind of the latest factory/random output there: lets a tensor that
         # re-wraps that memory (nn.Parameter(torch.empty(...))) be labelled by its origin.
         self.storage_origin: dict[int, tuple[str, str]] = {}
         self.seeded = False
         self.random_before_seed: dict[str, Any] | None = None
+        self.seed_state: dict[str, Any] = {"line": None, "value": None, "draws": 0}
         self.compiled_graphs = 0
         self.compiled_random_ops: list[str] = []
 
@@ -148,6 +158,8 @@ class OpRecorder(TorchDispatchMode):
             if is_random and not self.seeded and self.random_before_seed is None:
                 self.random_before_seed = {"op": name, "line": self.site()}
             self._paused_register_leaves(out, kind, name, _mutated(func, args))
+            if is_random:
+                self.seed_state["draws"] += 1
             return out
         self.paused += 1
         try:
@@ -165,16 +177,20 @@ class OpRecorder(TorchDispatchMode):
         node = self.graph.call_function(func, tuple(n_args), dict(n_kwargs))
         node.meta["line"] = self.site()
         self._register_outputs(node, out, _mutated(func, args))
-        if name in LINALG_OPS and isinstance(args[0], torch.Tensor):
+        linalg = name in LINALG_OPS and isinstance(args[0], torch.Tensor)
+        if linalg or (name in SENSITIVE_OPS and self.hazards < MAX_HAZARD_NOTES):
             self.paused += 1
             try:
-                note = condition_of(name, args[0])
+                note = condition_of(name, args[0]) if linalg else sensitivity_of(name, args, out)
+            except Exception:  # noqa: BLE001 - a check that cannot read its input only loses a note
+                note = None
             finally:
                 self.paused -= 1
             if note is not None:
                 note["node"] = node.name
                 note["line"] = node.meta["line"]
                 self.conditioning.append(note)
+                self.hazards += 0 if linalg else 1
         self._count()
         return out
 
@@ -236,6 +252,9 @@ class OpRecorder(TorchDispatchMode):
         node = self.graph.placeholder(f"leaf{len(self.leaves)}")
         value = t.detach().clone()
         leaf = Leaf(len(self.leaves), node, value, kind, op, self.site())
+        if kind == "random":
+            leaf.seed = dict(self.seed_state)
+            leaf.call_line = self.outer_site()
         node.meta["leaf"] = leaf
         node.meta["line"] = leaf.line
         node.meta["dtype"] = value.dtype
@@ -398,5 +417,20 @@ def script_site(script_path: str) -> Callable[[], int | None]:
                 return frame.f_lineno
             frame = frame.f_back
         return None
+
+    return site
+
+
+def script_outer_site(script_path: str) -> Callable[[], int | None]:
+    """The outermost line of the script on the current stack: the top-level statement
+    (`weights = train_model()`) that led to whatever runs now."""
+
+    def site() -> int | None:
+        frame, line = sys._getframe(2), None
+        while frame is not None:
+            if frame.f_code.co_filename == script_path:
+                line = frame.f_lineno
+            frame = frame.f_back
+        return line
 
     return site

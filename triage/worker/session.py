@@ -26,7 +26,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         ObservationStore, Observer, RootCalls, final_tensors, install_assert_close,
         install_compile, install_seed_watch,
     )
-    from triage.worker.opgraph import Fault, OpRecorder, script_site
+    from triage.worker.opgraph import Fault, OpRecorder, script_outer_site, script_site
     from triage.worker.reference import replay_fp64
 
     arm = job["arm"]
@@ -61,9 +61,10 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
     script = job["script"]
     site = script_site(script)
-    recorder = OpRecorder(device, site, fault=fault, max_leaf_bytes=job["max_leaf_bytes"])
+    recorder = OpRecorder(device, site, fault=fault, max_leaf_bytes=job["max_leaf_bytes"],
+                          outer_site=script_outer_site(script))
     store = ObservationStore(recorder, site, job["value_budget"], emit)
-    roots = RootCalls(store)
+    roots = RootCalls(store, script)
     install_cuda_shims(device, script)
     install_compile(store, recorder, arm["mode"] == "compile", arm.get("backend"))
     install_assert_close(store)
@@ -109,7 +110,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     leaves = []
     for leaf in recording.leaves:
         leaves.append({"index": leaf.index, "node": leaf.node.name, "kind": leaf.kind, "op": leaf.op,
-                       "line": leaf.line, "fingerprint": fingerprint(leaf.value)})
+                       "line": leaf.line, "fingerprint": fingerprint(leaf.value),
+                       "seed": leaf.seed, "call_line": leaf.call_line})
     leaf_index = {leaf.node.name: leaf.index for leaf in recording.leaves}
     by_name = {n.name: n for n in recording.graph.nodes}
 

@@ -1,0 +1,140 @@
+"""Why it diverges: ablations, conditioning figures, and the reproducibility diagnosis, on
+the seed articles' scripts, the shared fixtures the issue names, and triage's own."""
+import pytest
+import torch
+
+from tests.conftest import FIXTURES, SHARED
+from triage.ablate import SWITCHES, _with
+from triage.arms import parse_arm
+from triage.worker.conditioning import sensitivity_of
+
+SEEDS = SHARED / "seeds"
+ISSUES = SHARED / "issues"
+needs_shared = pytest.mark.skipif(not SEEDS.exists(), reason="../shared/fixtures is absent")
+
+
+# -- unit: which switches apply to which arm ------------------------------------------------
+def _applicable(spec):
+    arm = parse_arm(spec)
+    return [f"{s.knob}={s.value}" for s in SWITCHES if _with(arm, s) is not None]
+
+
+def test_switches_apply_only_where_they_mean_something():
+    assert _applicable("cpu") == ["threads=1", "mkldnn=off"]
+    assert _applicable("cuda") == ["tf32=off", "reduced_precision=off", "cudnn_benchmark=off", "deterministic=on"]
+    assert _applicable("cpu/compile") == ["threads=1", "mkldnn=off", "emulate_precision_casts=on", "fallback_random=on"]
+    assert "threads=1" not in _applicable("cpu/threads=1")  # already set
+    assert _with(parse_arm("cpu/threads=4"), SWITCHES[3]).spec == "cpu/threads=1"
+
+
+# -- unit: conditioning beyond linalg --------------------------------------------------------
+def test_cancellation_ratio_of_a_sum():
+    x = torch.tensor([1e4, -1e4, 1.0, 1e4, -1e4])
+    note = sensitivity_of("sum", (x,), None)
+    assert note["kind"] == "cancellation" and note["ill_conditioned"]
+    assert note["cond"] == pytest.approx(40001.0)
+    assert sensitivity_of("sum", (torch.ones(10),), None) is None  # no cancellation, no note
+
+
+def test_matmul_row_cancellation():
+    a = torch.tensor([[1e4, -1e4 + 1e-2]])
+    b = torch.tensor([[1.0], [1.0]])
+    note = sensitivity_of("mm", (a, b), None)
+    assert note["kind"] == "cancellation" and note["cond"] > 1e5
+
+
+def test_intermediate_overflow_domain_edges_and_signed_zero():
+    big = torch.tensor([1e20, 1e20])
+    assert sensitivity_of("linalg_vector_norm", (big, 2), None)["kind"] == "intermediate-overflow"
+    assert sensitivity_of("log", (torch.tensor([0.0, 2.0]),), None)["kind"] == "domain"
+    assert sensitivity_of("acosh", (torch.tensor([1.0 + 2e-7, 3.0]),), None)["kind"] == "domain-edge"
+    acosh = sensitivity_of("acosh", (torch.tensor([3e38, 2.0]),), None)
+    assert acosh["kind"] == "intermediate-overflow" and not acosh["ill_conditioned"]
+    assert sensitivity_of("reciprocal", (torch.tensor([-0.0, 1.0]),), None)["kind"] == "signed-zero"
+    assert sensitivity_of("exp", (torch.tensor([100.0], dtype=torch.float32),), None)["kind"] == "overflow"
+    assert sensitivity_of("exp", (torch.tensor([10.0]),), None) is None
+
+
+# -- end to end --------------------------------------------------------------------------------
+
+
+
+@pytest.mark.slow
+@needs_shared
+@pytest.mark.parametrize("script, variable, layer", [("dropout_train_mode.py", "model_dropout", "dropout"),
+                                                      ("batchnorm_train_mode.py", "model_batchnorm", "bn")])
+def test_train_mode_is_named_with_module_path_and_fix(triage, script, variable, layer):
+    _, report, comment, out = triage(SEEDS / script, "cpu", "--no-minimize")
+    v = report["verdict"]
+    assert v["kind"] == "nondeterministic", v["summary"]
+    assert f"`{variable}.{layer}`" in v["summary"] and f"`{variable}.eval()`" in v["summary"]
+    assert "training mode" in v["summary"] and report["ablations"] == []  # the cause needs no re-run
+
+
+@pytest.mark.slow
+@needs_shared
+def test_the_unseeded_run_is_identified(triage):
+    _, report, _, _ = triage(SEEDS / "seeded_runs.py", "cpu", "--no-minimize")
+    v = report["verdict"]
+    assert v["kind"] == "nondeterministic", v["summary"]
+    assert "line 39 (`weights_no_seed = train_model()`)" in v["summary"]
+    assert "lines 37, 38" in v["summary"] and "torch.manual_seed(42)" in v["summary"]
+
+
+@pytest.mark.slow
+@needs_shared
+def test_weights_moved_between_devices_are_bit_identical(triage):
+    _, report, _, _ = triage(SEEDS / "weights_to_gpu.py", "cpu", "--no-minimize")
+    v = report["verdict"]
+    assert v["kind"] == "not-reproduced"
+    assert "`original_weights_cpu` and `weights_gpu_cpu` are bit-identical" in v["summary"]
+
+
+@pytest.mark.slow
+@needs_shared
+def test_thread_switch_between_calls_gh88718(triage):
+    _, report, _, _ = triage(ISSUES / "gh-88718" / "repro.py", "cpu", "--no-minimize")
+    v = report["verdict"]
+    assert v["kind"] == "expected-precision-mode", v["summary"]
+    assert "`torch.set_num_threads(1)` → `torch.set_num_threads(6)`" in v["summary"]
+    assert [(a["switch"], a["outcome"]) for a in report["ablations"]] == [("threads=1", "agree-bitwise")]
+    assert "With `threads=1` held for the whole script" in v["summary"]
+
+
+@pytest.mark.slow
+def test_thread_count_arms_are_explained_by_the_threads_ablation(triage):
+    _, report, comment, _ = triage(FIXTURES / "thread_count.py", "cpu,cpu/threads=1", "--no-minimize")
+    v = report["verdict"]
+    assert v["kind"] == "expected-precision-mode" and v["expected"] is True, v["summary"]
+    by = {a["switch"]: a["outcome"] for a in report["ablations"]}
+    assert by == {"threads=1": "agree-bitwise"}  # float32: mkldnn's low-precision kernels are not tried
+    assert "**Ablations**" in comment and "<code>torch.set\\_num\\_threads(1)</code>" in comment
+
+
+@pytest.mark.slow
+def test_cancellation_figure_explains_why_reduction_order_matters(triage):
+    _, report, _, _ = triage(FIXTURES / "cancelling_sum.py", "cpu,cpu/threads=1", "--no-minimize")
+    v = report["verdict"]
+    assert v["kind"] == "expected-precision-mode", v["summary"]
+    assert "Σ|x| / |Σx| = " in v["summary"] and "`aten.sum` at line 9" in v["summary"]
+
+
+@pytest.mark.slow
+def test_no_ablation_explains_an_injected_fault(triage):
+    _, report, _, _ = triage(FIXTURES / "matmul_chain.py", "cpu,cpu/fault=mm", "--no-minimize")
+    assert report["verdict"]["kind"] == "likely-bug"
+    assert {a["switch"] for a in report["ablations"]} == {"threads=1"}
+    assert all(a["outcome"] == "still-diverges" for a in report["ablations"])
+
+
+@pytest.mark.slow
+@needs_shared
+@pytest.mark.parametrize("name, arms, named", [
+    ("gh-118087", "cpu,cpu/compile", "`aten.uniform_`"),
+    ("gh-145266", "cpu,cpu/compile", "`torch.empty`"),
+    ("gh-187180", "cpu", "beyond the largest finite float16"),
+])
+def test_shared_fixtures_get_their_cause(triage, name, arms, named):
+    _, report, _, _ = triage(ISSUES / name / "repro.py", arms, "--no-minimize")
+    assert named in report["verdict"]["summary"], report["verdict"]["summary"]
+    assert report["ablations"] == []  # random draws, uninitialized memory, range overflow: nothing to flip

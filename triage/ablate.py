@@ -1,0 +1,197 @@
+"""Ablations: which switch makes a divergence go away.
+
+Maintainers close most "CPU ≠ GPU" reports by naming a setting — TF32, reduced-precision
+reductions, the thread count, mkldnn, inductor's RNG — and the way to *show* it is to flip
+that one setting and watch the sides agree. For a divergence this stage re-runs the arms
+involved with one switch changed at a time (an arm knob, see `arms.py`), keeping everything
+else, and compares the same observables again. Only switches that apply to an arm are
+tried (TF32 on CUDA arms, `fallback_random` on compile arms, …); each result names the
+accuracy-note section and the exact line a user sets. `classify` rests
+`expected-precision-mode` (and the RNG and nondeterministic-kernel explanations) on these.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+
+from triage import policy
+from triage.compare import pair_divergence, side_of
+from triage.model import Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro
+from triage.run import Progress, RunOptions, run_arms
+
+
+LOW_PRECISION = ("float16", "bfloat16")
+FP32 = ("float32", "complex64")
+
+
+@dataclass(frozen=True)
+class Switch:
+    knob: str
+    value: str
+    devices: tuple[str, ...]  # device types it applies to ("" = any)
+    compile_only: bool
+    dtypes: tuple[str, ...] | None  # the diverging value's dtypes it can matter for (None: any)
+    section: policy.Section
+    setting: str  # the line a user writes
+    verdict: str  # the verdict kind it supports when it makes the sides agree
+
+
+# Each switch is tried only where it can change the numbers: TF32 touches fp32 matmuls and
+# convolutions on CUDA; reduced-precision reductions, oneDNN's low-precision kernels and
+# inductor's cast emulation fp16/bf16; inductor's RNG only compiled regions that draw random
+# numbers; deterministic algorithms CUDA kernels (CPU kernels are deterministic for a fixed
+# thread count, which `threads=1` tests).
+SWITCHES = (
+    Switch("tf32", "off", ("cuda",), False, FP32, policy.TF32,
+           'torch.backends.cuda.matmul.fp32_precision = "ieee"; torch.backends.cudnn.conv.fp32_precision = "ieee"',
+           "expected-precision-mode"),
+    Switch("reduced_precision", "off", ("cuda",), False, LOW_PRECISION, policy.REDUCED_PRECISION,
+           "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False; "
+           "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False", "expected-precision-mode"),
+    Switch("cudnn_benchmark", "off", ("cuda",), False, None, policy.GENERAL,
+           "torch.backends.cudnn.benchmark = False", "expected-precision-mode"),
+    Switch("threads", "1", ("cpu",), False, None, policy.GENERAL, "torch.set_num_threads(1)",
+           "expected-precision-mode"),
+    Switch("mkldnn", "off", ("cpu",), False, LOW_PRECISION, policy.GENERAL, "torch.backends.mkldnn.enabled = False",
+           "expected-precision-mode"),
+    Switch("emulate_precision_casts", "on", ("",), True, LOW_PRECISION, policy.REDUCED_PRECISION,
+           "torch._inductor.config.emulate_precision_casts = True", "expected-precision-mode"),
+    Switch("fallback_random", "on", ("",), True, None, policy.GENERAL,
+           "torch._inductor.config.fallback_random = True", "nondeterministic"),
+    Switch("deterministic", "on", ("cuda",), False, None, policy.GENERAL, "torch.use_deterministic_algorithms(True)",
+           "nondeterministic"),
+)
+
+
+@dataclass
+class AblationOptions:
+    enabled: bool = True
+    budget_s: float = 120.0
+
+
+def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: AblationOptions,
+           progress: Progress | None = None) -> list[Ablation]:
+    """One `Ablation` per applicable switch, in `SWITCHES` order, within the time budget."""
+    d = comparison.divergence
+    if not settings.enabled or d is None or any(not r.completed for r in comparison.arms) or _explained(d, comparison):
+        return []
+    runs = {r.spec: r for r in comparison.arms}
+    involved = [runs[d.a.arm]] + ([runs[d.b.arm]] if d.b is not None and d.b.arm != d.a.arm else [])
+    # The float64 replay matters only when the divergence is against float64.
+    rerun = dataclasses.replace(options, reference=d.source == "reference", export_graphs=False)
+    started, results = time.monotonic(), []
+    dtypes = {s.dtype for s in (d.a, d.b) if s is not None} | {d.dtype}
+    random_in_compiled = any(r.compiled_random_ops for r in involved)
+    for switch in SWITCHES:
+        if switch.dtypes is not None and not dtypes & set(switch.dtypes):
+            continue
+        if switch.knob == "fallback_random" and not random_in_compiled:
+            continue
+        variants = [_with(_spec(r), switch) for r in involved]
+        if all(v is None for v in variants):
+            continue
+        if time.monotonic() - started > settings.budget_s:
+            results.append(_result(switch, variants, involved, "skipped", "the ablation time budget ran out"))
+            continue
+        needed = [v for v in variants if v is not None and v.spec not in runs]
+        t0 = time.monotonic()
+        fresh = {r.spec: r for r in run_arms(repro, needed, rerun, progress)} if needed else {}
+        ablated = [fresh.get(v.spec) or runs.get(v.spec) if v is not None else r for v, r in zip(variants, involved)]
+        outcome, detail = _judge(d, ablated)
+        results.append(_result(switch, variants, involved, outcome, detail, round(time.monotonic() - t0, 2)))
+    return results
+
+
+def _explained(d: Divergence, comparison: Comparison) -> bool:
+    """Divergences whose cause no switch can change, so the re-runs would be wasted: the
+    sides start from different random or uninitialized values, a module runs in training
+    mode, a value overflows its dtype's range, or only the sign of a zero differs."""
+    if any(a["differs"] and a["kind"] in ("random", "uninitialized") for a in d.ancestors):
+        return True
+    if d.how == "repeat":
+        run = next(r for r in comparison.arms if r.spec == d.a.arm)
+        modules = [o.module or {} for o in run.observables if o.index in (d.a.observable, d.b.observable)]
+        if any(m.get("train_layers") for m in modules):
+            return True
+    sides = [s for s in (d.a, d.b) if s is not None]
+    if any(s.overflow_to_inf and s.overflow_to_inf == s.nonfinite_vs_reference for s in sides):
+        return True
+    return d.b is not None and d.nonfinite_mismatch == 0 and d.max_abs_diff == 0.0
+
+
+def _spec(run: ArmRun) -> ArmSpec:
+    from triage.arms import parse_arm
+
+    return parse_arm(run.spec)
+
+
+def _with(arm: ArmSpec, switch: Switch) -> ArmSpec | None:
+    """`arm` with the switch set, or None where it does not apply or is already set."""
+    if switch.compile_only and arm.mode != "compile":
+        return None
+    if switch.devices != ("",) and arm.device.split(":")[0] not in switch.devices:
+        return None
+    if (switch.knob, switch.value) in arm.knobs:
+        return None
+    knobs = tuple(k for k in arm.knobs if k[0] != switch.knob) + ((switch.knob, switch.value),)
+    return dataclasses.replace(arm, knobs=knobs)
+
+
+def _judge(d: Divergence, ablated: list[ArmRun]) -> tuple[str, str]:
+    """Does the divergence hold in the ablated runs? (agree-bitwise | within-tolerance |
+    still-diverges | not-comparable)"""
+    if any(not r.completed for r in ablated):
+        bad = next(r for r in ablated if not r.completed)
+        return "not-comparable", f"`{bad.spec}` {bad.status}: {bad.failure}"
+    if d.source == "arms":
+        ra, rb = ablated
+        x, y = _observable(ra, d.a.observable), _observable(rb, d.b.observable)
+        if x is None or y is None:
+            return "not-comparable", "the ablated runs observed a different sequence of values"
+        after = pair_divergence("arms", ra, x, rb, y)
+    elif d.source == "claim":
+        run = ablated[0]
+        x, y = _observable(run, d.a.observable), _observable(run, d.b.observable)
+        if x is None or y is None:
+            return "not-comparable", "the ablated run observed a different sequence of values"
+        after = pair_divergence("claim", run, x, run, y)
+    else:
+        run = ablated[0]
+        x = _observable(run, d.a.observable)
+        if x is None:
+            return "not-comparable", "the ablated run observed a different sequence of values"
+        side = side_of(run, x)
+        if side.agrees_with_reference:
+            return "within-tolerance", f"agrees with float64 (max rel. error {side.max_rel_error or 0:.3g})"
+        return "still-diverges", f"still far from float64 (max rel. error {side.max_rel_error or 0:.3g})"
+    if after.bitwise_equal:
+        return "agree-bitwise", "the two sides are bit-identical"
+    if after.within_tolerance and d.within_tolerance:
+        return "still-diverges", f"still differs in its bits (max |diff| {after.max_abs_diff:.3g})"
+    if after.within_tolerance:
+        return "within-tolerance", f"max |diff| {after.max_abs_diff:.3g}, within {after.dtype} tolerance"
+    diff = f"max |diff| {after.max_abs_diff:.3g}" if after.max_abs_diff is not None else "values differ"
+    return "still-diverges", diff + (f", {after.nonfinite_mismatch} non-finite mismatch(es)" if after.nonfinite_mismatch else "")
+
+
+def _observable(run: ArmRun, index: int):  # noqa: ANN202 - Observable | None
+    """The ablated run's observable at `index`, if the run observed the same kind there."""
+    if index >= len(run.observables):
+        return None
+    o = run.observables[index]
+    return o if o.value is not None or o.fingerprint is not None else None
+
+
+def _result(switch: Switch, variants: list[ArmSpec | None], involved: list[ArmRun], outcome: str, detail: str,
+            seconds: float = 0.0) -> Ablation:
+    arms = [v.spec if v is not None else r.spec for v, r in zip(variants, involved)]
+    return Ablation(switch=f"{switch.knob}={switch.value}", arms=arms, outcome=outcome, detail=detail,
+                    section=switch.section.title, setting=switch.setting, supports=switch.verdict, seconds=seconds)
+
+
+def agreeing(ablations: list[Ablation]) -> list[Ablation]:
+    """The ablations under which the divergence disappears."""
+    return [a for a in ablations if a.outcome in ("agree-bitwise", "within-tolerance")]
+
