@@ -132,6 +132,10 @@ def test_compiled_acosh_minimizes_to_acosh(triage, tmp_path):
     assert comment.index("Minimal repro") < comment.index("Original repro")
     first = report["localization"][0]
     assert first["op"] == "aten.acosh" and first["first"] and first["role"] == "introduced"
+    upcast = next(a for a in report["ablations"] if a["switch"] == "float64=acosh")
+    assert upcast["outcome"] == "agree-bitwise"  # acosh alone in float64: the compiled inf is gone
+    assert any("`aten.acosh` alone computed in float64" in e for e in report["verdict"]["evidence"])
+    assert any("x² overflows float32" in e for e in report["verdict"]["evidence"])
     run = subprocess.run([sys.executable, str(tmp_path / "minimal.py")], capture_output=True, text=True,
                          timeout=300)
     assert "compiled: tensor([   inf,    inf,    inf" in run.stdout, run.stdout + run.stderr

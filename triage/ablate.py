@@ -107,7 +107,7 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
 def _explained(d: Divergence, comparison: Comparison) -> bool:
     """Divergences whose cause no switch can change, so the re-runs would be wasted: the
     sides start from different random or uninitialized values, a module runs in training
-    mode, a value overflows its dtype's range, or only the sign of a zero differs."""
+    mode, a value overflows its dtype's range, or only the bits of a zero or a NaN differ."""
     if any(a["differs"] and a["kind"] in ("random", "uninitialized") for a in d.ancestors):
         return True
     if d.how == "repeat":
@@ -118,7 +118,7 @@ def _explained(d: Divergence, comparison: Comparison) -> bool:
     sides = [s for s in (d.a, d.b) if s is not None]
     if any(s.overflow_to_inf and s.overflow_to_inf == s.nonfinite_vs_reference for s in sides):
         return True
-    return d.b is not None and d.nonfinite_mismatch == 0 and d.max_abs_diff == 0.0
+    return d.bit_difference is not None
 
 
 def _spec(run: ArmRun) -> ArmSpec:

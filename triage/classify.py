@@ -20,6 +20,21 @@ def _verdict(kind: str, expected: bool | None, section: policy.Section, labels: 
 
 
 def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablation] | None = None) -> Verdict:
+    verdict = _ladder(repro, comparison, ablations or [])
+    for a in ablations or []:
+        if a.supports == "evidence" and a.outcome in ("agree-bitwise", "within-tolerance"):
+            op = a.switch.partition("=")[2]
+            verdict.evidence.append(f"with `aten.{op}` alone computed in float64 on both arms the divergence disappears "
+                                    f"({a.detail}): it starts in that op's {_precision_of(comparison)} arithmetic")
+    return verdict
+
+
+def _precision_of(comparison: Comparison | None) -> str:
+    d = comparison.divergence if comparison else None
+    return d.dtype if d else "working-precision"
+
+
+def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablation]) -> Verdict:
     if repro.problem is not None or comparison is None:
         return _verdict("could-not-run", None, policy.NONE, ["repro"],
                         f"triage could not run the script: {repro.problem}.")
@@ -34,7 +49,7 @@ def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablati
     if failed:
         return _crash_one_arm(completed, failed)
     d = comparison.divergence
-    agree = [a for a in ablations or [] if a.outcome in ("agree-bitwise", "within-tolerance")]
+    agree = [a for a in ablations if a.outcome in ("agree-bitwise", "within-tolerance") and a.supports != "evidence"]
     rung = _repeated_call(comparison, d, agree) or _nondeterministic(comparison, d) or _ablated(comparison, d, agree)
     if rung is not None:
         return rung
@@ -331,7 +346,9 @@ def _identical_copies(run: ArmRun) -> str:
     for (shape, dtype, _), same in groups.items():
         if len(same) >= 2:
             names = " and ".join(o.label.replace(" at exit", "") for o in same[:3])
-            return f" {names} are bit-identical ({'×'.join(map(str, shape))} {dtype}): copying tensors between devices does not change them."
+            moved = any(k in o.label.lower() for o in same for k in ("gpu", "cuda", "device"))
+            why = ": moving a tensor between devices copies its bits exactly" if moved else ""
+            return f" {names} are bit-identical ({'×'.join(map(str, shape))} {dtype}){why}."
     return ""
 
 
@@ -366,16 +383,20 @@ def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:
                         "side is right.", evidence)
     return _verdict("nonfinite-flip", False, policy.NONE, ["nonfinite", "silent", "review"],
                     f"{who} The input is well-conditioned and within range, so the accuracy note does not "
-                    "cover this: likely a bug.", evidence)
+                    "cover this: likely a bug.", evidence + _hazards(c, d))
 
 
 def _rounding(d: Divergence) -> Verdict:
-    if d.b is not None and d.max_abs_diff == 0.0 and d.nonfinite_mismatch == 0:
+    if d.bit_difference == "signed-zero":
         return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
                         f"{_where(d)}: {_pair(d)} hold equal values that differ only in the sign of a zero "
                         f"({d.a.summary} vs {d.b.summary}). IEEE 754 defines -0 == +0; which sign a computation "
                         "ends with depends on the order of its operations, which the accuracy note does not fix.",
                         _evidence(d))
+    if d.bit_difference == "nan-bits":
+        return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+                        f"{_where(d)}: {_pair(d)} hold the same values with NaN in the same places; only the bits "
+                        "of those NaNs (sign or payload) differ, which no comparison can observe.", _evidence(d))
     how = (f"within {d.dtype} tolerance (rtol={d.rtol:g}, atol={d.atol:g}; max |diff| {d.max_abs_diff:.3g})"
            if d.within_tolerance else f"by dynamo's float64 rule ({d.fp64_rule})")
     return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
@@ -413,6 +434,21 @@ def _singular_upstream(c: Comparison, d: Divergence) -> dict[str, Any] | None:
             if note.get("singular") or note.get("ill_conditioned"):
                 return dict(note, arm=run.spec)
     return None
+
+
+def _hazards(c: Comparison, d: Divergence) -> list[str]:
+    """Hazards upstream that do not make the input ill-conditioned but point at how an
+    implementation can fail on it (acosh's x² overflowing in the textbook formula)."""
+    out = []
+    for s in (d.a, d.b):
+        run = next((r for r in c.arms if s is not None and r.spec == s.arm), None)
+        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
+        for i in (o.conditioning if o else []):
+            note = run.conditioning[i] if i < len(run.conditioning) else {}
+            text = _cond_text(dict(note, arm=run.spec), full=True) if "figure" in note else None
+            if text and not note.get("ill_conditioned") and text not in out:
+                out.append(text)
+    return out[:3]
 
 
 def _ill_conditioning(c: Comparison, d: Divergence) -> str | None:

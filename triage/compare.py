@@ -283,11 +283,26 @@ def pair_divergence(source: str, ra: ArmRun, x: Observable, rb: ArmRun, y: Obser
         both = np.isfinite(a64) & np.isfinite(b64)
         d.max_abs_diff = float(np.abs(a64[both] - b64[both]).max()) if both.any() else None
         d.within_tolerance = d.nonfinite_mismatch == 0 and bool(np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True))
+        if not d.bitwise_equal and d.nonfinite_mismatch == 0 and not d.max_abs_diff:
+            d.bit_difference = _equal_values_bit_difference(a64, b64)
         if d.nonfinite_mismatch == 0:
             d.fp64_rule = _fp64_rule(sa, sb, dtype, d.numel)
     else:
         d.nonfinite_mismatch = sum(abs(fa.get(k, 0) - fb.get(k, 0)) for k in ("nan", "posinf", "neginf"))
     return d
+
+
+def _equal_values_bit_difference(a: np.ndarray, b: np.ndarray) -> str | None:
+    """Why two arrays with equal values have different bits: the sign of a zero, or the sign
+    or payload of a NaN (None: the values are not equal after all)."""
+    if np.iscomplexobj(a) or np.iscomplexobj(b):
+        return None
+    zeros = (a == 0) & (b == 0) & (np.signbit(a) != np.signbit(b))
+    if zeros.any():
+        return "signed-zero"
+    if (np.isnan(a) & np.isnan(b)).any():
+        return "nan-bits"
+    return None
 
 
 def _fp64_rule(a: Side, b: Side, dtype: str, numel: int) -> str | None:

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from triage import standalone
+from triage import policy, standalone
 from triage.compare import divergence_kind
 from triage.graph import OpGraph
 from triage.localize import localize
-from triage.model import ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
+from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
 from triage.passes import RELIABILITY_RUNS, reduce, reliability
 from triage.problem import ReductionProblem
 from triage.run import RunOptions
@@ -47,6 +47,7 @@ class MinimizeResult:
     localization: list[LocalizedOp] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     script_dir: str | None = None
+    ablations: list[Ablation] = field(default_factory=list)  # float64 upcasts of the minimal graph's ops
 
 
 def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_options: RunOptions,
@@ -124,6 +125,9 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
                                 "smallest found by then.")
         outputs = problem.diverging_outputs(ops)
         plan = problem.plan(ops, outputs=outputs)
+        notify("float64", {"ops": len(ops)})
+        result.ablations = upcast_ablations(problem, ops, plan, [spec_a.spec, spec_b.spec])
+        lap("float64")
         notify("render", {"ops": len(ops)})
         error, reply = standalone.render(a, plan.request(), spec_a, spec_b, target, directory, options.query_timeout_s)
         if error:
@@ -147,6 +151,32 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         original_ops=len(cone), verification=seen, inputs_file=reply.get("side_file"), timings=timings)
     notify("end", {"status": "verified" if verified else "not verified"})
     return result
+
+
+MAX_UPCAST = 4
+
+
+def upcast_ablations(problem: ReductionProblem, ops: frozenset[str], plan: Any, arms: list[str]) -> list[Ablation]:
+    """The minimal graph again with one op at a time computed in float64 on both arms (its
+    inputs upcast, its outputs cast back): does the divergence start in that op's precision?"""
+    found = []
+    for op in problem.graph.ordered(ops)[:MAX_UPCAST]:
+        name = problem.graph.op_names([op])[0]
+        short = name.removeprefix("aten.")
+        outcome = problem.run(plan, upcast=[op])
+        kinds = list(outcome.kinds.values())
+        if outcome.failure or not kinds:
+            result, detail = "not-comparable", outcome.failure or "no output to compare"
+        elif all(k is None for k in kinds):
+            result, detail = "agree-bitwise", "the two arms' outputs are bit-identical"
+        elif problem.target not in kinds and all(k is None or k.kind == "rounding" for k in kinds):
+            result, detail = "within-tolerance", "the outputs differ only within the dtype's tolerance"
+        else:
+            result, detail = "still-diverges", "; ".join(sorted({k.describe() for k in kinds if k is not None}))
+        found.append(Ablation(switch=f"float64={short}", arms=list(arms), outcome=result, detail=detail,
+                              section=policy.GENERAL.title, supports="evidence",
+                              setting=f"compute `{name}` in float64 and cast back, e.g. `torch.{short.lstrip('_')}(x.double()).float()`"))
+    return found
 
 
 def _choose(comparison: Comparison, arms: list[ArmSpec]) -> tuple | str:

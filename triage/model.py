@@ -166,6 +166,7 @@ class Divergence:
     fp64_rule: str | None = None
     ancestors: list[dict[str, Any]] = field(default_factory=list)
     how: str | None = None  # claims: the script's function, "implicit", or "repeat" (one module called twice)
+    bit_difference: str | None = None  # equal values, different bits: "signed-zero" or "nan-bits"
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
             for run in runs:
                 if run.graph_dir:
                     shutil.rmtree(os.path.dirname(run.graph_dir), ignore_errors=True)
+    ablations = ablations + reduced.ablations
     verdict = classify(repro, comparison, ablations)
     report_notes = list(notes or [])
     if comparison is not None:

@@ -43,10 +43,11 @@ class ReductionProblem:
     def plan(self, ops: frozenset[str], outputs: list[str] | None = None) -> Plan:
         return self.graph.plan(ops, outputs=outputs, merge=self.merge)
 
-    def run(self, plan: Plan) -> Outcome:
-        """Both arms, concurrently; uncached (reliability runs use this directly)."""
+    def run(self, plan: Plan, upcast: list[str] | None = None) -> Outcome:
+        """Both arms, concurrently; uncached (reliability runs and ablations use this directly).
+        Ops in `upcast` are computed in float64 on both arms."""
         self.queries += 1
-        request = plan.request(cmd="run")
+        request = dict(plan.request(cmd="run"), upcast=upcast or [])
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             fa = pool.submit(self.a.request, request, self.query_timeout_s)
             fb = pool.submit(self.b.request, request, self.query_timeout_s)

@@ -8,6 +8,8 @@ to compute, the names whose values are given as inputs, and the names to return.
 """
 from __future__ import annotations
 
+import functools
+
 import json
 import math
 import operator
@@ -129,9 +131,10 @@ class LoadedGraph:
 
     def run_eager(self, plan: list[str], inputs: dict[str, Any], device: torch.device,
                   after_op: Callable[[Callable, Any], Any] | None = None,
-                  keep: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+                  keep: Callable[[str, Any], None] | None = None,
+                  upcast: frozenset[str] = frozenset()) -> dict[str, Any]:
         """Compute `plan` in order from `inputs`; `after_op` may replace an op's output (a fault),
-        `keep` sees every computed value (to store intermediates)."""
+        `keep` sees every computed value (to store intermediates), ops in `upcast` run in float64."""
         env = dict(inputs)
         for name in plan:
             node = self.nodes[name]
@@ -139,15 +142,17 @@ class LoadedGraph:
                 env[name] = env[node["of"]][node["index"]]
             else:
                 fn = self.ops[name]
-                out = fn(*decode(node["args"], env, device), **decode(node["kwargs"], env, device))
+                call = functools.partial(in_float64, fn) if name in upcast else fn
+                out = call(*decode(node["args"], env, device), **decode(node["kwargs"], env, device))
                 env[name] = after_op(fn, out) if after_op is not None else out
             if keep is not None:
                 keep(name, env[name])
         return env
 
     def to_module(self, plan: list[str], input_names: list[str], outputs: list[str],
-                  device: torch.device) -> fx.GraphModule:
-        """The plan as an FX GraphModule taking `input_names` and returning `outputs` (a tuple)."""
+                  device: torch.device, upcast: frozenset[str] = frozenset()) -> fx.GraphModule:
+        """The plan as an FX GraphModule taking `input_names` and returning `outputs` (a tuple);
+        ops in `upcast` run in float64."""
         graph = fx.Graph()
         env: dict[str, Any] = {name: graph.placeholder(_py_name(name)) for name in input_names}
         for name in plan:
@@ -157,9 +162,31 @@ class LoadedGraph:
             else:
                 args = decode(node["args"], env, device)
                 kwargs = decode(node["kwargs"], env, device)
-                env[name] = graph.call_function(self.ops[name], tuple(args), kwargs)
+                if name in upcast:
+                    env[name] = graph.call_function(in_float64, (self.ops[name], *args), kwargs)
+                else:
+                    env[name] = graph.call_function(self.ops[name], tuple(args), kwargs)
         graph.output(tuple(env[name] for name in outputs))
         return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def in_float64(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """`fn` computed in float64 from its (upcast) floating inputs, each floating output cast
+    back to the dtype its inputs had: the op alone at higher precision."""
+    flat = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    dtype = flat[0].dtype if flat else None
+
+    def up(a: Any) -> Any:
+        return a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+
+    out = fn(*(up(a) for a in args), **{k: up(v) for k, v in kwargs.items()})
+    if dtype is None:
+        return out
+
+    def down(t: Any) -> Any:
+        return t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == torch.float64 else t
+
+    return type(out)(down(t) for t in out) if isinstance(out, (tuple, list)) else down(out)
 
 
 def _py_name(name: str) -> str:

@@ -75,18 +75,20 @@ class Server:
 
     def _execute(self, request: dict[str, Any]) -> list[Any]:
         plan, input_names, outputs = request["plan"], request["inputs"], request["outputs"]
+        upcast = frozenset(request.get("upcast") or ())
         inputs = self._inputs(input_names, request.get("sources"))
         if not self.compile:
-            env = self.graph.run_eager(plan, inputs, self.device, self._after_op)
+            env = self.graph.run_eager(plan, inputs, self.device, self._after_op, upcast=upcast)
             return [env[name] for name in outputs]
-        fn = self.compiled.get(request["key"])
+        key = request["key"] + ("|float64:" + ",".join(sorted(upcast)) if upcast else "")
+        fn = self.compiled.get(key)
         if fn is None:
-            gm = self.graph.to_module(plan, input_names, outputs, self.device)
+            gm = self.graph.to_module(plan, input_names, outputs, self.device, upcast)
             from triage.worker.observe import compile_backend
 
             fn = self.torch.compile(gm, backend=compile_backend(self.backend, None, None, False),
                                     fullgraph=True, dynamic=False)
-            self.compiled[request["key"]] = fn
+            self.compiled[key] = fn
         return list(fn(*(inputs[name] for name in input_names)))
 
     # -- commands ------------------------------------------------------------------------
