@@ -205,7 +205,7 @@ def _ablated(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verd
     input, where there is one, says why that switch matters this much)."""
     if d is None or not agree:
         return None
-    conditioned = _ill_conditioning(c, d)
+    conditioned = _ill_conditioning(c, d) if not d.within_tolerance else None
     why_big = f" It matters this much because the value depends on {conditioned}." if conditioned else ""
     a = agree[0]
     knob = a.switch.partition("=")[0]
