@@ -189,9 +189,3 @@ def _result(switch: Switch, variants: list[ArmSpec | None], involved: list[ArmRu
     arms = [v.spec if v is not None else r.spec for v, r in zip(variants, involved)]
     return Ablation(switch=f"{switch.knob}={switch.value}", arms=arms, outcome=outcome, detail=detail,
                     section=switch.section.title, setting=switch.setting, supports=switch.verdict, seconds=seconds)
-
-
-def agreeing(ablations: list[Ablation]) -> list[Ablation]:
-    """The ablations under which the divergence disappears."""
-    return [a for a in ablations if a.outcome in ("agree-bitwise", "within-tolerance")]
-

@@ -422,32 +422,31 @@ def _likely_bug(d: Divergence) -> Verdict:
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _singular_upstream(c: Comparison, d: Divergence) -> dict[str, Any] | None:
+def _notes_upstream(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
+    """The conditioning notes of the ops each side's value depends on, tagged with the arm."""
+    notes = []
     for s in (d.a, d.b):
-        if s is None:
-            continue
-        run = next((r for r in c.arms if r.spec == s.arm), None)
+        run = next((r for r in c.arms if s is not None and r.spec == s.arm), None)
         o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        notes = [run.conditioning[i] for i in (o.conditioning if o else []) if i < len(run.conditioning)]
-        # A singular matrix explains more than a cancelling sum does; both more than nothing.
-        for note in sorted(notes, key=lambda n: (not n.get("singular"), "figure" in n)):
-            if note.get("singular") or note.get("ill_conditioned"):
-                return dict(note, arm=run.spec)
-    return None
+        notes += [dict(run.conditioning[i], arm=run.spec) for i in (o.conditioning if o else [])
+                  if i < len(run.conditioning)]
+    return notes
+
+
+def _singular_upstream(c: Comparison, d: Divergence) -> dict[str, Any] | None:
+    # A singular matrix explains more than a cancelling sum does; both more than nothing.
+    ranked = sorted(_notes_upstream(c, d), key=lambda n: (not n.get("singular"), "figure" in n))
+    return next((n for n in ranked if n.get("singular") or n.get("ill_conditioned")), None)
 
 
 def _hazards(c: Comparison, d: Divergence) -> list[str]:
     """Hazards upstream that do not make the input ill-conditioned but point at how an
     implementation can fail on it (acosh's x² overflowing in the textbook formula)."""
-    out = []
-    for s in (d.a, d.b):
-        run = next((r for r in c.arms if s is not None and r.spec == s.arm), None)
-        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        for i in (o.conditioning if o else []):
-            note = run.conditioning[i] if i < len(run.conditioning) else {}
-            text = _cond_text(dict(note, arm=run.spec), full=True) if "figure" in note else None
-            if text and not note.get("ill_conditioned") and text not in out:
-                out.append(text)
+    out: list[str] = []
+    for note in _notes_upstream(c, d):
+        text = _cond_text(note, full=True) if "figure" in note and not note.get("ill_conditioned") else None
+        if text and text not in out:
+            out.append(text)
     return out[:3]
 
 

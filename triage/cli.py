@@ -126,6 +126,7 @@ def extract_command(source: str | None, event_path: str | None, out_dir: str, ap
     from rich.console import Console
 
     from triage.extract import extract_issue_body
+    from triage.model import to_jsonable
 
     if source and os.path.isfile(source):
         with open(source, encoding="utf-8", errors="replace") as f:
@@ -134,8 +135,6 @@ def extract_command(source: str | None, event_path: str | None, out_dir: str, ap
         issue = _load_issue(source, event_path, _github(api_url, None, None, None, Console(stderr=True)))
         found, title = issue.extraction, f"{issue.repo}#{issue.number}"
     os.makedirs(out_dir, exist_ok=True)
-    from triage.model import to_jsonable
-
     with open(os.path.join(out_dir, "extraction.json"), "w", encoding="utf-8") as f:
         json.dump(to_jsonable(found), f, indent=1)
     console = Console(soft_wrap=True)

@@ -198,9 +198,9 @@ def _bot_login(gh: Any, options: GitHubOptions) -> str:
     try:
         return with_retries(lambda: gh.get_user().login, options)
     except GithubException as e:
-        if e.status in (401, 403):
-            if e.status == 401:
-                raise PublishError("GitHub refused the token (401 Bad credentials)") from None
+        if e.status == 401:
+            raise PublishError("GitHub refused the token (401 Bad credentials)") from None
+        if e.status == 403:
             return ACTIONS_BOT
         raise
 

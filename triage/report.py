@@ -13,7 +13,7 @@ import hashlib
 import importlib.resources
 import json
 import re
-from typing import Any
+from typing import Any, Callable
 
 import jinja2
 from markupsafe import Markup
@@ -154,7 +154,7 @@ def marker_line(data: dict[str, Any]) -> str:
     return f"{MARKER} digest={comment_digest(data)} -->"
 
 
-def render_comment(data: dict[str, Any], limit: int = COMMENT_LIMIT, size=len) -> str:  # noqa: ANN001
+def render_comment(data: dict[str, Any], limit: int = COMMENT_LIMIT, size: Callable[[str], int] = len) -> str:
     """The comment for report data, shrinking the collapsible parts until `size(text)` fits
     `limit` (GitHub's 65,536 characters for a comment; bytes for a job summary)."""
     for caps in ((20000, 4000, 12000), (6000, 1500, 4000), (2000, 600, 1200), (500, 200, 0)):

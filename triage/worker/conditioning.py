@@ -170,7 +170,8 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
         flops = a.numel() * (b.shape[-1] if b.dim() > 1 else 1)
         if flops > MAX_MATMUL_FLOPS or not (a.is_floating_point() and b.is_floating_point()):
             return None
-        wa, wb = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
+        wa = wide if a is x else a.detach().to("cpu", torch.float64)
+        wb = b.detach().to("cpu", torch.float64)
         magnitude, value = torch.matmul(wa.abs(), wb.abs()), torch.matmul(wa, wb).abs()
         ratio = magnitude / torch.clamp(value, min=torch.finfo(torch.float64).tiny)
         worst = int(torch.argmax(ratio))

@@ -37,7 +37,7 @@ from triage.worker.conditioning import LINALG_OPS, SENSITIVE_OPS, condition_of, 
 
 UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 # Ops whose outputs carry no numerical meaning worth a node (scalar extraction, metadata).
-MAX_HAZARD_NOTES = 64
+MAX_HAZARD_CHECKS = 256
 SKIPPED_OPS = {"_local_scalar_dense", "is_nonzero", "equal", "sym_size", "sym_stride", "sym_numel"}
 
 
@@ -130,7 +130,9 @@ class OpRecorder(TorchDispatchMode):
         self.paused = 0
         self.stopped: str | None = None
         self.conditioning: list[dict[str, Any]] = []
-        self.hazards = 0  # cancellation/overflow/domain notes so far (bounded: they cost a pass each)
+        # Cancellation/overflow/domain checks so far: each costs a float64 pass over the op's
+        # input, so a training loop's thousandth matmul is not checked again.
+        self.hazard_checks = 0
         self.producers: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         # data_ptr -> leaf kind of the latest factory/random output there: lets a tensor that
         # re-wraps that memory (nn.Parameter(torch.empty(...))) be labelled by its origin.
@@ -178,7 +180,9 @@ class OpRecorder(TorchDispatchMode):
         node.meta["line"] = self.site()
         self._register_outputs(node, out, _mutated(func, args))
         linalg = name in LINALG_OPS and isinstance(args[0], torch.Tensor)
-        if linalg or (name in SENSITIVE_OPS and self.hazards < MAX_HAZARD_NOTES):
+        checked = not linalg and name in SENSITIVE_OPS and self.hazard_checks < MAX_HAZARD_CHECKS
+        if linalg or checked:
+            self.hazard_checks += checked
             self.paused += 1
             try:
                 note = condition_of(name, args[0]) if linalg else sensitivity_of(name, args, out)
@@ -190,7 +194,6 @@ class OpRecorder(TorchDispatchMode):
                 note["node"] = node.name
                 note["line"] = node.meta["line"]
                 self.conditioning.append(note)
-                self.hazards += 0 if linalg else 1
         self._count()
         return out
 
