@@ -257,8 +257,10 @@ def test_issue_post_twice_leaves_exactly_one_comment(github, tmp_path):
     [comment] = _bot_comments(github)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["issue"]["number"] == NUMBER and validate_report(report) == []
-    assert report["verdict"]["kind"] == "nonfinite-flip"  # the cpu arm's -inf against float64's -inf: expected
-    assert comment["body"].startswith(MARKER) and "<code>nonfinite-flip</code>" in comment["body"]
+    # The matrix is exactly singular: LAPACK's -inf (or a finite value, on another CPU) is expected.
+    kind = report["verdict"]["kind"]
+    assert report["verdict"]["expected"] is True and kind in ("nonfinite-flip", "expected-ill-conditioned")
+    assert comment["body"].startswith(MARKER) and f"<code>{kind}</code>" in comment["body"]
     github.issues[(REPO, NUMBER)]["labels"].append("bot: triage")  # a maintainer asks again
     second = _cli(*args, env=env)
     assert second.returncode == 0, second.stderr

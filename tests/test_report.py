@@ -1,12 +1,16 @@
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import jsonschema
 
-from triage import __version__
+from triage import __version__, policy
 from triage.classify import classify
-from triage.model import Repro, Report
-from triage.report import COMMENT_LIMIT, MARKER, _md, comment_digest, render_comment, report_json
+from triage.judge.describe import strip
+from triage.model import Ablation, ArmRun, Comparison, Divergence, Judgement, Observable, Repro, Report, Side, Verdict
+from triage.report import (COMMENT_LIMIT, MARKER, OTHER_JUDGEMENTS, _md, comment_digest, render_comment,
+                           render_terminal, report_json, validate_report)
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "templates" / "report.schema.json").read_text())
 
@@ -48,3 +52,148 @@ def test_comment_has_marker_verdict_and_a_fence_that_cannot_be_escaped():
 def test_comment_stays_under_githubs_limit():
     text = render_comment(report_json(_report(source="x = 1\n" * 200_000)))
     assert len(text) <= COMMENT_LIMIT
+
+
+# -- the rounding judgement: hand-built judged sides, hostile labels -------------------------
+HOSTILE = "x`<script>alert(1)</script>` @admin | #12 ```"
+
+
+def _judgement(arm, observable, label=HOSTILE, zone="inside", **kw):
+    j = Judgement(arm=arm, observable=observable, label=label, line=7, dtype="float32", status="judged", zone=zone,
+                  p=kw.pop("p", 0.6), samples=29, statistic=0.8, max_sample_stat=2.9, element=3, value=1.0000001,
+                  reference=1.0, sigma=1e-7, envelope=[0.9999998, 1.0000002], digits=6.4, numel=4, **kw)
+    j.strip = strip(j)
+    return j
+
+
+def _side(arm, observable):
+    return Side(arm=arm, observable=observable, label=HOSTILE, line=7, dtype="float32", summary="[1, 2] float32[2]",
+                kind="call")
+
+
+def _judged_report(headline, others=(), evidence=(), cancellations=()):
+    rounding = {"status": "judged", "reason": None, "samples": 29, "precision": "float32",
+                "sample_stats": [0.5, float("inf"), 1.5],
+                "flips": [{"node": "gt", "op": "aten.gt", "line": 5, "replays": 3, "of": 31}],
+                "cancellations": list(cancellations)}
+    runs = [ArmRun(spec=spec, device="cpu", mode="eager", status="ok", elapsed_s=1.0,
+                   rounding={"seconds": 0.05, "samples": 29, "note": None},
+                   observables=[Observable(index=0, kind="call", label=HOSTILE, line=7, fingerprint=None,
+                                           reference=None, rounding=dict(rounding))])
+            for spec in ("cpu", "cpu/compile")]
+    divergence = Divergence(source="arms", observable_label=HOSTILE, line=7, a=_side("cpu", 0),
+                            b=_side("cpu/compile", 0), dtype="float32", bitwise_equal=False, within_tolerance=True,
+                            rtol=1.3e-6, atol=1e-5, max_abs_diff=1e-7, nonfinite_mismatch=0, numel=4,
+                            judgements=list(headline))
+    comparison = Comparison(arms=runs, aligned=1, alignment_note=None, leaves_identical=True, leaves_note=None,
+                            divergence=divergence, divergences=1 + len(others), claims=[], conditioning=[],
+                            others=[dataclasses.replace(divergence, judgements=[j]) for j in others])
+    verdict = Verdict(kind="expected-rounding", expected=True, policy_section=policy.GENERAL.title,
+                      policy_url=policy.GENERAL.url, labels=[], summary="rounding.", evidence=list(evidence))
+    repro = Repro(path="/tmp/x.py", name="x.py", source="print(1)\n")
+    return Report(repro=repro, arms_requested=["cpu", "cpu/compile"], comparison=comparison, verdict=verdict,
+                  triage_version=__version__, seconds=3.0)
+
+
+def _table_rows(text, header):
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            return rows
+        rows.append(line)
+    return rows
+
+
+def test_judgement_table_escapes_hostile_labels_and_keeps_its_columns():
+    not_judged = Judgement(arm="cpu/compile", observable=0, label=HOSTILE, line=7, dtype="float32",
+                           status="not-judged", reason="its value was not kept <b>@someone</b>")
+    report = _judged_report([_judgement("cpu", 0), not_judged])
+    report.ablations = [Ablation(switch="threads=1", arms=["cpu/threads=1"], outcome="agree-bitwise", detail="agree",
+                                 section=policy.GENERAL.title, setting="torch.set_num_threads(1)",
+                                 supports="expected-precision-mode", inside_spread=False)]
+    data = report_json(report)
+    assert validate_report(data) == []
+    text = render_comment(data)
+    assert "**Rounding judgement**" in text
+    assert "<script>" not in text and "<b>" not in text and "@admin" not in text and "@someone" not in text
+    rows = _table_rows(text, "| arm | x")
+    assert len(rows) == 2
+    for row in rows:  # a pipe in a label cannot add a column
+        assert len(re.findall(r"(?<!\\)\|", row)) == 7
+    assert rows[0].startswith("| <code>cpu</code> | 1.0000001 (element 3) | 1 | ±1e-07 (6.4 significant digits")
+    assert "0.60 (29 samples)" in rows[0] and "inside its own rounding spread" in rows[0]
+    assert "not judged: its value was not kept &lt;b&gt;@\u200bsomeone&lt;/b&gt;" in rows[1]
+
+
+def test_a_claims_two_values_are_named_in_their_rows():
+    report = _judged_report([_judgement("cpu", 0, label="```a``` @x"), _judgement("cpu", 1, label="b | c")])
+    text = render_comment(report_json(report))
+    rows = _table_rows(text, "| arm | x")
+    assert rows[0].startswith("| <code>cpu</code> <code>a</code> @\u200bx | 1.0000001")
+    assert rows[1].startswith("| <code>cpu</code> b \\| c | 1.0000001")
+    fenced = re.search(r"````text\n(.*?)\n````", text, re.S).group(1)  # a label's backticks lengthen the fence
+    assert fenced.startswith("```a``` @x:\n") and "\n\nb | c:\n" in fenced
+
+
+def test_strips_sit_in_a_text_fence_one_per_drawable_side():
+    outside = _judgement("cpu/compile", 0, zone="outside", p=0.03)
+    outside.value, outside.statistic = 1.0000009, 9.0
+    outside.strip = strip(outside)
+    text = render_comment(report_json(_judged_report([_judgement("cpu", 0), outside])))
+    fenced = re.search(r"```text\n(.*?)\n```", text, re.S).group(1)
+    assert fenced == _judgement("cpu", 0).strip + "\n\n" + outside.strip
+    assert "» cpu/compile" in fenced and "▲ cpu" in fenced
+    assert "outside: 9σ, the samples reach 2.9σ" in text
+    # A value outside because of nonfinite elements gets no strip: its finite element says nothing.
+    nonfinite = _judgement("cpu/compile", 0, zone="outside",
+                           nonfinite="outside: 3 element(s) +inf where no rounding of this computation gives +inf")
+    text = render_comment(report_json(_judged_report([nonfinite])))
+    assert "```text" not in text and "0.60 (29 samples), finite elements" in text
+
+
+def test_other_judged_values_are_listed_once_and_capped():
+    others = [_judgement("cpu", i, label=f"out{i} |`@x`") for i in range(1, 10)]
+    others.append(_judgement("cpu", 1, label="out1 |`@x`"))  # the same value in a second divergence
+    text = render_comment(report_json(_judged_report([_judgement("cpu", 0)], others=others)))
+    listed = [line for line in text.splitlines() if line.startswith("- <code>cpu</code> out")]
+    assert len(listed) == OTHER_JUDGEMENTS
+    assert listed[0] == "- <code>cpu</code> out1 \\|<code>@\u200bx</code> (line 7): inside (p = 0.60)"
+    assert "- … and 3 more in report.json" in text
+
+
+def test_unstable_decisions_and_cancellation_hints_are_shown_once():
+    unstable = "`aten.gt` (line 5) decides differently in 3 of 31 replays"
+    hint = "`E[x²] − E[x]²` cancels: use `torch.var`"
+    site = {"op": "aten.sub", "line": 4, "digits_lost": 7.4, "hint": hint, "node": "sub"}
+    everywhere = {"op": "aten.sub", "line": 9, "digits_lost": "all", "hint": "another rewrite", "node": "sub_1"}
+    report = _judged_report([_judgement("cpu", 0, unstable=[unstable])], cancellations=[site, everywhere])
+    text = render_comment(report_json(report))
+    assert text.count("decides differently in 3 of 31 replays") == 1
+    assert "cancellation at <code>aten.sub</code> (line 4) loses 7.4 digits" in text
+    assert "(line 9) loses every digit: another rewrite" in text
+    quoted = _judged_report([_judgement("cpu", 0, unstable=[unstable])], cancellations=[site],
+                            evidence=[f"decision unstable under rounding (`cpu` x): {unstable}", f"hint: {hint}"])
+    text = render_comment(report_json(quoted))
+    assert text.count("decides differently in 3 of 31 replays") == 1 and "cancellation at" not in text
+
+
+def test_digest_follows_the_judgement_but_not_its_timings():
+    report = _judged_report([_judgement("cpu", 0), _judgement("cpu/compile", 0)])
+    before = comment_digest(report_json(report))
+    for run in report.comparison.arms:
+        run.rounding["seconds"], run.elapsed_s = 9.9, 7.0
+    report.seconds = 42.0
+    assert comment_digest(report_json(report)) == before
+    report.comparison.divergence.judgements[1].zone = "outside"
+    assert comment_digest(report_json(report)) != before
+
+
+def test_terminal_shows_the_judgement_table_and_strips():
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    render_terminal(_judged_report([_judgement("cpu", 0)]), console)
+    out = console.export_text()
+    assert "rounding judgement" in out and _judgement("cpu", 0).strip in out and "<script>" in out

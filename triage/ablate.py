@@ -77,12 +77,18 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
     d = comparison.divergence
     if not settings.enabled or d is None or any(not r.completed for r in comparison.arms) or _explained(d, comparison):
         return []
+    if _rounding_explains(d):
+        return []
     runs = {r.spec: r for r in comparison.arms}
     involved = [runs[d.a.arm]] + ([runs[d.b.arm]] if d.b is not None and d.b.arm != d.a.arm else [])
     # The float64 replay matters only when the divergence is against float64.
-    rerun = dataclasses.replace(options, reference=d.source == "reference", export_graphs=False)
+    # The ablated runs are judged against the original arms' rounding spreads (same graph), so
+    # they need no simulation of their own; the float64 replay only for a divergence against it.
+    rerun = dataclasses.replace(options, reference=d.source == "reference", export_graphs=False,
+                                rounding_samples=0)
     started, results = time.monotonic(), []
     dtypes = {s.dtype for s in (d.a, d.b) if s is not None} | {d.dtype}
+    dtypes |= {t for r in involved for t in (r.graph or {}).get("dtypes", [])}
     random_in_compiled = any(r.compiled_random_ops for r in involved)
     for switch in SWITCHES:
         if switch.dtypes is not None and not dtypes & set(switch.dtypes):
@@ -100,7 +106,12 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
         fresh = {r.spec: r for r in run_arms(repro, needed, rerun, progress)} if needed else {}
         ablated = [fresh.get(v.spec) or runs.get(v.spec) if v is not None else r for v, r in zip(variants, involved)]
         outcome, detail = _judge(d, ablated)
-        results.append(_result(switch, variants, involved, outcome, detail, round(time.monotonic() - t0, 2)))
+        inside = _inside_spreads(d, involved, ablated) if outcome in ("agree-bitwise", "within-tolerance") else None
+        if inside is False:
+            detail += "; but outside the rounding spread of the original computation, so it explains nothing"
+        result = _result(switch, variants, involved, outcome, detail, round(time.monotonic() - t0, 2))
+        result.inside_spread = inside
+        results.append(result)
     return results
 
 
@@ -119,6 +130,14 @@ def _explained(d: Divergence, comparison: Comparison) -> bool:
     if any(s.overflow_to_inf and s.overflow_to_inf == s.nonfinite_vs_reference for s in sides):
         return True
     return d.bit_difference is not None
+
+
+def _rounding_explains(d: Divergence) -> bool:
+    """Every side judged inside its own rounding spread (or the directed envelope): no
+    switch is needed to explain it, and one that merely changes the noise would mislead."""
+    sides = [s for s in (d.a, d.b) if s is not None]
+    js = d.judgements
+    return len(js) == len(sides) and all(j.status == "judged" and j.zone != "outside" for j in js)
 
 
 def _spec(run: ArmRun) -> ArmSpec:
@@ -174,6 +193,24 @@ def _judge(d: Divergence, ablated: list[ArmRun]) -> tuple[str, str]:
         return "within-tolerance", f"max |diff| {after.max_abs_diff:.3g}, within {after.dtype} tolerance"
     diff = f"max |diff| {after.max_abs_diff:.3g}" if after.max_abs_diff is not None else "values differ"
     return "still-diverges", diff + (f", {after.nonfinite_mismatch} non-finite mismatch(es)" if after.nonfinite_mismatch else "")
+
+
+def _inside_spreads(d: Divergence, involved: list[ArmRun], ablated: list[ArmRun]) -> bool | None:
+    """Whether the ablated values lie inside the rounding spreads of the original arms'
+    computations (None: no spread to judge them by)."""
+    from triage.judge import RoundingSpread, judge_value
+
+    verdicts = []
+    pairs = [(involved[0], ablated[0], d.a.observable)]
+    if d.b is not None:
+        pairs.append((involved[-1], ablated[-1], d.b.observable))
+    for original, rerun, index in pairs:
+        before, after = _observable(original, index), _observable(rerun, index)
+        spread = RoundingSpread.of(before) if before is not None else None
+        if spread is None or after is None or after.value is None:
+            return None
+        verdicts.append(judge_value(after.value, spread, rerun.spec, index, after.label, after.line).zone != "outside")
+    return all(verdicts)
 
 
 def _observable(run: ArmRun, index: int):  # noqa: ANN202 - Observable | None

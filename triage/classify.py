@@ -7,6 +7,7 @@ from typing import Any
 
 from triage import policy
 from triage.compare import summarize
+from triage.judge.describe import judgement_line
 from triage.model import Ablation, ArmRun, Comparison, Divergence, Observable, Repro, Side, Verdict
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
@@ -49,12 +50,37 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
     if failed:
         return _crash_one_arm(completed, failed)
     d = comparison.divergence
-    agree = [a for a in ablations if a.outcome in ("agree-bitwise", "within-tolerance") and a.supports != "evidence"]
-    rung = _repeated_call(comparison, d, agree) or _nondeterministic(comparison, d) or _ablated(comparison, d, agree)
+    agree = [a for a in ablations if a.outcome in ("agree-bitwise", "within-tolerance") and a.supports != "evidence"
+             and a.inside_spread is not False]
+    # Randomness is not rounding: a switch that makes the draws agree explains a divergence
+    # whatever the judge would say of the values.
+    random_agree = [a for a in agree if a.supports == "nondeterministic"]
+    rung = (_repeated_call(comparison, d, agree) or _nondeterministic(comparison, d)
+            or _ablated(comparison, d, random_agree))
     if rung is not None:
         return rung
     if d is None:
         return _unseeded_runs(completed, repro.source) or _not_reproduced(comparison, completed)
+    if d.bit_difference is not None:
+        return _rounding(d)
+    sides = [s for s in (d.a, d.b) if s is not None]
+    if len(d.judgements) == len(sides) and all(j.status == "judged" for j in d.judgements):
+        return _judged(comparison, d, agree)
+    # No simulated rounding for these values (no reference, a random compiled region, over
+    # budget): the float64 figures and the per-op notes decide, and the verdict says so.
+    fallback = _by_float64(comparison, d, agree)
+    why = "; ".join(sorted({f"`{j.arm}` {j.label}: {j.reason}" for j in d.judgements if j.status != "judged"}))
+    if why:
+        fallback.evidence.append(f"not judged by simulated rounding — {why}; the verdict rests on the float64 "
+                                 "reference and per-op conditioning figures instead")
+    return fallback
+
+
+def _by_float64(comparison: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
+    """The ladder without simulated rounding: tolerance, dynamo's float64 rule, conditioning."""
+    rung = _ablated(comparison, d, agree)
+    if rung is not None:
+        return rung
     if d.nonfinite_mismatch > 0:
         return _nonfinite_flip(comparison, d)
     if d.b is not None and d.within_tolerance:
@@ -72,6 +98,151 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
                         "On such inputs results may vary between devices and backends.",
                         _evidence(d) + ([_cond_text(note, full=True)] if note else []))
     return _likely_bug(d)
+
+
+# -- the judged ladder: each side against its own simulated rounding -----------------------
+def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
+    """Inside its own spread is rounding of this very computation, whatever float64 says;
+    outside it is another computation, which only a switch that brings both sides inside
+    their spreads (an ablation) can excuse."""
+    js = d.judgements
+    outside = [j for j in js if j.zone == "outside"]
+    evidence = [judgement_line(j) for j in js] + _unstable_lines(js) + _evidence(d, sides=False)
+    if outside:
+        precision = [a for a in agree if a.supports == "expected-precision-mode"]
+        if precision:
+            verdict = _ablated(c, d, precision)
+            verdict.evidence = evidence + verdict.evidence[len(_evidence(d)):]
+            return verdict
+        return _outside(c, d, outside, evidence)
+    cancels = _cancellation_hint(c, d)
+    if d.nonfinite_mismatch > 0:
+        return _nonfinite_inside(c, d, evidence)
+    wide = [j for j in js if j.wide]
+    if wide:
+        return _ill_conditioned(c, d, wide, evidence, cancels)
+    envelope = [j for j in js if j.zone == "envelope"]
+    inside = " and ".join(f"`{j.arm}` {j.label}" if d.source == "claim" else f"`{j.arm}`" for j in js)
+    digits = _digits_text(js)
+    how = _difference_text(d)
+    if envelope:
+        e = envelope[0]
+        summary = (f"{_where(d)} {how}. `{e.arm}` lies outside the unbiased rounding spread of its computation but "
+                   "inside the envelope of rounding every operation the same way (all up or all down): an "
+                   "order-dependent, biased accumulation such as stagnation in a long running sum, which floating "
+                   f"point allows. Accumulating in a wider type (or with a compensated sum) removes it.{digits}")
+    else:
+        both = "both" if len(js) == 2 else "its value is"
+        summary = (f"{_where(d)} {how}, and {both} inside {'their' if len(js) == 2 else 'its'} own rounding spread "
+                   f"({inside}): replaying the recorded computation with every operation rounded at the "
+                   f"{'arms’' if len(js) == 2 and d.source == 'arms' else 'arm’s'} own precision gives differences this "
+                   f"large. Ordinary floating-point rounding, which the accuracy note does not guarantee bitwise.{digits}")
+    return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"], summary, evidence)
+
+
+def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -> Verdict:
+    j = outside[0]
+    inside = [x for x in d.judgements if x.zone != "outside"]
+    contrast = f", while `{inside[0].arm}` {inside[0].label} is inside its own (p = {inside[0].p:.2f})" if inside else ""
+    if j.nonfinite and j.nonfinite.startswith("outside"):
+        what = j.nonfinite.removeprefix("outside: ")
+        summary = (f"{_where(d)}: `{j.arm}` {j.label} has {what}{contrast}. The recorded computation, rounded at "
+                   f"the arm's own precision with its range emulated, does not produce that. A different computation "
+                   "(a kernel or compiler bug, a different formula that overflows or cancels) — not rounding, and not "
+                   "an extremal input.")
+        return _verdict("nonfinite-flip", False, policy.NONE, ["nonfinite", "silent", "review"], summary,
+                        evidence + _hazards(c, d))
+    away = (f"{j.statistic:.3g}σ from the float64 value" if j.statistic is not None and j.statistic != float("inf")
+            else "away from the float64 value where no simulated rounding moves it")
+    summary = (f"{_where(d)}: `{j.arm}` {j.label} lies outside its own rounding spread — {away}, where "
+               f"{j.samples} simulated roundings of the same computation at {j.dtype} reach at most "
+               f"{(j.max_sample_stat or 0):.3g}σ (p = {j.p:.2f}){contrast}. The arm computes something other than "
+               "the recorded formula at its precision (a kernel or compiler bug, a different formula, or a precision "
+               "mode no ablation explains).")
+    kind = "nonfinite-flip" if d.nonfinite_mismatch > 0 else "likely-bug"
+    labels = ["nonfinite", "silent", "review"] if kind == "nonfinite-flip" else ["silent", "review"]
+    return _verdict(kind, False, policy.NONE, labels, summary, evidence + _hazards(c, d))
+
+
+def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verdict:
+    """Inf/NaN on one side only, with both sides inside their spreads: rounding alone reaches
+    the nonfinite value here (an exactly singular matrix, a value at the edge of the range)."""
+    who = _who_is_right(d, [], [])
+    exact = [s for s in (d.a, d.b) if s is not None and s.agrees_with_reference and s.nonfinite_vs_reference == 0]
+    note = _singular_upstream(c, d)
+    if exact and any(s.summary != (exact[0].summary) for s in (d.a, d.b) if s is not None):
+        who += f" `{exact[0].arm}` {exact[0].label} equals the exact answer ({exact[0].reference_summary})."
+    if note and "figure" not in note:
+        section, labels = policy.LINALG, ["nonfinite", "linalg"]
+        why = (f" The matrix fed to `{note['op']}` at line {note['line']} is singular ({_cond_text(note)}), so the "
+               "exact answer is not finite and any finite value is rounding noise.")
+    elif note:
+        section = policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
+        labels = ["nonfinite", "numerical"]
+        why = f" At `aten.{note['op']}` (line {note['line']}) {note['figure']}."
+    else:
+        section, labels, why = policy.EXTREMAL, ["nonfinite", "numerical"], ""
+        over = [s for s in (d.a, d.b) if s is not None and s.overflow_to_inf]
+        if over:
+            why = (f" The float64 value ({over[0].reference_summary}) lies beyond the largest finite {over[0].dtype}, "
+                   f"so `inf` is the correctly rounded {over[0].dtype} answer: range overflow.")
+    both = "Both sides are" if d.b is not None else "The value is"
+    return _verdict("nonfinite-flip", True, section, labels,
+                    f"{who}{why} {both} inside the rounding spread of their own computation: replaying it with every "
+                    "operation rounded at the arm's precision (its range emulated) reaches the same non-finite "
+                    "values, so this is where rounding and the dtype's range lead, not a bug.",
+                    evidence + ([_cond_text(note, full=True)] if note else []))
+
+
+def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[str], hint: str) -> Verdict:
+    j = wide[0]
+    note = _singular_upstream(c, d) or {}
+    matrix = bool(note) and "figure" not in note
+    section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
+    if j.computational_zero:
+        state = (f"`{j.arm}` {j.label} is a computational zero at {j.dtype}: its simulated roundings scatter "
+                 f"around 0 by ±{j.sigma:.2g}, so every digit of it is rounding noise")
+    else:
+        state = (f"its rounding spread is wide — `{j.arm}` {j.label} keeps only {j.digits:.1f} significant digits "
+                 f"at {j.dtype} (±{j.sigma:.2g})")
+    figure = f" The figure behind it: {_ill_conditioning(c, d)}." if _ill_conditioning(c, d) else ""
+    return _verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
+                    f"{_where(d)} {_difference_text(d)}, and every side is inside its own rounding spread, but "
+                    f"{state}.{figure}{hint} On such a computation results may differ between devices, backends and "
+                    "orders of evaluation; neither side is a bug.",
+                    evidence + ([_cond_text(note, full=True)] if note else []))
+
+
+def _cancellation_hint(c: Comparison, d: Divergence) -> str:
+    """A textbook rewrite for a cancelling formula the sides' graphs contain."""
+    texts = []
+    for s in (d.a, d.b):
+        run = next((r for r in c.arms if s is not None and r.spec == s.arm), None)
+        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
+        for site in ((o.rounding or {}).get("cancellations") or []) if o else []:
+            if site.get("hint") and site["hint"] not in texts:
+                texts.append(site["hint"])
+    return (" " + " ".join(texts)) if texts else ""
+
+
+def _unstable_lines(js: list) -> list[str]:
+    return [f"decision unstable under rounding (`{j.arm}` {j.label}): {u}" for j in js for u in j.unstable][:4]
+
+
+def _digits_text(js: list) -> str:
+    same_arm = len({j.arm for j in js}) < len(js)
+    parts = [f"{j.label if same_arm else '`' + j.arm + '`'} keeps {j.digits:.1f} significant digits at {j.dtype}"
+             for j in js if j.digits is not None and not j.computational_zero]
+    return (" (" + "; ".join(parts) + ")") if parts else ""
+
+
+def _difference_text(d: Divergence) -> str:
+    if d.b is None:
+        return f"is {d.a.summary} on `{d.a.arm}` where float64 gives {d.a.reference_summary or 'no value'}"
+    if d.max_abs_diff is None:
+        return f"differs between {_pair(d)}"
+    tol = f"within {d.dtype} tolerance" if d.within_tolerance else f"beyond {d.dtype} tolerance"
+    return f"differs between {_pair(d)} by {d.max_abs_diff:.3g} ({tol})"
 
 
 # -- rungs --------------------------------------------------------------------------------
@@ -495,8 +666,8 @@ def _who_is_right(d: Divergence, right: list[Side], wrong: list[Side]) -> str:
 
 def _where(d: Divergence) -> str:
     line = f" (line {d.line})" if d.line else ""
-    what = {"arms": "between arms", "claim": "in the script's own comparison", "reference": "against float64"}[d.source]
-    return f"{d.observable_label}{line} {what}"
+    what = {"arms": " between arms", "claim": " in the script's own comparison", "reference": ""}[d.source]
+    return f"{d.observable_label}{line}{what}"
 
 
 def _pair(d: Divergence) -> str:
@@ -511,9 +682,11 @@ def _fmt(x: float | None) -> str:
     return "?" if x is None else f"{x:.3g}"
 
 
-def _evidence(d: Divergence) -> list[str]:
+def _evidence(d: Divergence, sides: bool = True) -> list[str]:
+    """The float64 figures of each side (unless a judgement line already gives them) and the
+    difference between the sides."""
     out = []
-    for s in (d.a, d.b):
+    for s in (d.a, d.b) if sides else ():
         if s is None:
             continue
         err = "" if s.max_abs_error is None else (f"; vs float64: max abs {s.max_abs_error:.3g}, max rel "

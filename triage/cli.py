@@ -43,7 +43,13 @@ def _run_options(f: Any) -> Any:
                      help="Seconds the script may run in each arm."),
         click.option("--memory", default=None, metavar="SIZE",
                      help="Memory limit per arm (e.g. 8G). Default: a share of RAM."),
-        click.option("--no-reference", is_flag=True, help="Skip the float64 reference replay."),
+        click.option("--no-reference", is_flag=True,
+                     help="Skip the float64 reference replay (and with it the rounding judgement)."),
+        click.option("--rounding-samples", type=click.IntRange(min=0), default=29, show_default=True,
+                     help="Simulated roundings of each observed value (Monte Carlo arithmetic on the recorded "
+                          "graph); the smallest p-value is 1/(K+1). 0 judges by float64 alone."),
+        click.option("--rounding-budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
+                     help="Seconds each arm's rounding simulation may take."),
         click.option("--minimize/--no-minimize", default=True, show_default=True,
                      help="Reduce a divergence between two arms to its minimal op set and a verified script."),
         click.option("--minimize-budget", type=click.FloatRange(min=1), default=900.0, show_default=True,
@@ -292,7 +298,8 @@ def _execute(pipeline: Any, run: dict[str, Any]) -> Any:
         if note:
             notes.append(note)
     options = RunOptions(timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
-                         reference=not run["no_reference"], jobs=run["jobs"])
+                         reference=not run["no_reference"], jobs=run["jobs"],
+                         rounding_samples=run["rounding_samples"], rounding_budget_s=run["rounding_budget"])
     progress = _Progress(Console(stderr=True), [a.spec for a in arms]) if not run["quiet"] else None
     try:
         return pipeline(arms, options, progress.update if progress else None, notes,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from triage import policy
-from triage.model import ArmRun, Comparison, Divergence, DivergenceKind, Observable, Side
+from triage.model import ArmRun, Comparison, Divergence, DivergenceKind, Judgement, Observable, Side
 
 SUMMARY_VALUES = 4
 
@@ -49,18 +49,81 @@ def compare(runs: list[ArmRun]) -> Comparison:
     # the reporter's divergence did not reproduce, and float64 findings are notes, not verdicts.
     reference_divs = []
     for run in completed if len(completed) == 1 else []:
-        for o in run.observables:
+        for o in run.observables[:MAX_SINGLE]:
             side = side_of(run, o)
-            if side.agrees_with_reference is False:
+            if side.agrees_with_reference is False or _not_inside_own_spread(run, o):
                 reference_divs.append(_single(run, o, side))
     ordered = candidates + claim_divs + reference_divs
+    judged = ordered[:MAX_JUDGED]
+    for d in judged:
+        d.judgements = _judgements(completed, d)
+    headline = min(range(len(judged)), key=lambda i: _headline_rank(judged[i], i)) if judged else None
+    shown = _values_of(completed, judged[headline]) if headline is not None else set()
     conditioning = [dict(c, arm=r.spec) for r in completed for c in r.conditioning]
     return Comparison(
         arms=runs, aligned=aligned, alignment_note=alignment_note,
         leaves_identical=leaves_identical, leaves_note=leaves_note,
-        divergence=ordered[0] if ordered else None, divergences=len(ordered),
+        divergence=judged[headline] if headline is not None else None, divergences=len(ordered),
         claims=claims, conditioning=conditioning,
+        others=[d for i, d in enumerate(judged) if i != headline and not _values_of(completed, d) <= shown],
     )
+
+
+def _values_of(runs: list[ArmRun], d: Divergence) -> set[tuple]:
+    """(arm, op-graph node) of each side: two observables of one tensor are one value."""
+    by_spec = {r.spec: r for r in runs}
+    out = set()
+    for s in (d.a, d.b):
+        run = by_spec.get(s.arm) if s is not None else None
+        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
+        out.add((s.arm, o.node or f"observable{o.index}") if o is not None else (None, None))
+    return out
+
+
+# What the script itself is about ranks first: its own checks, then what it prints, then
+# module/compiled outputs, then names left at exit.
+KIND_RANK = {"claim": 0, "readback": 1, "call": 2, "final": 3}
+MAX_JUDGED = 16
+
+
+def _headline_rank(d: Divergence, order: int) -> tuple:
+    """A value outside its own rounding spread is never hidden behind one inside it; among
+    equals, the one the script's own check or printed output is about, then program order."""
+    outside = any(j.zone == "outside" for j in d.judgements)
+    kind = min(KIND_RANK.get(s.kind or "", 4) for s in (d.a, d.b) if s is not None)
+    return (not outside, kind, order)
+
+
+MAX_SINGLE = 400
+
+
+def _not_inside_own_spread(run: ArmRun, o: Observable) -> bool:
+    """Close to float64 by the tolerance rule, yet beyond what unbiased rounding of its own
+    computation gives (a biased accumulation, or another computation)."""
+    if not o.spread:
+        return False
+    from triage.judge import judge_observable
+
+    return judge_observable(run, o).zone in ("envelope", "outside")
+
+
+def _judgements(runs: list[ArmRun], d: Divergence) -> list:
+    from triage.judge import judge_observable
+
+    by_spec = {r.spec: r for r in runs}
+    out = []
+    for s in (d.a, d.b):
+        run = by_spec.get(s.arm) if s is not None else None
+        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
+        if o is None:
+            continue
+        try:
+            out.append(judge_observable(run, o))
+        except Exception as e:  # noqa: BLE001 - a judge failure loses the judgement, never the report
+            out.append(Judgement(arm=run.spec, observable=o.index, label=o.label, line=o.line,
+                                 dtype=(o.fingerprint or {}).get("dtype", "?"), status="not-judged",
+                                 reason=f"triage's judge failed on it ({type(e).__name__}: {str(e)[:120]})"))
+    return out
 
 
 def divergence_kind(a: np.ndarray, b: np.ndarray, dtype: str) -> DivergenceKind | None:
@@ -221,7 +284,7 @@ def side_of(run: ArmRun, o: Observable) -> Side:
     dtype = fp.get("dtype", "?")
     ref_fp = (o.reference or {}).get("fingerprint")
     side = Side(arm=run.spec, observable=o.index, label=o.label, line=o.line, dtype=dtype,
-                summary=summarize(fp), reference_summary=summarize(ref_fp) if ref_fp else None)
+                summary=summarize(fp), reference_summary=summarize(ref_fp) if ref_fp else None, kind=o.kind)
     if ref_fp is None:
         return side
     v, r = o.value, o.reference_value

@@ -84,8 +84,12 @@ class Observable:
     # Root module calls: which module instance (and the script's name for it), its training
     # flag and train-mode layers, input digests, and the numerics settings at the call.
     module: dict[str, Any] | None = None
+    # The simulated rounding of this value on its arm (triage/worker/rounding.py): status,
+    # sample count, each sample's statistic, flipped decisions; the arrays stay out of JSON.
+    rounding: dict[str, Any] | None = None
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
+    spread: dict[str, np.ndarray] | None = field(default=None, repr=False, metadata={"json": False})
 
 
 @dataclass
@@ -117,6 +121,7 @@ class ArmRun:
     reference: dict[str, Any] | None = None
     random_before_seed: dict[str, Any] | None = None
     compiled_random_ops: list[str] = field(default_factory=list)
+    rounding: dict[str, Any] | None = None  # the simulation's cost and sample count
     torch_import_s: float | None = None
     graph_dir: str | None = field(default=None, metadata={"json": False})  # exported op graph
 
@@ -144,6 +149,38 @@ class Side:
     overflow_to_inf: int = 0  # of those, ±inf where float64's value is beyond the dtype's range
     agrees_with_reference: bool | None = None
     reference_summary: str | None = None
+    kind: str | None = None  # the observable's kind: call | readback | claim | final
+
+
+@dataclass
+class Judgement:
+    """One value judged against the simulated rounding of its own computation on its arm."""
+
+    arm: str
+    observable: int
+    label: str
+    line: int | None
+    dtype: str
+    status: str  # judged | not-judged
+    zone: str | None = None  # inside | envelope | outside
+    p: float | None = None  # Monte Carlo p-value of the value's deviation among the samples'
+    samples: int = 0
+    statistic: float | None = None  # T: max over elements of |value - float64| / σ
+    max_sample_stat: float | None = None
+    element: int | None = None  # the (flat) element where T is reached
+    value: float | None = None  # at that element
+    reference: float | None = None
+    sigma: float | None = None
+    envelope: list[float] | None = None  # directed replays at that element
+    digits: float | None = None  # fewest significant digits at the arm's precision
+    computational_zero: bool = False
+    zeros: int = 0
+    numel: int = 0
+    wide: bool = False  # the computation itself loses most of the precision
+    nonfinite: str | None = None
+    unstable: list[str] = field(default_factory=list)
+    strip: str = ""
+    reason: str | None = None  # why not judged
 
 
 @dataclass
@@ -167,6 +204,7 @@ class Divergence:
     ancestors: list[dict[str, Any]] = field(default_factory=list)
     how: str | None = None  # claims: the script's function, "implicit", or "repeat" (one module called twice)
     bit_difference: str | None = None  # equal values, different bits: "signed-zero" or "nan-bits"
+    judgements: list[Judgement] = field(default_factory=list)  # each side against its own rounding
 
 
 @dataclass(frozen=True)
@@ -205,6 +243,7 @@ class Comparison:
     claims: list[dict[str, Any]]
     conditioning: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    others: list[Divergence] = field(default_factory=list)  # the other divergences, judged too
 
 
 @dataclass
@@ -219,6 +258,9 @@ class Ablation:
     setting: str  # the line a user sets
     supports: str  # the verdict kind it supports when the sides agree
     seconds: float = 0.0
+    # Agreeing sides explain the divergence only inside their rounding spread (garbage agreeing
+    # with garbage explains nothing): None where there was no spread to judge them by.
+    inside_spread: bool | None = None
 
 
 @dataclass

@@ -9,9 +9,11 @@ cannot open HTML, a link, an image, a mention or a cross-reference in someone el
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.resources
 import json
+import math
 import re
 from typing import Any, Callable
 
@@ -19,12 +21,15 @@ import jinja2
 from markupsafe import Markup
 
 from triage import policy
-from triage.model import Report, to_jsonable
+from triage.judge.describe import spread_text
+from triage.model import Judgement, Report, to_jsonable
 
 SCHEMA_ID = "triage.report/1"
 COMMENT_LIMIT = 65536
 SUMMARY_LIMIT_BYTES = 1_000_000  # $GITHUB_STEP_SUMMARY refuses more than 1 MiB per step
 LOCALIZATION_ROWS = 8
+OTHER_JUDGEMENTS = 6  # lines for the other divergences' judged values; report.json has them all
+ROUNDING_NOTES = 4  # unstable decisions and cancellation hints not already in the evidence
 MARKER = "<!-- triage:report"  # the hidden first line of the bot's comment: MARKER + digest + " -->"
 ZWSP = "\u200b"
 
@@ -146,6 +151,8 @@ def comment_digest(data: dict[str, Any]) -> str:
     stable["minimal"] = (minimal.get("ops"), minimal.get("script"), minimal.get("verified"))
     stable["localization"] = [(r.get("op"), r.get("role")) for r in data.get("localization") or []]
     stable["ablations"] = [(a.get("switch"), a.get("outcome")) for a in data.get("ablations") or []]
+    # The simulation is seeded, so its figures only change when the outcome does.
+    stable["rounding"] = rounding_view(data)
     blob = json.dumps(stable, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -214,6 +221,7 @@ def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int
         ablations=[a for a in data.get("ablations") or [] if a["outcome"] != "skipped"],
         reporter_env=extraction.get("environment_fields") or {},
         reporter_observed=_cap("\n\n".join(extraction.get("observed") or []), output_cap),
+        rounding=rounding_view(data),
     )
 
 
@@ -231,6 +239,128 @@ def _errors(e: dict[str, Any] | None) -> str:
     if e["kind"] in ("nonfinite", "raises"):
         return f"{e['kind']} ({e.get('detail')})"
     return f"{e['kind']}: {e.get('max_ulps') or 0:.3g} ulp, abs {e.get('max_abs') or 0:.3g}"
+
+
+def rounding_view(data: dict[str, Any]) -> dict[str, Any]:
+    """What the comment and the terminal show of the rounding judge, from report data: a row
+    and a strip per side of the headline divergence, a capped list of the other judged values,
+    and the unstable decisions and cancellation hints the verdict does not already quote."""
+    comparison = data.get("comparison") or {}
+    headline = (comparison.get("divergence") or {}).get("judgements") or []
+    shown = {(j.get("arm"), j.get("observable")) for j in headline}
+    others = []
+    for d in comparison.get("others") or []:
+        for j in d.get("judgements") or []:
+            key = (j.get("arm"), j.get("observable"))
+            if key not in shown:  # one value judged once, however many divergences it is part of
+                shown.add(key)
+                others.append(_other_line(j))
+    v = data.get("verdict") or {}
+    quoted = " ".join([v.get("summary") or ""] + list(v.get("evidence") or []))
+    notes = [f"decision unstable under rounding (`{j.get('arm')}` {j.get('label')}): {u}"
+             for j in headline for u in j.get("unstable") or [] if u not in quoted]
+    notes += [line for hint, line in _cancellation_hints(data, headline) if hint not in quoted]
+    # A claim compares two different values: each row then names its own.
+    headline_label = (comparison.get("divergence") or {}).get("observable_label")
+    rows = [dict(_judgement_row(j), label=str(j.get("label")) if j.get("label") != headline_label else "")
+            for j in headline]
+    return {"rows": rows,
+            # The strip names only the arm: a claim's two values on one arm need their labels.
+            "strips": [(f"{row['label']}:\n" if row["label"] else "") + j["strip"]
+                       for j, row in zip(headline, rows) if _drawable(j)],
+            "others": others[:OTHER_JUDGEMENTS], "others_left_out": max(0, len(others) - OTHER_JUDGEMENTS),
+            "notes": list(dict.fromkeys(notes))[:ROUNDING_NOTES]}
+
+
+_JUDGEMENT_REALS = ("p", "statistic", "max_sample_stat", "value", "reference", "sigma", "digits")
+
+
+def _as_judgement(j: dict[str, Any]) -> Judgement:
+    """A judgement back from report data (floats written as "inf"/"nan" strings read back)."""
+    known = {f.name for f in dataclasses.fields(Judgement)}
+    fields = {k: (_real(v) if k in _JUDGEMENT_REALS else v) for k, v in j.items() if k in known}
+    return Judgement(**fields)
+
+
+def _real(x: Any) -> float | None:
+    if isinstance(x, str):
+        return float(x) if x in ("inf", "-inf", "nan") else None
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _number(x: Any) -> str:
+    value = _real(x)
+    return "—" if value is None else f"{value:.9g}"
+
+
+def _outside_by_nonfinite(j: dict[str, Any]) -> bool:
+    return str(j.get("nonfinite") or "").startswith("outside")
+
+
+def _drawable(j: dict[str, Any]) -> bool:
+    """A strip says something only about a finite value on a finite, nonzero spread, and not
+    when the side is outside because of nonfinite elements the strip cannot show."""
+    value, sigma = _real(j.get("value")), _real(j.get("sigma"))
+    return (j.get("status") == "judged" and bool(j.get("strip")) and value is not None and sigma is not None
+            and math.isfinite(value) and math.isfinite(sigma) and sigma > 0 and not _outside_by_nonfinite(j))
+
+
+def _judgement_row(j: dict[str, Any]) -> dict[str, str]:
+    judged = j.get("status") == "judged"
+    value = _number(j.get("value"))
+    if judged and j.get("element") is not None and value != "—":
+        value += f" (element {j['element']})"
+    p = _real(j.get("p"))
+    p_text = f"{p:.2f} ({j.get('samples') or 0} samples)" if judged and p is not None else "—"
+    if judged and p is not None and _outside_by_nonfinite(j):
+        p_text += ", finite elements"
+    return {"arm": str(j.get("arm")), "value": value if judged else "—",
+            "reference": _number(j.get("reference")) if judged else "—",
+            "spread": spread_text(_as_judgement(j)) if judged else "—", "p": p_text, "conclusion": _zone_text(j)}
+
+
+def _zone_text(j: dict[str, Any]) -> str:
+    if j.get("status") != "judged":
+        return f"not judged: {j.get('reason') or 'no reason given'}"
+    if _outside_by_nonfinite(j):
+        return "outside: " + str(j["nonfinite"]).removeprefix("outside: ")
+    zone = j.get("zone")
+    if zone == "inside":
+        return "inside its own rounding spread"
+    if zone == "envelope":
+        return "directed envelope: outside the unbiased spread, inside rounding all up / all down"
+    statistic, reach = _real(j.get("statistic")), _real(j.get("max_sample_stat"))
+    if statistic is None or not math.isfinite(statistic):
+        return "outside: where no simulated rounding moves it at all"
+    return f"outside: {statistic:.3g}σ" + (f", the samples reach {reach:.3g}σ" if reach is not None else "")
+
+
+def _other_line(j: dict[str, Any]) -> dict[str, str]:
+    p = _real(j.get("p"))
+    if j.get("status") != "judged" or _outside_by_nonfinite(j):
+        result = _zone_text(j)
+    else:
+        result = str(j.get("zone") or "?") + (f" (p = {p:.2f})" if p is not None else "")
+    line = f" (line {j['line']})" if j.get("line") is not None else ""
+    return {"arm": str(j.get("arm")), "label": str(j.get("label")) + line, "result": result}
+
+
+def _cancellation_hints(data: dict[str, Any], headline: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(hint, line) for the rewrites the simulation suggests where the headline values lose
+    digits upstream; the hint alone decides whether the verdict already quotes it."""
+    wanted = {(j.get("arm"), j.get("observable")) for j in headline}
+    out = []
+    for o in data.get("observables") or []:
+        if (o.get("arm"), o.get("index")) not in wanted:
+            continue
+        for site in (o.get("rounding") or {}).get("cancellations") or []:
+            if not site.get("hint"):
+                continue
+            lost = site.get("digits_lost")
+            lost = "every digit" if lost == "all" else f"{lost} digits" if isinstance(lost, (int, float)) else "digits"
+            where = f" (line {site['line']})" if site.get("line") is not None else ""
+            out.append((site["hint"], f"cancellation at `{site.get('op')}`{where} loses {lost}: {site['hint']}"))
+    return out
 
 
 def _cap(text: str | None, cap: int) -> str:
@@ -263,6 +393,7 @@ def render_terminal(report: Report, console: Any) -> None:
         console.print(table)
     for e in v.evidence:
         console.print(f" • {e}", markup=False, highlight=False)
+    _terminal_rounding(report, console)
     m = report.minimal
     if m:
         state = "verified in fresh arms" if m.verified else "NOT verified: " + m.verification
@@ -290,3 +421,30 @@ def render_terminal(report: Report, console: Any) -> None:
     console.print(f"policy: {v.policy_section} {v.policy_url}", markup=False, highlight=False)
     if v.labels:
         console.print("suggested labels: " + ", ".join(v.labels), markup=False, highlight=False)
+
+
+def _terminal_rounding(report: Report, console: Any) -> None:
+    """The rounding judgement as the comment shows it: a table, the strips, the rest as lines."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    view = rounding_view(report_json(report))
+    if not view["rows"]:
+        return
+    divergence = report.comparison.divergence if report.comparison else None
+    table = Table(title="rounding judgement (each side against its own simulated rounding)")
+    for col in ("arm", divergence.observable_label if divergence else "value", "float64", "rounding spread", "p",
+                "conclusion"):
+        table.add_column(escape(col))
+    for row in view["rows"]:
+        arm = row["arm"] + (f" {row['label']}" if row["label"] else "")
+        table.add_row(escape(arm), *(escape(row[k]) for k in ("value", "reference", "spread", "p", "conclusion")))
+    console.print(table)
+    for strip_picture in view["strips"]:
+        console.print(strip_picture, markup=False, highlight=False, soft_wrap=True)
+    for n in view["notes"]:
+        console.print(f" • {n}", markup=False, highlight=False)
+    for o in view["others"]:
+        console.print(f" ◦ also judged: {o['arm']} {o['label']}: {o['result']}", markup=False, highlight=False)
+    if view["others_left_out"]:
+        console.print(f" ◦ … and {view['others_left_out']} more in report.json", markup=False, highlight=False)

@@ -20,6 +20,7 @@ from triage.model import ArmRun, ArmSpec, Observable, Repro
 from triage.sandbox import Limits, ProcessOutcome, physical_memory, run_isolated, scrubbed_environment
 
 GiB = 1 << 30
+SPREAD_ARRAYS = ("sig", "up", "dn", "mu", "sd", "nf")  # what the worker's rounding simulation ships
 
 
 @dataclass
@@ -37,6 +38,10 @@ class RunOptions:
     cache_dir: str | None = None
     keep_dirs: bool = False
     export_graphs: bool = True  # eager arms write their op graph for the minimizer
+    # Simulated rounding (triage/worker/rounding.py): K random replays of each observed value's
+    # graph; 0 switches it off. It needs the float64 reference.
+    rounding_samples: int = 29
+    rounding_budget_s: float = 60.0
 
 
 Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, details)
@@ -72,6 +77,9 @@ def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
         "value_budget": options.value_budget_bytes,
         "max_leaf_bytes": options.max_leaf_bytes,
         "export_graph": options.export_graphs,
+        "rounding": {"samples": options.rounding_samples, "budget_s": options.rounding_budget_s,
+                     "value_bytes": options.value_budget_bytes}
+        if options.reference and options.rounding_samples else None,
         "result_dir": str(out),
         # CUDA reserves far more address space than it uses: limit it on CPU arms only.
         "address_space_limit": memory_bytes + 8 * GiB if arm.device == "cpu" else None,
@@ -80,7 +88,7 @@ def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
     limits = Limits(timeout_s=options.timeout_s + options.collect_env_timeout_s, memory_bytes=memory_bytes,
                     output_bytes=options.output_bytes,
                     grace_after={"script-start": options.timeout_s,
-                                 "script-done": options.reference_budget_s + 30})
+                                 "script-done": options.reference_budget_s + options.rounding_budget_s + 30})
     notify("start", {})
     started = time.monotonic()
     outcome = run_isolated(
@@ -173,6 +181,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values_file: Path) ->
     run.reference = result.get("reference")
     run.random_before_seed = result.get("random_before_seed")
     run.compiled_random_ops = result.get("compiled_random_ops", [])
+    run.rounding = result.get("rounding")
     if run.status == "unavailable":
         run.failure = result.get("unavailable")
         return
@@ -187,9 +196,15 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values_file: Path) ->
             reference=o.get("reference"), ancestors=o.get("ancestors", []), claim=o.get("claim"),
             conditioning=o.get("conditioning", []), node=o.get("node"), module=o.get("module"),
             value=values.get(f"obs{i}"), reference_value=values.get(f"ref{i}"),
+            rounding=o.get("rounding"),
+            spread={key: values[f"{key}{i}"] for key in SPREAD_ARRAYS if f"{key}{i}" in values} or None,
         ))
     if run.status == "raised" and run.exception:
         e = run.exception
+        if e.get("claim") and run.exit_note:
+            # The script's own check failed: say so, so that it does not read as a crash.
+            run.failure = run.exit_note
+            return
         where = f" at line {e['line']}" if e.get("line") else ""
         run.failure = f"{e['type']}{where}: {_first_line(e.get('message', ''))}{_raise_hint(e)}"
 

@@ -18,7 +18,7 @@ LINALG_OPS = {
     "linalg_inv_ex", "linalg_inv", "inverse", "_linalg_solve_ex", "linalg_solve", "linalg_solve_ex",
     "linalg_lu_factor_ex", "linalg_lu", "cholesky", "linalg_cholesky_ex", "linalg_lstsq",
     "linalg_pinv", "triangular_solve", "linalg_solve_triangular", "cholesky_solve",
-    "lu_solve", "linalg_lu_solve", "cholesky_inverse",
+    "lu_solve", "linalg_lu_solve", "cholesky_inverse", "_linalg_svd", "linalg_svd", "linalg_svdvals",
 }
 MAX_ORDER = 1024
 MAX_BATCH = 256
@@ -50,6 +50,9 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
     c = float(cond[worst])
     rank = int(ranks.min())
     exact = exact_singular(a) if op in DET_OPS else None
+    exact_rank_ = exact_rank(a) if op in SVD_OPS else None
+    if exact_rank_ is not None:
+        exact = exact_rank_ < k
     return {
         "op": op,
         "exact_singular": exact,
@@ -59,6 +62,7 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
         "cond": c,
         "rank": rank,
         "order": k,
+        "exact_rank": exact_rank_,
         "singular": rank < k or bool(exact),
         # Past 1/eps, the matrix is singular to working precision.
         "ill_conditioned": c * eps > 1e-2 or rank < k or bool(exact),
@@ -93,6 +97,33 @@ def exact_singular(a: torch.Tensor) -> bool | None:
         if _bareiss_det([[Fraction(v) for v in row] for row in matrix]) == 0:
             return True
     return False
+
+
+SVD_OPS = {"_linalg_svd", "linalg_svd", "linalg_svdvals"}
+
+
+def exact_rank(a: torch.Tensor) -> int | None:
+    """The rank of the recorded matrix in rational arithmetic (a single small real matrix):
+    its trailing singular values are exactly 0, whatever LAPACK's rounding returns for them."""
+    if a.is_complex() or a.dim() != 2 or max(a.shape) > EXACT_MAX_ORDER or a.numel() == 0:
+        return None
+    wide = a.detach().to("cpu", torch.float64)
+    if not torch.isfinite(wide).all():
+        return None
+    from fractions import Fraction
+
+    rows = [[Fraction(v) for v in row] for row in wide.tolist()]
+    rank, columns = 0, len(rows[0])
+    for col in range(columns):
+        pivot = next((i for i in range(rank, len(rows)) if rows[i][col] != 0), None)
+        if pivot is None:
+            continue
+        rows[rank], rows[pivot] = rows[pivot], rows[rank]
+        for i in range(rank + 1, len(rows)):
+            factor = rows[i][col] / rows[rank][col]
+            rows[i] = [x - factor * y for x, y in zip(rows[i], rows[rank])]
+        rank += 1
+    return rank
 
 
 def _bareiss_det(m: list[list]) -> object:

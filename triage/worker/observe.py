@@ -2,7 +2,9 @@
 
 * ``call``     outputs of each call of a root ``nn.Module`` or of a compiled callable,
 * ``readback`` values turned into Python or printed (``.item()``, ``.tolist()``,
-               ``.numpy()``, ``repr``/``print``, f-string formatting),
+               ``.numpy()``, ``repr``/``print``, f-string formatting), the tensor operands
+               of a comparison the script turns into a bool (``assert diff < 1e-6``), and
+               the values of top-level expression statements (``expressions.py``),
 * ``claim``    operands of the script's own comparisons (``torch.equal``, ``allclose``,
                ``isclose``, ``torch.testing.assert_close``) with the script's answer,
 * ``final``    tensors bound to top-level names when the script ends.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import sys
 from typing import Any, Callable
 
@@ -21,6 +24,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from triage.worker.fingerprint import fingerprint, to_numpy
 from triage.worker.modes import Quiet, suspended_modes
@@ -49,6 +53,45 @@ CLAIMS: dict[Any, str] = {
 }
 
 
+def _tensor_and_torch_functions(name: str) -> list[Any]:
+    """`Tensor.name` and, for a plain name, `torch.name` (a module has dunders of its own)."""
+    functions = [getattr(torch.Tensor, name, None)]
+    if not name.startswith("__"):
+        functions.append(getattr(torch, name, None))
+    return [f for f in functions if f is not None]
+
+
+# Tensor comparisons, by operator: a Python bool made of their result is the script checking
+# the compared values (`assert (a - b).abs().max() < 1e-6`, `if torch.all(x == y):`).
+COMPARISONS: dict[Any, str] = {
+    func: symbol
+    for symbol, names in (("<", ("__lt__", "lt", "less")), ("<=", ("__le__", "le", "less_equal")),
+                          (">", ("__gt__", "gt", "greater")), (">=", ("__ge__", "ge", "greater_equal")),
+                          ("==", ("__eq__", "eq")), ("!=", ("__ne__", "ne", "not_equal")))
+    for name in names
+    for func in _tensor_and_torch_functions(name)
+}
+# Ops that fold a comparison's result into the value that is checked (`torch.all(x == y)`,
+# `(a != b).sum() == 0`, `not (x > 0).any()`): the result still stands for the comparison.
+CHECK_FOLDS = {
+    func
+    for name in ("all", "any", "sum", "count_nonzero", "logical_not", "logical_and", "logical_or",
+                 "logical_xor", "__invert__", "__and__", "__or__", "__xor__", "__rand__", "__ror__", "__rxor__")
+    for func in _tensor_and_torch_functions(name)
+}
+CHECK_CONVERSIONS = {torch.Tensor.__bool__, torch.Tensor.item}
+MAX_CHECKS_PER_VALUE = 8
+
+
+class Comparison:
+    """One tensor comparison whose operands are recorded once, when the script checks it."""
+
+    def __init__(self, symbol: str, operands: list[torch.Tensor]) -> None:
+        self.symbol = symbol
+        self.operands = operands
+        self.recorded = False
+
+
 class ObservationStore:
     def __init__(self, recorder: OpRecorder, site: Callable[[], int | None], value_budget: int,
                  emit: Callable[[dict], None]) -> None:
@@ -63,6 +106,12 @@ class ObservationStore:
         self.full = False
         self.muted = 0  # inside a testing helper: its internal isclose calls are not the script's
         self.compiled_depth = 0  # inside a compiled call: modules dynamo runs are not root calls
+        self.recorded_versions = WeakTensorKeyDictionary()  # tensor -> its version when recorded
+
+    def holds_current(self, t: torch.Tensor) -> bool:
+        """`t` was recorded already and has not changed since: recording it again adds nothing."""
+        version = _version_of(t)
+        return version is not None and self.recorded_versions.get(t) == version
 
     def add(self, kind: str, label: str, t: torch.Tensor, line: int | None = None,
             claim: dict[str, Any] | None = None, module: dict[str, Any] | None = None) -> None:
@@ -91,6 +140,7 @@ class ObservationStore:
                     self.values[f"obs{index}"] = value
                     self.value_budget -= value.nbytes
             self.records.append(record)
+            self.recorded_versions[t] = _version_of(t)
             self.emit({"observable": {k: record[k] for k in ("index", "kind", "label", "line", "fingerprint")}})
 
     def add_all(self, kind: str, label: str, value: Any, line: int | None = None,
@@ -101,12 +151,24 @@ class ObservationStore:
             self.add(kind, label + suffix, t, line, module=module)
 
 
+def _version_of(t: torch.Tensor) -> int | None:
+    """The tensor's version counter; None for tensors without one (made in inference mode)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 class Observer(TorchFunctionMode):
     """Records readbacks and the script's comparisons as they happen."""
 
-    def __init__(self, store: ObservationStore) -> None:
+    def __init__(self, store: ObservationStore, script: str) -> None:
         super().__init__()
         self.store = store
+        self.script = script
+        # A comparison's result (or what folds it) -> the comparisons it stands for, until
+        # the script turns it into a Python bool.
+        self.comparisons = WeakTensorKeyDictionary()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -115,7 +177,41 @@ class Observer(TorchFunctionMode):
             self.store.add("readback", READBACKS[func], args[0])
         elif func in CLAIMS and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
             record_claim(self.store, CLAIMS[func], args[0], args[1], _claim_result(out))
+        if func in COMPARISONS or func in CHECK_FOLDS:
+            self._track_comparison(func, args, out)
+        if func in CHECK_CONVERSIONS and args and self._called_by_script():
+            self._record_checked(args[0])
         return out
+
+    def _called_by_script(self) -> bool:
+        """The conversion is the script's own (not torch's argument checks): its nearest
+        caller outside triage's modes is the script."""
+        frame = sys._getframe(2)
+        while frame is not None and "triage/worker/" in frame.f_code.co_filename.replace(os.sep, "/"):
+            frame = frame.f_back
+        return frame is not None and frame.f_code.co_filename == self.script
+
+    def _track_comparison(self, func: Any, args: tuple, out: Any) -> None:
+        if not isinstance(out, torch.Tensor):
+            return
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        comparisons = [c for a in tensors for c in self.comparisons.get(a, ())]
+        if func in COMPARISONS:
+            comparisons.append(Comparison(COMPARISONS[func], tensors))
+        if comparisons:
+            self.comparisons[out] = comparisons[-MAX_CHECKS_PER_VALUE:]
+
+    def _record_checked(self, value: Any) -> None:
+        """The script made a Python bool of a comparison: record what it compared."""
+        for comparison in self.comparisons.get(value, ()) if isinstance(value, torch.Tensor) else ():
+            if comparison.recorded:
+                continue
+            comparison.recorded = True
+            numbered = len(comparison.operands) > 1
+            for i, operand in enumerate(comparison.operands):
+                if not self.store.holds_current(operand):
+                    which = f" {i + 1}" if numbered else ""
+                    self.store.add("readback", f"`{comparison.symbol}` operand{which} in a check", operand)
 
 
 def _claim_result(out: Any) -> Any:

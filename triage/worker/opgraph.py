@@ -152,7 +152,7 @@ class OpRecorder(TorchDispatchMode):
         if name in SKIPPED_OPS:
             return self._call(func, args, kwargs)
         flat, spec = tree_flatten((args, kwargs))
-        is_random = torch.Tag.nondeterministic_seeded in func.tags
+        is_random = draws_random(func, args, kwargs)
         has_tensor_input = any(isinstance(a, torch.Tensor) for a in flat)
         if is_random or not has_tensor_input or name in UNINITIALIZED_OPS:
             out = self._call(func, args, kwargs, random=is_random)
@@ -233,7 +233,7 @@ class OpRecorder(TorchDispatchMode):
         if entry is None:
             return None
         node, version = entry
-        return node if version == t._version else None
+        return node if version == _version(t) else None
 
     def node_for(self, t: torch.Tensor, kind: str = "input") -> fx.Node | None:
         """The node whose value `t` holds now; a new leaf when there is none."""
@@ -262,7 +262,7 @@ class OpRecorder(TorchDispatchMode):
         node.meta["line"] = leaf.line
         node.meta["dtype"] = value.dtype
         self.leaves.append(leaf)
-        self.producers[t] = (node, t._version + bump)
+        self.producers[t] = (node, _version(t) + bump)
         self.leaf_bytes += value.numel() * value.element_size()
         if self.leaf_bytes > self.max_leaf_bytes:
             self.stop(f"the recorded leaf values passed {self.max_leaf_bytes >> 20} MiB")
@@ -283,7 +283,7 @@ class OpRecorder(TorchDispatchMode):
         # An in-place op's version bump happens above this mode (ADInplaceOrView), after we
         # return: a mutated tensor's valid version is one more than what it reads now.
         def version(t: torch.Tensor) -> int:
-            return t._version + (1 if id(t) in mutated else 0)
+            return _version(t) + (1 if id(t) in mutated else 0)
 
         if isinstance(out, torch.Tensor):
             node.meta["dtype"] = out.dtype
@@ -342,6 +342,46 @@ class OpRecorder(TorchDispatchMode):
         )
 
 
+def floating_dtypes(graph: fx.Graph) -> list[str]:
+    """Every floating dtype an op of the run computed in, compiled regions' ops included: a
+    graph that rounds to fp16 mid-way matters even when what the script observes is fp32."""
+    found: set[torch.dtype] = set()
+    for n in graph.nodes:
+        d = n.meta.get("dtype")
+        if isinstance(d, torch.dtype) and d.is_floating_point:
+            found.add(d)
+        if isinstance(n.target, CompiledRegion):
+            for inner in n.target.gm.graph.nodes:
+                value = inner.meta.get("example_value")
+                if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+                    found.add(value.dtype)
+    return sorted(str(d).replace("torch.", "") for d in found)
+
+
+def draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether this call draws random numbers: ops tagged so (dropout, attention with a
+    dropout argument) draw none when their dropout probability is 0 or they run in eval."""
+    if torch.Tag.nondeterministic_seeded not in func.tags:
+        return False
+    schema = func._schema.arguments
+    values = {a.name: a.default_value for a in schema if a.has_default_value()}
+    values |= dict(zip((a.name for a in schema), args)) | kwargs
+    if "dropout_p" in values:
+        return float(values["dropout_p"] or 0) > 0
+    if func.overloadpacket.__name__ in ("native_dropout", "dropout", "feature_dropout", "alpha_dropout"):
+        return float(values.get("p", 0) or 0) > 0 and values.get("train", True) is not False
+    return True
+
+
+def _version(t: torch.Tensor) -> int:
+    """The tensor's version counter; inference tensors (`torch.inference_mode`) have none and
+    cannot be mutated outside inference mode, so their value never goes stale."""
+    try:
+        return t._version
+    except RuntimeError:
+        return 0
+
+
 def written_positions(func: Any) -> list[int]:
     """Positions of the arguments an aten op writes to (in-place self, out= arguments)."""
     return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
@@ -371,6 +411,13 @@ class CompiledRegion:
         return self.gm(*args)
 
 
+def _graph_copy(graph: fx.Graph) -> fx.Graph:
+    copy = fx.Graph()
+    out = copy.graph_copy(graph, {})
+    copy.output(out)
+    return copy
+
+
 class RecordingBackend:
     """A dynamo backend that compiles with the real backend and records every run."""
 
@@ -379,7 +426,12 @@ class RecordingBackend:
         self.recorder = recorder
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list) -> Callable:
+        # The replays (float64 reference, simulated rounding) evaluate the program dynamo
+        # captured, not what the backend rewrote it into: backends mutate the graph in place
+        # (inductor's pre-grad passes, a custom backend's rewrite of expm1 as exp - 1).
+        captured = fx.GraphModule(gm, _graph_copy(gm.graph))
         compiled = self.real(gm, example_inputs)
+        gm = captured
         recorder = self.recorder
         recorder.compiled_graphs += 1
         random_ops = [getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes

@@ -74,13 +74,14 @@ class Replay:
 
 
 def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
-                exact_singular: set[str] = frozenset()) -> Replay:
+                exact_singular: dict[str, int | None] | None = None) -> Replay:
     """Evaluate the ancestors of the `wanted` nodes in float64; values of `wanted` returned.
 
-    `exact_singular` names determinant nodes whose input was shown exactly singular in
-    rational arithmetic: their reference is the exact answer (det 0, logdet -inf), not
-    LAPACK's float64 rounding noise.
+    `exact_singular` names determinant and SVD nodes whose input was shown exactly singular
+    (with its exact rank, for SVDs) in rational arithmetic: their reference is the exact
+    answer (det 0, logdet -inf, trailing singular values 0), not LAPACK's float64 noise.
     """
+    exact_singular = exact_singular or {}
     start = time.monotonic()
     by_name = {n.name: n for n in graph.nodes}
     needed = _ancestors([by_name[w] for w in wanted if w in by_name])
@@ -101,7 +102,7 @@ def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
                     break
                 _evaluate(n, env, result)
                 if n.name in exact_singular and n in env:
-                    env[n] = _exact_singular_outputs(n, env[n])
+                    env[n] = _exact_singular_outputs(n, env[n], exact_singular[n.name])
                 if n.name in wanted and n in env:
                     result.values[n.name] = env[n]
                 for a in n.all_input_nodes:
@@ -113,8 +114,12 @@ def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
     return result
 
 
-def _exact_singular_outputs(n: fx.Node, out: Any) -> Any:
+def _exact_singular_outputs(n: fx.Node, out: Any, rank: int | None = None) -> Any:
     name = n.target.overloadpacket.__name__
+    if name in ("_linalg_svd", "linalg_svd", "linalg_svdvals") and rank is not None:
+        s = (out[1] if isinstance(out, tuple) else out).clone()
+        s[..., rank:] = 0
+        return (out[0], s) + tuple(out[2:]) if isinstance(out, tuple) else s
     if name in ("_linalg_det", "linalg_det", "det"):
         det = out[0] if isinstance(out, tuple) else out
         return (torch.zeros_like(det),) + tuple(out[1:]) if isinstance(out, tuple) else torch.zeros_like(det)

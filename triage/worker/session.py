@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from triage.worker.claims import claim_summary, is_claim
+
 
 def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]:
     t0 = time.monotonic()
@@ -21,12 +23,13 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
     from triage.worker import envinfo
     from triage.worker.collapse import DeviceCollapse, install_cuda_shims
+    from triage.worker.expressions import EXPRESSION_HOOK, ExpressionObserver, compile_observing_expressions
     from triage.worker.fingerprint import fingerprint, to_numpy
     from triage.worker.observe import (
         ObservationStore, Observer, RootCalls, final_tensors, install_assert_close,
         install_compile, install_seed_watch,
     )
-    from triage.worker.opgraph import Fault, OpRecorder, script_outer_site, script_site
+    from triage.worker.opgraph import Fault, OpRecorder, floating_dtypes, script_outer_site, script_site
     from triage.worker.reference import replay_fp64
 
     arm = job["arm"]
@@ -71,9 +74,10 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     install_seed_watch(recorder)
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
 
-    code = compile(Path(script).read_bytes(), script, "exec", dont_inherit=True)
+    code = compile_observing_expressions(Path(script).read_bytes(), script)
     module = types.ModuleType("__main__")
     module.__dict__.update(__file__=script, __builtins__=builtins, __cached__=None)
+    module.__dict__[EXPRESSION_HOOK] = ExpressionObserver(store)
     saved_main = sys.modules.get("__main__")
     sys.modules["__main__"] = module
     sys.argv = [script]
@@ -84,18 +88,16 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     start = time.monotonic()
     roots.install()
     try:
-        with recorder, Observer(store), DeviceCollapse(device):
+        with recorder, Observer(store, script), DeviceCollapse(device):
             exec(code, module.__dict__)
-    except SystemExit as e:
-        code_ = e.code
-        if code_ in (None, 0):
-            exit_note = f"the script called sys.exit({code_ if code_ is not None else ''}) at line {_script_line(e, script)}"
+    except BaseException as e:  # noqa: BLE001 - whatever the script raises is a result
+        if isinstance(e, SystemExit) and e.code in (None, 0):
+            exit_note = f"the script called sys.exit({e.code if e.code is not None else ''}) at line {_script_line(e, script)}"
         else:
             status = "raised"
-            exception = _exception_info(e, script)
-    except BaseException as e:  # noqa: BLE001 - whatever the script raises is a result
-        status = "raised"
-        exception = _exception_info(e, script)
+            exception = _exception_info(e, script, observed=bool(store.records))
+            # The script's own check failing: its values are compared, and the note says so.
+            exit_note = claim_summary(e, exception["line"]) if exception["claim"] else None
     finally:
         roots.remove()
         sys.modules["__main__"] = saved_main
@@ -120,7 +122,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     wanted = {r["node"] for r in store.records if r["node"] is not None}
     if job["reference"]:
         emit({"phase": "reference-start", "nodes": len(by_name)})
-        singular = {c["node"] for c in recording.conditioning if c.get("exact_singular")}
+        singular = {c["node"]: c.get("exact_rank") for c in recording.conditioning if c.get("exact_singular")}
         replay = replay_fp64(recording.graph, wanted, job["reference_budget_s"], singular)
         reference.update(
             status="partial" if (replay.incomplete or replay.failed or recording.stopped) else "complete",
@@ -155,6 +157,12 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         if wide is not None and f"obs{record['index']}" in values:
             values[f"ref{record['index']}"] = wide
 
+    if replay is not None and job.get("rounding"):
+        emit({"phase": "rounding-start"})
+        from triage.worker.rounding import simulate_observables
+
+        result["rounding"] = simulate_observables(recording.graph, store.records, replay.values, values, job,
+                                                  arm["device"], result["flags_start"])
     result.update(
         status=status,
         exception=exception,
@@ -164,7 +172,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         leaves=leaves,
         conditioning=recording.conditioning,
         graph={"nodes": len(by_name), "leaves": len(recording.leaves),
-               "compiled_graphs": recording.compiled_graphs, "stopped": recording.stopped},
+               "compiled_graphs": recording.compiled_graphs, "stopped": recording.stopped,
+               "dtypes": floating_dtypes(recording.graph)},
         reference=reference,
         random_before_seed=recording.random_before_seed,
         compiled_random_ops=recording.compiled_random_ops,
@@ -220,21 +229,12 @@ def _script_line(e: BaseException, script: str) -> int | None:
     return line
 
 
-def _exception_info(e: BaseException, script: str) -> dict[str, Any]:
+def _exception_info(e: BaseException, script: str, observed: bool) -> dict[str, Any]:
+    """The exception for the report; `observed`: the script had recorded a value before it."""
     tb = traceback.extract_tb(e.__traceback__)
     # Drop triage's own frames (the exec call) from the traceback shown to people.
     frames = [f for f in tb if "triage/worker" not in f.filename.replace(os.sep, "/")]
-    innermost = frames[-1] if frames else None
     line = _script_line(e, script)
-    source_line = ""
-    if innermost is not None and innermost.filename == script:
-        source_line = (innermost.line or "").strip()
-    # The script's own check failing is a result, not a failure to run: an assert or raise
-    # on the script's own line, or a testing helper (assert_close, numpy.testing) failing.
-    in_testing_helper = innermost is not None and any(
-        part in innermost.filename.replace(os.sep, "/") for part in ("torch/testing/", "numpy/testing/"))
-    claim = source_line.startswith(("raise", "assert")) or (
-        isinstance(e, AssertionError) and in_testing_helper)
     if isinstance(e, SyntaxError):
         line = e.lineno
     text = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(type(e), e))
@@ -244,7 +244,7 @@ def _exception_info(e: BaseException, script: str) -> dict[str, Any]:
         "message": str(e)[:2000],
         "traceback": text[-8000:],
         "line": line,
-        "claim": claim,
+        "claim": is_claim(e, script, observed),
     }
 
 

@@ -1,0 +1,171 @@
+"""The rounding judge in-process: the simulation (triage/worker/rounding.py) on recorded
+graphs, and the decision (triage/judge) on the values a real arm, a biased accumulation, a
+different formula or an injected error give. Every divergence here is made on purpose."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from triage.judge import RoundingSpread, judge_value
+from triage.worker.opgraph import OpRecorder
+from triage.worker.reference import replay_fp64
+from triage.worker.rounding import SimulationOptions, round_to, simulate_rounding
+
+
+def spread_of(fn, *inputs, samples=29):
+    """Record fn eagerly, simulate its rounding; (arm value, RoundingSpread)."""
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = fn(*inputs)
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=samples),
+                            {node.name: out.dtype})
+    spread = sim.spreads[node.name]
+    assert spread.status == "judged", spread.reason
+    return out, RoundingSpread.of_simulation(spread, reference.numpy(), str(out.dtype).replace("torch.", ""))
+
+
+def judge(value, spread):
+    v = value.detach().double().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=np.float64)
+    return judge_value(v, spread, "arm", 0, "value", None)
+
+
+# -- stochastic rounding itself ------------------------------------------------------------
+def test_stochastic_rounding_lands_on_the_dtype_and_is_unbiased():
+    x = torch.full((20000,), 1.0 + 2.0 ** -30, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    r = round_to(x, torch.float32, 0, g)
+    assert torch.equal(r.to(torch.float32).double(), r)  # representable in float32
+    assert set(r.unique().tolist()) == {1.0, 1.0 + 2.0 ** -23}
+    assert abs(r.mean().item() - x[0].item()) < 2.0 ** -23 * 0.05
+
+
+def test_directed_rounding_brackets_the_value_and_overflows_past_the_range():
+    x = torch.tensor([1.0 + 2.0 ** -30, -(1.0 + 2.0 ** -30), 70000.0, 3.0], dtype=torch.float64)
+    up, down = round_to(x, torch.float16, 1, None), round_to(x, torch.float16, -1, None)
+    assert bool((up >= x).all()) and bool((down <= x).all())
+    assert up[2] == math.inf and down[2] == 65504.0
+    assert up[3] == down[3] == 3.0  # exactly representable: never moved
+
+
+def test_exact_ops_of_representable_values_have_no_spread():
+    x = torch.tensor([1.5, -2.25, 3.0])
+    _, spread = spread_of(lambda t: torch.relu(t.abs().neg()).flip(0), x)
+    assert np.all(spread.sigma == 0)
+
+
+# -- the anchors' examples (docs: ../shared/anchors §B4) ----------------------------------
+def test_cancelling_python_loop_is_inside_and_a_computational_zero():
+    torch.manual_seed(0)
+    x = torch.randn(5) * 1e38
+
+    def loop(t):
+        total = torch.zeros(())
+        for d in (t - t.mean()).unbind():
+            total = total + d
+        return total
+
+    out, spread = spread_of(loop, x)
+    j = judge(out, spread)
+    assert j.zone == "inside" and j.computational_zero and j.wide
+
+
+def test_well_conditioned_norm_detects_an_error_of_1e_5():
+    y = torch.rand(1000, generator=torch.Generator().manual_seed(1))
+    out, spread = spread_of(lambda t: torch.sqrt(torch.sum(t * t)), y)
+    assert judge(out, spread).zone == "inside"
+    assert judge(out.double() * (1 + 1e-5), spread).zone == "outside"
+    assert judge(out.double() * (1 + 1e-3), spread).zone == "outside"
+
+
+def test_stagnating_sum_is_outside_the_spread_but_inside_the_directed_envelope():
+    def running(t):
+        for _ in range(300):
+            t = t + 1.0
+        return t
+
+    out, spread = spread_of(running, torch.tensor(2.0 ** 24))
+    assert out.item() == 2.0 ** 24  # round to nearest, ties to even, never moves
+    j = judge(out, spread)
+    assert j.zone == "envelope" and j.p < 0.05
+
+
+def test_naive_variance_at_a_large_mean_is_a_computational_zero():
+    z = torch.randn(1000, generator=torch.Generator().manual_seed(2)) + 1e4
+    out, spread = spread_of(lambda t: (t * t).mean() - t.mean() ** 2, z)
+    j = judge(out, spread)
+    assert j.zone == "inside" and j.wide
+
+
+def test_fp16_sum_cast_to_float_keeps_fp16_precision():
+    h = torch.rand(20000, generator=torch.Generator().manual_seed(3))
+    out, spread = spread_of(lambda t: t.half().sum().float(), h)
+    assert spread.precision == "float16"
+    j = judge(out, spread)
+    assert j.zone == "inside" and not j.wide and j.dtype == "float16"
+    # The float32 sum is a more accurate answer to the same question: inside too.
+    assert judge(h.sum(), spread).zone == "inside"
+
+
+def test_mid_graph_half_cast_rounds_where_the_program_says():
+    m = torch.randn(100, generator=torch.Generator().manual_seed(4)) * 3
+    out, spread = spread_of(lambda t: (t.half().float() * 1.1).sum(), m)
+    assert judge(out, spread).zone == "inside"
+    elided = (m * 1.1).sum()  # what a compiler that drops the round trip computes
+    assert judge(elided, spread).zone == "inside"
+
+
+def test_a_different_formula_is_not_excused():
+    e = torch.linspace(-1e-6, 1e-6, 11)
+    out, spread = spread_of(torch.expm1, e)
+    assert judge(out, spread).zone == "inside"
+    assert judge(torch.exp(e) - 1, spread).zone == "outside"
+
+
+def test_an_overflow_the_true_computation_does_not_have_is_outside():
+    a = torch.tensor([1e20, 3.0, 1e30])
+    out, spread = spread_of(torch.acosh, a)
+    assert judge(out, spread).zone == "inside"
+    textbook = torch.log(a + torch.sqrt(a * a - 1))  # x² overflows float32
+    j = judge(textbook, spread)
+    assert j.zone == "outside" and j.nonfinite.startswith("outside")
+
+
+def test_an_fp16_overflow_the_program_asks_for_is_inside():
+    h = torch.tensor([100.0, 200.0, 300.0], dtype=torch.float16)
+    out, spread = spread_of(lambda t: t * 1000 * 1000 / 1000 / 1000, h)
+    assert torch.isinf(out).all()
+    assert judge(out, spread).zone == "inside"
+    kept_in_fp32 = (h.float() * 1000 * 1000 / 1000 / 1000).half()  # inductor-style upcast
+    assert judge(kept_in_fp32, spread).zone == "outside"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_real_matmul_chain_is_inside_and_an_injected_error_is_not(threads):
+    g = torch.Generator().manual_seed(5)
+    x, w1, w2 = torch.randn(64, 256, generator=g), torch.randn(256, 256, generator=g), torch.randn(256, 10, generator=g)
+
+    def model(t):
+        return torch.nn.functional.gelu(t @ w1) @ w2
+
+    out, spread = spread_of(model, x)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        again = model(x)
+    finally:
+        torch.set_num_threads(previous)
+    assert judge(again, spread).zone == "inside"
+    hidden = torch.nn.functional.gelu(x @ w1) * (1 + 1e-4)
+    assert judge(hidden @ w2, spread).zone == "outside"
+
+
+def test_rank_deficient_svd_reaches_the_exact_infinity_in_the_reference():
+    from triage.worker.conditioning import exact_rank
+
+    A = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
+    assert exact_rank(A) == 2
+    assert exact_rank(torch.eye(3)) == 3

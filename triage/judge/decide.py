@@ -1,0 +1,147 @@
+"""Where an arm's value falls in its own rounding spread: inside, in the directed envelope,
+or outside (a Monte Carlo test on one statistic per tensor)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from triage import policy
+from triage.judge.describe import strip
+from triage.judge.spread import RoundingSpread
+from triage.model import ArmRun, Judgement, Observable
+
+ALPHA = 0.05
+
+
+def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray) -> tuple[float, int | None]:
+    """T = max over elements finite in both of |value − ref| / σ (the worker's samples were
+    scored the same way), and the element where it is reached."""
+    both = np.isfinite(value) & np.isfinite(ref)
+    if not both.any():
+        return 0.0, None
+    dev = np.abs(value - ref)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(sigma > 0, dev / np.where(sigma > 0, sigma, 1.0), np.where(dev > 0, np.inf, 0.0))
+    ratio = np.where(both, ratio, -1.0)
+    i = int(np.argmax(ratio))
+    return float(ratio.reshape(-1)[i]), i
+
+
+def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable: int, label: str,
+                line: int | None) -> Judgement:
+    """Judge one value (an arm's, or an ablated run's) against a rounding spread."""
+    v = np.asarray(value)
+    v = np.stack([v.real, v.imag], axis=-1).astype(np.float64) if np.iscomplexobj(v) else v.astype(np.float64)
+    j = Judgement(arm=arm, observable=observable, label=label, line=line, dtype=spread.precision or spread.dtype,
+                  status="judged", samples=spread.samples, numel=int(v.size))
+    if v.shape != spread.reference.shape:
+        j.status, j.reason = "not-judged", "the value's shape differs from the simulated one"
+        return j
+    j.digits = spread.digits()
+    zeros = spread.computational_zeros()
+    j.zeros = int(zeros.sum())
+    j.computational_zero = bool(zeros.all()) and v.size > 0
+    j.wide = spread.wide()
+    j.nonfinite, offending = _nonfinite(v, spread)
+    t, at = deviation_stat(v, spread.reference, spread.sigma)
+    j.statistic = t
+    j.p = (1 + int((spread.sample_stats >= t).sum())) / (spread.samples + 1)
+    finite_stats = spread.sample_stats[np.isfinite(spread.sample_stats)]
+    j.max_sample_stat = float(finite_stats.max()) if finite_stats.size else None
+    flat = lambda a, i: float(np.asarray(a, dtype=np.float64).reshape(-1)[i])  # noqa: E731
+    if offending is not None:
+        # The value is judged by its non-finite elements: show one of those.
+        j.element = offending if v.size > 1 else None
+        j.value, j.reference, j.sigma = flat(v, offending), flat(spread.reference, offending), None
+    elif at is not None:
+        j.element = at if v.size > 1 else None
+        j.value, j.reference, j.sigma = flat(v, at), flat(spread.reference, at), flat(spread.sigma, at)
+        lo, hi = sorted((flat(spread.down, at), flat(spread.up, at)))
+        j.envelope = [min(lo, j.reference), max(hi, j.reference)]
+    elif v.size:
+        # No element finite on both sides (an exact inf): show the first, with the samples' own scatter.
+        j.element = 0 if v.size > 1 else None
+        j.value, j.reference, j.sigma = flat(v, 0), flat(spread.reference, 0), flat(spread.sd, 0)
+    inside_envelope = _inside_envelope(v, spread)
+    if j.nonfinite and j.nonfinite.startswith("outside"):
+        j.zone = "outside"
+    elif j.p > ALPHA:
+        j.zone = "inside"
+    elif inside_envelope:
+        j.zone = "envelope"
+    else:
+        j.zone = "outside"
+    j.unstable = _unstable(spread)
+    j.strip = strip(j)
+    return j
+
+
+def judge_observable(run: ArmRun, o: Observable) -> Judgement:
+    """An arm's own value against its own spread (or why it cannot be judged)."""
+    spread = RoundingSpread.of(o)
+    if spread is None or o.value is None:
+        why = (o.rounding or {}).get("reason") or _why_not(run, o)
+        return Judgement(arm=run.spec, observable=o.index, label=o.label, line=o.line,
+                         dtype=(o.fingerprint or {}).get("dtype", "?"), status="not-judged", reason=why)
+    return judge_value(o.value, spread, run.spec, o.index, o.label, o.line)
+
+
+def _why_not(run: ArmRun, o: Observable) -> str:
+    if o.value is None:
+        return "its value was not kept (over the value budget)"
+    if (o.reference or {}).get("fingerprint") is None:
+        return "it has no float64 reference" + (f" ({o.reference['note']})" if (o.reference or {}).get("note") else "")
+    if not (run.rounding or {}).get("samples"):
+        return (run.rounding or {}).get("note") or "the rounding simulation did not run"
+    return "not simulated"
+
+
+def _nonfinite(v: np.ndarray, spread: RoundingSpread) -> tuple[str | None, int | None]:
+    """How the arm's nonfinite values relate to the replays' (None: no nonfinite anywhere),
+    and the first (flat) element no rounding of the computation explains."""
+    bits = spread.nonfinite.astype(np.uint8)
+    ref = spread.reference
+    seen = {"+inf": (bits & 2) > 0, "-inf": (bits & 4) > 0, "nan": (bits & 8) > 0}
+    reached = {"+inf": seen["+inf"] | np.isposinf(ref), "-inf": seen["-inf"] | np.isneginf(ref),
+               "nan": seen["nan"] | np.isnan(ref)}
+    own = {"+inf": np.isposinf(v), "-inf": np.isneginf(v), "nan": np.isnan(v)}
+    for kind, mask in own.items():
+        bad = mask & ~reached[kind]
+        if bad.any():
+            return (f"outside: {int(bad.sum())} element(s) {kind} where no rounding of this computation gives {kind}",
+                    int(np.flatnonzero(bad.reshape(-1))[0]))
+    # Only a replay makes a finite value possible: a finite float64 value whose every rounding
+    # at the arm's precision overflows was not what the program asked for.
+    bad = np.isfinite(v) & ((bits & 1) == 0)
+    if bad.any():
+        return (f"outside: {int(bad.sum())} element(s) finite where every rounding of this computation is not",
+                int(np.flatnonzero(bad.reshape(-1))[0]))
+    if any(m.any() for m in own.values()):
+        return "inside: the same non-finite values occur under this computation's own rounding", None
+    if any(m.any() for m in reached.values()):
+        return "inside: finite, as some roundings of this computation are", None
+    return None, None
+
+
+def _inside_envelope(v: np.ndarray, spread: RoundingSpread) -> bool:
+    """Every finite element within the directed replays (and the reference), widened by half
+    a unit in the last place for the arm's own final rounding."""
+    lo = np.minimum(np.minimum(spread.up, spread.down), spread.reference)
+    hi = np.maximum(np.maximum(spread.up, spread.down), spread.reference)
+    both = np.isfinite(v) & np.isfinite(lo) & np.isfinite(hi)
+    if not both.any():
+        return True
+    bits, _ = policy.FLOAT_FORMATS.get(spread.dtype, (53, math.inf))
+    _, exp = np.frexp(np.where(v != 0, np.abs(v), 1.0))
+    half_ulp = np.ldexp(1.0, exp - bits - 1)
+    return bool(((v >= lo - half_ulp) & (v <= hi + half_ulp))[both].all())
+
+
+def _unstable(spread: RoundingSpread) -> list[str]:
+    out = [f"`{f['op']}` (line {f['line']}) decides differently in {f['replays']} of {f['of']} replays"
+           for f in spread.flips]
+    n = spread.unstable_nonfinite()
+    if n:
+        out.append(f"{n} element(s) are finite under some roundings and not under others")
+    return out

@@ -1,0 +1,85 @@
+"""Judgements in words and in one line of text: what a reader of the comment sees."""
+from __future__ import annotations
+
+import math
+
+from triage.model import Judgement
+
+STRIP_WIDTH = 41  # characters between the strip's ends; the reference sits in the middle
+
+
+def strip(j: Judgement) -> str:
+    """Where the arm's value falls, drawn on a line spanning ±4σ around the float64 value:
+    ``═`` the ±2σ rounding spread, ``[ ]`` the directed envelope, ``│`` float64, ``▲`` the
+    arm (``«``/``»`` past the edge)."""
+    if (j.value is None or j.reference is None or not j.sigma or not math.isfinite(j.value)
+            or not math.isfinite(j.reference) or not math.isfinite(j.sigma)):
+        return ""
+    half = STRIP_WIDTH // 2
+    scale = 4 * j.sigma / half  # value units per character
+
+    def pos(x: float) -> int:
+        return half + int(round((x - j.reference) / scale)) if math.isfinite(x) else -1
+
+    cells = ["─"] * STRIP_WIDTH
+    for i in range(max(0, pos(j.reference - 2 * j.sigma)), min(STRIP_WIDTH, pos(j.reference + 2 * j.sigma) + 1)):
+        cells[i] = "═"
+    if j.envelope:
+        for x, mark in ((j.envelope[0], "["), (j.envelope[1], "]")):
+            if 0 <= pos(x) < STRIP_WIDTH:
+                cells[pos(x)] = mark
+    cells[half] = "│"
+    where = pos(j.value)
+    arm = "«" if where < 0 else "»" if where >= STRIP_WIDTH else "▲"
+    line = "".join(cells)
+    if arm == "▲":
+        marker = " " * where + "▲"
+    elif arm == "«":
+        marker = "«"
+    else:
+        marker = " " * (STRIP_WIDTH - 1) + "»"
+    return f"{line}\n{marker} {j.arm}"
+
+
+def spread_text(j: Judgement) -> str:
+    """'±3.1e-07 (6.2 significant digits at float32)' or 'a computational zero at float16'."""
+    if j.status != "judged":
+        return f"not judged: {j.reason}"
+    width = f"±{j.sigma:.2g}" if j.sigma is not None and math.isfinite(j.sigma) else "spread"
+    if j.computational_zero:
+        return f"{width}: a computational zero at {j.dtype} (every digit is rounding noise)"
+    digits = f"{j.digits:.1f} significant digits" if j.digits is not None else "no significant digit"
+    zeros = f"; {j.zeros} of {j.numel} elements are computational zeros" if j.zeros else ""
+    return f"{width} ({digits} at {j.dtype}{zeros})"
+
+
+def conclusion(j: Judgement) -> str:
+    if j.status != "judged":
+        return f"not judged ({j.reason})"
+    p = f"p = {j.p:.2f}, {j.samples} simulated roundings"
+    if j.nonfinite and j.nonfinite.startswith("outside"):
+        return f"outside its rounding spread: {j.nonfinite.removeprefix('outside: ')}"
+    if j.zone == "inside":
+        return f"inside its own rounding spread ({p})"
+    if j.zone == "envelope":
+        return (f"outside the unbiased spread ({p}) but inside the directed envelope: order-dependent, "
+                "biased accumulation")
+    return f"outside its own rounding spread ({p}, {_sigmas(j)})"
+
+
+def _sigmas(j: Judgement) -> str:
+    if j.statistic is None or not math.isfinite(j.statistic):
+        return "where no simulated rounding moves it at all"
+    return f"{j.statistic:.3g}σ away where the samples reach at most {j.max_sample_stat:.3g}σ" \
+        if j.max_sample_stat is not None else f"{j.statistic:.3g}σ away"
+
+
+def judgement_line(j: Judgement) -> str:
+    """One evidence line: arm value, float64 value, spread, p, conclusion."""
+    at = f" (element {j.element})" if j.element is not None else ""
+    values = ""
+    if j.value is not None and j.reference is not None:
+        values = f": {j.value:.9g} vs float64 {j.reference:.9g}{at}, spread {spread_text(j)}"
+    elif j.status == "judged":
+        values = f": spread {spread_text(j)}"
+    return f"`{j.arm}` {j.label}{f' (line {j.line})' if j.line else ''}{values} — {conclusion(j)}"

@@ -1,0 +1,106 @@
+"""The simulated rounding of one observed value, as the parent reads it: the arrays the
+worker shipped plus the figures a reader wants (significant digits, computational zero)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from triage import policy
+from triage.judge.stats import cnh_penalty_bits, student_t
+from triage.model import Observable
+
+# Digits lost to the computation itself (beyond the dtype's own precision) from which the
+# spread is called wide: rounding errors amplified a thousandfold, ill-conditioned at this dtype.
+WIDE_DIGITS_LOST = 3.0
+
+
+@dataclass
+class RoundingSpread:
+    dtype: str  # the value's dtype on the arm
+    samples: int
+    sample_stats: np.ndarray  # T of each sample (leave-one-out)
+    reference: np.ndarray  # the unperturbed float64 value
+    sigma: np.ndarray  # RMS deviation of the samples from the reference
+    up: np.ndarray  # the directed replays
+    down: np.ndarray
+    mean: np.ndarray
+    sd: np.ndarray
+    nonfinite: np.ndarray  # uint8 bits per element over the random replays: 1 finite, 2 +inf, 4 -inf, 8 nan
+    flips: list[dict[str, Any]] = field(default_factory=list)
+    precision: str | None = None  # the least precise dtype the computation ran in
+
+    @classmethod
+    def of(cls, o: Observable) -> "RoundingSpread | None":
+        r, s = o.rounding or {}, o.spread or {}
+        if r.get("status") != "judged" or o.reference_value is None or not all(k in s for k in
+                                                                                 ("sig", "up", "dn", "mu", "sd", "nf")):
+            return None
+        ref = np.asarray(o.reference_value, dtype=np.complex128 if np.iscomplexobj(o.reference_value) else np.float64)
+        if np.iscomplexobj(ref):
+            ref = np.stack([ref.real, ref.imag], axis=-1)
+        if ref.shape != s["sig"].shape:
+            return None
+        stats = np.array([float(x) for x in r.get("sample_stats", [])], dtype=np.float64)
+        return cls(dtype=(o.fingerprint or {}).get("dtype", "float32"), samples=int(r.get("samples", 0)),
+                   sample_stats=stats, reference=ref, sigma=s["sig"], up=s["up"], down=s["dn"], mean=s["mu"],
+                   sd=s["sd"], nonfinite=s["nf"], flips=list(r.get("flips") or []),
+                   precision=r.get("precision") or None)
+
+    @classmethod
+    def of_simulation(cls, spread: Any, reference: np.ndarray, dtype: str) -> "RoundingSpread":
+        """From the worker's `NodeSpread` directly (in-process use: benchmarks, tests)."""
+        arrays = {k: getattr(spread, k).numpy() for k in ("sigma", "up", "down", "mean", "sd", "nonfinite")}
+        return cls(dtype=dtype, samples=spread.samples, sample_stats=np.array(spread.sample_stats, dtype=np.float64),
+                   reference=np.asarray(reference, dtype=np.float64), sigma=arrays["sigma"], up=arrays["up"],
+                   down=arrays["down"], mean=arrays["mean"], sd=arrays["sd"], nonfinite=arrays["nonfinite"],
+                   flips=list(spread.flips), precision=spread.precision)
+
+    @property
+    def dtype_digits(self) -> float:
+        """Decimal digits of the precision the value was computed in."""
+        bits, _ = policy.FLOAT_FORMATS.get(self.precision or self.dtype, (53, math.inf))
+        return bits * math.log10(2)
+
+    def element_digits(self) -> np.ndarray:
+        """Significant decimal digits of each element at the arm's precision (CNH estimator,
+        capped at the dtype's own); NaN for computational zeros."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = self.sd / np.abs(self.mean)
+            digits = -np.log10(rel) - cnh_penalty_bits(self.samples) * math.log10(2)
+        digits = np.where(self.sd == 0, self.dtype_digits, np.minimum(digits, self.dtype_digits))
+        return np.where(self.computational_zeros(), np.nan, digits)
+
+    def computational_zeros(self) -> np.ndarray:
+        """Elements whose simulated mean is indistinguishable from 0 given their own noise
+        (CADNA): every digit is rounding noise. An exact 0 (no spread) is not one."""
+        t = student_t(0.975, max(self.samples - 1, 1))
+        finite = np.isfinite(self.mean) & np.isfinite(self.sd)
+        return finite & (self.sd > 0) & (np.abs(self.mean) < t * self.sd / math.sqrt(max(self.samples, 1)))
+
+    def digits(self) -> float | None:
+        """Significant digits of a typical element (the median over the elements that are not
+        computational zeros): one near-zero output of a matmul does not make a model
+        ill-conditioned."""
+        d = self.element_digits()
+        d = d[np.isfinite(d)]
+        return float(max(np.median(d), 0.0)) if d.size else None
+
+    def fewest_digits(self) -> float | None:
+        d = self.element_digits()
+        d = d[np.isfinite(d)]
+        return float(max(d.min(), 0.0)) if d.size else None
+
+    def wide(self) -> bool:
+        """The computation itself loses most of the precision: ill-conditioned at this dtype."""
+        d = self.digits()
+        all_zero = bool(self.computational_zeros().all()) and self.sd.size > 0
+        return all_zero or (d is not None and d <= self.dtype_digits - WIDE_DIGITS_LOST)
+
+    def unstable_nonfinite(self) -> int:
+        """Elements that some replays make finite and others not, or nonfinite differently."""
+        bits = self.nonfinite.astype(np.uint8)
+        kinds = (bits & 1).astype(int) + ((bits >> 1) & 1) + ((bits >> 2) & 1) + ((bits >> 3) & 1)
+        return int((kinds > 1).sum())

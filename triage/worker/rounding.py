@@ -1,0 +1,878 @@
+"""Simulated rounding: the spread each observed value would have from its arm's own rounding.
+
+"Is this difference rounding?" is answered by re-doing the arm's rounding, not by asking
+which arm is nearer float64 (a float64 replay favours the arm that rounds less). The
+recorded op graph is replayed in float64 K times under `RoundingMode`, a dispatch mode that
+rounds every aten op's result *stochastically* to the dtype that op ran in on the arm
+(Monte Carlo arithmetic in the form of Verrou's unbiased random rounding; Parker et al.,
+CiSE 2000; Sohier et al., ACM TOMS 2021), plus two directed replays that round every result
+up, then down (Verrou's ``upward``/``downward``), which bound order-dependent, biased
+accumulation that unbiased samples miss (300 sequential ``+1.0`` at 2²⁴ stagnate under
+round-to-nearest). Per op class:
+
+* every floating result is rounded to the arm dtype's lattice, so exactly representable
+  results (``x - x``, ``abs``, views, ``max``) are never perturbed, a narrowing cast
+  (``.half()`` mid-graph) rounds where the program says it does, and values beyond the
+  dtype's range become ``±inf`` as on the arm;
+* library functions (``exp``, ``tanh``, ``erf``, ``pow`` …) may be a few ulps off before
+  that rounding;
+* reductions and contractions accumulate many roundings inside one op: their internal
+  error is added as a random walk over a sequential order,
+  σ = u·√(n/3)·√(S²/3 + Σt²/2) (S the sum, t the terms, (A∘A)@(B∘B) for matmul);
+* backward-stable linalg (``solve``, ``svd``, ``det`` …) gets its input perturbed by
+  √n·u and is re-run in float64, so conditioning shows up by itself;
+* composite ops (softmax, layer norm, variance, attention) are replayed through their
+  decompositions, so each of their sums and exps is rounded where it happens;
+* random ops are leaves (their recorded values); compiled regions are replayed op by op.
+
+The result per observed node is a `NodeSpread`: the per-element RMS deviation of the
+samples from the unperturbed float64 value, the directed envelope, which nonfinite values
+the samples reached, the statistic T of every sample (for a Monte Carlo p-value, taken by
+``triage.judge`` in the parent), and discrete decisions (comparisons, argmax) that flipped.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._decomp import decomposition_table
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from triage.worker.reference import EXACT_OPS, widen, widen_dtype
+
+# Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
+FORMATS = {
+    torch.float32: (24, torch.finfo(torch.float32).max, torch.finfo(torch.float32).tiny),
+    torch.float16: (11, torch.finfo(torch.float16).max, torch.finfo(torch.float16).tiny),
+    torch.bfloat16: (8, torch.finfo(torch.bfloat16).max, torch.finfo(torch.bfloat16).tiny),
+    # TF32 tensor cores read fp32 inputs with a 10-bit mantissa (fp32's range).
+    "tf32": (11, torch.finfo(torch.float32).max, torch.finfo(torch.float32).tiny),
+}
+UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
+                 torch.bfloat16: 2.0 ** -8}
+
+# Library functions: vendor libm / SLEEF / CUDA math are faithful to a few ulps, not correctly
+# rounded. Multiples of the unit roundoff, applied before the rounding to the dtype.
+LIBRARY_ULPS = 4.0
+LIBRARY_ULPS_WIDE = {"pow": 8.0, "lgamma": 8.0, "digamma": 8.0, "polygamma": 8.0, "erfinv": 8.0,
+                     "special_i0e": 8.0, "special_i1": 8.0, "special_i1e": 8.0, "i0": 8.0}
+# Correctly rounded by IEEE 754: only the rounding to the dtype.
+CORRECTLY_ROUNDED = {"add", "sub", "rsub", "mul", "div", "true_divide", "sqrt", "reciprocal", "square",
+                     "neg", "abs", "fmod", "_to_copy", "to", "copy", "copy_", "clone", "fill", "fill_",
+                     "addcmul", "addcdiv", "lerp", "hypot", "remainder", "fma"}
+# Results that are exact whatever the inputs: no rounding at all (views, selection, order).
+EXACT = EXACT_OPS | {
+    "view", "_unsafe_view", "reshape", "permute", "expand", "t", "transpose", "select", "slice", "unsqueeze",
+    "squeeze", "flatten", "unflatten", "alias", "detach", "lift_fresh", "lift_fresh_copy", "contiguous",
+    "cat", "stack", "index", "index_select", "gather", "take", "masked_select", "where", "masked_fill",
+    "relu", "clamp", "clamp_min", "clamp_max", "hardtanh", "threshold", "max", "min", "amax", "amin",
+    "maximum", "minimum", "fmax", "fmin", "floor", "ceil", "round", "trunc", "sign", "sgn", "signbit",
+    "copysign", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "logical_and", "logical_or",
+    "logical_not", "logical_xor", "argmax", "argmin", "sort", "topk", "argsort", "kthvalue", "median",
+    "nonzero", "split", "split_with_sizes", "chunk", "unbind", "narrow", "repeat", "flip", "roll", "tile",
+    "constant_pad_nd", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "scalar_tensor",
+    "arange", "empty", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "embedding",
+    "max_pool2d_with_indices", "max_pool1d", "max_pool2d", "max_pool3d", "one_hot", "diagonal", "diag_embed",
+    "tril", "triu", "as_strided", "squeeze_copy", "view_copy", "_reshape_alias", "scatter", "index_put",
+    "index_put_", "slice_scatter", "select_scatter", "new_empty_strided", "empty_strided", "bitwise_not",
+    "expand_copy", "permute_copy", "t_copy", "transpose_copy", "unsqueeze_copy", "clone_", "isclose",
+    "any", "all", "count_nonzero", "searchsorted", "bucketize", "unique", "_unique2", "zero_", "zero",
+    "frac", "nan_to_num", "positive", "resolve_conj", "resolve_neg", "_conj", "conj", "real", "imag",
+    "view_as_real", "view_as_complex", "logical_and_", "masked_fill_", "mode", "cummax", "cummin",
+}
+# One accumulation per output element: n terms summed inside the op.
+SUMS = {"sum", "nansum", "mean", "cumsum", "prod"}
+CONTRACTIONS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "convolution",
+                "_convolution", "matmul"}
+LINALG = {"_linalg_det", "linalg_det", "det", "_linalg_slogdet", "linalg_slogdet", "slogdet", "logdet",
+          "linalg_inv_ex", "linalg_inv", "inverse", "_linalg_solve_ex", "linalg_solve", "linalg_solve_ex",
+          "linalg_lu_factor_ex", "linalg_lu", "linalg_cholesky_ex", "cholesky", "linalg_lstsq", "triangular_solve",
+          "linalg_solve_triangular", "cholesky_solve", "lu_solve", "linalg_lu_solve", "cholesky_inverse",
+          "_linalg_svd", "linalg_svd", "_linalg_eigh", "linalg_eigh", "linalg_eig", "_linalg_eigvals",
+          "linalg_qr", "geqrf", "linalg_householder_product", "ormqr", "_linalg_check_errors"}
+# Composite ops replayed through their decompositions, so the sums and exps inside them round
+# where they happen (softmax's denominator, layer norm's variance, attention's two matmuls).
+DECOMPOSED = {"_softmax", "_log_softmax", "softmax", "log_softmax", "native_layer_norm", "native_group_norm",
+              "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+              "_native_batch_norm_legit_functional", "var", "std", "var_mean", "std_mean", "logsumexp",
+              "linalg_vector_norm", "norm", "frobenius_norm", "_scaled_dot_product_flash_attention_for_cpu",
+              "nll_loss_forward", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+              "cross_entropy_loss", "logcumsumexp", "rms_norm", "_fused_rms_norm", "cosine_similarity",
+              "avg_pool2d", "avg_pool1d", "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "upsample_bilinear2d",
+              "upsample_nearest2d", "native_dropout_backward", "cdist", "_cdist_forward", "_euclidean_dist"}
+
+
+@dataclass
+class SimulationOptions:
+    samples: int = 29  # K random replays; the smallest Monte Carlo p is 1/(K+1)
+    seed: int = 0
+    budget_s: float = 60.0
+    matmul_tf32: bool = False  # the arm's fp32 matmuls read TF32 inputs
+    conv_tf32: bool = False
+    reduced_precision: bool = False  # fp16/bf16 GEMMs may accumulate in reduced precision
+    min_samples: int = 9
+    memory_bytes: int = 512 << 20
+
+
+@dataclass
+class NodeSpread:
+    """What the simulation says about one observed value (all arrays float64, value-shaped)."""
+
+    status: str  # judged | not-judged
+    reason: str | None = None
+    samples: int = 0
+    sigma: torch.Tensor | None = None  # RMS deviation of the samples from the float64 value
+    up: torch.Tensor | None = None  # the directed replays
+    down: torch.Tensor | None = None
+    mean: torch.Tensor | None = None
+    sd: torch.Tensor | None = None  # around the samples' own mean (significant digits)
+    nonfinite: torch.Tensor | None = None  # uint8 bits: 1 finite, 2 +inf, 4 -inf, 8 nan (random replays)
+    sample_stats: list[float] = field(default_factory=list)  # T_k, leave-one-out
+    flips: list[dict[str, Any]] = field(default_factory=list)
+    cancellations: list[dict[str, Any]] = field(default_factory=list)  # where digits are lost upstream
+    precision: str | None = None  # the least precise dtype any op of the cone computed in
+
+
+@dataclass
+class Simulation:
+    spreads: dict[str, NodeSpread]
+    seconds: float
+    samples: int
+    note: str | None = None
+
+
+def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: SimulationOptions,
+                      out_dtypes: dict[str, torch.dtype]) -> Simulation:
+    """The rounding spread of every node in `wanted` (node name -> its float64 reference).
+
+    `out_dtypes` gives each wanted node's dtype on the arm: every replay's value is rounded to
+    it, as the arm stored it.
+    """
+    threads = torch.get_num_threads()
+    # Small tensors, many ops: thread hand-offs cost more than they save, and the arms
+    # already run side by side on the machine's cores.
+    torch.set_num_threads(1)
+    try:
+        return _simulate(graph, wanted, options, out_dtypes)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: SimulationOptions,
+              out_dtypes: dict[str, torch.dtype]) -> Simulation:
+    start = time.monotonic()
+    by_name = {n.name: n for n in graph.nodes}
+    targets = [by_name[w] for w in wanted if w in by_name]
+    order = _cone(graph, targets)
+    spreads: dict[str, NodeSpread] = {}
+    blocked = _unjudgeable(order)
+    for w in list(wanted):
+        n = by_name.get(w)
+        why = blocked.get(n) if n is not None else "no recorded op produced it"
+        if why:
+            spreads[w] = NodeSpread(status="not-judged", reason=why)
+    live = {w: ref for w, ref in wanted.items() if w not in spreads and isinstance(ref, torch.Tensor)
+            and (ref.is_floating_point() or ref.is_complex())}
+    if not live:
+        return Simulation(spreads, time.monotonic() - start, 0)
+    cache = _CallCache()
+    t0 = time.monotonic()
+    center = _replay(order, set(live), RoundingMode(options, cache, direction=0, generator=None))
+    cancellations = center.cancellations
+    if center.failed:
+        for w in live:
+            spreads[w] = NodeSpread(status="not-judged", reason=center.failed)
+        return Simulation(spreads, time.monotonic() - start, 0)
+    per_replay = max(time.monotonic() - t0, 1e-4)
+    left = options.budget_s - (time.monotonic() - start)
+    k = min(options.samples, int(left / per_replay) - 2)
+    numel = sum(ref.numel() for ref in live.values())
+    k = min(k, max(0, options.memory_bytes // max(1, numel * 8) - 2))
+    if k < options.min_samples:
+        why = (f"one replay of its {len(order)} ops takes {per_replay:.2f} s: {options.min_samples} samples do not "
+               f"fit the {options.budget_s:.0f} s budget" if numel * 8 * options.min_samples < options.memory_bytes
+               else "the observed values are too large to keep enough samples in memory")
+        for w in live:
+            spreads[w] = NodeSpread(status="not-judged", reason=why)
+        return Simulation(spreads, time.monotonic() - start, 0, note=why)
+    directed = {}
+    for direction in (1, -1):
+        directed[direction] = _replay(order, set(live), RoundingMode(options, cache, direction=direction,
+                                                                    generator=None))
+    samples = []
+    for i in range(k):
+        g = torch.Generator().manual_seed(options.seed * 1_000_003 + i)
+        rep = _replay(order, set(live), RoundingMode(options, cache, direction=0, generator=g))
+        if rep.failed:
+            for w in live:
+                spreads[w] = NodeSpread(status="not-judged", reason=rep.failed)
+            return Simulation(spreads, time.monotonic() - start, i)
+        samples.append(rep)
+    for w, ref in live.items():
+        dtype = out_dtypes.get(w, torch.float32)
+        values = [_stored(s.values[w], dtype) for s in samples]
+        spreads[w] = _spread(ref, values, _stored(directed[1].values[w], dtype),
+                             _stored(directed[-1].values[w], dtype))
+        spreads[w].flips = _flips(center, samples + [directed[1], directed[-1]], by_name[w])
+        cone = _cone_names(by_name[w])
+        spreads[w].precision = working_precision([by_name[x] for x in cone], dtype)
+        spreads[w].cancellations = sorted((dict(site, node=name) for name, site in cancellations.items()
+                                           if name in cone), key=lambda x: -x["digits_lost"])[:3]
+    return Simulation(spreads, time.monotonic() - start, k)
+
+
+# -- the statistic ------------------------------------------------------------------------
+def deviation_stat(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor) -> float:
+    """T = max over elements finite in both of |value - ref| / sigma (inf where sigma is 0
+    and the value is not exactly the reference). One scalar per tensor: one test, not one per
+    element."""
+    value, ref, sigma = value.double(), ref.double(), sigma.double()
+    both = torch.isfinite(value) & torch.isfinite(ref)
+    if not bool(both.any()):
+        return 0.0
+    dev = (value - ref).abs()[both]
+    s = sigma[both]
+    ratio = torch.where(s > 0, dev / torch.where(s > 0, s, torch.ones_like(s)),
+                        torch.where(dev > 0, torch.full_like(dev, math.inf), torch.zeros_like(dev)))
+    return float(ratio.max())
+
+
+def _spread(ref: torch.Tensor, values: list[torch.Tensor], up: torch.Tensor, down: torch.Tensor) -> NodeSpread:
+    if ref.is_complex():
+        ref = torch.view_as_real(ref)
+        values = [torch.view_as_real(v) for v in values]
+        up, down = torch.view_as_real(up), torch.view_as_real(down)
+    k = len(values)
+    stack = torch.stack(values)  # (K, …)
+    finite = torch.isfinite(stack) & torch.isfinite(ref)
+    dev = torch.where(finite, stack - ref, torch.zeros_like(stack))
+    counted = finite.sum(0).clamp(min=1)
+    sq = dev.square()
+    total = sq.sum(0)
+    sigma = (total / counted).sqrt()
+    stats = []
+    for i in range(k):
+        loo_n = (counted - finite[i].to(counted.dtype)).clamp(min=1)
+        loo = ((total - sq[i]) / loo_n).sqrt()
+        stats.append(deviation_stat(stack[i], ref, loo))
+    fin = torch.where(torch.isfinite(stack), stack, torch.zeros_like(stack))
+    nfin = torch.isfinite(stack).sum(0).clamp(min=1)
+    mean = fin.sum(0) / nfin
+    sd = (torch.where(torch.isfinite(stack), stack - mean, torch.zeros_like(stack)).square().sum(0)
+          / (nfin - 1).clamp(min=1)).sqrt()
+    # Nonfinite outcomes from the random replays only: rounding every op toward -inf turns an
+    # overflow into the largest finite value, which no round-to-nearest arm ever does.
+    every = stack
+    bits = (torch.isfinite(every).any(0).to(torch.uint8)
+            | (torch.isposinf(every).any(0).to(torch.uint8) << 1)
+            | (torch.isneginf(every).any(0).to(torch.uint8) << 2)
+            | (torch.isnan(every).any(0).to(torch.uint8) << 3))
+    return NodeSpread(status="judged", samples=k, sigma=sigma, up=up, down=down, mean=mean, sd=sd,
+                      nonfinite=bits, sample_stats=stats)
+
+
+def _stored(v: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A replay's value as the arm stores it: rounded to nearest in the arm's dtype."""
+    t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
+    if dtype in FORMATS and t.is_floating_point():
+        return t.to(dtype).double()
+    return widen(t)
+
+
+def _flips(center: "_Replayed", runs: list["_Replayed"], target: fx.Node) -> list[dict[str, Any]]:
+    """Discrete decisions upstream of `target` (comparisons, argmax, masks) that come out
+    differently in some replay than in the unperturbed one: the value rests on a branch that
+    rounding alone can switch."""
+    out = []
+    for name, base in center.discrete.items():
+        if name not in _cone_names(target):
+            continue
+        changed = sum(1 for r in runs if name in r.discrete and not torch.equal(r.discrete[name], base))
+        if changed:
+            node = center.nodes[name]
+            out.append({"node": name, "op": _op_name(node.target), "line": node.meta.get("line"),
+                        "replays": changed, "of": len(runs)})
+    return out[:8]
+
+
+def working_precision(nodes: list[fx.Node], stored: torch.dtype) -> str:
+    """The least precise floating dtype the value's computation ran in (an fp16 sum cast to
+    float32 keeps fp16's precision), compiled regions' ops included."""
+    found = {stored} if stored in UNIT_ROUNDOFF else set()
+    for n in nodes:
+        d = n.meta.get("dtype")
+        if isinstance(d, torch.dtype) and d in UNIT_ROUNDOFF:
+            found.add(d)
+        gm = getattr(n.target, "gm", None)
+        for inner in gm.graph.nodes if gm is not None else ():
+            value = inner.meta.get("example_value")
+            if isinstance(value, torch.Tensor) and value.dtype in UNIT_ROUNDOFF:
+                found.add(value.dtype)
+    least = max(found, key=lambda d: UNIT_ROUNDOFF[d]) if found else stored
+    return str(least).replace("torch.", "")
+
+
+def _cone_names(target: fx.Node) -> set[str]:
+    cached = target.meta.get("_rounding_cone")
+    if cached is None:
+        cached = {n.name for n in _cone(target.graph, [target])}
+        target.meta["_rounding_cone"] = cached
+    return cached
+
+
+# -- replaying the graph ------------------------------------------------------------------
+@dataclass
+class _Replayed:
+    values: dict[str, Any]
+    discrete: dict[str, torch.Tensor]
+    nodes: dict[str, fx.Node]
+    failed: str | None = None
+    cancellations: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _cone(graph: fx.Graph, targets: list[fx.Node]) -> list[fx.Node]:
+    seen: set[fx.Node] = set()
+    stack = list(targets)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return [n for n in graph.nodes if n in seen]
+
+
+def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
+    """Nodes whose value a replay cannot reproduce, and everything downstream of them."""
+    why: dict[fx.Node, str] = {}
+    for n in order:
+        if n.op == "call_function" and getattr(n.target, "random", False):
+            why[n] = "a compiled region upstream draws random numbers, which a replay cannot reproduce"
+        else:
+            up = next((why[a] for a in n.all_input_nodes if a in why), None)
+            if up:
+                why[n] = up
+    return why
+
+
+def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Replayed:
+    last_use: dict[fx.Node, int] = {}
+    for i, n in enumerate(order):
+        for a in n.all_input_nodes:
+            last_use[a] = i
+    env: dict[fx.Node, Any] = {}
+    result = _Replayed(values={}, discrete={}, nodes={})
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            for i, n in enumerate(order):
+                if n.op == "placeholder":
+                    value = widen(n.meta["leaf"].value)
+                    mode.vdtypes[value] = n.meta["leaf"].value.dtype
+                    env[n] = value
+                elif n.op == "call_function":
+                    args = fx.node.map_arg(n.args, lambda a: env[a])
+                    kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
+                    try:
+                        if n.target is operator.getitem:
+                            env[n] = args[0][args[1]]
+                        elif isinstance(n.target, torch._ops.OpOverload):
+                            mutable = _written(n.target)
+                            args = tuple(mode.copy(a) if j in mutable and isinstance(a, torch.Tensor) else a
+                                         for j, a in enumerate(args))
+                            with mode:
+                                env[n] = n.target(*args, **kwargs)
+                        else:  # a compiled region: its dynamo graph, op by op
+                            copies = tree_map(lambda a: mode.copy(a) if isinstance(a, torch.Tensor) else a, args)
+                            with mode:
+                                env[n] = n.target(*copies)
+                    except Exception as e:  # noqa: BLE001 - the simulation only loses this value
+                        result.failed = f"{_op_name(n.target)} could not be replayed: {type(e).__name__}: {str(e)[:160]}"
+                        return result
+                    out = env[n]
+                    if mode.generator is None and not mode.direction:
+                        site = cancellation_at(n, args, out)
+                        if site is not None:
+                            result.cancellations[n.name] = site
+                    if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
+                        result.discrete[n.name] = out.clone()
+                        result.nodes[n.name] = n
+                if n.name in wanted:
+                    result.values[n.name] = env[n]
+                for a in n.all_input_nodes:
+                    if last_use.get(a) == i and a.name not in wanted:
+                        env.pop(a, None)
+    finally:
+        torch.set_default_dtype(previous)
+    return result
+
+
+CANCELLING = {"add", "sub", "rsub"}
+DIGITS_LOST_NOTED = 3.0
+
+
+def cancellation_at(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
+    """Digits an addition or subtraction loses to cancellation, log10(max (|a|+|b|)/|a±b|),
+    with the textbook rewrite where the formula has one (exp(x)-1, E[x²]-E[x]²)."""
+    if not isinstance(n.target, torch._ops.OpOverload) or n.target.overloadpacket.__name__ not in CANCELLING:
+        return None
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
+        return None
+    terms = [a.abs() if isinstance(a, torch.Tensor) else abs(float(a)) for a in args[:2]
+             if isinstance(a, (torch.Tensor, int, float))]
+    if len(terms) < 2:
+        return None
+    with torch.no_grad():
+        magnitude = terms[0] + terms[1]
+        result = out.abs()
+        ok = torch.isfinite(result) & torch.isfinite(torch.as_tensor(magnitude))
+        ratio = torch.where(ok & (result > 0), torch.as_tensor(magnitude) / torch.where(result > 0, result, 1.0),
+                            torch.zeros_like(result))
+        ratio = torch.where(ok & (result == 0) & (torch.as_tensor(magnitude) > 0), torch.full_like(result, math.inf),
+                            ratio)
+        worst = float(ratio.max()) if ratio.numel() else 0.0
+    if worst <= 10 ** DIGITS_LOST_NOTED:
+        return None
+    lost = math.inf if math.isinf(worst) else math.log10(worst)
+    return {"op": _op_name(n.target), "line": n.meta.get("line"),
+            "digits_lost": round(lost, 1) if math.isfinite(lost) else math.inf, "hint": _rewrite(n)}
+
+
+def _rewrite(n: fx.Node) -> str | None:
+    producers = [a.target.overloadpacket.__name__ if isinstance(a, fx.Node) and isinstance(a.target, torch._ops.OpOverload)
+                 else None for a in n.args[:2]]
+    constants = [a for a in n.args[:2] if isinstance(a, (int, float))]
+    name = n.target.overloadpacket.__name__
+    if "exp" in producers and constants and abs(abs(float(constants[0])) - 1.0) == 0:
+        return ("`exp(x) - 1` cancels for small x: `torch.expm1(x)` computes the same value without cancelling "
+                "(compare against that instead).")
+    if name == "sub" and all(p in ("mean", "sum", "pow", "mul", "square") for p in producers if p) and \
+            any(p in ("mean", "sum") for p in producers) and any(p in ("pow", "mul", "square") for p in producers):
+        return ("`E[x²] − E[x]²` cancels when the mean is large next to the spread: `torch.var(x, unbiased=False)` "
+                "(two passes) keeps the digits.")
+    return None
+
+
+class _CallCache:
+    """What every replay recomputes identically, keyed by the position of the call in the
+    replay (the op sequence is the same in every replay): output dtypes and the magnitude
+    figures of reductions and contractions."""
+
+    def __init__(self) -> None:
+        self.dtypes: dict[tuple, Any] = {}
+        self.magnitudes: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
+
+
+class RoundingMode(TorchDispatchMode):
+    """Evaluates aten ops in float64 and rounds each floating result to the arm's dtype:
+    stochastically (``generator``), or directed up (+1) / down (-1), or to nearest with no
+    perturbation (``direction=0`` without a generator: the centre replay)."""
+
+    def __init__(self, options: SimulationOptions, cache: _CallCache, direction: int,
+                 generator: torch.Generator | None) -> None:
+        super().__init__()
+        self.options = options
+        self.cache = cache
+        self.direction = direction
+        self.generator = generator
+        self.vdtypes = torch.utils.weak.WeakTensorKeyDictionary()
+        self.calls = 0
+        # Inside a decomposition, its code reads the float64 stand-ins' dtype: a cast "to
+        # float64" there means "to the computation dtype" of the decomposed op's arm dtype.
+        self.inner_dtype: list[torch.dtype] = []
+
+    def vdtype(self, t: torch.Tensor) -> torch.dtype:
+        return self.vdtypes.get(t, t.dtype)
+
+    def copy(self, t: torch.Tensor) -> torch.Tensor:
+        """A copy an in-place op may write to, still of the arm dtype its value has."""
+        out = t.clone()
+        self.vdtypes[out] = self.vdtype(t)
+        return out
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        call = self.calls
+        self.calls += 1
+        name = func.overloadpacket.__name__
+        in_vd = [self.vdtype(a) for a in tree_flatten((args, kwargs))[0]
+                 if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())]
+        out_vd = self._output_dtypes(func, args, kwargs)
+        written = [args[i] for i in _written(func) if i < len(args) and isinstance(args[i], torch.Tensor)]
+        if name not in EXACT_OPS:  # a dtype argument names the arm's precision: compute in float64
+            args = tree_map(lambda a: widen_dtype(a) if isinstance(a, torch.dtype) else widen(a), args)
+        kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
+                      else tree_map(widen, v)) for k, v in kwargs.items()}
+        classified = {name, name.rstrip("_")} & (EXACT | SUMS | CONTRACTIONS | LINALG | CORRECTLY_ROUNDED)
+        if name in DECOMPOSED and func in decomposition_table or (
+                torch.Tag.pointwise not in func.tags and not classified
+                and (func in decomposition_table or _composite(func))):
+            return self._decompose(func, args, kwargs, in_vd, out_vd)
+        if name in LINALG:
+            out = self._round_all(func(*self._perturb_matrices(args), **kwargs), out_vd, library=0.0)
+        elif name in EXACT:
+            out = func(*args, **kwargs)
+            # Exact results of arm-precision inputs are representable; only a narrowing rounds.
+            if any(_less_precise(d, i) for d in out_vd if d is not None for i in in_vd):
+                out = self._round_all(out, out_vd, library=0.0)
+            else:
+                out = self._tag(out, out_vd)
+        elif name in CONTRACTIONS or name in SUMS:
+            if name in CONTRACTIONS and self._tf32(name, out_vd):
+                args = tuple(round_to(a, "tf32", self.direction, self.generator)
+                             if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 1 else a
+                             for a in args)
+            out = func(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.is_floating_point():
+                out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
+            out = self._round_all(out, out_vd, library=0.0)
+        elif name.rstrip("_") in CORRECTLY_ROUNDED:
+            out = self._round_all(func(*args, **kwargs), out_vd, library=0.0)
+        else:
+            out = self._round_all(func(*args, **kwargs), out_vd,
+                                  library=LIBRARY_ULPS_WIDE.get(name.rstrip("_"), LIBRARY_ULPS))
+        if written and isinstance(out, torch.Tensor) and out is not written[0]:
+            # An in-place op: later reads of its target must see the rounded value.
+            written[0].copy_(out)
+            self.vdtypes[written[0]] = self.vdtype(out)
+            return written[0]
+        return out
+
+    def _decompose(self, func: Any, args: tuple, kwargs: dict, in_vd: list, out_vd: list) -> Any:
+        """Replay a composite op through its decomposition, each inner op rounded; the
+        outputs rounded to the op's own arm dtypes (the decomposition casts back to the
+        stand-in's float64)."""
+        from torch._prims_common import get_computation_dtype
+
+        working = [d for d in in_vd if isinstance(d, torch.dtype) and d.is_floating_point]
+        least = max(working, key=lambda d: UNIT_ROUNDOFF.get(d, 0.0)) if working else torch.float32
+        self.inner_dtype.append(get_computation_dtype(least))
+        try:
+            with self:
+                out = (decomposition_table[func](*args, **kwargs) if func in decomposition_table
+                       else func.decompose(*args, **kwargs))
+        finally:
+            self.inner_dtype.pop()
+        return self._round_all(out, out_vd, library=0.0)
+
+    def _tf32(self, name: str, out_vd: list) -> bool:
+        if not out_vd or out_vd[0] != torch.float32:
+            return False
+        return self.options.conv_tf32 if name in ("convolution", "_convolution") else self.options.matmul_tf32
+
+    # -- dtypes ------------------------------------------------------------------------
+    def _output_dtypes(self, func: Any, args: tuple, kwargs: dict) -> list[torch.dtype | None]:
+        """The dtypes the op's outputs have on the arm: the op run on meta tensors of the
+        inputs' arm dtypes (memoized per op and input dtypes)."""
+        flat, spec = tree_flatten((args, kwargs))
+        if self.inner_dtype:
+            flat = [self.inner_dtype[-1] if a is torch.float64 else a for a in flat]
+        key = (func, tuple(self.vdtype(a) if isinstance(a, torch.Tensor) else
+                           (a if isinstance(a, (torch.dtype, bool)) or a is None else type(a).__name__)
+                           for a in flat))
+        cached = self.cache.dtypes.get(key)
+        if cached is not None:
+            return cached
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32)
+        try:
+            meta = [torch.empty(a.shape, dtype=self.vdtype(a), device="meta") if isinstance(a, torch.Tensor)
+                    else torch.device("meta") if isinstance(a, torch.device) else a for a in flat]
+            m_args, m_kwargs = tree_unflatten(meta, spec)
+            if "device" in m_kwargs:
+                m_kwargs["device"] = torch.device("meta")
+            out = func(*m_args, **m_kwargs)
+            dtypes = [t.dtype if isinstance(t, torch.Tensor) else None for t in tree_flatten(out)[0]]
+        except Exception:  # noqa: BLE001 - no meta kernel: the widest floating input dtype
+            floats = [self.vdtype(a) for a in flat if isinstance(a, torch.Tensor) and a.is_floating_point()]
+            widest = min(floats, key=lambda d: UNIT_ROUNDOFF.get(d, 1.0)) if floats else None
+            dtypes = [widest] * 16
+        finally:
+            torch.set_default_dtype(previous)
+        self.cache.dtypes[key] = dtypes
+        return dtypes
+
+    def _tag(self, out: Any, out_vd: list) -> Any:
+        for t, d in zip(tree_flatten(out)[0], out_vd):
+            if isinstance(t, torch.Tensor) and d is not None:
+                self.vdtypes[t] = d
+        return out
+
+    # -- rounding ----------------------------------------------------------------------
+    def _round_all(self, out: Any, out_vd: list, library: float) -> Any:
+        flat, spec = tree_flatten(out)
+        rounded = []
+        for i, t in enumerate(flat):
+            d = out_vd[i] if i < len(out_vd) else None
+            if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and d is not None:
+                t = self._round(t, d, library)
+                self.vdtypes[t] = d
+            elif isinstance(t, torch.Tensor) and d is not None:
+                self.vdtypes[t] = d
+            rounded.append(t)
+        return tree_unflatten(rounded, spec)
+
+    def _round(self, t: torch.Tensor, dtype: torch.dtype, library: float) -> torch.Tensor:
+        if t.is_complex():
+            parts = torch.view_as_real(t)
+            real_dtype = {torch.complex64: torch.float32, torch.complex32: torch.float16}.get(dtype, torch.float64)
+            return torch.view_as_complex(self._round(parts.contiguous(), real_dtype, library))
+        if dtype not in FORMATS and dtype != torch.float64:
+            return t
+        u = UNIT_ROUNDOFF[dtype]
+        if library:
+            t = self._relative_noise(t, library * u)
+        if dtype == torch.float64:
+            # Rounding float64 results to float64: a relative perturbation of one unit roundoff.
+            return t if library else self._relative_noise(t, u)
+        return round_to(t, dtype, self.direction, self.generator)
+
+    def _relative_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
+        if self.direction:
+            return t + self.direction * bound * t.abs()
+        if self.generator is None:
+            return t
+        delta = (torch.rand(t.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
+        return t * (1 + delta)
+
+    def _accumulate(self, call: int, name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
+                    out_vd: list) -> torch.Tensor:
+        """The rounding inside a reduction or contraction: n roundings, modelled as one
+        random walk over a sequential order (σ per output element), or for directed replays a
+        pairwise worst case, ⌈log2 n⌉·u·Σ|t|."""
+        cached = self.cache.magnitudes.get(call)
+        if cached is None or cached[0] is not func:
+            try:
+                cached = (func,) + _magnitudes(name, func, args, kwargs, out)
+            except Exception:  # noqa: BLE001 - no model for this call: its output rounding only
+                cached = (func, None, None)
+            self.cache.magnitudes[call] = cached
+        _, walk, bound = cached
+        if walk is None or walk.shape != out.shape:
+            return out
+        d = out_vd[0] if out_vd else torch.float32
+        # fp16/bf16 reductions and GEMMs accumulate in fp32 (reduced-precision GEMMs where allowed).
+        acc = d if (d in (torch.float16, torch.bfloat16) and name in CONTRACTIONS
+                    and self.options.reduced_precision) else (torch.float32 if d in FORMATS else d)
+        u = UNIT_ROUNDOFF.get(acc, 2.0 ** -53)
+        if self.direction:
+            return out + self.direction * u * bound
+        if self.generator is None:
+            return out
+        return out + u * walk * torch.randn(out.shape, generator=self.generator, dtype=torch.float64)
+
+    def _perturb_matrices(self, args: tuple) -> tuple:
+        """Backward stability: the op is exact for an input within √n·u of the arm's."""
+        if self.generator is None:
+            return args
+        out = []
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.is_floating_point():
+                u = UNIT_ROUNDOFF.get(self.vdtype(a), 2.0 ** -53)
+                c = math.sqrt(max(a.shape[-1], a.shape[-2]))
+                delta = (torch.rand(a.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * c * u
+                a = a * (1 + delta)
+            out.append(a)
+        return tuple(out)
+
+
+def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int, generator: torch.Generator | None) -> torch.Tensor:
+    """`t` (float64) rounded to `dtype`'s values: stochastically with probability
+    proportional to the distance (unbiased), directed up (+1) or down (-1), or to nearest
+    (no generator, direction 0). Beyond the range: ±inf, as the arm's rounding gives."""
+    if direction == 0 and generator is None and isinstance(dtype, torch.dtype):
+        return t.to(dtype).to(torch.float64)
+    bits, largest, tiny = FORMATS[dtype]
+    finite = torch.isfinite(t)
+    mag = torch.where(finite, t.abs(), torch.zeros_like(t))
+    _, exp = torch.frexp(torch.where(mag > 0, mag, torch.ones_like(mag)))
+    # Subnormals share the smallest normal's spacing.
+    min_exp = int(math.log2(tiny)) + 1
+    ulp = torch.ldexp(torch.ones_like(t), (torch.clamp(exp, min=min_exp) - bits).to(torch.int32))
+    low = torch.floor(t / ulp) * ulp
+    frac = (t - low) / ulp
+    if direction > 0:
+        up = frac > 0
+    elif direction < 0:
+        up = torch.zeros_like(frac, dtype=torch.bool)
+    elif generator is None:
+        up = frac >= 0.5
+    else:
+        up = torch.rand(t.shape, generator=generator, dtype=torch.float64) < frac
+    out = torch.where(up, low + ulp, low)
+    # Past the largest finite value: rounding toward the value's side of zero (or to nearest
+    # past the midpoint) gives inf, rounding back toward zero the largest finite value.
+    beyond = t.abs() > largest
+    toward_inf = (torch.sign(t) == direction) if direction else t.abs() >= largest + ulp / 2
+    capped = torch.where(toward_inf, torch.full_like(t, math.inf), torch.full_like(t, largest))
+    out = torch.where(beyond, torch.copysign(capped, t), out)
+    return torch.where(finite, out, t)
+
+
+def _composite(func: Any) -> bool:
+    """An op defined by other ops (CompositeImplicitAutograd) that reached the mode whole:
+    decompositions call such ops directly (attention's math path)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+
+
+def _less_precise(a: torch.dtype, b: torch.dtype) -> bool:
+    return UNIT_ROUNDOFF.get(a, 0.0) > UNIT_ROUNDOFF.get(b, 0.0)
+
+
+def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(random-walk σ/u, pairwise bound/u) of one reduction or contraction call, per output
+    element: contractions σ = √(n/3)·√(S²/3 + Σt²/2) (a sequential order: GEMM kernels
+    accumulate along k), reductions the blocked walk; bound = ⌈log2 n⌉·Σ|t|."""
+    if name in CONTRACTIONS:
+        squares = _same_contraction(name, func, args, kwargs, lambda x: x * x)
+        absolute = _same_contraction(name, func, args, kwargs, torch.abs)
+        n = _contraction_length(name, args)
+        s = out
+    else:
+        x = args[0]
+        dims, keepdim = _reduced_dims(name, args, kwargs, x)
+        n = max(1, math.prod(x.shape[d] for d in dims) if x.dim() else 1)
+        if name == "cumsum":
+            dim = dims[0]
+            squares = torch.cumsum(x * x, dim)
+            absolute = torch.cumsum(x.abs(), dim)
+            shape = [1] * x.dim()
+            shape[dim] = x.shape[dim]
+            count = torch.arange(1, x.shape[dim] + 1, dtype=torch.float64).reshape(shape)
+            walk = (count / 3).sqrt() * (torch.cumsum(x, dim).square() / 3 + squares / 2).sqrt()
+            return walk, torch.ceil(torch.log2(count.clamp(min=2))) * absolute
+        if name == "prod":
+            walk = out.abs() * math.sqrt(n / 3)
+            return walk, out.abs() * n
+        squares = torch.sum(x * x, dims, keepdim=keepdim)
+        absolute = torch.sum(x.abs(), dims, keepdim=keepdim)
+        s = torch.sum(torch.nan_to_num(x), dims, keepdim=keepdim)
+        scale = 1.0 / n if name == "mean" else 1.0
+        walk = blocked_walk(n, s, squares) * scale
+        return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute * scale).reshape(out.shape)
+    walk = math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
+    return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute).reshape(out.shape)
+
+
+# Reduction kernels (ATen's CPU cascade sum, CUDA's per-thread runs then a tree) add runs of
+# at most this many terms in order, then combine the runs pairwise.
+SEQUENTIAL_RUN = 256
+
+
+def blocked_walk(n: int, s: torch.Tensor, squares: torch.Tensor) -> torch.Tensor:
+    """σ/u of a sum of n terms t (sum S, Σt² `squares`) added in sequential runs of L terms
+    combined pairwise: per rounding u²/3 times the partial sum², summed over the order,
+    ≈ (S²·(2 + L²/3n) + Σt²·(L/2 + log2(n/L)))/3; a plain sequential walk up to L terms."""
+    if n <= SEQUENTIAL_RUN:
+        return math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
+    run = SEQUENTIAL_RUN
+    return ((s.square() * (2 + run * run / (3 * n)) + squares * (run / 2 + math.log2(n / run))) / 3).sqrt()
+
+
+def _same_contraction(name: str, func: Any, args: tuple, kwargs: dict, f: Any) -> torch.Tensor:
+    """The same contraction over f(terms): f applied to both factors, bias left out."""
+    if name in ("mm", "bmm", "mv", "dot", "vdot", "matmul"):
+        return func(f(args[0]), f(args[1]))
+    if name in ("addmm", "baddbmm", "addbmm", "addmv"):
+        alpha = kwargs.get("alpha", 1)
+        inner = {"addmm": torch.mm, "baddbmm": torch.bmm, "addmv": torch.mv,
+                 "addbmm": lambda a, b: torch.bmm(a, b).sum(0)}[name]
+        out = inner(f(args[1]), f(args[2]))
+        return out * (f(torch.tensor(float(alpha), dtype=torch.float64)))
+    # convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    rest = list(args)
+    rest[0], rest[1], rest[2] = f(args[0]), f(args[1]), None
+    return func(*rest, **kwargs)
+
+
+def _contraction_length(name: str, args: tuple) -> int:
+    if name in ("mm", "bmm", "mv", "matmul"):
+        return int(args[0].shape[-1])
+    if name in ("dot", "vdot"):
+        return int(args[0].numel())
+    if name in ("addmm", "baddbmm", "addmv"):
+        return int(args[1].shape[-1])
+    if name == "addbmm":
+        return int(args[1].shape[-1] * args[1].shape[0])
+    weight = args[1]
+    transposed = bool(args[6]) if len(args) > 6 else False
+    per_group = weight.shape[0] if transposed else weight.shape[1]
+    return int(per_group * math.prod(weight.shape[2:]))
+
+
+def _reduced_dims(name: str, args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[list[int], bool]:
+    if name == "cumsum":
+        dim = args[1] if len(args) > 1 else kwargs["dim"]
+        return [dim % max(1, x.dim())], True
+    dims = args[1] if len(args) > 1 and not isinstance(args[1], torch.dtype) else kwargs.get("dim")
+    keepdim = bool(args[2]) if len(args) > 2 and isinstance(args[2], bool) else bool(kwargs.get("keepdim", False))
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(x.dim())), False
+    if isinstance(dims, int):
+        dims = [dims]
+    return [d % max(1, x.dim()) for d in dims], keepdim
+
+
+def _written(op: Any) -> list[int]:
+    return [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _op_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target.overloadpacket.__name__}"
+    return getattr(target, "__name__", str(target))
+
+
+def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], references: dict[str, Any],
+                         values: dict[str, Any], job: dict[str, Any], device: str,
+                         flags: dict[str, Any]) -> dict[str, Any]:
+    """Simulate the rounding of every observed value with a float64 reference, write each
+    one's spread into `values` (``sig``/``up``/``dn``/``mu``/``sd``/``nf`` + index) and its
+    summary into the record's ``rounding``; returns the run's summary."""
+    settings = job.get("rounding") or {}
+    cuda = device.startswith("cuda")
+    options = SimulationOptions(
+        samples=int(settings.get("samples", 29)), seed=int(job.get("seed", 0)),
+        budget_s=float(settings.get("budget_s", 60.0)),
+        matmul_tf32=cuda and bool(flags.get("cuda_matmul_allow_tf32")),
+        conv_tf32=cuda and bool(flags.get("cudnn_allow_tf32")),
+        reduced_precision=cuda and bool(flags.get("allow_fp16_reduced_precision_reduction")),
+        memory_bytes=int(settings.get("memory_bytes", 512 << 20)),
+        min_samples=min(9, int(settings.get("samples", 29))))
+    wanted: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for r in records:
+        ref = references.get(r["node"]) if r["node"] else None
+        fp = r.get("fingerprint") or {}
+        if isinstance(ref, torch.Tensor) and f"obs{r['index']}" in values and list(ref.shape) == fp.get("shape"):
+            wanted[r["node"]] = ref
+            dtypes[r["node"]] = getattr(torch, fp["dtype"], torch.float32)
+    sim = simulate_rounding(graph, wanted, options, dtypes)
+    budget = int(settings.get("value_bytes", 64 << 20))
+    for r in records:
+        spread = sim.spreads.get(r["node"]) if r["node"] else None
+        if spread is None:
+            r["rounding"] = None
+            continue
+        r["rounding"] = {"status": spread.status, "reason": spread.reason, "samples": spread.samples,
+                         "sample_stats": spread.sample_stats, "flips": spread.flips,
+                         "cancellations": spread.cancellations, "precision": spread.precision}
+        if spread.status != "judged":
+            continue
+        arrays = {"sig": spread.sigma, "up": spread.up, "dn": spread.down, "mu": spread.mean, "sd": spread.sd,
+                  "nf": spread.nonfinite}
+        size = sum(a.numel() * a.element_size() for a in arrays.values())
+        if size > budget:
+            r["rounding"].update(status="not-judged", reason="the spread is too large to keep")
+            continue
+        budget -= size
+        for key, a in arrays.items():
+            values[f"{key}{r['index']}"] = a.numpy()
+    return {"seconds": round(sim.seconds, 3), "samples": sim.samples, "note": sim.note}
