@@ -169,3 +169,24 @@ def test_rank_deficient_svd_reaches_the_exact_infinity_in_the_reference():
     A = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
     assert exact_rank(A) == 2
     assert exact_rank(torch.eye(3)) == 3
+
+
+def test_tf32_arms_get_the_spread_of_10_bit_inputs():
+    """On a CUDA arm with TF32 on, fp32 matmuls read 10-bit mantissas: a result computed that
+    way is inside that arm's spread and outside a full-fp32 arm's (emulated here, on the CPU)."""
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(32, 128, generator=g), torch.randn(128, 16, generator=g)
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = a @ b
+    node = recorder.lookup(out)
+    graph = recorder.finish().graph
+    reference = replay_fp64(graph, {node.name}, 60).values[node.name]
+
+    def spread(tf32):
+        sim = simulate_rounding(graph, {node.name: reference}, SimulationOptions(matmul_tf32=tf32), {node.name: out.dtype})
+        return RoundingSpread.of_simulation(sim.spreads[node.name], reference.numpy(), "float32")
+
+    tf32_inputs = (round_to(a.double(), "tf32", 0, None) @ round_to(b.double(), "tf32", 0, None)).float()
+    assert judge(tf32_inputs, spread(True)).zone == "inside"
+    assert judge(tf32_inputs, spread(False)).zone == "outside"

@@ -7,7 +7,6 @@ from typing import Any
 
 from triage import policy
 from triage.compare import summarize
-from triage.judge.describe import judgement_line
 from triage.model import Ablation, ArmRun, Comparison, Divergence, Observable, Repro, Side, Verdict
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
@@ -107,7 +106,8 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     their spreads (an ablation) can excuse."""
     js = d.judgements
     outside = [j for j in js if j.zone == "outside"]
-    evidence = [judgement_line(j) for j in js] + _unstable_lines(js) + _evidence(d, sides=False)
+    # The judgements themselves are the report's rounding table; the evidence adds what they do not say.
+    evidence = _unstable_lines(js) + _evidence(d, sides=False)
     if outside:
         precision = [a for a in agree if a.supports == "expected-precision-mode"]
         if precision:
@@ -205,7 +205,8 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
     else:
         state = (f"its rounding spread is wide — `{j.arm}` {j.label} keeps only {j.digits:.1f} significant digits "
                  f"at {j.dtype} (±{j.sigma:.2g})")
-    figure = f" The figure behind it: {_ill_conditioning(c, d)}." if _ill_conditioning(c, d) else ""
+    behind = _ill_conditioning(c, d) or _cancellation_site(c, d)
+    figure = f" The figure behind it: {behind}." if behind else ""
     return _verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
                     f"{_where(d)} {_difference_text(d)}, and every side is inside its own rounding spread, but "
                     f"{state}.{figure}{hint} On such a computation results may differ between devices, backends and "
@@ -213,15 +214,33 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
                     evidence + ([_cond_text(note, full=True)] if note else []))
 
 
-def _cancellation_hint(c: Comparison, d: Divergence) -> str:
-    """A textbook rewrite for a cancelling formula the sides' graphs contain."""
-    texts = []
+def _cancellation_sites(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
+    """The additions/subtractions upstream of the sides that lose the most digits to
+    cancellation (found by the rounding simulation's unperturbed replay)."""
+    sites = []
     for s in (d.a, d.b):
         run = next((r for r in c.arms if s is not None and r.spec == s.arm), None)
         o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        for site in ((o.rounding or {}).get("cancellations") or []) if o else []:
-            if site.get("hint") and site["hint"] not in texts:
-                texts.append(site["hint"])
+        sites += ((o.rounding or {}).get("cancellations") or []) if o else []
+    return sites
+
+
+def _cancellation_site(c: Comparison, d: Divergence) -> str | None:
+    sites = _cancellation_sites(c, d)
+    if not sites:
+        return None
+    top = sites[0]
+    lost = top["digits_lost"]
+    lost = "every digit" if lost in ("inf", float("inf")) else f"{float(lost):.1f} digits"
+    return f"`{top['op']}` at line {top['line']} cancels its operands, losing {lost}"
+
+
+def _cancellation_hint(c: Comparison, d: Divergence) -> str:
+    """A textbook rewrite for a cancelling formula the sides' graphs contain."""
+    texts = []
+    for site in _cancellation_sites(c, d):
+        if site.get("hint") and site["hint"] not in texts:
+            texts.append(site["hint"])
     return (" " + " ".join(texts)) if texts else ""
 
 

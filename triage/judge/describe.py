@@ -51,35 +51,3 @@ def spread_text(j: Judgement) -> str:
     digits = f"{j.digits:.1f} significant digits" if j.digits is not None else "no significant digit"
     zeros = f"; {j.zeros} of {j.numel} elements are computational zeros" if j.zeros else ""
     return f"{width} ({digits} at {j.dtype}{zeros})"
-
-
-def conclusion(j: Judgement) -> str:
-    if j.status != "judged":
-        return f"not judged ({j.reason})"
-    p = f"p = {j.p:.2f}, {j.samples} simulated roundings"
-    if j.nonfinite and j.nonfinite.startswith("outside"):
-        return f"outside its rounding spread: {j.nonfinite.removeprefix('outside: ')}"
-    if j.zone == "inside":
-        return f"inside its own rounding spread ({p})"
-    if j.zone == "envelope":
-        return (f"outside the unbiased spread ({p}) but inside the directed envelope: order-dependent, "
-                "biased accumulation")
-    return f"outside its own rounding spread ({p}, {_sigmas(j)})"
-
-
-def _sigmas(j: Judgement) -> str:
-    if j.statistic is None or not math.isfinite(j.statistic):
-        return "where no simulated rounding moves it at all"
-    return f"{j.statistic:.3g}σ away where the samples reach at most {j.max_sample_stat:.3g}σ" \
-        if j.max_sample_stat is not None else f"{j.statistic:.3g}σ away"
-
-
-def judgement_line(j: Judgement) -> str:
-    """One evidence line: arm value, float64 value, spread, p, conclusion."""
-    at = f" (element {j.element})" if j.element is not None else ""
-    values = ""
-    if j.value is not None and j.reference is not None:
-        values = f": {j.value:.9g} vs float64 {j.reference:.9g}{at}, spread {spread_text(j)}"
-    elif j.status == "judged":
-        values = f": spread {spread_text(j)}"
-    return f"`{j.arm}` {j.label}{f' (line {j.line})' if j.line else ''}{values} — {conclusion(j)}"

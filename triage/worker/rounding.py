@@ -32,6 +32,7 @@ the samples reached, the statistic T of every sample (for a Monte Carlo p-value,
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import time
@@ -148,24 +149,26 @@ class Simulation:
 
 
 def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: SimulationOptions,
-                      out_dtypes: dict[str, torch.dtype]) -> Simulation:
+                      out_dtypes: dict[str, torch.dtype],
+                      arm_values: dict[str, torch.Tensor] | None = None) -> Simulation:
     """The rounding spread of every node in `wanted` (node name -> its float64 reference).
 
     `out_dtypes` gives each wanted node's dtype on the arm: every replay's value is rounded to
-    it, as the arm stored it.
+    it, as the arm stored it. With the arm's own values (`arm_values`), sampling stops early
+    once every one of them is certainly inside its spread (a sequential Monte Carlo test).
     """
     threads = torch.get_num_threads()
     # Small tensors, many ops: thread hand-offs cost more than they save, and the arms
     # already run side by side on the machine's cores.
     torch.set_num_threads(1)
     try:
-        return _simulate(graph, wanted, options, out_dtypes)
+        return _simulate(graph, wanted, options, out_dtypes, arm_values or {})
     finally:
         torch.set_num_threads(threads)
 
 
 def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: SimulationOptions,
-              out_dtypes: dict[str, torch.dtype]) -> Simulation:
+              out_dtypes: dict[str, torch.dtype], arm_values: dict[str, torch.Tensor]) -> Simulation:
     start = time.monotonic()
     by_name = {n.name: n for n in graph.nodes}
     targets = [by_name[w] for w in wanted if w in by_name]
@@ -214,6 +217,9 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
                 spreads[w] = NodeSpread(status="not-judged", reason=rep.failed)
             return Simulation(spreads, time.monotonic() - start, i)
         samples.append(rep)
+        if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes):
+            break
+    k = len(samples)
     for w, ref in live.items():
         dtype = out_dtypes.get(w, torch.float32)
         values = [_stored(s.values[w], dtype) for s in samples]
@@ -225,6 +231,32 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         spreads[w].cancellations = sorted((dict(site, node=name) for name, site in cancellations.items()
                                            if name in cone), key=lambda x: -x["digits_lost"])[:3]
     return Simulation(spreads, time.monotonic() - start, k)
+
+
+# Sample counts at which sampling may stop (Besag & Clifford's sequential Monte Carlo test):
+# once at least EARLY_EXCEEDING samples score as far out as the arm's value, its p-value is at
+# least (1 + EARLY_EXCEEDING)/(K + 1) > 0.05 however the remaining samples fall.
+CHECKPOINTS = (9, 19)
+EARLY_EXCEEDING = 2
+
+
+def _certainly_inside(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
+                      out_dtypes: dict[str, torch.dtype]) -> bool:
+    """Every observed value of the arm already has enough samples at least as far out, and
+    its non-finite values (if any) already occur in the samples."""
+    for w, ref in live.items():
+        value = arm_values.get(w)
+        if value is None or ref.is_complex() or value.shape != ref.shape:
+            return False
+        dtype = out_dtypes.get(w, torch.float32)
+        partial = _spread(ref, [_stored(s.values[w], dtype) for s in samples], ref, ref)
+        arm = value.double()
+        if bool((~torch.isfinite(arm)).any()) or bool((partial.nonfinite != 1).any()):
+            return False
+        t = deviation_stat(arm, ref, partial.sigma)
+        if sum(1 for x in partial.sample_stats if x >= t) < EARLY_EXCEEDING:
+            return False
+    return True
 
 
 # -- the statistic ------------------------------------------------------------------------
@@ -362,21 +394,26 @@ def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
 
 
 def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Replayed:
+    """One replay of the cone under `mode`. The centre replay (to nearest, unperturbed) also
+    notes cancellations and enters the mode per op, so that its bookkeeping is not rounded;
+    the sampled replays run whole inside the mode."""
     last_use: dict[fx.Node, int] = {}
     for i, n in enumerate(order):
         for a in n.all_input_nodes:
             last_use[a] = i
+    leaves = {n: widen(n.meta["leaf"].value) for n in order if n.op == "placeholder"}
     env: dict[fx.Node, Any] = {}
     result = _Replayed(values={}, discrete={}, nodes={})
+    center = mode.generator is None and not mode.direction
+    per_op = mode if center else contextlib.nullcontext()
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), (contextlib.nullcontext() if center else mode):
             for i, n in enumerate(order):
                 if n.op == "placeholder":
-                    value = widen(n.meta["leaf"].value)
-                    mode.vdtypes[value] = n.meta["leaf"].value.dtype
-                    env[n] = value
+                    env[n] = leaves[n]
+                    env[n]._arm_dtype = n.meta["leaf"].value.dtype
                 elif n.op == "call_function":
                     args = fx.node.map_arg(n.args, lambda a: env[a])
                     kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
@@ -387,22 +424,22 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
                             mutable = _written(n.target)
                             args = tuple(mode.copy(a) if j in mutable and isinstance(a, torch.Tensor) else a
                                          for j, a in enumerate(args))
-                            with mode:
+                            with per_op:
                                 env[n] = n.target(*args, **kwargs)
                         else:  # a compiled region: its dynamo graph, op by op
                             copies = tree_map(lambda a: mode.copy(a) if isinstance(a, torch.Tensor) else a, args)
-                            with mode:
+                            with per_op:
                                 env[n] = n.target(*copies)
                     except Exception as e:  # noqa: BLE001 - the simulation only loses this value
                         result.failed = f"{_op_name(n.target)} could not be replayed: {type(e).__name__}: {str(e)[:160]}"
                         return result
                     out = env[n]
-                    if mode.generator is None and not mode.direction:
+                    if center:
                         site = cancellation_at(n, args, out)
                         if site is not None:
                             result.cancellations[n.name] = site
                     if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
-                        result.discrete[n.name] = out.clone()
+                        result.discrete[n.name] = out
                         result.nodes[n.name] = n
                 if n.name in wanted:
                     result.values[n.name] = env[n]
@@ -482,19 +519,21 @@ class RoundingMode(TorchDispatchMode):
         self.cache = cache
         self.direction = direction
         self.generator = generator
-        self.vdtypes = torch.utils.weak.WeakTensorKeyDictionary()
         self.calls = 0
         # Inside a decomposition, its code reads the float64 stand-ins' dtype: a cast "to
         # float64" there means "to the computation dtype" of the decomposed op's arm dtype.
         self.inner_dtype: list[torch.dtype] = []
 
     def vdtype(self, t: torch.Tensor) -> torch.dtype:
-        return self.vdtypes.get(t, t.dtype)
+        """The dtype the value has on the arm: an attribute on the float64 stand-in (set on
+        every tensor the replay makes), else its own dtype."""
+        return getattr(t, "_arm_dtype", t.dtype)
 
     def copy(self, t: torch.Tensor) -> torch.Tensor:
         """A copy an in-place op may write to, still of the arm dtype its value has."""
-        out = t.clone()
-        self.vdtypes[out] = self.vdtype(t)
+        with torch.utils._python_dispatch._disable_current_modes():
+            out = t.clone()
+        out._arm_dtype = self.vdtype(t)
         return out
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -502,29 +541,27 @@ class RoundingMode(TorchDispatchMode):
         call = self.calls
         self.calls += 1
         name = func.overloadpacket.__name__
-        in_vd = [self.vdtype(a) for a in tree_flatten((args, kwargs))[0]
-                 if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())]
-        out_vd = self._output_dtypes(func, args, kwargs)
+        flat = _flat(args) + _flat(tuple(kwargs.values()))
+        in_vd = [self.vdtype(a) for a in flat if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())]
+        out_vd = self._output_dtypes(func, args, kwargs, flat)
         written = [args[i] for i in _written(func) if i < len(args) and isinstance(args[i], torch.Tensor)]
         if name not in EXACT_OPS:  # a dtype argument names the arm's precision: compute in float64
-            args = tree_map(lambda a: widen_dtype(a) if isinstance(a, torch.dtype) else widen(a), args)
+            args = _map(lambda a: widen_dtype(a) if isinstance(a, torch.dtype) else widen(a), args)
         kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
-                      else tree_map(widen, v)) for k, v in kwargs.items()}
-        classified = {name, name.rstrip("_")} & (EXACT | SUMS | CONTRACTIONS | LINALG | CORRECTLY_ROUNDED)
-        if name in DECOMPOSED and func in decomposition_table or (
-                torch.Tag.pointwise not in func.tags and not classified
-                and (func in decomposition_table or _composite(func))):
+                      else _map(widen, v) if isinstance(v, (list, tuple)) else widen(v)) for k, v in kwargs.items()}
+        kind = op_class(func)
+        if kind == "decomposed":
             return self._decompose(func, args, kwargs, in_vd, out_vd)
-        if name in LINALG:
+        if kind == "linalg":
             out = self._round_all(func(*self._perturb_matrices(args), **kwargs), out_vd, library=0.0)
-        elif name in EXACT:
+        elif kind == "exact":
             out = func(*args, **kwargs)
             # Exact results of arm-precision inputs are representable; only a narrowing rounds.
             if any(_less_precise(d, i) for d in out_vd if d is not None for i in in_vd):
                 out = self._round_all(out, out_vd, library=0.0)
             else:
                 out = self._tag(out, out_vd)
-        elif name in CONTRACTIONS or name in SUMS:
+        elif kind == "accumulated":
             if name in CONTRACTIONS and self._tf32(name, out_vd):
                 args = tuple(round_to(a, "tf32", self.direction, self.generator)
                              if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 1 else a
@@ -533,7 +570,7 @@ class RoundingMode(TorchDispatchMode):
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
             out = self._round_all(out, out_vd, library=0.0)
-        elif name.rstrip("_") in CORRECTLY_ROUNDED:
+        elif kind == "correctly-rounded":
             out = self._round_all(func(*args, **kwargs), out_vd, library=0.0)
         else:
             out = self._round_all(func(*args, **kwargs), out_vd,
@@ -541,7 +578,7 @@ class RoundingMode(TorchDispatchMode):
         if written and isinstance(out, torch.Tensor) and out is not written[0]:
             # An in-place op: later reads of its target must see the rounded value.
             written[0].copy_(out)
-            self.vdtypes[written[0]] = self.vdtype(out)
+            written[0]._arm_dtype = self.vdtype(out)
             return written[0]
         return out
 
@@ -568,18 +605,19 @@ class RoundingMode(TorchDispatchMode):
         return self.options.conv_tf32 if name in ("convolution", "_convolution") else self.options.matmul_tf32
 
     # -- dtypes ------------------------------------------------------------------------
-    def _output_dtypes(self, func: Any, args: tuple, kwargs: dict) -> list[torch.dtype | None]:
+    def _output_dtypes(self, func: Any, args: tuple, kwargs: dict, flat: list) -> list[torch.dtype | None]:
         """The dtypes the op's outputs have on the arm: the op run on meta tensors of the
         inputs' arm dtypes (memoized per op and input dtypes)."""
-        flat, spec = tree_flatten((args, kwargs))
-        if self.inner_dtype:
-            flat = [self.inner_dtype[-1] if a is torch.float64 else a for a in flat]
-        key = (func, tuple(self.vdtype(a) if isinstance(a, torch.Tensor) else
-                           (a if isinstance(a, (torch.dtype, bool)) or a is None else type(a).__name__)
-                           for a in flat))
+        inner = self.inner_dtype[-1] if self.inner_dtype else None
+        key = (func, inner, tuple(self.vdtype(a) if isinstance(a, torch.Tensor) else
+                                  (a if isinstance(a, (torch.dtype, bool)) or a is None else type(a).__name__)
+                                  for a in flat), tuple(kwargs))
         cached = self.cache.dtypes.get(key)
         if cached is not None:
             return cached
+        flat, spec = tree_flatten((args, kwargs))
+        if inner is not None:
+            flat = [inner if a is torch.float64 else a for a in flat]
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.float32)
         try:
@@ -602,20 +640,27 @@ class RoundingMode(TorchDispatchMode):
     def _tag(self, out: Any, out_vd: list) -> Any:
         for t, d in zip(tree_flatten(out)[0], out_vd):
             if isinstance(t, torch.Tensor) and d is not None:
-                self.vdtypes[t] = d
+                t._arm_dtype = d
         return out
 
     # -- rounding ----------------------------------------------------------------------
     def _round_all(self, out: Any, out_vd: list, library: float) -> Any:
+        if isinstance(out, torch.Tensor):  # the common case, without the pytree round trip
+            d = out_vd[0] if out_vd else None
+            if d is not None and (out.is_floating_point() or out.is_complex()):
+                out = self._round(out, d, library)
+            if d is not None:
+                out._arm_dtype = d
+            return out
         flat, spec = tree_flatten(out)
         rounded = []
         for i, t in enumerate(flat):
             d = out_vd[i] if i < len(out_vd) else None
             if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and d is not None:
                 t = self._round(t, d, library)
-                self.vdtypes[t] = d
+                t._arm_dtype = d
             elif isinstance(t, torch.Tensor) and d is not None:
-                self.vdtypes[t] = d
+                t._arm_dtype = d
             rounded.append(t)
         return tree_unflatten(rounded, spec)
 
@@ -662,6 +707,10 @@ class RoundingMode(TorchDispatchMode):
         acc = d if (d in (torch.float16, torch.bfloat16) and name in CONTRACTIONS
                     and self.options.reduced_precision) else (torch.float32 if d in FORMATS else d)
         u = UNIT_ROUNDOFF.get(acc, 2.0 ** -53)
+        if self.direction and name in ("sum", "mean", "nansum") and acc in FORMATS:
+            directed = _directed_pairwise_sum(name, args, kwargs, acc, self.direction)
+            if directed is not None and directed.shape == out.shape:
+                return directed
         if self.direction:
             return out + self.direction * u * bound
         if self.generator is None:
@@ -690,30 +739,57 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int, generator: tor
     if direction == 0 and generator is None and isinstance(dtype, torch.dtype):
         return t.to(dtype).to(torch.float64)
     bits, largest, tiny = FORMATS[dtype]
-    finite = torch.isfinite(t)
-    mag = torch.where(finite, t.abs(), torch.zeros_like(t))
-    _, exp = torch.frexp(torch.where(mag > 0, mag, torch.ones_like(mag)))
-    # Subnormals share the smallest normal's spacing.
-    min_exp = int(math.log2(tiny)) + 1
-    ulp = torch.ldexp(torch.ones_like(t), (torch.clamp(exp, min=min_exp) - bits).to(torch.int32))
-    low = torch.floor(t / ulp) * ulp
-    frac = (t - low) / ulp
+    # Spacing of the dtype's values around t (subnormals share the smallest normal's); inf and
+    # nan pass through the arithmetic below unchanged.
+    _, exp = torch.frexp(t)
+    ulp = torch.ldexp(torch.ones_like(t), exp.clamp_(min=int(math.log2(tiny)) + 1).sub_(bits))
+    low = torch.floor(t / ulp).mul_(ulp)
     if direction > 0:
-        up = frac > 0
+        up = t > low
     elif direction < 0:
-        up = torch.zeros_like(frac, dtype=torch.bool)
-    elif generator is None:
-        up = frac >= 0.5
+        up = torch.zeros_like(t, dtype=torch.bool)
     else:
-        up = torch.rand(t.shape, generator=generator, dtype=torch.float64) < frac
+        frac = (t - low).div_(ulp)
+        up = frac >= 0.5 if generator is None else torch.rand(t.shape, generator=generator, dtype=torch.float64) < frac
     out = torch.where(up, low + ulp, low)
-    # Past the largest finite value: rounding toward the value's side of zero (or to nearest
-    # past the midpoint) gives inf, rounding back toward zero the largest finite value.
     beyond = t.abs() > largest
-    toward_inf = (torch.sign(t) == direction) if direction else t.abs() >= largest + ulp / 2
-    capped = torch.where(toward_inf, torch.full_like(t, math.inf), torch.full_like(t, largest))
-    out = torch.where(beyond, torch.copysign(capped, t), out)
-    return torch.where(finite, out, t)
+    if bool(beyond.any()):
+        # Past the largest finite value: rounding toward the value's side of zero (or to
+        # nearest past the midpoint) gives inf, rounding back toward zero the largest value.
+        toward_inf = (torch.sign(t) == direction) if direction else t.abs() >= largest + ulp / 2
+        capped = torch.where(toward_inf, torch.full_like(t, math.inf), torch.full_like(t, largest))
+        out = torch.where(beyond & torch.isfinite(t), torch.copysign(capped, t), out)
+    return out
+
+
+_OP_CLASSES: dict[Any, str] = {}
+
+
+def op_class(func: Any) -> str:
+    """How an aten op rounds (memoized): decomposed | linalg | exact | accumulated |
+    correctly-rounded | library."""
+    kind = _OP_CLASSES.get(func)
+    if kind is not None:
+        return kind
+    name = func.overloadpacket.__name__
+    names = {name, name.rstrip("_")}
+    if name in DECOMPOSED and func in decomposition_table or (
+            torch.Tag.pointwise not in func.tags
+            and not names & (EXACT | SUMS | CONTRACTIONS | LINALG | CORRECTLY_ROUNDED)
+            and (func in decomposition_table or _composite(func))):
+        kind = "decomposed"
+    elif name in LINALG:
+        kind = "linalg"
+    elif name in EXACT:
+        kind = "exact"
+    elif name in CONTRACTIONS or name in SUMS:
+        kind = "accumulated"
+    elif name.rstrip("_") in CORRECTLY_ROUNDED:
+        kind = "correctly-rounded"
+    else:
+        kind = "library"
+    _OP_CLASSES[func] = kind
+    return kind
 
 
 def _composite(func: Any) -> bool:
@@ -759,6 +835,31 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute * scale).reshape(out.shape)
     walk = math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
     return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute).reshape(out.shape)
+
+
+def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtype,
+                           direction: int) -> torch.Tensor | None:
+    """The sum with every partial sum of a pairwise order rounded up (or down) in the
+    accumulation dtype: the envelope of a biased accumulation, as the kernel's tree adds."""
+    x = args[0]
+    if not x.is_floating_point() or x.numel() == 0:
+        return None
+    dims, keepdim = _reduced_dims(name, args, kwargs, x)
+    kept = [d for d in range(x.dim()) if d not in dims]
+    terms = torch.nan_to_num(x, nan=0.0) if name == "nansum" else x
+    terms = terms.permute(kept + dims).reshape([x.shape[d] for d in kept] + [-1])
+    n = terms.shape[-1]
+    width = 1 << max(0, (n - 1).bit_length())
+    terms = torch.nn.functional.pad(terms, (0, width - n))
+    while terms.shape[-1] > 1:
+        terms = round_to(terms[..., 0::2] + terms[..., 1::2], acc, direction, None)
+    total = terms[..., 0]
+    if name == "mean":
+        total = round_to(total / n, acc, direction, None)
+    if keepdim:
+        for d in sorted(dims):
+            total = total.unsqueeze(d)
+    return total
 
 
 # Reduction kernels (ATen's CPU cascade sum, CUDA's per-thread runs then a tree) add runs of
@@ -820,8 +921,30 @@ def _reduced_dims(name: str, args: tuple, kwargs: dict, x: torch.Tensor) -> tupl
     return [d % max(1, x.dim()) for d in dims], keepdim
 
 
+_WRITTEN: dict[Any, list[int]] = {}
+
+
 def _written(op: Any) -> list[int]:
-    return [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    found = _WRITTEN.get(op)
+    if found is None:
+        found = _WRITTEN[op] = [i for i, a in enumerate(op._schema.arguments)
+                                if a.alias_info is not None and a.alias_info.is_write]
+    return found
+
+
+def _flat(args: tuple) -> list:
+    """Arguments with one level of lists opened (aten ops take tensor lists, never deeper)."""
+    out = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            out.extend(a)
+        else:
+            out.append(a)
+    return out
+
+
+def _map(fn: Any, args: Any) -> Any:
+    return type(args)(_map(fn, a) if isinstance(a, (list, tuple)) else fn(a) for a in args)
 
 
 def _op_name(target: Any) -> str:
@@ -854,7 +977,9 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         if isinstance(ref, torch.Tensor) and f"obs{r['index']}" in values and list(ref.shape) == fp.get("shape"):
             wanted[r["node"]] = ref
             dtypes[r["node"]] = getattr(torch, fp["dtype"], torch.float32)
-    sim = simulate_rounding(graph, wanted, options, dtypes)
+    arm_values = {r["node"]: torch.from_numpy(values[f"obs{r['index']}"]) for r in records
+                  if r["node"] in wanted and f"obs{r['index']}" in values}
+    sim = simulate_rounding(graph, wanted, options, dtypes, arm_values)
     budget = int(settings.get("value_bytes", 64 << 20))
     for r in records:
         spread = sim.spreads.get(r["node"]) if r["node"] else None
