@@ -32,9 +32,9 @@ the samples reached, the statistic T of every sample (for a Monte Carlo p-value,
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,13 +162,13 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     # already run side by side on the machine's cores.
     torch.set_num_threads(1)
     try:
-        return _simulate(graph, wanted, options, out_dtypes, arm_values or {})
+        return _simulate(graph, wanted, options, out_dtypes, arm_values or {}, threads)
     finally:
         torch.set_num_threads(threads)
 
 
 def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: SimulationOptions,
-              out_dtypes: dict[str, torch.dtype], arm_values: dict[str, torch.Tensor]) -> Simulation:
+              out_dtypes: dict[str, torch.dtype], arm_values: dict[str, torch.Tensor], threads: int) -> Simulation:
     start = time.monotonic()
     by_name = {n.name: n for n in graph.nodes}
     targets = [by_name[w] for w in wanted if w in by_name]
@@ -220,6 +220,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes):
             break
     k = len(samples)
+    # The statistics are a few passes over K × numel values: there threads pay.
+    torch.set_num_threads(threads)
     for w, ref in live.items():
         dtype = out_dtypes.get(w, torch.float32)
         values = [_stored(s.values[w], dtype) for s in samples]
@@ -282,29 +284,30 @@ def _spread(ref: torch.Tensor, values: list[torch.Tensor], up: torch.Tensor, dow
         up, down = torch.view_as_real(up), torch.view_as_real(down)
     k = len(values)
     stack = torch.stack(values)  # (K, …)
-    finite = torch.isfinite(stack) & torch.isfinite(ref)
-    dev = torch.where(finite, stack - ref, torch.zeros_like(stack))
-    counted = finite.sum(0).clamp(min=1)
+    own_finite = torch.isfinite(stack)
+    finite = own_finite & torch.isfinite(ref)
+    dev = torch.where(finite, stack - ref, 0.0)
     sq = dev.square()
+    counted = finite.sum(0)
     total = sq.sum(0)
-    sigma = (total / counted).sqrt()
-    stats = []
-    for i in range(k):
-        loo_n = (counted - finite[i].to(counted.dtype)).clamp(min=1)
-        loo = ((total - sq[i]) / loo_n).sqrt()
-        stats.append(deviation_stat(stack[i], ref, loo))
-    fin = torch.where(torch.isfinite(stack), stack, torch.zeros_like(stack))
-    nfin = torch.isfinite(stack).sum(0).clamp(min=1)
+    sigma = (total / counted.clamp(min=1)).sqrt()
+    # Each sample scored as the arm's value will be: T_k = max |x_k - ref| / σ without x_k
+    # (leave one out), over the elements finite in both.
+    loo = ((total - sq) / (counted - finite.to(counted.dtype)).clamp(min=1)).sqrt()
+    ratio = torch.where(loo > 0, dev.abs() / torch.where(loo > 0, loo, 1.0),
+                        torch.where(dev != 0, math.inf, 0.0))
+    ratio = torch.where(finite, ratio, -1.0).reshape(k, -1)
+    stats = [max(float(x), 0.0) for x in ratio.max(1).values] if ratio.shape[1] else [0.0] * k
+    nfin = own_finite.sum(0).clamp(min=1)
+    fin = torch.where(own_finite, stack, 0.0)
     mean = fin.sum(0) / nfin
-    sd = (torch.where(torch.isfinite(stack), stack - mean, torch.zeros_like(stack)).square().sum(0)
-          / (nfin - 1).clamp(min=1)).sqrt()
+    sd = (torch.where(own_finite, stack - mean, 0.0).square().sum(0) / (nfin - 1).clamp(min=1)).sqrt()
     # Nonfinite outcomes from the random replays only: rounding every op toward -inf turns an
     # overflow into the largest finite value, which no round-to-nearest arm ever does.
-    every = stack
-    bits = (torch.isfinite(every).any(0).to(torch.uint8)
-            | (torch.isposinf(every).any(0).to(torch.uint8) << 1)
-            | (torch.isneginf(every).any(0).to(torch.uint8) << 2)
-            | (torch.isnan(every).any(0).to(torch.uint8) << 3))
+    bits = (own_finite.any(0).to(torch.uint8)
+            | (torch.isposinf(stack).any(0).to(torch.uint8) << 1)
+            | (torch.isneginf(stack).any(0).to(torch.uint8) << 2)
+            | (torch.isnan(stack).any(0).to(torch.uint8) << 3))
     return NodeSpread(status="judged", samples=k, sigma=sigma, up=up, down=down, mean=mean, sd=sd,
                       nonfinite=bits, sample_stats=stats)
 
@@ -394,9 +397,10 @@ def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
 
 
 def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Replayed:
-    """One replay of the cone under `mode`. The centre replay (to nearest, unperturbed) also
-    notes cancellations and enters the mode per op, so that its bookkeeping is not rounded;
-    the sampled replays run whole inside the mode."""
+    """One replay of the cone under `mode`; the centre replay (to nearest, unperturbed) also
+    notes cancellations. Recorded aten ops go to the mode's handler directly (the dispatcher's
+    round trip through a Python mode costs more than the op); a compiled region runs with
+    the mode active, since its graph calls torch functions."""
     last_use: dict[fx.Node, int] = {}
     for i, n in enumerate(order):
         for a in n.all_input_nodes:
@@ -405,11 +409,10 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
     env: dict[fx.Node, Any] = {}
     result = _Replayed(values={}, discrete={}, nodes={})
     center = mode.generator is None and not mode.direction
-    per_op = mode if center else contextlib.nullcontext()
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        with torch.no_grad(), (contextlib.nullcontext() if center else mode):
+        with torch.no_grad():
             for i, n in enumerate(order):
                 if n.op == "placeholder":
                     env[n] = leaves[n]
@@ -424,11 +427,10 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
                             mutable = _written(n.target)
                             args = tuple(mode.copy(a) if j in mutable and isinstance(a, torch.Tensor) else a
                                          for j, a in enumerate(args))
-                            with per_op:
-                                env[n] = n.target(*args, **kwargs)
+                            env[n] = mode.__torch_dispatch__(n.target, (), args, kwargs)
                         else:  # a compiled region: its dynamo graph, op by op
                             copies = tree_map(lambda a: mode.copy(a) if isinstance(a, torch.Tensor) else a, args)
-                            with per_op:
+                            with mode:
                                 env[n] = n.target(*copies)
                     except Exception as e:  # noqa: BLE001 - the simulation only loses this value
                         result.failed = f"{_op_name(n.target)} could not be replayed: {type(e).__name__}: {str(e)[:160]}"
@@ -519,6 +521,9 @@ class RoundingMode(TorchDispatchMode):
         self.cache = cache
         self.direction = direction
         self.generator = generator
+        # Uniform draws for one-element results, seeded from the replay's own generator.
+        self.draws = random.Random(int(torch.randint(0, 2 ** 62, (1,), generator=generator))) \
+            if generator is not None else None
         self.calls = 0
         # Inside a decomposition, its code reads the float64 stand-ins' dtype: a cast "to
         # float64" there means "to the computation dtype" of the decomposed op's arm dtype.
@@ -531,8 +536,7 @@ class RoundingMode(TorchDispatchMode):
 
     def copy(self, t: torch.Tensor) -> torch.Tensor:
         """A copy an in-place op may write to, still of the arm dtype its value has."""
-        with torch.utils._python_dispatch._disable_current_modes():
-            out = t.clone()
+        out = t.clone()
         out._arm_dtype = self.vdtype(t)
         return out
 
@@ -677,6 +681,11 @@ class RoundingMode(TorchDispatchMode):
         if dtype == torch.float64:
             # Rounding float64 results to float64: a relative perturbation of one unit roundoff.
             return t if library else self._relative_noise(t, u)
+        if t.numel() == 1 and t.dim() <= 1 and self.generator is not None:
+            # One element (a Python-level loop over scalars): the same rounding in Python
+            # floats, an order of magnitude cheaper than a dozen one-element tensor ops.
+            return torch.tensor(round_scalar(t.item(), dtype, self.direction, self.draws),
+                                dtype=torch.float64).reshape(t.shape)
         return round_to(t, dtype, self.direction, self.generator)
 
     def _relative_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
@@ -750,7 +759,8 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int, generator: tor
         up = torch.zeros_like(t, dtype=torch.bool)
     else:
         frac = (t - low).div_(ulp)
-        up = frac >= 0.5 if generator is None else torch.rand(t.shape, generator=generator, dtype=torch.float64) < frac
+        # float32 draws: their 2^-24 resolution biases a rounding by at most that fraction of an ulp.
+        up = frac >= 0.5 if generator is None else torch.rand(t.shape, generator=generator) < frac
     out = torch.where(up, low + ulp, low)
     beyond = t.abs() > largest
     if bool(beyond.any()):
@@ -796,6 +806,27 @@ def _composite(func: Any) -> bool:
     """An op defined by other ops (CompositeImplicitAutograd) that reached the mode whole:
     decompositions call such ops directly (attention's math path)."""
     return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+
+
+def round_scalar(x: float, dtype: Any, direction: int, draws: random.Random | None) -> float:
+    """`round_to` for one Python float: stochastically (draws), up (+1) or down (-1)."""
+    if not math.isfinite(x):
+        return x
+    bits, largest, tiny = FORMATS[dtype]
+    _, exp = math.frexp(x)
+    ulp = math.ldexp(1.0, max(exp, int(math.log2(tiny)) + 1) - bits)
+    low = math.floor(x / ulp) * ulp
+    frac = (x - low) / ulp
+    if direction > 0:
+        out = low + ulp if frac > 0 else low
+    elif direction < 0:
+        out = low
+    else:
+        out = low + ulp if draws.random() < frac else low
+    if abs(x) > largest:
+        toward_inf = (math.copysign(1, x) == direction) if direction else abs(x) >= largest + ulp / 2
+        out = math.copysign(math.inf if toward_inf else largest, x)
+    return out
 
 
 def _less_precise(a: torch.dtype, b: torch.dtype) -> bool:
