@@ -208,7 +208,8 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
     behind = _ill_conditioning(c, d) or _cancellation_site(c, d)
     figure = f" The figure behind it: {behind}." if behind else ""
     return _verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
-                    f"{_where(d)} {_difference_text(d)}, and every side is inside its own rounding spread, but "
+                    f"{_where(d)} {_difference_text(d)}, and {'every side is' if d.b is not None else 'it is'} "
+                    "inside its own rounding spread, but "
                     f"{state}.{figure}{hint} On such a computation results may differ between devices, backends and "
                     "orders of evaluation; neither side is a bug.",
                     evidence + ([_cond_text(note, full=True)] if note else []))

@@ -287,21 +287,21 @@ def _spread(ref: torch.Tensor, values: list[torch.Tensor], up: torch.Tensor, dow
     own_finite = torch.isfinite(stack)
     finite = own_finite & torch.isfinite(ref)
     dev = torch.where(finite, stack - ref, 0.0)
+    nfin = finite.sum(0)
+    # Mean and sd of the samples from their deviations (shift-invariant, and exact in float64).
+    shift = dev.sum(0) / nfin.clamp(min=1)
+    mean = torch.where(nfin > 0, ref + shift, torch.where(own_finite, stack, 0.0).sum(0) / own_finite.sum(0).clamp(min=1))
+    sd = (torch.where(finite, dev - shift, 0.0).square().sum(0) / (nfin - 1).clamp(min=1)).sqrt()
     sq = dev.square()
-    counted = finite.sum(0)
     total = sq.sum(0)
-    sigma = (total / counted.clamp(min=1)).sqrt()
+    sigma = (total / nfin.clamp(min=1)).sqrt()
     # Each sample scored as the arm's value will be: T_k = max |x_k - ref| / σ without x_k
     # (leave one out), over the elements finite in both.
-    loo = ((total - sq) / (counted - finite.to(counted.dtype)).clamp(min=1)).sqrt()
+    loo = ((total - sq).clamp(min=0) / (nfin - finite.to(nfin.dtype)).clamp(min=1)).sqrt()
     ratio = torch.where(loo > 0, dev.abs() / torch.where(loo > 0, loo, 1.0),
                         torch.where(dev != 0, math.inf, 0.0))
     ratio = torch.where(finite, ratio, -1.0).reshape(k, -1)
     stats = [max(float(x), 0.0) for x in ratio.max(1).values] if ratio.shape[1] else [0.0] * k
-    nfin = own_finite.sum(0).clamp(min=1)
-    fin = torch.where(own_finite, stack, 0.0)
-    mean = fin.sum(0) / nfin
-    sd = (torch.where(own_finite, stack - mean, 0.0).square().sum(0) / (nfin - 1).clamp(min=1)).sqrt()
     # Nonfinite outcomes from the random replays only: rounding every op toward -inf turns an
     # overflow into the largest finite value, which no round-to-nearest arm ever does.
     bits = (own_finite.any(0).to(torch.uint8)
