@@ -515,13 +515,15 @@ def details(results: list[Result]) -> None:
 
 
 # -- fixtures -----------------------------------------------------------------------------
-def fixtures_table() -> None:
-    """`triage run` on every bundled fixture: the simulation's share of the wall time."""
+def fixtures_table() -> list[str]:
+    """`triage run` on every bundled fixture: the simulation's share of the wall time. Returns
+    the fixtures that gave no report."""
     print("\n### The judge's share of `triage run` (every bundled fixture, `--no-minimize --no-ablate`)\n")
     print("| fixture | arms | triage s | simulation s (all arms) | share | verdict |")
     print("|---|---|---|---|---|---|")
     paths = sorted(glob.glob(str(ROOT / "fixtures" / "*.py"))) + sorted(glob.glob(str(ROOT / "fixtures" / "judge" / "*.py")))
     total_t = total_s = 0.0
+    failed = []
     for path in paths:
         arms = "cpu,cpu/compile" if "torch.compile" in Path(path).read_text() else "cpu"
         with tempfile.TemporaryDirectory() as tmp:
@@ -532,6 +534,9 @@ def fixtures_table() -> None:
             name = os.path.relpath(path, ROOT / "fixtures")
             if not report.exists():
                 print(f"| {name} | {arms} | — | — | — | no report (exit {proc.returncode}) |")
+                print(f"{name}: no report (exit {proc.returncode})\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}",
+                      file=sys.stderr, flush=True)
+                failed.append(f"fixtures/{name}")
                 continue
             data = json.loads(report.read_text())
         sim = sum(float((a.get("rounding") or {}).get("seconds") or 0.0) for a in data.get("arms", []))
@@ -542,6 +547,7 @@ def fixtures_table() -> None:
         print(f"| {name} | {arms} | {wall:.1f} | {sim:.2f} | {100 * sim / wall if wall else 0:.1f} % | {verdict} |")
     if total_t:
         print(f"| **all** | | {total_t:.1f} | {total_s:.2f} | {100 * total_s / total_t:.1f} % | |")
+    return failed
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -581,9 +587,14 @@ def main() -> None:
     sweep_table(results)
     cost_table(results)
     details(results)
+    # A crashed case or a fixture without a report is missing from every rate above: the tables
+    # are printed (they show what did run), then the run fails with the cases named.
+    failed = [f"{r.case.family} {r.case.dtype} seed {r.case.seed}" for r in results if r.error]
     if args.fixtures or not (args.quick or args.no_fixtures):
-        fixtures_table()
+        failed += fixtures_table()
     print(f"\nBenchmark wall time: {time.monotonic() - start:.0f} s.")
+    if failed:
+        sys.exit(f"bench/judge.py: {len(failed)} case(s) failed to run: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -49,10 +49,16 @@ def planted_script(directory: Path, n: int) -> Path:
     return path
 
 
-def run_triage(script: Path, arms_text: str) -> tuple[dict, object, object]:
+def run_triage(name: str, script: Path, arms_text: str) -> tuple[dict, object, object]:
     arms = parse_arms(arms_text)
     runs = run_arms(extract_repro(str(script)), arms, RunOptions(reference=False))
     comparison = compare(runs)
+    # Every case diverges by construction: an arm that did not run, or no divergence, means
+    # there is nothing to minimize and the row would compare nothing.
+    failed = [f"{r.spec}: {r.status}" for r in runs if not r.completed]
+    if failed or comparison.divergence is None:
+        sys.exit(f"bench/minimize.py: case {name!r} ({arms_text}) "
+                 + (f"failed to run ({'; '.join(failed)})" if failed else "did not diverge"))
     start = time.perf_counter()
     result = minimize_divergence(comparison, arms, RunOptions(reference=False), MinimizeOptions())
     wall = time.perf_counter() - start
@@ -167,7 +173,7 @@ def main() -> None:
     print("| case | graph ops | planted min | tool | queries | wall s | reduction queries/s | final ops | verified |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, script, arms_text, minimum in cases:
-        row, runs, comparison = run_triage(script, arms_text)
+        row, runs, comparison = run_triage(name, script, arms_text)
         print(f"| {name} | {row['nodes']} | {minimum} | triage | {row['queries']} | {row['seconds']} "
               f"(verify {row['verify']}) | {row['rate']} | {row['ops']} | {row['verified']} |", flush=True)
         fx = run_fx_minifier(runs, comparison, arms_text)

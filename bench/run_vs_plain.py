@@ -1,30 +1,42 @@
-"""Wall time of `triage run` against plain `python repro.py`, per arm, on three fixtures.
+"""Wall time of `triage run` against plain `python repro.py`, per arm, on four fixtures.
 
 Usage: python bench/run_vs_plain.py [--repeat N]
-Prints a markdown table of seconds and ratios (triage / plain).
+Prints a markdown table of seconds and ratios (triage / plain). Exits non-zero, naming the
+case, when a run fails: a missing row would make the table lie by omission.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "fixtures"
+FIXTURES = ROOT / "fixtures"
+# (name, script, arm, plain python needs CUDA): the logdet seed moves its model to the GPU, so
+# without one its plain run is only the time to the `.cuda()` error, not a baseline.
 CASES = [
-    ("matmul_chain (cpu)", ROOT / "fixtures" / "matmul_chain.py", "cpu"),
-    ("logdet seed (cpu)", SHARED / "seeds" / "logdet_cpu_vs_cuda.py", "cpu"),
-    ("gh-187180 (cpu)", SHARED / "issues" / "gh-187180" / "repro.py", "cpu"),
-    ("gh-183768 (cpu/compile)", SHARED / "issues" / "gh-183768" / "repro.py", "cpu/compile"),
+    ("matmul_chain (cpu)", FIXTURES / "matmul_chain.py", "cpu", False),
+    ("logdet seed (cpu)", FIXTURES / "seeds" / "logdet_cpu_vs_cuda.py", "cpu", True),
+    ("gh-187180 (cpu)", FIXTURES / "issues" / "gh-187180" / "repro.py", "cpu", False),
+    ("gh-183768 (cpu/compile)", FIXTURES / "issues" / "gh-183768" / "repro.py", "cpu/compile", False),
 ]
 
 
-def timed(argv: list[str]) -> float:
+def timed(name: str, argv: list[str], report: Path | None = None) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, capture_output=True, cwd="/tmp")
-    return time.perf_counter() - start
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd="/tmp")
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0 or (report is not None and not report.exists()):
+        what = f"exit {proc.returncode}" + ("" if report is None or report.exists() else ", no report")
+        sys.exit(f"bench/run_vs_plain.py: case {name!r} failed ({what}): {' '.join(argv)}\n"
+                 f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return seconds
 
 
 def main() -> None:
@@ -33,12 +45,18 @@ def main() -> None:
     args = ap.parse_args()
     print("| case | plain python (s) | triage run, one arm (s) | ratio |")
     print("|---|---|---|---|")
-    for name, script, arm in CASES:
-        if not script.exists():
+    for name, script, arm, plain_needs_cuda in CASES:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = Path(tmp) / "report.json"
+            tri = min(timed(name, [sys.executable, "-m", "triage", "run", str(script), "--arms", arm, "--quiet",
+                                   "--comment", "-", "--minimal", "-", "--json", str(report)], report)
+                      for _ in range(args.repeat))
+            if json.loads(report.read_text())["verdict"]["kind"] == "could-not-run":
+                sys.exit(f"bench/run_vs_plain.py: case {name!r}: triage could not run the script")
+        if plain_needs_cuda and not torch.cuda.is_available():
+            print(f"| {name} | not run (needs CUDA) | {tri:.2f} | — |", flush=True)
             continue
-        plain = min(timed([sys.executable, str(script)]) for _ in range(args.repeat))
-        tri = min(timed([sys.executable, "-m", "triage", "run", str(script), "--arms", arm, "--quiet",
-                         "--comment", "-"]) for _ in range(args.repeat))
+        plain = min(timed(name, [sys.executable, str(script)]) for _ in range(args.repeat))
         print(f"| {name} | {plain:.2f} | {tri:.2f} | {tri / plain:.2f}× |", flush=True)
 
 

@@ -4,8 +4,8 @@
 
 Each block in README.md between ``<!-- output: NAME -->`` and ``<!-- /output -->`` is
 replaced by a fresh run of the command listed for NAME below, headed by the host it ran on,
-so the README never shows output no one can reproduce. Blocks whose inputs are missing here
-(the shared fixtures outside the repository) are left as they are, and the script says so.
+so the README never shows output no one can reproduce. A block whose input is missing is left
+as it is, and the script says so.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-SHARED = ROOT.parent / "shared" / "fixtures"
 
 # name -> (arguments after `triage`, a file the run needs)
 COMMANDS: dict[str, tuple[list[str], Path]] = {
@@ -29,8 +28,8 @@ COMMANDS: dict[str, tuple[list[str], Path]] = {
                        ROOT / "fixtures/judge/naive_variance.py"),
     "fp16-compile": (["run", "fixtures/fp16_intermediate_compile.py", "--arms", "cpu,cpu/compile", "--no-minimize"],
                      ROOT / "fixtures/fp16_intermediate_compile.py"),
-    "gh-183768": (["run", "../shared/fixtures/issues/gh-183768/repro.py", "--arms", "cpu,cpu/compile"],
-                  SHARED / "issues/gh-183768/repro.py"),
+    "gh-183768": (["run", "fixtures/issues/gh-183768/repro.py", "--arms", "cpu,cpu/compile"],
+                  ROOT / "fixtures/issues/gh-183768/repro.py"),
 }
 BLOCK = re.compile(r"(<!-- output: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /output -->)", re.S)
 

@@ -8,7 +8,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-SHARED = ROOT.parent / "shared" / "fixtures"
+# Real PyTorch issue repros with their meta.json, and the seed articles' scripts (fixtures/README.md).
+ISSUES = FIXTURES / "issues"
+SEEDS = FIXTURES / "seeds"
 
 
 def run_triage(script, arms, tmp_path, *extra, env=None, timeout=600):

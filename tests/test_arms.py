@@ -30,7 +30,18 @@ def test_fault_arms_need_the_test_switch(monkeypatch):
     assert dict(parse_arms("cpu/fault=aten.mm:nan")[0].knobs) == {"fault": "aten.mm:nan"}
 
 
-def test_default_arms_without_cuda_explain_themselves(monkeypatch):
+def test_default_arms_follow_what_the_script_compares(monkeypatch):
     monkeypatch.setattr("triage.arms.cuda_present", lambda: False)
-    arms, note = default_arms()
-    assert [a.spec for a in arms] == ["cpu"] and "CUDA arm could not run here" in note
+    arms, notes = default_arms("import torch\nprint(torch.ones(3).sum())\n")
+    assert [a.spec for a in arms] == ["cpu"] and not any("CUDA" in n for n in notes)
+    compiled = "import torch\nf = torch.compile(lambda x: x + 1, backend=my_backend)\n"
+    arms, notes = default_arms(compiled)
+    assert [a.spec for a in arms] == ["cpu", "cpu/compile"] and "own backend" in notes[0]
+    arms, _ = default_arms("from torch import compile as c\n@c\ndef f(x):\n    return x\n")
+    assert [a.spec for a in arms] == ["cpu", "cpu/compile"]
+    arms, notes = default_arms("import torch\nx = torch.ones(3).cuda()\n")
+    assert [a.spec for a in arms] == ["cpu"] and "no CUDA device" in notes[0] and "--arms cpu,cuda" in notes[0]
+    monkeypatch.setattr("triage.arms.cuda_present", lambda: True)
+    assert [a.spec for a in default_arms("x = 1\n")[0]] == ["cpu", "cuda"]
+    arms, _ = default_arms("import torch\nm = torch.compile(model).cuda()\n")
+    assert [a.spec for a in arms] == ["cuda", "cuda/compile"]

@@ -1,14 +1,18 @@
 """End to end: the real CLI, real arm subprocesses, CPU arms (and the fault-injecting test arm)."""
 import pytest
 
-from conftest import FIXTURES, SHARED
+from conftest import FIXTURES, ISSUES, SEEDS
 
 pytestmark = pytest.mark.slow
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="../shared/fixtures is absent")
 
 
 def kind(report):
     return report["verdict"]["kind"], report["verdict"]["expected"]
+
+
+def scalar_kernels(report):
+    """The arms ran ATen's scalar CPU kernels (ATEN_CPU_CAPABILITY=default), and inductor with them."""
+    return {a["flags_start"]["cpu_capability"] for a in report["arms"]} == {"DEFAULT"}
 
 
 @pytest.mark.parametrize("arms, expected", [
@@ -121,9 +125,8 @@ def test_tokens_never_reach_the_script(triage):
     assert rc == 0 and "LEAKED: []" in report["arms"][0]["stdout"]
 
 
-@needs_shared
 def test_logdet_seed_on_cpu_reports_singular_input_and_exact_minus_inf(triage):
-    _, report, comment, _ = triage(SHARED / "seeds" / "logdet_cpu_vs_cuda.py")
+    _, report, comment, _ = triage(SEEDS / "logdet_cpu_vs_cuda.py")
     v = report["verdict"]
     # The CPU's answer depends on its LAPACK: -inf (agrees with the exact value) or a finite
     # rounding-noise value (a nonfinite flip against it). Either way it is expected.
@@ -134,30 +137,30 @@ def test_logdet_seed_on_cpu_reports_singular_input_and_exact_minus_inf(triage):
     assert "collect_env" in comment
 
 
-@needs_shared
 def test_gh183768_acosh_compiled_side_is_wrong(triage):
-    _, report, _, _ = triage(SHARED / "issues" / "gh-183768" / "repro.py", "cpu,cpu/compile")
+    _, report, _, _ = triage(ISSUES / "gh-183768" / "repro.py", "cpu,cpu/compile")
     v = report["verdict"]
+    if scalar_kernels(report):
+        # The overflow is in inductor's vectorized acosh; its scalar code (no vector ISA) is right.
+        assert v["kind"] == "not-reproduced", v["summary"]
+        return
     assert (v["kind"], v["expected"]) == ("nonfinite-flip", False)
     assert "`cpu/compile`" in v["summary"] and "no rounding of this computation gives +inf" in v["summary"]
     zones = {j["arm"]: j["zone"] for j in report["comparison"]["divergence"]["judgements"]}
     assert zones == {"cpu": "inside", "cpu/compile": "outside"}
 
 
-@needs_shared
 def test_gh188225_is_crash_one_arm(triage):
-    _, report, _, _ = triage(SHARED / "issues" / "gh-188225" / "repro.py", "cpu,cpu/compile")
+    _, report, _, _ = triage(ISSUES / "gh-188225" / "repro.py", "cpu,cpu/compile")
     assert kind(report) == ("crash-one-arm", False) and "InductorError" in report["verdict"]["summary"]
 
 
-@needs_shared
 def test_gh187180_fp16_claim_is_flagged(triage):
-    _, report, _, _ = triage(SHARED / "issues" / "gh-187180" / "repro.py")
+    _, report, _, _ = triage(ISSUES / "gh-187180" / "repro.py")
     v = report["verdict"]
     assert (v["kind"], v["expected"]) == ("nonfinite-flip", True) and "float16" in v["summary"]
 
 
-@needs_shared
 def test_ddp_seed_needing_two_gpus_could_not_run(triage):
-    rc, report, _, _ = triage(SHARED / "seeds" / "ddp_two_gpus.py", "cpu", "--timeout", "60")
+    rc, report, _, _ = triage(SEEDS / "ddp_two_gpus.py", "cpu", "--timeout", "60")
     assert rc == 3 and report["verdict"]["kind"] == "could-not-run"

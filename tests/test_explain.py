@@ -1,16 +1,12 @@
 """Why it diverges: ablations, conditioning figures, and the reproducibility diagnosis, on
-the seed articles' scripts, the shared fixtures the issue names, and triage's own."""
+the seed articles' scripts, the issue repros the issue names, and triage's own."""
 import pytest
 import torch
 
-from tests.conftest import FIXTURES, SHARED
+from tests.conftest import FIXTURES, ISSUES, SEEDS
 from triage.ablate import SWITCHES, _with
 from triage.arms import parse_arm
 from triage.worker.conditioning import sensitivity_of
-
-SEEDS = SHARED / "seeds"
-ISSUES = SHARED / "issues"
-needs_shared = pytest.mark.skipif(not SEEDS.exists(), reason="../shared/fixtures is absent")
 
 
 # -- unit: which switches apply to which arm ------------------------------------------------
@@ -60,7 +56,6 @@ def test_intermediate_overflow_domain_edges_and_signed_zero():
 
 
 @pytest.mark.slow
-@needs_shared
 @pytest.mark.parametrize("script, variable, layer", [("dropout_train_mode.py", "model_dropout", "dropout"),
                                                       ("batchnorm_train_mode.py", "model_batchnorm", "bn")])
 def test_train_mode_is_named_with_module_path_and_fix(triage, script, variable, layer):
@@ -72,7 +67,6 @@ def test_train_mode_is_named_with_module_path_and_fix(triage, script, variable, 
 
 
 @pytest.mark.slow
-@needs_shared
 def test_the_unseeded_run_is_identified(triage):
     _, report, _, _ = triage(SEEDS / "seeded_runs.py", "cpu", "--no-minimize")
     v = report["verdict"]
@@ -82,7 +76,6 @@ def test_the_unseeded_run_is_identified(triage):
 
 
 @pytest.mark.slow
-@needs_shared
 def test_weights_moved_between_devices_are_bit_identical(triage):
     _, report, _, _ = triage(SEEDS / "weights_to_gpu.py", "cpu", "--no-minimize")
     v = report["verdict"]
@@ -91,7 +84,6 @@ def test_weights_moved_between_devices_are_bit_identical(triage):
 
 
 @pytest.mark.slow
-@needs_shared
 def test_thread_switch_between_calls_gh88718(triage):
     _, report, _, _ = triage(ISSUES / "gh-88718" / "repro.py", "cpu", "--no-minimize")
     v = report["verdict"]
@@ -145,13 +137,15 @@ def test_no_ablation_explains_an_injected_fault(triage):
 
 
 @pytest.mark.slow
-@needs_shared
 @pytest.mark.parametrize("name, arms, named", [
-    ("gh-118087", "cpu,cpu/compile", "`aten.uniform_`"),
-    ("gh-145266", "cpu,cpu/compile", "`torch.empty`"),
-    ("gh-187180", "cpu", "beyond the largest finite float16"),
+    ("gh-118087", "cpu,cpu/compile", ["`aten.uniform_`"]),
+    # Two fresh sources: torch.empty's memory and a new nn.Linear's uniform_ draw. Whether the
+    # two sides' uninitialized memory happens to hold the same bytes is up to the allocator, so
+    # either is the cause named (both seen on one host, run to run).
+    ("gh-145266", "cpu,cpu/compile", ["`torch.empty`", "`aten.uniform_`"]),
+    ("gh-187180", "cpu", ["beyond the largest finite float16"]),
 ])
 def test_shared_fixtures_get_their_cause(triage, name, arms, named):
     _, report, _, _ = triage(ISSUES / name / "repro.py", arms, "--no-minimize")
-    assert named in report["verdict"]["summary"], report["verdict"]["summary"]
+    assert any(n in report["verdict"]["summary"] for n in named), report["verdict"]["summary"]
     assert report["ablations"] == []  # random draws, uninitialized memory, range overflow: nothing to flip

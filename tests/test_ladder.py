@@ -189,3 +189,28 @@ def test_one_unseeded_run_among_reseeded_ones():
     repro = Repro(path="/x/r.py", name="r.py", source="\n" * 38 + "w3 = train()\n")
     v = classify(repro, compare([run]))
     assert v.kind == "nondeterministic" and "line 39 (`w3 = train()`)" in v.summary
+
+
+def test_an_arm_that_cannot_run_here_is_never_a_pass():
+    missing = ArmRun(spec="cuda", device="cuda", mode="eager", status="unavailable",
+                     failure="no CUDA device is available to this torch build on this machine")
+    v = verdict(arm("cpu", [obs(0, [1, 2], [1, 2])]), missing)
+    assert v.kind == "could-not-run" and v.kind != "not-reproduced"
+    assert "Not tested here" in v.summary and "--arms cpu,cuda" in v.summary
+    assert "`cpu`" in v.summary  # what did run is still said
+
+
+def test_leaves_pair_by_identity_not_position():
+    from triage.compare import pair_leaves
+
+    def leaf(i, kind, line, sha):
+        return {"index": i, "kind": kind, "op": "uniform_", "line": line,
+                "fingerprint": {"shape": [4], "dtype": "float32", "sha256": sha}}
+
+    eager = [leaf(0, "random", 12, "w"), leaf(1, "random", 13, "b")]
+    # The compile arm records the same weights after an extra leaf (a transposed copy).
+    compiled = [leaf(0, "compiled", 20, "wT"), leaf(1, "random", 13, "b"), leaf(2, "random", 12, "w")]
+    assert all(not differs for _, _, differs in pair_leaves(eager, compiled))
+    redrawn = [leaf(0, "random", 12, "other"), leaf(1, "random", 13, "b")]
+    [(x, y, differs)] = [p for p in pair_leaves(eager, redrawn) if p[2]]
+    assert x["line"] == 12 and y["fingerprint"]["sha256"] == "other"

@@ -126,6 +126,11 @@ def test_divergence_kinds():
 def test_compiled_acosh_minimizes_to_acosh(triage, tmp_path):
     code, report, comment, out = triage(FIXTURES / "compile_acosh.py", "cpu,cpu/compile")
     assert code == 0, out
+    if {a["flags_start"]["cpu_capability"] for a in report["arms"]} == {"DEFAULT"}:
+        # gh-183768's overflow is in inductor's vectorized acosh; with ATEN_CPU_CAPABILITY=default
+        # inductor emits scalar code, which is right: there is nothing to minimize.
+        assert report["verdict"]["kind"] == "not-reproduced", report["verdict"]["summary"]
+        pytest.skip("gh-183768 needs inductor's vectorized acosh (ATEN_CPU_CAPABILITY is default)")
     m = report["minimal"]
     assert m["ops"] == ["aten.acosh"], out
     assert m["verified"] is True, m["verification"]

@@ -12,9 +12,14 @@ def _run(tmp_path, code, **limits):
 
 def test_environment_is_scrubbed_of_secrets():
     env = scrubbed_environment({"PATH": "/bin", "GITHUB_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "s",
-                                "TORCH_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "0", "RANDOM_VAR": "x"})
-    assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "0"
+                                "TORCH_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "0", "RANDOM_VAR": "x",
+                                "ATEN_CPU_CAPABILITY": "default"})
+    assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "0" and env["ATEN_CPU_CAPABILITY"] == "default"
     assert not {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "TORCH_API_KEY", "RANDOM_VAR"} & set(env)
+    # A capability of its own gets an inductor cache of its own; a cache the user chose is kept.
+    assert env["TORCHINDUCTOR_CACHE_DIR"].endswith("_default")
+    chosen = scrubbed_environment({"ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CACHE_DIR": "/c"})
+    assert chosen["TORCHINDUCTOR_CACHE_DIR"] == "/c"
 
 
 def test_timeout_kills_the_process_group(tmp_path):

@@ -121,6 +121,11 @@ def _explained(d: Divergence, comparison: Comparison) -> bool:
     mode, a value overflows its dtype's range, or only the bits of a zero or a NaN differ."""
     if any(a["differs"] and a["kind"] in ("random", "uninitialized") for a in d.ancestors):
         return True
+    if d.source == "claim" and d.b is not None:
+        from triage.classify import distinct_draws
+
+        if distinct_draws(comparison, d):  # the script compares two separate random draws
+            return True
     if d.how == "repeat":
         run = next(r for r in comparison.arms if r.spec == d.a.arm)
         modules = [o.module or {} for o in run.observables if o.index in (d.a.observable, d.b.observable)]

@@ -108,9 +108,50 @@ def cuda_present() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
 
 
-def default_arms() -> tuple[list[ArmSpec], str | None]:
-    """`cpu,cuda` where CUDA is present; otherwise `cpu` and the reason there is no CUDA arm."""
-    if cuda_present():
-        return [ArmSpec("cpu"), ArmSpec("cuda")], None
-    return [ArmSpec("cpu")], ("No CUDA device on this machine: the CUDA arm could not run here, so the "
-                              "CPU arm is judged against its float64 reference and the script's own claims.")
+def default_arms(source: str | None) -> tuple[list[ArmSpec], list[str]]:
+    """The arms the script compares, and why: a script that calls `torch.compile` gets an eager
+    and a compile arm (run with the script's own backend and options), on CUDA where it uses
+    CUDA and this machine has it; otherwise `cpu,cuda` where CUDA is present, else `cpu`
+    against its float64 reference."""
+    uses_cuda = mentions_cuda(source)
+    here = cuda_present()
+    notes = []
+    if uses_cuda and not here:
+        notes.append("The script uses CUDA and this machine has no CUDA device: its CUDA calls ran on the CPU "
+                     "arm (`.cuda()` and `device=\"cuda\"` collapse onto the arm's device). Not tested here: the "
+                     "CUDA side; on a machine with a GPU, run `triage run repro.py --arms cpu,cuda`.")
+    if calls_compile(source):
+        device = "cuda" if uses_cuda and here else "cpu"
+        notes.append(f"The script calls `torch.compile`: arms `{device}` (eager: `torch.compile` returns the function "
+                     f"itself) and `{device}/compile` (compiled with the script's own backend and options).")
+        return [ArmSpec(device), ArmSpec(device, mode="compile")], notes
+    if here:
+        return [ArmSpec("cpu"), ArmSpec("cuda")], notes
+    notes.append("Default arm `cpu`: judged against its float64 reference and the script's own claims.")
+    return [ArmSpec("cpu")], notes
+
+
+def calls_compile(source: str | None) -> bool:
+    """Whether the script calls (or decorates with) `torch.compile`."""
+    if not source:
+        return False
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return "torch.compile" in source
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "torch"
+                for a in n.names if a.name == "compile"}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr == "compile" and isinstance(n.value, ast.Name) \
+                and n.value.id == "torch":
+            return True
+        if isinstance(n, ast.Name) and n.id in imported:
+            return True
+    return False
+
+
+def mentions_cuda(source: str | None) -> bool:
+    """Whether the script asks for CUDA (`.cuda()`, `"cuda"` devices, `torch.cuda` calls)."""
+    return bool(source) and re.search(r"\.cuda\(|[\"']cuda(:\d+)?[\"']|torch\.cuda\.(?!is_available)", source) is not None

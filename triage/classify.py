@@ -42,6 +42,25 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
     if not runs:
         why = "; ".join(f"{r.spec}: {r.failure}" for r in comparison.arms)
         return _verdict("could-not-run", None, policy.NONE, ["repro"], f"No arm could run on this machine ({why}).")
+    missing = [r for r in comparison.arms if r.status == "unavailable"]
+    if missing:
+        return _not_tested(missing, runs, _ladder_of_runs(repro, comparison, ablations, runs))
+    return _ladder_of_runs(repro, comparison, ablations, runs)
+
+
+def _not_tested(missing: list[ArmRun], ran: list[ArmRun], partial: Verdict) -> Verdict:
+    """A requested arm that could not run here: the comparison asked for was not made, which
+    is never a reproduction, a pass or a verdict on the numbers."""
+    lines = [f"`{r.spec}`: {r.failure}" for r in missing]
+    asked = ",".join(r.spec for r in ran + missing)
+    return _verdict("could-not-run", None, policy.NONE, ["repro"],
+                    f"Not tested here: the comparison asked for needs {', '.join(f'`{r.spec}`' for r in missing)}, "
+                    f"which this machine cannot run ({'; '.join(lines)}). On a machine that has it, run "
+                    f"`triage run repro.py --arms {asked}`. What did run: {', '.join(f'`{r.spec}`' for r in ran)} — "
+                    f"{partial.kind}: {partial.summary}", lines + partial.evidence)
+
+
+def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablation], runs: list[ArmRun]) -> Verdict:
     completed = [r for r in runs if r.completed]
     failed = [r for r in runs if not r.completed]
     if not completed:
@@ -291,7 +310,7 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
         return None
     differing = [a for a in d.ancestors if a["differs"] and a["kind"] in ("random", "uninitialized")]
     if d.source == "claim" and d.b is not None and not differing:
-        differing = _distinct_draws(c, d)
+        differing = distinct_draws(c, d)
     if differing:
         leaf = differing[0]
         if leaf["kind"] == "uninitialized":
@@ -323,7 +342,8 @@ SETTING_NAMES = {"num_threads": "torch.set_num_threads({})", "deterministic": "t
                  "float32_matmul_precision": "torch.set_float32_matmul_precision({!r})",
                  "cuda_matmul_tf32": "torch.backends.cuda.matmul.allow_tf32 = {}",
                  "cudnn_tf32": "torch.backends.cudnn.allow_tf32 = {}", "cudnn_benchmark": "torch.backends.cudnn.benchmark = {}",
-                 "default_dtype": "torch.set_default_dtype({})"}
+                 "default_dtype": "torch.set_default_dtype({})",
+                 "autocast_cpu": "autocast(\"cpu\", dtype={})", "autocast_cuda": "autocast(\"cuda\", dtype={})"}
 
 
 def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verdict | None:
@@ -480,7 +500,7 @@ def _state(leaf: dict[str, Any]) -> tuple:
     return seed.get("line"), seed.get("value"), seed.get("draws")
 
 
-def _distinct_draws(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
+def distinct_draws(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
     """Within one arm, two operands computed from *different* random/uninitialized leaves of
     the same shapes (a fresh nn.Linear per call)."""
     run = next(r for r in c.arms if r.spec == d.a.arm)

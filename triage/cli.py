@@ -14,7 +14,7 @@ import click
 from triage.arms import ArmSpecError, default_arms, parse_arms
 from triage.run import RunOptions
 
-EXIT_VERDICT, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_NOT_POSTED = 0, 2, 3, 4
+EXIT_VERDICT, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_NOT_POSTED, EXIT_NOT_TESTED = 0, 2, 3, 4, 5
 
 
 def _memory(text: str | None) -> int | None:
@@ -38,7 +38,8 @@ def _run_options(f: Any) -> Any:
     options = [
         click.option("--arms", "arms_text", default=None, metavar="SPECS",
                      help="Comma-separated arms, e.g. cpu,cuda or cpu,cpu/compile or cuda/tf32=off. "
-                          "Default: cpu,cuda where CUDA is present, else cpu against float64."),
+                          "Default: what the script compares (an eager and a compile arm when it calls "
+                          "torch.compile; cpu,cuda where CUDA is present; else cpu against float64)."),
         click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
                      help="Seconds the script may run in each arm."),
         click.option("--memory", default=None, metavar="SIZE",
@@ -108,11 +109,14 @@ def _github(api_url: str, bot_login: str | None, allowed_labels: str | None, tri
 @click.option("--minimal", "minimal_path", default="minimal.py", show_default=True, metavar="PATH",
               help="Write the minimal repro script here (its inputs file, if any, beside it); '-' to skip.")
 def run_command(script: str, json_path: str | None, comment_path: str, minimal_path: str, **run: Any) -> None:
-    """Run SCRIPT on isolated arms, judge it against the accuracy policy, write the comment."""
+    """Run SCRIPT on isolated arms, judge it against the accuracy policy, write the comment.
+
+    Exit status: 0 a verdict, 2 usage error, 3 the script could not run at all, 5 a requested
+    arm cannot run on this machine (the comparison asked for was not made)."""
     from triage.pipeline import triage_script
 
     report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_script(
-        script, arms, options, progress, notes, minimize, ablation), run)
+        script, arms, options, progress, notes, minimize, ablation), run, _source(script))
     _finish(report, json_path, comment_path, minimal_path, run["quiet"])
     sys.exit(_exit_code(report))
 
@@ -187,7 +191,7 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, out_dir: 
     issue = _load_issue(ref, event_path, github)
     os.makedirs(out_dir, exist_ok=True)
     report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_issue(
-        issue, out_dir, arms, options, progress, notes, minimize, ablation), run)
+        issue, out_dir, arms, options, progress, notes, minimize, ablation), run, issue.extraction.script)
     data = _finish(report, os.path.join(out_dir, "report.json"), os.path.join(out_dir, "comment.md"),
                    os.path.join(out_dir, "minimal.py"), run["quiet"])
     _write_step_summary(data)
@@ -281,8 +285,9 @@ def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
         raise click.ClickException(str(e)) from None
 
 
-def _execute(pipeline: Any, run: dict[str, Any]) -> Any:
-    """Parse the run options, run `pipeline` with a progress display, return its Report."""
+def _execute(pipeline: Any, run: dict[str, Any], source: str | None) -> Any:
+    """Parse the run options, run `pipeline` with a progress display, return its Report;
+    without --arms, the arms follow what the script (`source`) compares."""
     from rich.console import Console
 
     from triage.ablate import AblationOptions
@@ -294,9 +299,8 @@ def _execute(pipeline: Any, run: dict[str, Any]) -> Any:
     except ArmSpecError as e:
         raise click.UsageError(str(e)) from None
     if arms is None:
-        arms, note = default_arms()
-        if note:
-            notes.append(note)
+        arms, chosen = default_arms(source)
+        notes.extend(chosen)
     options = RunOptions(timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
                          reference=not run["no_reference"], jobs=run["jobs"],
                          rounding_samples=run["rounding_samples"], rounding_budget_s=run["rounding_budget"])
@@ -333,9 +337,22 @@ def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path:
     return data
 
 
+def _source(path: str) -> str | None:
+    """The script's text for choosing arms (None when unreadable: extract reports why)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return None
+
+
 def _exit_code(report: Any) -> int:
     ran_nothing = report.comparison is None or all(not r.completed for r in report.comparison.arms)
-    return EXIT_COULD_NOT_RUN if report.verdict.kind == "could-not-run" and ran_nothing else EXIT_VERDICT
+    if report.verdict.kind == "could-not-run" and ran_nothing:
+        return EXIT_COULD_NOT_RUN
+    if report.comparison is not None and any(r.status == "unavailable" for r in report.comparison.arms):
+        return EXIT_NOT_TESTED  # a requested arm could not run here: no verdict on the comparison asked for
+    return EXIT_VERDICT
 
 
 def _write_step_summary(data: dict[str, Any] | None, line: str | None = None) -> None:

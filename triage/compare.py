@@ -213,25 +213,67 @@ def _align(runs: list[ArmRun]) -> tuple[int, str | None]:
 
 
 def _leaves(runs: list[ArmRun]) -> tuple[bool | None, str | None]:
+    """Whether every arm started from the same leaf values. Only leaves some observed value
+    reads count (`torch.empty` storage that nn.Linear's init overwrites in place differs between
+    processes and matters to nothing), and leaves pair by identity, not position: a compiled
+    region's parameters are the eager module's parameters, wherever they sit in the list."""
     if len(runs) < 2:
         return None, None
     a = runs[0]
-    # Only leaves some observed value depends on: `torch.empty` storage that nn.Linear's init
-    # overwrites in place differs between processes and matters to nothing.
-    read = {i for r in runs for o in r.observables for i in o.ancestors}
+    read_a = _read_leaves(a)
     for b in runs[1:]:
-        for x, y in zip(a.leaves, b.leaves):
-            if x["index"] in read and _leaf_bits(x) != _leaf_bits(y):
-                return False, (f"leaf {x['index']} ({x['kind']}, {x.get('op') or 'data'} at line {x.get('line')}) "
-                               f"differs between {a.spec} and {b.spec}")
-        if len(a.leaves) != len(b.leaves):
-            return None, f"{a.spec} recorded {len(a.leaves)} leaves, {b.spec} {len(b.leaves)}"
+        for x, y, differs in pair_leaves(read_a, _read_leaves(b)):
+            if differs:
+                return False, (f"{x['kind']} leaf `{x.get('op') or 'data'}` at line {x.get('line')} "
+                               f"({'×'.join(map(str, _shape(x)))} {_leaf_bits(x)[1]}) holds different bytes on "
+                               f"{a.spec} (sha256 {_leaf_bits(x)[2]}) and {b.spec} (sha256 {_leaf_bits(y)[2]})")
     return True, None
+
+
+def _read_leaves(run: ArmRun) -> list[dict[str, Any]]:
+    read = {i for o in run.observables for i in o.ancestors}
+    return [leaf for leaf in run.leaves if leaf["index"] in read]
+
+
+def pair_leaves(xs: list[dict[str, Any]], ys: list[dict[str, Any]]) -> list[tuple[dict, dict | None, bool]]:
+    """Pair two sides' leaves by what they are: first by identical bytes (shape, dtype,
+    hash), then what is left by creation site (kind, op, line, shape, dtype), in order of
+    appearance. (x, y, differs): differs only for a site pair whose bytes differ; a leaf
+    with no partner (a recording detail, such as a compiled region's transposed copy of a
+    weight) is paired with None and differs from nothing."""
+    by_bits: dict[tuple, list[int]] = {}
+    for j, y in enumerate(ys):
+        by_bits.setdefault(_leaf_bits(y), []).append(j)
+    taken: set[int] = set()
+    pairs: list[tuple[dict, dict | None, bool]] = []
+    pending = []
+    for x in xs:
+        j = next((j for j in by_bits.get(_leaf_bits(x), []) if j not in taken), None)
+        if j is not None:
+            taken.add(j)
+            pairs.append((x, ys[j], False))
+        else:
+            pending.append(x)
+    for x in pending:
+        j = next((j for j, y in enumerate(ys) if j not in taken and _site(y) == _site(x)), None)
+        if j is not None:
+            taken.add(j)
+        pairs.append((x, ys[j] if j is not None else None, j is not None))
+    return pairs
+
+
+def _site(leaf: dict[str, Any]) -> tuple:
+    bits = _leaf_bits(leaf)
+    return leaf.get("kind"), leaf.get("op"), leaf.get("line"), bits[0], bits[1]
+
+
+def _shape(leaf: dict[str, Any]) -> list:
+    return (leaf.get("fingerprint") or {}).get("shape") or []
 
 
 def _leaf_bits(leaf: dict[str, Any]) -> tuple:
     fp = leaf.get("fingerprint") or {}
-    return fp.get("shape"), fp.get("dtype"), fp.get("sha256")
+    return tuple(fp.get("shape") or ()), fp.get("dtype"), fp.get("sha256")
 
 
 def _bits(o: Observable) -> tuple:
@@ -389,16 +431,16 @@ def _fp64_rule(a: Side, b: Side, dtype: str, numel: int) -> str | None:
 
 
 def _ancestors(ra: ArmRun, x: Observable, rb: ArmRun | None, y: Observable | None) -> list[dict[str, Any]]:
-    """The leaves a diverging value depends on, marked where the two sides' leaves differ."""
+    """The leaves a diverging value depends on, each paired by identity with the other side's
+    (`pair_leaves`) and marked where their bytes differ, with both hashes."""
     xs = [ra.leaves[i] for i in x.ancestors if i < len(ra.leaves)]
     ys = [rb.leaves[i] for i in y.ancestors if i < len(rb.leaves)] if (rb is not None and y is not None) else []
     out = []
-    for k, leaf in enumerate(xs[:64]):
-        other = ys[k] if k < len(ys) else None
-        differs = other is not None and _leaf_bits(leaf) != _leaf_bits(other)
+    for leaf, other, differs in pair_leaves(xs, ys)[:64]:
         out.append({"index": leaf["index"], "kind": leaf["kind"], "op": leaf.get("op"), "line": leaf.get("line"),
-                    "shape": (leaf.get("fingerprint") or {}).get("shape"), "differs": differs,
-                    "other_index": other["index"] if other else None})
+                    "shape": _shape(leaf), "differs": differs, "sha256": _leaf_bits(leaf)[2],
+                    "other_index": other["index"] if other else None,
+                    "other_sha256": _leaf_bits(other)[2] if other else None})
     return out
 
 

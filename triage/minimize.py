@@ -182,7 +182,10 @@ def upcast_ablations(problem: ReductionProblem, ops: frozenset[str], plan: Any, 
 def _choose(comparison: Comparison, arms: list[ArmSpec]) -> tuple | str:
     """(arm A's run, A's spec, B's spec, A's observable, B's observable), or why not."""
     d = comparison.divergence
-    if d.source != "arms" or d.b is None:
+    if d.source == "reference" or d.b is None:
+        return ("the divergence is between one arm and its float64 reference; the minimizer compares two arms "
+                "(add one with --arms, e.g. cpu,cpu/threads=1)")
+    if d.source != "arms":
         return ("the divergence is between two values of one arm (the script's own comparison); the "
                 "minimizer compares two arms")
     specs = {a.spec: a for a in arms}

@@ -7,6 +7,7 @@ import time
 
 from triage import __version__
 from triage.ablate import AblationOptions, ablate
+from triage.arms import calls_compile
 from triage.classify import classify
 from triage.compare import compare
 from triage.extract import extract_repro
@@ -38,7 +39,7 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
     verdict = classify(repro, comparison, ablations)
     report_notes = list(notes or [])
     if comparison is not None:
-        report_notes.extend(_run_notes(comparison, options))
+        report_notes.extend(_run_notes(comparison, options, repro.source))
     report_notes.extend(reduced.notes)
     return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=comparison, verdict=verdict,
                   triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes,
@@ -81,11 +82,16 @@ def _environment_notes(reporter: dict[str, str], comparison) -> list[str]:  # no
     return ["The reporter's environment differs from triage's — " + "; ".join(differ) + "."] if differ else []
 
 
-def _run_notes(comparison, options: RunOptions) -> list[str]:  # noqa: ANN001 - Comparison
+def _run_notes(comparison, options: RunOptions, source: str) -> list[str]:  # noqa: ANN001 - Comparison
     notes = []
+    if calls_compile(source) and not any(r.mode == "compile" for r in comparison.arms):
+        notes.append("The script calls `torch.compile`, but no arm compiles (no `/compile` arm was asked for): on "
+                     f"{', '.join(f'`{r.spec}`' for r in comparison.arms)} every `torch.compile` call returned the "
+                     "function itself, so the compiled code ran eagerly. Add `cpu/compile` to compare it.")
     if comparison.leaves_identical:
-        n = len(comparison.arms[0].leaves)
-        notes.append(f"Every arm started from bit-identical weights and inputs ({n} leaf tensors compared).")
+        n = len({i for o in comparison.arms[0].observables for i in o.ancestors})
+        notes.append(f"Every arm started from bit-identical weights and inputs ({n} leaf tensor{'s' if n != 1 else ''} "
+                     "that the observed values read, paired by content and creation site).")
     elif comparison.leaves_note:
         notes.append(f"The arms did not start from identical leaves: {comparison.leaves_note}.")
     if comparison.alignment_note:

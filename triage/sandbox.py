@@ -9,19 +9,24 @@ stream, and kills the whole group when anything runs over.
 from __future__ import annotations
 
 import collections
+import getpass
 import json
 import os
 import re
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 # Variables passed through to the child, by exact name or prefix.  Everything else is dropped.
+# ATEN_CPU_CAPABILITY picks the CPU kernels (default, avx2, avx512): a divergence between two
+# CPUs is reproduced on one by setting it, so the arms must see it.
 ALLOWED_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
-                 "LD_LIBRARY_PATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CUBLAS_WORKSPACE_CONFIG"}
+                 "LD_LIBRARY_PATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CUBLAS_WORKSPACE_CONFIG",
+                 "ATEN_CPU_CAPABILITY"}
 ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "OMP_",
                     "MKL_", "KMP_", "CUDNN_", "NCCL_", "HIP_", "ROCM_", "TRIAGE_TEST_")
 SECRET_PATTERN = re.compile(r"TOKEN|SECRET|KEY|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
@@ -36,6 +41,13 @@ def scrubbed_environment(base: dict[str, str] | None = None) -> dict[str, str]:
             continue
         if k in ALLOWED_NAMES or k.startswith(ALLOWED_PREFIXES):
             env[k] = v
+    capability = env.get("ATEN_CPU_CAPABILITY")
+    if capability and "TORCHINDUCTOR_CACHE_DIR" not in env:
+        # Inductor's cache key leaves the CPU capability out (torch 2.13): code cached under
+        # AVX-512 fails to compile under `default`, a crash of the compile arm that is not the
+        # script's. Each capability gets its own cache.
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(),
+                                                      f"torchinductor_{getpass.getuser()}_{capability}")
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
     return env

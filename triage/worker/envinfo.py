@@ -39,6 +39,7 @@ def numerics_flags() -> dict[str, Any]:
         "default_dtype": str(torch.get_default_dtype()).replace("torch.", ""),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "mkldnn_enabled": b.mkldnn.enabled,
+        "cpu_capability": b.cpu.get_cpu_capability(),
         "cuda_available": torch.cuda.is_available(),
         "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
     }

@@ -86,6 +86,8 @@ def to_numpy(t: torch.Tensor) -> np.ndarray | None:
     elif cpu.dtype == torch.complex32:
         cpu = cpu.to(torch.complex64)
     try:
-        return cpu.numpy()
+        # A copy: numpy() shares the tensor's memory, and the script may update it in place
+        # later (an optimizer's step counter), which would rewrite the value observed now.
+        return cpu.numpy().copy()
     except TypeError:
         return None

@@ -328,7 +328,17 @@ def numerics_settings() -> dict[str, Any]:
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "mkldnn": b.mkldnn.enabled, "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "cuda_matmul_tf32": b.cuda.matmul.allow_tf32, "cudnn_tf32": b.cudnn.allow_tf32,
-            "cudnn_benchmark": b.cudnn.benchmark, "default_dtype": str(torch.get_default_dtype())}
+            "cudnn_benchmark": b.cudnn.benchmark, "default_dtype": str(torch.get_default_dtype()),
+            "autocast_cpu": _autocast("cpu"), "autocast_cuda": _autocast("cuda")}
+
+
+def _autocast(device: str) -> str | None:
+    """The autocast dtype in force on `device` (None: off) — a call under autocast computes in
+    another precision than the same call outside it."""
+    try:
+        return str(torch.get_autocast_dtype(device)).replace("torch.", "") if torch.is_autocast_enabled(device) else None
+    except (RuntimeError, TypeError, AttributeError):
+        return None
 
 
 def _variable_of(module: torch.nn.Module, script: str) -> str | None:

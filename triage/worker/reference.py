@@ -174,8 +174,11 @@ def _evaluate(n: fx.Node, env: dict[fx.Node, Any], result: Replay) -> None:
 def _run_op(n: fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict, result: Replay) -> Any:
     name = op.overloadpacket.__name__
     mutable = written_positions(op)
-    # In-place and out= ops would mutate a value other nodes still need: give them a copy.
+    # In-place and out= ops would mutate a value other nodes still need: give them a copy
+    # (out= arguments are keyword-only, so they arrive in kwargs).
     args = tuple(a.clone() if i in mutable and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
+    written_names = {op._schema.arguments[i].name for i in mutable}
+    kwargs = {k: v.clone() if k in written_names and isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     if name in EXACT_OPS and any(isinstance(a, torch.dtype) for a in args):
         return _run_at_recorded_precision(n, op, args, kwargs, result)
     wide_args = tree_map(widen, args)

@@ -427,6 +427,10 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
                             mutable = _written(n.target)
                             args = tuple(mode.copy(a) if j in mutable and isinstance(a, torch.Tensor) else a
                                          for j, a in enumerate(args))
+                            # out= arguments are keyword-only: copy those too.
+                            names = {n.target._schema.arguments[j].name for j in mutable}
+                            kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
+                                      for k, v in kwargs.items()}
                             env[n] = mode.__torch_dispatch__(n.target, (), args, kwargs)
                         else:  # a compiled region: its dynamo graph, op by op
                             copies = tree_map(lambda a: mode.copy(a) if isinstance(a, torch.Tensor) else a, args)
@@ -781,7 +785,8 @@ def op_class(func: Any) -> str:
     kind = _OP_CLASSES.get(func)
     if kind is not None:
         return kind
-    name = func.overloadpacket.__name__
+    # A foreach op (an optimizer's step over a tensor list) rounds as its per-tensor op does.
+    name = func.overloadpacket.__name__.removeprefix("_foreach_")
     names = {name, name.rstrip("_")}
     if name in DECOMPOSED and func in decomposition_table or (
             torch.Tag.pointwise not in func.tags

@@ -205,6 +205,8 @@ def _device_unavailable(torch: Any, device: Any) -> str | None:
 def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[str, int],
               limit: int = 20000) -> tuple[list[int], list[int]]:
     """The leaves and the conditioning-checked ops an observable's value depends on."""
+    from triage.worker.opgraph import value_inputs
+
     if node is None:
         return [], []
     seen, stack, leaves, conditioned = set(), [node], [], []
@@ -217,7 +219,7 @@ def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[st
             leaves.append(leaf_index[n.name])
         if n.name in conditioning_nodes:
             conditioned.append(conditioning_nodes[n.name])
-        stack.extend(n.all_input_nodes)
+        stack.extend(value_inputs(n))
     return sorted(leaves)[:256], sorted(conditioned)
 
 
