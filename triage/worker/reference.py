@@ -84,12 +84,8 @@ def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
     exact_singular = exact_singular or {}
     start = time.monotonic()
     by_name = {n.name: n for n in graph.nodes}
-    needed = _ancestors([by_name[w] for w in wanted if w in by_name])
-    last_use: dict[fx.Node, int] = {}
-    order = [n for n in graph.nodes if n in needed]
-    for i, n in enumerate(order):
-        for a in n.all_input_nodes:
-            last_use[a] = i
+    order = cone(graph, [by_name[w] for w in wanted if w in by_name])
+    last_use = last_uses(order)
     env: dict[fx.Node, Any] = {}
     result = Replay(values={})
     previous_dtype = torch.get_default_dtype()
@@ -131,16 +127,27 @@ def _exact_singular_outputs(n: fx.Node, out: Any, rank: int | None = None) -> An
     return out
 
 
-def _ancestors(nodes: list[fx.Node]) -> set[fx.Node]:
+def cone(graph: fx.Graph, targets: list[fx.Node]) -> list[fx.Node]:
+    """The targets and every node they depend on, in the graph's (execution) order."""
     seen: set[fx.Node] = set()
-    stack = list(nodes)
+    stack = list(targets)
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
         stack.extend(n.all_input_nodes)
-    return seen
+    return [n for n in graph.nodes if n in seen]
+
+
+def last_uses(order: list[fx.Node]) -> dict[fx.Node, int]:
+    """For each node, the position in `order` of the last node that reads it: after that its
+    value can be dropped."""
+    last: dict[fx.Node, int] = {}
+    for i, n in enumerate(order):
+        for a in n.all_input_nodes:
+            last[a] = i
+    return last
 
 
 def _evaluate(n: fx.Node, env: dict[fx.Node, Any], result: Replay) -> None:

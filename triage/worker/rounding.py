@@ -45,7 +45,7 @@ from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from triage.worker.reference import EXACT_OPS, widen, widen_dtype
+from triage.worker.reference import EXACT_OPS, cone, last_uses, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
 FORMATS = {
@@ -172,7 +172,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     start = time.monotonic()
     by_name = {n.name: n for n in graph.nodes}
     targets = [by_name[w] for w in wanted if w in by_name]
-    order = _cone(graph, targets)
+    order = cone(graph, targets)
     spreads: dict[str, NodeSpread] = {}
     blocked = _unjudgeable(order)
     for w in list(wanted):
@@ -228,10 +228,10 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         spreads[w] = _spread(ref, values, _stored(directed[1].values[w], dtype),
                              _stored(directed[-1].values[w], dtype))
         spreads[w].flips = _flips(center, samples + [directed[1], directed[-1]], by_name[w])
-        cone = _cone_names(by_name[w])
-        spreads[w].precision = working_precision([by_name[x] for x in cone], dtype)
+        upstream = _cone_names(by_name[w])
+        spreads[w].precision = working_precision([by_name[x] for x in upstream], dtype)
         spreads[w].cancellations = sorted((dict(site, node=name) for name, site in cancellations.items()
-                                           if name in cone), key=lambda x: -x["digits_lost"])[:3]
+                                           if name in upstream), key=lambda x: -x["digits_lost"])[:3]
     return Simulation(spreads, time.monotonic() - start, k)
 
 
@@ -356,7 +356,7 @@ def working_precision(nodes: list[fx.Node], stored: torch.dtype) -> str:
 def _cone_names(target: fx.Node) -> set[str]:
     cached = target.meta.get("_rounding_cone")
     if cached is None:
-        cached = {n.name for n in _cone(target.graph, [target])}
+        cached = {n.name for n in cone(target.graph, [target])}
         target.meta["_rounding_cone"] = cached
     return cached
 
@@ -369,18 +369,6 @@ class _Replayed:
     nodes: dict[str, fx.Node]
     failed: str | None = None
     cancellations: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
-def _cone(graph: fx.Graph, targets: list[fx.Node]) -> list[fx.Node]:
-    seen: set[fx.Node] = set()
-    stack = list(targets)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        stack.extend(n.all_input_nodes)
-    return [n for n in graph.nodes if n in seen]
 
 
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
@@ -401,10 +389,7 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
     notes cancellations. Recorded aten ops go to the mode's handler directly (the dispatcher's
     round trip through a Python mode costs more than the op); a compiled region runs with
     the mode active, since its graph calls torch functions."""
-    last_use: dict[fx.Node, int] = {}
-    for i, n in enumerate(order):
-        for a in n.all_input_nodes:
-            last_use[a] = i
+    last_use = last_uses(order)
     leaves = {n: widen(n.meta["leaf"].value) for n in order if n.op == "placeholder"}
     env: dict[fx.Node, Any] = {}
     result = _Replayed(values={}, discrete={}, nodes={})
