@@ -101,9 +101,7 @@ def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
                     env[n] = _exact_singular_outputs(n, env[n], exact_singular[n.name])
                 if n.name in wanted and n in env:
                     result.values[n.name] = env[n]
-                for a in n.all_input_nodes:
-                    if last_use.get(a) == i and a.name not in wanted:
-                        env.pop(a, None)
+                release(env, n, i, last_use, wanted)
     finally:
         torch.set_default_dtype(previous_dtype)
     result.seconds = time.monotonic() - start
@@ -138,6 +136,13 @@ def cone(graph: fx.Graph, targets: list[fx.Node]) -> list[fx.Node]:
         seen.add(n)
         stack.extend(n.all_input_nodes)
     return [n for n in graph.nodes if n in seen]
+
+
+def release(env: dict[fx.Node, Any], n: fx.Node, i: int, last_use: dict[fx.Node, int], keep: set[str]) -> None:
+    """Drop the values whose last reader was `n` (the `i`-th node), unless they are wanted."""
+    for a in n.all_input_nodes:
+        if last_use.get(a) == i and a.name not in keep:
+            env.pop(a, None)
 
 
 def last_uses(order: list[fx.Node]) -> dict[fx.Node, int]:

@@ -45,7 +45,7 @@ from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from triage.worker.reference import EXACT_OPS, cone, last_uses, widen, widen_dtype
+from triage.worker.reference import EXACT_OPS, cone, last_uses, release, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
 FORMATS = {
@@ -434,9 +434,7 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
                         result.nodes[n.name] = n
                 if n.name in wanted:
                     result.values[n.name] = env[n]
-                for a in n.all_input_nodes:
-                    if last_use.get(a) == i and a.name not in wanted:
-                        env.pop(a, None)
+                release(env, n, i, last_use, wanted)
     finally:
         torch.set_default_dtype(previous)
     return result
