@@ -140,3 +140,14 @@ def test_fixture_reference_equals_the_float64_run(triage):
                          env=dict(os.environ, TRAINING_LOOP_DTYPE="float64"))
     float64 = float(run.stdout.split("final loss:")[1])
     assert math.isclose(reference, float64, rel_tol=RTOL)
+
+
+@pytest.mark.slow
+def test_two_trainings_with_an_unseeded_shuffle_name_the_shuffle(triage):
+    """The loader's permutation reaches the data only as Python indices, so it is no leaf
+    of the weights; the two sides' float64 values differ, and the shuffle is named."""
+    _, report, _, out = triage(FIXTURES / "shuffled_loader_twice.py", "cpu", "--no-minimize")
+    assert report is not None, out
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
+    assert "aten.randperm" in v["summary"] and "DataLoader" in v["summary"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from triage import policy
 from triage.compare import summarize
 from triage.model import Ablation, ArmRun, Comparison, Divergence, Observable, Repro, Side, Verdict
@@ -127,6 +129,9 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     outside = [j for j in js if j.zone == "outside"]
     # The judgements themselves are the report's rounding table; the evidence adds what they do not say.
     evidence = _unstable_lines(js) + _evidence(d, sides=False)
+    redrawn = _different_computations(c, d)
+    if redrawn is not None:
+        return redrawn
     if outside:
         precision = [a for a in agree if a.supports == "expected-precision-mode"]
         if precision:
@@ -157,6 +162,50 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
                    f"{'arms’' if len(js) == 2 and d.source == 'arms' else 'arm’s'} own precision gives differences this "
                    f"large. Ordinary floating-point rounding, which the accuracy note does not guarantee bitwise.{digits}")
     return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"], summary, evidence)
+
+
+def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
+    """Two values the script compares whose float64 values themselves differ, beyond both
+    rounding spreads, are not one quantity computed twice: when random numbers reach them
+    only through Python values (a shuffling DataLoader's `randperm` turned into indices), the
+    sides were computed from different draws."""
+    if d.source != "claim" or d.b is None or len(d.judgements) != 2:
+        return None
+    ja, jb = d.judgements
+    run = next(r for r in c.arms if r.spec == d.a.arm)
+    oa = next(o for o in run.observables if o.index == d.a.observable)
+    ob = next(o for o in run.observables if o.index == d.b.observable)
+    ra, rb = oa.reference_value, ob.reference_value
+    if ra is None or rb is None or ra.shape != rb.shape or not oa.spread or not ob.spread:
+        return None
+    both = np.isfinite(ra) & np.isfinite(rb)
+    width = np.sqrt(oa.spread["sig"] ** 2 + ob.spread["sig"] ** 2) if oa.spread["sig"].shape == ra.shape else None
+    if width is None or not both.any():
+        return None
+    gap = np.abs(ra - rb)[both]
+    limit = 8 * width[both] + 1e-12 * np.abs(ra)[both]
+    if not (gap > limit).any():
+        return None
+    ancestors = set(oa.ancestors) | set(ob.ancestors)
+    draws = [leaf for leaf in run.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors]
+    calls = sorted({leaf.get("call_line") for leaf in draws if leaf.get("call_line") is not None})
+    if not draws or len(calls) < 2:
+        return None
+    first = next((leaf for leaf in draws if leaf.get("op") == "randperm"), draws[0])
+    how = (" — a `DataLoader(shuffle=True)` draws it for every pass over the data" if first.get("op") == "randperm"
+           else "")
+    return _verdict("nondeterministic", True, policy.GENERAL, ["random"],
+                    f"{_where(d)}: the two sides are different computations, not one computed twice — even in "
+                    f"float64 they differ by {float(gap.max()):.3g}, far beyond both rounding spreads. Random "
+                    f"numbers drawn anew for each side reach them through Python values: `aten.{first.get('op')}` at "
+                    f"line {first.get('line')}{how}, drawn for the calls at lines "
+                    f"{', '.join(str(x) for x in calls[:4])}. This is a testing-method problem, not a numerical one. "
+                    "Fix: seed each run identically (`torch.manual_seed(…)` before each, or pass a seeded "
+                    "`generator=` to the DataLoader).",
+                    [f"float64 values of the two sides differ by up to {float(gap.max()):.3g}; rounding spreads "
+                     f"±{float(np.max(oa.spread['sig'])):.2g} and ±{float(np.max(ob.spread['sig'])):.2g}"]
+                    + [f"random draw `aten.{x.get('op')}` line {x.get('line')}, for the call at line {x.get('call_line')}"
+                       for x in draws[:4]])
 
 
 def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -> Verdict:
