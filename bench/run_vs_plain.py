@@ -1,8 +1,10 @@
-"""Wall time of `triage run` against plain `python repro.py`, per arm, on four fixtures.
+"""Wall time of `triage run` against plain `python repro.py`, per arm, on four fixtures, and
+the namespace sandbox's own cost (`--isolation namespace` against `--isolation process`).
 
 Usage: python bench/run_vs_plain.py [--repeat N]
-Prints a markdown table of seconds and ratios (triage / plain). Exits non-zero, naming the
-case, when a run fails: a missing row would make the table lie by omission.
+Prints a markdown table of seconds and ratios (triage / plain). The two isolations run
+interleaved, best of N each, so that a busy machine slows both alike. Exits non-zero, naming
+the case, when a run fails: a missing row would make the table lie by omission.
 """
 from __future__ import annotations
 
@@ -43,21 +45,29 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    print("| case | plain python (s) | triage run, one arm (s) | ratio |")
-    print("|---|---|---|---|")
+    print("| case | plain python (s) | triage run, one arm, namespace sandbox (s) | ratio "
+          "| same, process sandbox only (s) | sandbox's own cost |")
+    print("|---|---|---|---|---|---|")
     for name, script, arm, plain_needs_cuda in CASES:
+        best = {"namespace": float("inf"), "process": float("inf")}
         with tempfile.TemporaryDirectory() as tmp:
             report = Path(tmp) / "report.json"
-            tri = min(timed(name, [sys.executable, "-m", "triage", "run", str(script), "--arms", arm, "--quiet",
-                                   "--comment", "-", "--minimal", "-", "--json", str(report)], report)
-                      for _ in range(args.repeat))
-            if json.loads(report.read_text())["verdict"]["kind"] == "could-not-run":
-                sys.exit(f"bench/run_vs_plain.py: case {name!r}: triage could not run the script")
+            for _ in range(args.repeat):
+                for how in best:
+                    seconds = timed(name, [sys.executable, "-m", "triage", "run", str(script), "--arms", arm,
+                                           "--quiet", "--comment", "-", "--minimal", "-", "--json", str(report),
+                                           "--isolation", how], report)
+                    best[how] = min(best[how], seconds)
+                    data = json.loads(report.read_text())
+                    if data["verdict"]["kind"] == "could-not-run":
+                        sys.exit(f"bench/run_vs_plain.py: case {name!r}: triage could not run the script")
+        tri, weak = best["namespace"], best["process"]
+        cost = f"{100 * (tri - weak) / weak:+.1f}%"
         if plain_needs_cuda and not torch.cuda.is_available():
-            print(f"| {name} | not run (needs CUDA) | {tri:.2f} | — |", flush=True)
+            print(f"| {name} | not run (needs CUDA) | {tri:.2f} | — | {weak:.2f} | {cost} |", flush=True)
             continue
         plain = min(timed(name, [sys.executable, str(script)]) for _ in range(args.repeat))
-        print(f"| {name} | {plain:.2f} | {tri:.2f} | {tri / plain:.2f}× |", flush=True)
+        print(f"| {name} | {plain:.2f} | {tri:.2f} | {tri / plain:.2f}× | {weak:.2f} | {cost} |", flush=True)
 
 
 if __name__ == "__main__":

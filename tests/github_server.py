@@ -1,9 +1,16 @@
 """A small GitHub REST server on 127.0.0.1 for the publishing tests: the endpoints PyGithub
 calls for triage (user, issue, comments list/create/edit, labels add/remove), with tokens,
 comment authors, Link-header pagination, and injected failures (a 502, a 403 rate limit
-with its reset) — so the tests exercise PyGithub over real HTTP, not a mock of it."""
+with its reset) — so the tests exercise PyGithub over real HTTP, not a mock of it.
+
+To try posting by hand (the token `bot-token` posts as triage-bot):
+
+    python -m tests.github_server --port 34207 --issue octo/demo#7=fixtures/issues/logdet_form.md --label 'bot: triage'
+    GITHUB_TOKEN=bot-token triage issue octo/demo#7 --post --api-url http://127.0.0.1:34207/api/v3 --arms cpu
+"""
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import threading
@@ -28,7 +35,7 @@ class Failure:
 
 
 class FakeGitHub:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.users = {"bot-token": "triage-bot", "mallory-token": "mallory"}
         self.issues: dict[tuple[str, int], dict[str, Any]] = {}
         self.comments: list[dict[str, Any]] = []
@@ -37,7 +44,7 @@ class FakeGitHub:
         self.lock = threading.Lock()
         self.next_id = 1000
         self.max_body = 65536
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -194,3 +201,40 @@ def rate_limited(method: str, path: str, reset_in_s: float = 1.0) -> Failure:
     return Failure(method, path, 403, {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0",
                                        "X-RateLimit-Reset": str(int(time.time() + reset_in_s))},
                    {"message": "API rate limit exceeded for installation."})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve issues from body files until interrupted; print every comment posted."""
+    from triage.publish import parse_issue_ref
+
+    parser = argparse.ArgumentParser(prog="python -m tests.github_server", description=main.__doc__)
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
+    parser.add_argument("--issue", action="append", default=[], metavar="OWNER/REPO#N=BODY.md",
+                        help="an issue and the markdown file holding its body (repeatable)")
+    parser.add_argument("--label", action="append", default=[], help="a label every issue carries (repeatable)")
+    args = parser.parse_args(argv)
+    server = FakeGitHub(args.port)
+    for spec in args.issue:
+        ref, _, body_path = spec.partition("=")
+        try:
+            repo, number = parse_issue_ref(ref)
+            with open(body_path, encoding="utf-8") as f:
+                server.add_issue(repo, number, f.read(), labels=args.label)
+        except (ValueError, OSError) as e:
+            parser.error(f"--issue {spec}: {e}")
+    print(f"GitHub API at {server.api_url} (token bot-token posts as triage-bot); Ctrl-C stops it", flush=True)
+    seen = 0
+    server.start()
+    try:
+        while True:
+            time.sleep(0.5)
+            for c in server.comments[seen:]:
+                print(f"comment {c['id']} on {c['repo']}#{c['number']} by {c['login']}: {len(c['body'])} characters",
+                      flush=True)
+            seen = len(server.comments)
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

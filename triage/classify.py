@@ -165,29 +165,43 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
 
 
 def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
-    """Two values the script compares whose float64 values themselves differ, beyond both
-    rounding spreads, are not one quantity computed twice: when random numbers reach them
-    only through Python values (a shuffling DataLoader's `randperm` turned into indices), the
-    sides were computed from different draws."""
-    if d.source != "claim" or d.b is None or len(d.judgements) != 2:
+    """Two values whose float64 values themselves differ, beyond both rounding spreads, are
+    not one quantity computed twice, whatever each side's own spread says.  Within one arm
+    (a claim) with random numbers reaching them only through Python values (a shuffling
+    DataLoader's `randperm` turned into indices), the sides were computed from different
+    draws; between two arms, the arms ran different code."""
+    if d.b is None or len(d.judgements) != 2 or d.source not in ("claim", "arms"):
         return None
-    ja, jb = d.judgements
-    run = next(r for r in c.arms if r.spec == d.a.arm)
-    oa = next(o for o in run.observables if o.index == d.a.observable)
-    ob = next(o for o in run.observables if o.index == d.b.observable)
+    run_a = next(r for r in c.arms if r.spec == d.a.arm)
+    run_b = run_a if d.source == "claim" else next(r for r in c.arms if r.spec == d.b.arm)
+    oa = next(o for o in run_a.observables if o.index == d.a.observable)
+    ob = next(o for o in run_b.observables if o.index == d.b.observable)
     ra, rb = oa.reference_value, ob.reference_value
     if ra is None or rb is None or ra.shape != rb.shape or not oa.spread or not ob.spread:
         return None
     both = np.isfinite(ra) & np.isfinite(rb)
-    width = np.sqrt(oa.spread["sig"] ** 2 + ob.spread["sig"] ** 2) if oa.spread["sig"].shape == ra.shape else None
+    shapes_match = oa.spread["sig"].shape == ra.shape and ob.spread["sig"].shape == rb.shape
+    width = np.sqrt(oa.spread["sig"] ** 2 + ob.spread["sig"] ** 2) if shapes_match else None
     if width is None or not both.any():
         return None
-    gap = np.abs(ra - rb)[both]
+    gap = np.abs(ra.astype(np.float64) - rb.astype(np.float64))[both]
     limit = 8 * width[both] + 1e-12 * np.abs(ra)[both]
+    if d.source == "arms":
+        if any(j.zone != "inside" for j in d.judgements):
+            return None  # a side outside its own spread is judged as such
+        # Between arms the references are replays of two recorded graphs, which may carry a
+        # rounding of the working precision (a constant or an input captured at float32): a
+        # gap counts only past 16 units of that precision too.
+        unit = max(_unit_roundoff(j.dtype) for j in d.judgements)
+        limit = np.maximum(limit, 16 * unit * np.abs(ra)[both])
     if not (gap > limit).any():
         return None
+    spreads = (f"float64 values of the two sides differ by up to {float(gap.max()):.3g}; rounding spreads "
+               f"±{float(np.max(oa.spread['sig'])):.2g} and ±{float(np.max(ob.spread['sig'])):.2g}")
+    if d.source == "arms":
+        return _arms_differ(run_a, run_b, d, float(gap.max()), spreads)
     ancestors = set(oa.ancestors) | set(ob.ancestors)
-    draws = [leaf for leaf in run.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors]
+    draws = [leaf for leaf in run_a.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors]
     calls = sorted({leaf.get("call_line") for leaf in draws if leaf.get("call_line") is not None})
     if not draws or len(calls) < 2:
         return None
@@ -202,10 +216,29 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
                     f"{', '.join(str(x) for x in calls[:4])}. This is a testing-method problem, not a numerical one. "
                     "Fix: seed each run identically (`torch.manual_seed(…)` before each, or pass a seeded "
                     "`generator=` to the DataLoader).",
-                    [f"float64 values of the two sides differ by up to {float(gap.max()):.3g}; rounding spreads "
-                     f"±{float(np.max(oa.spread['sig'])):.2g} and ±{float(np.max(ob.spread['sig'])):.2g}"]
+                    [spreads]
                     + [f"random draw `aten.{x.get('op')}` line {x.get('line')}, for the call at line {x.get('call_line')}"
                        for x in draws[:4]])
+
+
+def _unit_roundoff(dtype: str) -> float:
+    bits, _ = policy.FLOAT_FORMATS.get(dtype, (24, 0.0))  # unknown: float32's
+    return 2.0 ** -bits
+
+
+def _arms_differ(run_a: ArmRun, run_b: ArmRun, d: Divergence, gap: float, spreads: str) -> Verdict:
+    """Each arm is consistent with its own recorded computation, but the two computations
+    differ in exact arithmetic: not rounding, whichever side is nearer anything."""
+    nodes = [(r.graph or {}).get("nodes") for r in (run_a, run_b)]
+    graphs = (f" The arms recorded different graphs ({nodes[0]} and {nodes[1]} ops): the script takes a different "
+              "path on each (a branch on the device, the thread count or the build), or an op dispatched to a "
+              "different formula." if None not in nodes and nodes[0] != nodes[1] else
+              " Their recorded graphs have the same size, so an op computes a different formula on one arm "
+              "(a kernel or dispatch difference), or the script feeds the arms different data.")
+    summary = (f"{_where(d)}: `{run_a.spec}` and `{run_b.spec}` ran different computations — each value is inside the "
+               f"rounding spread of its own arm's computation, but replayed in float64 those computations differ by "
+               f"{gap:.3g}, far beyond both spreads. Rounding does not explain it.{graphs}")
+    return _verdict("likely-bug", False, policy.NONE, ["silent", "review"], summary, [spreads])
 
 
 def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -> Verdict:

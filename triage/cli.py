@@ -7,7 +7,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -15,6 +15,9 @@ from triage.arms import ArmSpecError, default_arms, parse_arms
 from triage.run import RunOptions
 
 EXIT_VERDICT, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_NOT_POSTED, EXIT_NOT_TESTED = 0, 2, 3, 4, 5
+EXIT_NOT_WRITTEN = 1  # the run finished, but an output file could not be written (the rest were)
+MAX_INPUTS_BYTES = 8 << 30  # the minimal script's inputs file (the diverging op's recorded inputs)
+MIN_ARM_MEMORY = 512 << 20
 
 
 def _memory(text: str | None) -> int | None:
@@ -24,13 +27,35 @@ def _memory(text: str | None) -> int | None:
     if not m:
         raise click.BadParameter(f"'{text}' is not a size; use e.g. 4G or 512M", param_hint="--memory")
     scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2).upper()]
-    return int(float(m.group(1)) * scale)
+    size = int(float(m.group(1)) * scale)
+    if size < MIN_ARM_MEMORY:
+        # Importing torch alone takes about a quarter of a GiB: under this no arm gets to the script.
+        raise click.BadParameter(f"'{text}' is less than the {MIN_ARM_MEMORY >> 20}M an arm needs to start "
+                                 "(Python and torch alone take about 250M)", param_hint="--memory")
+    return size
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="triage")
 def main() -> None:
     """triage: bug-report minimizer and triage bot for PyTorch numerical discrepancies."""
+    from triage.sandbox import scrub_own_secrets
+
+    # Before anything runs issue code: every secret-looking variable leaves this process's
+    # environment (and the block /proc/<pid>/environ shows); GITHUB_TOKEN is kept in memory
+    # for the posting step only.
+    _SECRETS.clear()
+    _SECRETS.update(scrub_own_secrets(keep=("GITHUB_TOKEN",)))
+
+
+_SECRETS: dict[str, str] = {}
+
+
+def _rounding_samples(ctx: Any, param: Any, value: int) -> int:
+    # The significant-digits estimate needs a spread: at least 3 samples (or none at all).
+    if value in (1, 2):
+        raise click.BadParameter("use 0 (judge by float64 alone) or at least 3", ctx, param)
+    return value
 
 
 def _run_options(f: Any) -> Any:
@@ -47,6 +72,7 @@ def _run_options(f: Any) -> Any:
         click.option("--no-reference", is_flag=True,
                      help="Skip the float64 reference replay (and with it the rounding judgement)."),
         click.option("--rounding-samples", type=click.IntRange(min=0), default=29, show_default=True,
+                     callback=_rounding_samples,
                      help="Simulated roundings of each observed value (Monte Carlo arithmetic on the recorded "
                           "graph); the smallest p-value is 1/(K+1). 0 judges by float64 alone."),
         click.option("--rounding-budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
@@ -62,6 +88,11 @@ def _run_options(f: Any) -> Any:
                      help="Seconds the ablations may take."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed for every generator, in every arm."),
         click.option("--jobs", type=click.IntRange(min=1), default=None, help="Arms run at once (default: cores)."),
+        click.option("--isolation", type=click.Choice(["auto", "namespace", "process"]), default="auto",
+                     show_default=True,
+                     help="How arms are isolated: 'namespace' (bubblewrap: no network, no HOME, no other "
+                          "process, read-only installation), 'process' (a scrubbed environment and limits "
+                          "only; the report says so), 'auto' the first this machine allows."),
         click.option("--quiet", is_flag=True, help="No progress and no terminal summary."),
     ]
     for option in reversed(options):
@@ -93,7 +124,8 @@ def _github(api_url: str, bot_login: str | None, allowed_labels: str | None, tri
     from triage.publish import GitHubOptions
     from triage.sandbox import take_secret
 
-    options = GitHubOptions(api_url=api_url, token=take_secret("GITHUB_TOKEN"), bot_login=bot_login or None,
+    options = GitHubOptions(api_url=api_url, token=take_secret("GITHUB_TOKEN") or _SECRETS.get("GITHUB_TOKEN"),
+                            bot_login=bot_login or None,
                             trigger_label=trigger_label or None, log=lambda m: err.print(m, highlight=False))
     if allowed_labels is not None:
         options.allowed_labels = frozenset(x.strip() for x in allowed_labels.split(",") if x.strip())
@@ -111,14 +143,31 @@ def _github(api_url: str, bot_login: str | None, allowed_labels: str | None, tri
 def run_command(script: str, json_path: str | None, comment_path: str, minimal_path: str, **run: Any) -> None:
     """Run SCRIPT on isolated arms, judge it against the accuracy policy, write the comment.
 
-    Exit status: 0 a verdict, 2 usage error, 3 the script could not run at all, 5 a requested
-    arm cannot run on this machine (the comparison asked for was not made)."""
+    Exit status: 0 a verdict, 1 an output file could not be written, 2 usage error, 3 the script
+    could not run at all, 5 a requested arm cannot run on this machine (the comparison asked for
+    was not made)."""
     from triage.pipeline import triage_script
 
+    for option, path in (("--json", json_path), ("--comment", comment_path), ("--minimal", minimal_path)):
+        _check_output_path(option, path)
     report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_script(
         script, arms, options, progress, notes, minimize, ablation), run, _source(script))
-    _finish(report, json_path, comment_path, minimal_path, run["quiet"])
-    sys.exit(_exit_code(report))
+    _, unwritten = _finish(report, json_path, comment_path, minimal_path, run["quiet"])
+    sys.exit(EXIT_NOT_WRITTEN if unwritten else _exit_code(report))
+
+
+def _check_output_path(option: str, path: str | None) -> None:
+    """Refuse, before any arm runs, an output path that cannot be written: its folder missing
+    or not writable, or the path itself a folder."""
+    if not path or path == "-":
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise click.UsageError(f"{option} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise click.UsageError(f"{option} {path}: the folder {folder} is not writable")
+    if os.path.isdir(path):
+        raise click.UsageError(f"{option} {path} is a folder, not a file")
 
 
 @main.command("extract")
@@ -147,20 +196,24 @@ def extract_command(source: str | None, event_path: str | None, out_dir: str, ap
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "extraction.json"), "w", encoding="utf-8") as f:
         json.dump(to_jsonable(found), f, indent=1)
+    from triage.report import visible
+
     console = Console(soft_wrap=True)
     if found.script is not None:
         with open(os.path.join(out_dir, "repro.py"), "w", encoding="utf-8") as f:
             f.write(found.script.rstrip("\n") + "\n")
         lines = found.script.count("\n") + 1
-        console.print(f"{title}: repro.py ({lines} lines) written to {out_dir}/", highlight=False)
+        console.print(visible(f"{title}: repro.py ({lines} lines) written to {out_dir}/"), markup=False,
+                      highlight=False)
+    # Issue text, shown with its control and escape characters written out (never sent).
     for note in found.notes:
-        console.print(f" · {note}", markup=False, highlight=False)
+        console.print(visible(f" · {note}"), markup=False, highlight=False)
     if found.environment_fields:
         shown = ("PyTorch version", "CUDA used to build PyTorch", "GPU models and configuration", "OS")
-        console.print(" · reporter's environment: " + "; ".join(
-            f"{k}: {v}" for k, v in found.environment_fields.items() if k in shown), markup=False, highlight=False)
+        console.print(visible(" · reporter's environment: " + "; ".join(
+            f"{k}: {v}" for k, v in found.environment_fields.items() if k in shown)), markup=False, highlight=False)
     if found.problem:
-        console.print(f"no runnable repro: {found.problem}", markup=False, highlight=False)
+        console.print(visible(f"no runnable repro: {found.problem}"), markup=False, highlight=False)
         sys.exit(EXIT_COULD_NOT_RUN)
 
 
@@ -169,12 +222,19 @@ def extract_command(source: str | None, event_path: str | None, out_dir: str, ap
 @click.option("--event", "event_path", default=None, metavar="PATH",
               help="An `issues` event payload (in an Action: $GITHUB_EVENT_PATH) instead of OWNER/REPO#N.")
 @click.option("--post", is_flag=True, help="Post the comment (GITHUB_TOKEN from the environment).")
+@click.option("--allow-weak-sandbox", is_flag=True,
+              help="Post even where arms run in the process sandbox only (no bubblewrap), where the repro "
+                   "could read the token from this process.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None, metavar="PATH",
+              help="Read the token from this file (or /dev/fd/N) when posting, after every arm has ended, "
+                   "instead of GITHUB_TOKEN.")
 @click.option("--out", "out_dir", default="triage-out", show_default=True, metavar="DIR",
               help="Where repro.py, report.json, comment.md and minimal.py go (written before posting).")
 @_run_options
 @_github_options
-def issue_command(ref: str | None, event_path: str | None, post: bool, out_dir: str, api_url: str,
-                  bot_login: str | None, allowed_labels: str | None, trigger_label: str | None, **run: Any) -> None:
+def issue_command(ref: str | None, event_path: str | None, post: bool, allow_weak_sandbox: bool,
+                  token_file: str | None, out_dir: str, api_url: str, bot_login: str | None, allowed_labels: str | None, trigger_label: str | None,
+                  **run: Any) -> None:
     """Extract the repro from an issue, run and judge it, write the report; --post comments."""
     from rich.console import Console
 
@@ -182,55 +242,118 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, out_dir: 
 
     err = Console(stderr=True, soft_wrap=True)
     github = _github(api_url, bot_login, allowed_labels, trigger_label, err)
-    if post and not github.token:
-        raise click.UsageError("--post needs a token: set GITHUB_TOKEN")
-    if post and hasattr(os, "geteuid") and os.geteuid() == 0:
-        err.print("warning: triage runs as root, so the repro does too, and root can read this process's memory "
-                  "(and the token in it). Run as an ordinary user, or split the steps: `triage issue` without a "
-                  "token, then `triage post --report`.", highlight=False)
+    if post and not github.token and not token_file:
+        raise click.UsageError("--post needs a token: set GITHUB_TOKEN or give --token-file")
+    if post:
+        how = _isolation(run["isolation"])
+        if not how.strong and not allow_weak_sandbox:
+            raise click.UsageError(f"refusing to --post: arms would run in the {how.detail}. The repro could read "
+                                   "the token from this process. Install bubblewrap, or split the steps "
+                                   "(`triage issue` without a token, then `triage post --report R --repo "
+                                   "OWNER/REPO --expect-issue N --trigger-label LABEL`), or pass "
+                                   "--allow-weak-sandbox.")
+        _preload_posting()
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise click.UsageError(f"--out {out_dir}: cannot make the folder ({e.strerror})") from None
+    outputs = {name: os.path.join(out_dir, name) for name in ("repro.py", "report.json", "comment.md", "minimal.py")}
+    for path in outputs.values():
+        _check_output_path("--out", path)
     issue = _load_issue(ref, event_path, github)
-    os.makedirs(out_dir, exist_ok=True)
     report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_issue(
         issue, out_dir, arms, options, progress, notes, minimize, ablation), run, issue.extraction.script)
-    data = _finish(report, os.path.join(out_dir, "report.json"), os.path.join(out_dir, "comment.md"),
-                   os.path.join(out_dir, "minimal.py"), run["quiet"])
+    data, unwritten = _finish(report, outputs["report.json"], outputs["comment.md"], outputs["minimal.py"],
+                              run["quiet"])
     _write_step_summary(data)
     if post:
+        _take_token_file(github, token_file)
         _post(data, github, err)
-    sys.exit(_exit_code(report))
+    sys.exit(EXIT_NOT_WRITTEN if unwritten else _exit_code(report))
 
 
 @main.command("post")
 @click.option("--report", "report_path", required=True, metavar="PATH", help="report.json from `triage issue`.")
 @click.option("--repo", envvar="GITHUB_REPOSITORY", default=None, metavar="OWNER/REPO",
-              help="Refuse a report about any other repository. Env: GITHUB_REPOSITORY.")
+              help="The repository the report must be about (required). Env: GITHUB_REPOSITORY.")
+@click.option("--expect-issue", type=click.IntRange(min=1), default=None, metavar="N",
+              help="The issue the report must be about: any other is refused (exit 4).")
+@click.option("--run-title", envvar="TRIAGE_RUN_TITLE", default=None, metavar="TEXT",
+              help="In the Action: the title of the triage-run run that triggered this post, 'triage #N' "
+                   "(github.event.workflow_run.display_title); the report must be about issue N. "
+                   "Env: TRIAGE_RUN_TITLE.")
+@click.option("--no-trigger-label", is_flag=True,
+              help="Post whatever labels the issue carries (otherwise --trigger-label is required).")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None, metavar="PATH",
+              help="Read the token from this file (or /dev/fd/N) when posting, after every arm has ended, "
+                   "instead of GITHUB_TOKEN.")
 @_github_options
-def post_command(report_path: str, repo: str | None, api_url: str, bot_login: str | None,
-                 allowed_labels: str | None, trigger_label: str | None) -> None:
-    """Validate report.json, render its comment and post it. Never runs code from the issue."""
+def post_command(report_path: str, repo: str | None, expect_issue: int | None, run_title: str | None,
+                 no_trigger_label: bool, api_url: str, bot_login: str | None, allowed_labels: str | None,
+                 trigger_label: str | None, token_file: str | None) -> None:
+    """Validate report.json, render its comment and post it. Never runs code from the issue.
+
+    The report comes from a job that ran the issue's code, which may have rewritten it: the
+    repository (--repo) and the issue (--expect-issue, or --run-title in the Action) it may be
+    about come from the caller, never from the report."""
     from rich.console import Console
 
-    from triage.publish import load_report
+    from triage.publish import is_repo_name, issue_from_run_title, load_report
+    from triage.report import visible
 
+    if not repo or not is_repo_name(repo):
+        raise click.UsageError("--repo OWNER/REPO (or GITHUB_REPOSITORY) is required: the repository the report "
+                               "must be about" + (f"; {repo!r} is not one" if repo else ""))
+    if (expect_issue is None) == (run_title is None):
+        raise click.UsageError("give exactly one of --expect-issue N and --run-title 'triage #N' (TRIAGE_RUN_TITLE): "
+                               "the issue the report must be about")
+    if not trigger_label and not no_trigger_label:
+        raise click.UsageError("give --trigger-label LABEL (TRIAGE_TRIGGER_LABEL), the label that asked for the run "
+                               "and must still be on the issue, or --no-trigger-label to post regardless of labels")
+    if trigger_label and no_trigger_label:
+        raise click.UsageError("--trigger-label and --no-trigger-label contradict each other")
     err = Console(stderr=True, soft_wrap=True)
     github = _github(api_url, bot_login, allowed_labels, trigger_label, err)
+    if run_title is not None:
+        try:
+            expect_issue = issue_from_run_title(run_title)
+        except ValueError as e:
+            _not_posted(str(e), err)
     data, problems = load_report(report_path)
-    if not problems and repo and data["issue"]["repo"].lower() != repo.lower():
+    if not problems and data["issue"]["repo"].lower() != repo.lower():
         problems = [f"the report is about {data['issue']['repo']}, not {repo}"]
     if problems:
-        err.print(f"{report_path} is not a report triage will post:", highlight=False)
+        err.print(f"{report_path} is not a report triage will post:", markup=False, highlight=False)
         for p in problems:
-            err.print(f"  {p}", markup=False, highlight=False)
+            err.print(f"  {visible(p)}", markup=False, highlight=False)
         sys.exit(EXIT_USAGE)
+    if data["issue"]["number"] != expect_issue:
+        source = "the issue whose run triggered this post" if run_title is not None else "--expect-issue"
+        _not_posted(f"the report is about {data['issue']['repo']}#{data['issue']['number']}, but {source} is "
+                    f"#{expect_issue} (a report rewritten after triage ran?); nothing posted", err)
+    _take_token_file(github, token_file)
     if not github.token:
-        raise click.UsageError("posting needs a token: set GITHUB_TOKEN")
+        raise click.UsageError("posting needs a token: set GITHUB_TOKEN or give --token-file")
     _post(data, github, err)
+
+
+def _take_token_file(github: Any, token_file: str | None) -> None:
+    """The token, read from its file only now, when every arm process has ended."""
+    if not token_file:
+        return
+    from triage.sandbox.environment import read_secret_file
+
+    try:
+        github.token = read_secret_file(token_file)
+    except (OSError, ValueError) as e:
+        raise click.UsageError(f"--token-file {token_file}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _post(data: dict[str, Any], github: Any, err: Any) -> None:
     from github import GithubException
 
     from triage.publish import PublishError, connect, post_report
+    from triage.report import visible
 
     try:
         result = post_report(connect(github), data, github)
@@ -240,9 +363,7 @@ def _post(data: dict[str, Any], github: Any, err: Any) -> None:
         else:
             message = e.data.get("message", e.data) if isinstance(e.data, dict) else e.data
             why = f"GitHub answered {e.status}: {message}"
-        err.print(f"not posted: {why}", markup=False, highlight=False)
-        _write_step_summary(None, f"triage: not posted: {why}")
-        sys.exit(EXIT_NOT_POSTED)
+        _not_posted(why, err)
     line = f"{result.action} comment {result.comment_url}"
     if result.labels_added:
         line += "; labels added: " + ", ".join(result.labels_added)
@@ -250,8 +371,17 @@ def _post(data: dict[str, Any], github: Any, err: Any) -> None:
         line += "; not on the allowlist: " + ", ".join(result.labels_refused)
     if result.trigger_removed:
         line += f"; removed '{github.trigger_label}'"
-    err.print(line, markup=False, highlight=False)
-    _write_step_summary(None, f"triage: {line}")
+    err.print(visible(line), markup=False, highlight=False)
+    _write_step_summary(None, f"triage: {visible(line)}")
+
+
+def _not_posted(why: str, err: Any) -> NoReturn:
+    """Say why nothing was posted (terminal and job summary) and exit 4."""
+    from triage.report import visible
+
+    err.print(f"not posted: {visible(why)}", markup=False, highlight=False)
+    _write_step_summary(None, f"triage: not posted: {visible(why)}")
+    sys.exit(EXIT_NOT_POSTED)
 
 
 def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
@@ -267,7 +397,7 @@ def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
         try:
             with open(event_path, encoding="utf-8") as f:
                 return issue_from_event(json.load(f), extract_issue_body)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:
             raise click.UsageError(f"cannot read the event {event_path}: {e}") from None
     try:
         repo, number = parse_issue_ref(ref)
@@ -301,9 +431,12 @@ def _execute(pipeline: Any, run: dict[str, Any], source: str | None) -> Any:
     if arms is None:
         arms, chosen = default_arms(source)
         notes.extend(chosen)
+    _isolation(run["isolation"])
     options = RunOptions(timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
                          reference=not run["no_reference"], jobs=run["jobs"],
-                         rounding_samples=run["rounding_samples"], rounding_budget_s=run["rounding_budget"])
+                         rounding_samples=run["rounding_samples"], rounding_budget_s=run["rounding_budget"],
+                         isolation=run["isolation"])
+    _preload_rendering()
     progress = _Progress(Console(stderr=True), [a.spec for a in arms]) if not run["quiet"] else None
     try:
         return pipeline(arms, options, progress.update if progress else None, notes,
@@ -314,27 +447,72 @@ def _execute(pipeline: Any, run: dict[str, Any], source: str | None) -> Any:
             progress.stop()
 
 
-def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path: str, quiet: bool) -> dict[str, Any]:
-    """Write what the user asked for, print the terminal view; the report's JSON data."""
+def _isolation(requested: str) -> Any:
+    """The isolation arms will get; `--isolation namespace` where it cannot be had is a usage error."""
+    from triage.sandbox import isolation
+
+    how = isolation(requested)
+    if requested == "namespace" and not how.strong:
+        raise click.UsageError(f"--isolation namespace: not available here ({how.detail})")
+    return how
+
+
+def _preload_rendering() -> None:
+    """Import and read, before any arm runs, all the code and templates used after the arms:
+    nothing triage executes after a repro ran is loaded from where a repro could have written."""
+    from triage import report
+
+    report.load_schema()
+    report._environment()
+
+
+def _preload_posting() -> None:
+    import github  # noqa: F401 - PyGithub and its dependencies, imported while no arm has run
+
+    from triage import publish  # noqa: F401
+
+
+def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path: str,
+            quiet: bool) -> tuple[dict[str, Any], list[str]]:
+    """Write what the user asked for, print the terminal view; the report's JSON data and the
+    paths that could not be written (each said on stderr; every other output is still written)."""
     from rich.console import Console
 
     from triage.report import render_comment, render_terminal, report_json, write_json
+    from triage.untrusted import UntrustedOutput, remove_tree
 
     data = report_json(report)
-    if json_path:
-        write_json(data, json_path)
-    minimal_written = _write_minimal(report, minimal_path)
-    if report.minimal_dir:
-        shutil.rmtree(report.minimal_dir, ignore_errors=True)
+    written: list[str] = []
+    unwritten: list[str] = []
+
+    def attempt(path: str, write: Any) -> None:
+        try:
+            write()
+            written.append(path)
+        except (OSError, UntrustedOutput) as e:
+            unwritten.append(path)
+            why = e.strerror or e if isinstance(e, OSError) else e
+            Console(stderr=True, soft_wrap=True).print(f"could not write {path}: {why}", markup=False, highlight=False)
+
+    try:
+        if json_path:
+            attempt(json_path, lambda: write_json(data, json_path))
+        _write_minimal(report, minimal_path, attempt)
+    finally:
+        if report.minimal_dir:
+            remove_tree(report.minimal_dir)
     if comment_path and comment_path != "-":
-        with open(comment_path, "w", encoding="utf-8") as f:
-            f.write(render_comment(data))
+        attempt(comment_path, lambda: _write_text(comment_path, render_comment(data)))
     if not quiet:
         render_terminal(report, Console())
-        written = [p for p in (json_path, comment_path if comment_path != "-" else None) if p] + minimal_written
         if written:
             Console().print("wrote " + ", ".join(written), highlight=False)
-    return data
+    return data, unwritten
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def _source(path: str) -> str | None:
@@ -367,19 +545,25 @@ def _write_step_summary(data: dict[str, Any] | None, line: str | None = None) ->
         f.write(text)
 
 
-def _write_minimal(report: Any, path: str) -> list[str]:
-    """The verified script (and its inputs file) where the user asked; the paths written."""
+def _write_minimal(report: Any, path: str, attempt: Any) -> None:
+    """The verified script (and its inputs file) where the user asked, each write through
+    `attempt(path, write)`."""
     m = report.minimal
     if m is None or not path or path == "-":
-        return []
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(m.script)
-    written = [path]
+        return
+    attempt(path, lambda: _write_text(path, m.script))
     if m.inputs_file and report.minimal_dir:
         target = os.path.join(os.path.dirname(os.path.abspath(path)), m.inputs_file)
-        shutil.copyfile(os.path.join(report.minimal_dir, m.inputs_file), target)
-        written.append(target)
-    return written
+        attempt(target, lambda: _copy_inputs(os.path.join(report.minimal_dir, m.inputs_file), target))
+
+
+def _copy_inputs(source: str, target: str) -> None:
+    """The minimal script's inputs file, as the warm worker wrote it: a regular file, not a
+    link to something else of the user's."""
+    from triage.untrusted import open_regular
+
+    with open_regular(source, MAX_INPUTS_BYTES) as f, open(target, "wb") as out:
+        shutil.copyfileobj(f, out)
 
 
 class _Progress:

@@ -1,19 +1,119 @@
 """Stage 1: read a reporter's script (a file, or the code in a GitHub issue body) and check
 that Python can compile it.
 
-Compiling is safe in triage's own process (nothing runs); it turns a syntax or encoding
-error into a could-not-run report without starting any arm.
+Compiling runs none of the script, but Python's parser is not bounded: 150,000 chained
+subscripts or 100,000 unary minus signs take it gigabytes and minutes to give up on, and
+triage's own process has no memory limit. Small sources are parsed here; larger ones are
+parsed first in a subprocess with a memory limit and a timeout (`compile_problem`,
+`parse_python`). Either way a syntax, encoding or nesting problem becomes a could-not-run
+report without starting any arm.
 """
 from __future__ import annotations
 
 import ast
+import functools
+import json
+import os
 import re
+import resource
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from triage.model import IssueRepro, Repro
 
 MAX_SOURCE_BYTES = 2 << 20
+# Up to this size every shape of source parses in-process in well under a second and 64 MB.
+IN_PROCESS_PARSE_BYTES = 32 << 10
+# A legitimate 2 MiB script (a pasted tensor literal) parses in under 2 s and 450 MB.
+PARSE_MEMORY_BYTES = 1 << 30
+PARSE_TIMEOUT_S = 20.0
+TOO_COMPLEX = "is too deeply nested for triage to parse (Python's parser gives up on it)"
+
+# Run by `python -I -c` with the source on stdin; prints one JSON object.
+_PARSER_PROGRAM = """
+import ast, json, resource, sys
+limit, mode, filename = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+data = sys.stdin.buffer.read()
+try:
+    if mode == "compile":
+        compile(data, filename, "exec", dont_inherit=True)
+    else:
+        ast.parse(data, filename)
+except SyntaxError as e:
+    print(json.dumps({"kind": "syntax", "message": str(e.msg), "line": e.lineno}))
+except ValueError as e:
+    print(json.dumps({"kind": "value", "message": str(e)}))
+except (RecursionError, MemoryError, OverflowError):
+    print(json.dumps({"kind": "complex"}))
+else:
+    print(json.dumps({"kind": "ok"}))
+"""
+
+
+@dataclass(frozen=True)
+class ParseProblem:
+    kind: str  # syntax | value | complex
+    message: str = ""
+    line: int | None = None
+
+
+def compile_problem(data: bytes, filename: str) -> ParseProblem | None:
+    """Why `data` does not compile as a Python module, or None when it does."""
+    if len(data) > IN_PROCESS_PARSE_BYTES:
+        return _parse_in_subprocess(data, "compile", filename)
+    return _parse_here(data, filename, compile_only=True)[1]
+
+
+def parse_python(code: str) -> ast.Module | None:
+    """`code`'s syntax tree, or None when it does not parse (or is too deep to)."""
+    if len(code) > IN_PROCESS_PARSE_BYTES and _parse_in_subprocess(code.encode("utf-8", "surrogatepass"),
+                                                                    "parse", "<source>") is not None:
+        return None
+    # Within the limits: either small, or the subprocess just parsed it within them.
+    return _parse_here(code, "<source>", compile_only=False)[0]
+
+
+def _parse_here(source: str | bytes, filename: str,
+                compile_only: bool) -> tuple[ast.Module | None, ParseProblem | None]:
+    """Parsed in this process: the tree (None when only compiled), or why there is none."""
+    try:
+        if compile_only:
+            compile(source, filename, "exec", dont_inherit=True)
+            return None, None
+        return ast.parse(source, filename), None
+    except SyntaxError as e:
+        return None, ParseProblem("syntax", str(e.msg), e.lineno)
+    except ValueError as e:
+        return None, ParseProblem("value", str(e))
+    except (RecursionError, MemoryError, OverflowError):
+        return None, ParseProblem("complex")
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_in_subprocess(data: bytes, mode: str, filename: str) -> ParseProblem | None:
+    """Parse in a fresh interpreter that may use `PARSE_MEMORY_BYTES` and `PARSE_TIMEOUT_S`;
+    running out of either, or any other way of dying, means the source is too complex."""
+    limit = PARSE_MEMORY_BYTES
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", _PARSER_PROGRAM, str(limit), mode, filename],
+                              input=data, capture_output=True, timeout=PARSE_TIMEOUT_S,
+                              env={k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH")})
+        answer = json.loads(proc.stdout)
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        return ParseProblem("complex")
+    if not isinstance(answer, dict) or answer.get("kind") == "complex" or proc.returncode != 0:
+        return ParseProblem("complex")
+    if answer.get("kind") == "ok":
+        return None
+    line = answer.get("line")
+    return ParseProblem(str(answer.get("kind")), str(answer.get("message", "")),
+                        line if isinstance(line, int) else None)
 
 
 def extract_repro(path: str | Path) -> Repro:
@@ -31,15 +131,23 @@ def extract_repro(path: str | Path) -> Repro:
     if len(data) > MAX_SOURCE_BYTES:
         return Repro(str(p), name, "", problem=f"{path} is {len(data)} bytes; a repro script is expected to be under {MAX_SOURCE_BYTES >> 20} MiB")
     source = data.decode("utf-8", errors="replace")
-    try:
-        compile(data, str(p), "exec", dont_inherit=True)
-    except SyntaxError as e:
-        what = "is not valid UTF-8 (and declares no other encoding)" if "unicode" in str(e.msg).lower() or "utf-8" in str(e.msg).lower() \
-            else f"has a syntax error: {e.msg}"
-        return Repro(str(p), name, source, problem=f"{name} {what} (line {e.lineno})", problem_line=e.lineno)
-    except ValueError as e:  # e.g. null bytes
-        return Repro(str(p), name, source, problem=f"{name} cannot be compiled: {e}")
-    return Repro(str(p), name, source)
+    problem = compile_problem(data, str(p))
+    if problem is None:
+        return Repro(str(p), name, source)
+    line = problem.line
+    if "null byte" in problem.message and b"\0" in data:
+        line = data[:data.index(b"\0")].count(b"\n") + 1
+        what = "contains a NUL (zero) byte, which Python source cannot contain"
+    elif problem.kind == "complex":
+        what = TOO_COMPLEX
+    elif problem.kind == "value":
+        what = f"cannot be compiled: {problem.message}"
+    elif "unicode" in problem.message.lower() or "utf-8" in problem.message.lower():
+        what = "is not valid UTF-8 (and declares no other encoding)"
+    else:
+        what = f"has a syntax error: {problem.message}"
+    where = f" (line {line})" if line is not None else ""
+    return Repro(str(p), name, source, problem=f"{name} {what}{where}", problem_line=line)
 
 
 # --- Issue bodies -----------------------------------------------------------------------
@@ -230,17 +338,10 @@ def _is_transcript(text: str) -> bool:
     return bool(lines) and _PROMPT.match(lines[0]) is not None
 
 
-def _parses(code: str) -> ast.Module | None:
-    try:
-        return ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return None
-
-
 def _is_code(text: str) -> bool:
     """Python, and more than a printed value: `tensor([1., inf])` parses too, but a script has
     a statement, an import, or a call on a name it defines."""
-    tree = _parses(text)
+    tree = parse_python(text)
     if tree is None or not tree.body:
         return False
     return any(not isinstance(node, ast.Expr) for node in tree.body) or "import" in text
@@ -270,7 +371,7 @@ def _choose_script(blocks: list[_Block]) -> tuple[str | None, list[str]]:
             candidates.append((b.text, b.tagged, "fence"))
         elif b.kind == "transcript" and (code := _transcript_code(b.text)).strip():
             candidates.append((code, True, "transcript"))
-    parsed = [(code, src) for code, _, src in candidates if _parses(code) is not None]
+    parsed = [(code, src) for code, _, src in candidates if parse_python(code) is not None]
     if not parsed:
         # A Python-tagged block that does not parse still goes to the run, so the report can
         # name the syntax error and its line; prose that parses is the last resort.
@@ -285,7 +386,7 @@ def _choose_script(blocks: list[_Block]) -> tuple[str | None, list[str]]:
     if len(parsed) == 1:
         return parsed[0][0], notes
     joined = "\n\n".join(code for code, _ in parsed)
-    if _builds_on_earlier([code for code, _ in parsed]) and _parses(joined) is not None:
+    if _builds_on_earlier([code for code, _ in parsed]) and parse_python(joined) is not None:
         return joined, notes + [f"joined the issue's {len(parsed)} code blocks in order (each uses names from the ones before)"]
     with_torch = [code for code, _ in parsed if re.search(r"^\s*(import torch|from torch)", code, re.M)]
     chosen = max(with_torch or [code for code, _ in parsed], key=len)
@@ -296,7 +397,7 @@ def _choose_script(blocks: list[_Block]) -> tuple[str | None, list[str]]:
 def _builds_on_earlier(codes: list[str]) -> bool:
     defined: set[str] = set()
     for i, code in enumerate(codes):
-        tree = _parses(code)
+        tree = parse_python(code)
         if tree is None:
             return False
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -319,7 +420,7 @@ def _defined_names(tree: ast.Module) -> set[str]:
 
 
 def _add_missing_imports(script: str) -> tuple[str, list[str]]:
-    tree = _parses(script)
+    tree = parse_python(script)
     if tree is None:
         return script, []
     defined = _defined_names(tree)
@@ -332,7 +433,7 @@ def _add_missing_imports(script: str) -> tuple[str, list[str]]:
 
 def _external_files(script: str) -> list[str]:
     """Data files the script reads but never writes (a `.pt` the reporter had on disk)."""
-    tree = _parses(script)
+    tree = parse_python(script)
     if tree is None:
         return []
     read, written = [], set()

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+from triage.untrusted import UntrustedOutput, read_json
+
+# The arm's script could have rewritten graph.json (its directory is the arm's): it is read
+# like any untrusted file and held to the shape triage/worker/graphio.py writes.
+MAX_GRAPH_BYTES = 128 << 20
+MAX_NODES = 1_000_000
+TARGET = re.compile(r"\w{1,100}\.\w{1,100}\.\w{1,100}")
 
 
 @dataclass(frozen=True)
@@ -30,8 +39,7 @@ class Plan:
 class OpGraph:
     def __init__(self, directory: str | Path) -> None:
         self.directory = str(directory)
-        doc = json.loads((Path(directory) / "graph.json").read_text())
-        self.nodes: list[dict[str, Any]] = doc["nodes"]
+        self.nodes: list[dict[str, Any]] = _checked_nodes(read_json(Path(directory) / "graph.json", MAX_GRAPH_BYTES))
         self.by_name = {n["name"]: n for n in self.nodes}
         self.position = {n["name"]: i for i, n in enumerate(self.nodes)}
         self.ops = [n["name"] for n in self.nodes if n["op"] == "call"]
@@ -102,12 +110,51 @@ class OpGraph:
         return [".".join(self.by_name[o]["target"].split(".")[:2]) for o in self.ordered(ops)]
 
 
+def _checked_nodes(doc: Any) -> list[dict[str, Any]]:
+    """graph.json's nodes, each well-formed and reading only nodes before it; `UntrustedOutput`
+    otherwise."""
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
+        raise UntrustedOutput(f"graph.json: nodes is not a list of at most {MAX_NODES} nodes")
+    seen: set[str] = set()
+    for i, n in enumerate(nodes):
+        problem = _node_problem(n, seen)
+        if problem:
+            raise UntrustedOutput(f"graph.json: nodes/{i}: {problem}")
+        seen.add(n["name"])
+    return nodes
+
+
+def _node_problem(n: Any, earlier: set[str]) -> str | None:
+    if not isinstance(n, dict) or not isinstance(n.get("name"), str) or not 0 < len(n["name"]) <= 200:
+        return "not a node with a name"
+    if n["name"] in earlier:
+        return f"a second node named {n['name'][:80]!r}"
+    if n.get("op") not in ("leaf", "call", "getitem"):
+        return "not a leaf, a call or a getitem"
+    if not isinstance(n.get("line"), (int, type(None))) or isinstance(n.get("line"), bool):
+        return "line is not an integer"
+    if not isinstance(n.get("dtype"), (str, type(None))):
+        return "dtype is not a string"
+    if n.get("op") == "getitem" and not (isinstance(n.get("of"), str) and n["of"] in earlier):
+        return "a getitem of no earlier node"
+    if n.get("op") == "call":
+        if not isinstance(n.get("target"), str) or not TARGET.fullmatch(n["target"]):
+            return "a call without an aten target"
+        if not isinstance(n.get("args"), list) or not isinstance(n.get("kwargs"), dict):
+            return "a call without args and kwargs"
+        refs = _refs(n["args"]) + _refs(n["kwargs"])
+        if not all(isinstance(r, str) and r in earlier for r in refs):
+            return "a call that reads no earlier node"
+    return None
+
+
 def _refs(value: Any) -> list[str]:
     if isinstance(value, list):
         return [r for v in value for r in _refs(v)]
     if isinstance(value, dict):
         if "node" in value:
             return [value["node"]]
-        if "dict" in value:
+        if isinstance(value.get("dict"), dict):
             return [r for v in value["dict"].values() for r in _refs(v)]
     return []

@@ -26,6 +26,7 @@ from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Min
 from triage.passes import RELIABILITY_RUNS, reduce, reliability
 from triage.problem import ReductionProblem
 from triage.run import RunOptions
+from triage.untrusted import UntrustedOutput, remove_tree
 from triage.warm import ArmWorker, WorkerFailed
 
 GiB = 1 << 30
@@ -63,13 +64,15 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
     run_a, spec_a, spec_b, obs_a, obs_b = chosen
     dtype = (obs_a.fingerprint or {}).get("dtype", "?")
     target = divergence_kind(obs_a.value, obs_b.value, dtype)
-    graph = OpGraph(run_a.graph_dir)
+    try:
+        graph = OpGraph(run_a.graph_dir)
+    except UntrustedOutput as e:
+        result.notes.append(f"Not minimized: the op graph {run_a.spec} recorded is not valid ({e}).")
+        return result
     cone = graph.cone(obs_a.node)
     if target is None or not cone:
         result.notes.append("Not minimized: the diverging value is a recorded input, not computed by an op.")
         return result
-    directory = Path(options.directory or tempfile.mkdtemp(prefix="triage-minimal-"))
-    directory.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="triage-values-"))
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -79,9 +82,12 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
 
     notify("start", {"ops": len(cone)})
     workers: list[ArmWorker] = []
+    directory: Path | None = None  # minimal.py's, made once there is a script to write
+    written = False
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(ArmWorker, spec, run_a.graph_dir, options.memory_bytes) for spec in (spec_a, spec_b)]
+            futures = [pool.submit(ArmWorker, spec, run_a.graph_dir, options.memory_bytes, shared=[str(scratch)],
+                                   isolation=run_options.isolation) for spec in (spec_a, spec_b)]
             for f in futures:
                 try:
                     workers.append(f.result())
@@ -129,18 +135,34 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         result.ablations = upcast_ablations(problem, ops, plan, [spec_a.spec, spec_b.spec])
         lap("float64")
         notify("render", {"ops": len(ops)})
-        error, reply = standalone.render(a, plan.request(), spec_a, spec_b, target, directory, options.query_timeout_s)
+        directory = Path(options.directory or tempfile.mkdtemp(prefix="triage-minimal-"))
+        directory.mkdir(parents=True, exist_ok=True)
+        # The worker writes where its sandbox lets it (the shared scratch folder); the parent
+        # moves the script and its inputs file out, regular files only.
+        rendered = scratch / "render"
+        rendered.mkdir()
+        error, reply = standalone.render(a, plan.request(), spec_a, spec_b, target, rendered, options.query_timeout_s)
         if error:
             result.notes.append(f"Minimized to {len(ops)} op(s), but writing the script failed: {error}.")
             return result
+        for produced in rendered.iterdir():
+            if produced.is_file() and not produced.is_symlink():
+                shutil.move(str(produced), directory / produced.name)
+        written = True
         lap("render")
         queries, seconds = problem.queries, time.monotonic() - started
     finally:
         for w in workers:
             w.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
+        if directory is not None and not written:
+            _discard(directory, options)
     notify("verify", {})
-    verified, seen = standalone.verify(directory, spec_a, spec_b, target, run_options)
+    try:
+        verified, seen = standalone.verify(directory, spec_a, spec_b, target, run_options)
+    except BaseException:
+        _discard(directory, options)
+        raise
     lap("verify")
     timings["reduce_queries"] = reduce_queries
     result.script_dir = str(directory)
@@ -151,6 +173,12 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         original_ops=len(cone), verification=seen, inputs_file=reply.get("side_file"), timings=timings)
     notify("end", {"status": "verified" if verified else "not verified"})
     return result
+
+
+def _discard(directory: Path, options: MinimizeOptions) -> None:
+    """Remove the script's directory when triage made it (not one the caller named)."""
+    if not options.directory:
+        remove_tree(directory)
 
 
 MAX_UPCAST = 4

@@ -320,6 +320,8 @@ class Report:
     minimal_dir: str | None = field(default=None, metadata={"json": False})  # minimal.py + inputs file
     issue: Issue | None = None
     ablations: list[Ablation] = field(default_factory=list)
+    # How the arms were isolated: {"kind": "namespace" | "process", "detail": what enforces it}.
+    isolation: dict[str, str] | None = None
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import time
 
 from triage import __version__
@@ -14,6 +13,8 @@ from triage.extract import extract_repro
 from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
 from triage.model import ArmSpec, Issue, Report, Repro
 from triage.run import Progress, RunOptions, run_arms
+from triage.sandbox import isolation
+from triage.untrusted import remove_tree
 
 
 def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
@@ -34,17 +35,23 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
         finally:
             for run in runs:
                 if run.graph_dir:
-                    shutil.rmtree(os.path.dirname(run.graph_dir), ignore_errors=True)
-    ablations = ablations + reduced.ablations
-    verdict = classify(repro, comparison, ablations)
-    report_notes = list(notes or [])
-    if comparison is not None:
-        report_notes.extend(_run_notes(comparison, options, repro.source))
-    report_notes.extend(reduced.notes)
-    return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=comparison, verdict=verdict,
-                  triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes,
-                  minimal=reduced.minimal, localization=reduced.localization,
-                  minimal_dir=reduced.script_dir, ablations=ablations)
+                    remove_tree(os.path.dirname(run.graph_dir))
+    try:
+        ablations = ablations + reduced.ablations
+        verdict = classify(repro, comparison, ablations)
+        report_notes = list(notes or [])
+        if comparison is not None:
+            report_notes.extend(_run_notes(comparison, options, repro.source))
+        report_notes.extend(reduced.notes)
+        return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=comparison, verdict=verdict,
+                      triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes,
+                      minimal=reduced.minimal, localization=reduced.localization,
+                      minimal_dir=reduced.script_dir, ablations=ablations, isolation=_isolation(options))
+    except BaseException:
+        # No report will carry the minimal script's directory to the caller that removes it.
+        if reduced.script_dir and not (minimize and minimize.directory):
+            remove_tree(reduced.script_dir)
+        raise
 
 
 def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOptions,
@@ -59,7 +66,7 @@ def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOp
                       problem=f"no runnable repro in {issue.repo}#{issue.number}: {extraction.problem}")
         return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=None,
                       verdict=classify(repro, None), triage_version=__version__, seconds=0.0,
-                      notes=report_notes, issue=issue)
+                      notes=report_notes, issue=issue, isolation=_isolation(options))
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "repro.py")
     with open(path, "w", encoding="utf-8") as f:
@@ -69,6 +76,11 @@ def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOp
     if report.comparison is not None:
         report.notes.extend(_environment_notes(extraction.environment_fields, report.comparison))
     return report
+
+
+def _isolation(options: RunOptions) -> dict[str, str]:
+    how = isolation(options.isolation)
+    return {"kind": how.kind, "detail": how.detail}
 
 
 def _environment_notes(reporter: dict[str, str], comparison) -> list[str]:  # noqa: ANN001 - Comparison

@@ -26,7 +26,13 @@ from triage.report import COMMENT_LIMIT, MARKER, render_comment
 
 ACTIONS_BOT = "github-actions[bot]"  # the author of comments made with an Action's GITHUB_TOKEN
 DEFAULT_API_URL = "https://api.github.com"
-ISSUE_REF = re.compile(r"^(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#(?P<number>[1-9][0-9]{0,9})$")
+# OWNER/NAME as GitHub spells a repository: an owner of letters, digits, '-' (and '_' for
+# managed users), a name that is not '.' or '..'. report.schema.json's issue.repo is the same.
+REPO_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,99})/(?!\.\.?(?:#|$))[A-Za-z0-9_.-]{1,100}"
+ISSUE_REF = re.compile(rf"^(?P<repo>{REPO_NAME})#(?P<number>[1-9][0-9]{{0,9}})$")
+MAX_ISSUE_NUMBER = 2**31 - 1
+# The run-name of triage-run.yml: what `triage post --run-title` reads the triggering issue from.
+RUN_TITLE = re.compile(r"triage #(?P<number>[1-9][0-9]{0,9})")
 T = TypeVar("T")
 
 
@@ -60,9 +66,23 @@ class PublishResult:
 
 def parse_issue_ref(text: str) -> tuple[str, int]:
     m = ISSUE_REF.match(text.strip())
-    if not m:
+    if not m or int(m.group("number")) > MAX_ISSUE_NUMBER:
         raise ValueError(f"'{text}' is not an issue reference; use OWNER/REPO#NUMBER")
     return m.group("repo"), int(m.group("number"))
+
+
+def is_repo_name(text: Any) -> bool:
+    return isinstance(text, str) and re.fullmatch(REPO_NAME, text) is not None
+
+
+def issue_from_run_title(title: str) -> int:
+    """The issue number in the title of the triage-run run that triggered a post
+    (`github.event.workflow_run.display_title`: triage-run.yml's run-name, `triage #N`)."""
+    m = RUN_TITLE.fullmatch(title)
+    if not m or int(m.group("number")) > MAX_ISSUE_NUMBER:
+        raise ValueError(f"the triggering run's title {title[:200]!r} is not 'triage #N': triage-run.yml must set "
+                         "run-name: triage #${{ github.event.issue.number }}")
+    return int(m.group("number"))
 
 
 def connect(options: GitHubOptions) -> Any:
@@ -88,14 +108,24 @@ def issue_from_api(gh: Any, repo: str, number: int, options: GitHubOptions, extr
 
 
 def issue_from_event(event: dict[str, Any], extract: Callable[[str], IssueRepro]) -> Issue:
-    """The issue in an `issues` webhook payload ($GITHUB_EVENT_PATH): no API call, no token."""
+    """The issue in an `issues` webhook payload ($GITHUB_EVENT_PATH): no API call, no token.
+    ValueError, saying what is wrong, for anything else."""
+    expected = "expected an `issues` event with issue.number and repository.full_name"
+    if not isinstance(event, dict):
+        raise ValueError(f"the event is a JSON {type(event).__name__}, not an object ({expected})")
     issue = event.get("issue")
-    repo = (event.get("repository") or {}).get("full_name")
-    if not isinstance(issue, dict) or not isinstance(repo, str) or not isinstance(issue.get("number"), int):
-        raise ValueError("the event has no issue (expected an `issues` event with issue.number and repository.full_name)")
+    repository = event.get("repository")
+    repo = repository.get("full_name") if isinstance(repository, dict) else None
+    if not isinstance(issue, dict) or repo is None or "number" not in issue:
+        raise ValueError(f"the event has no issue ({expected})")
+    number = issue["number"]
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_ISSUE_NUMBER:
+        raise ValueError(f"the event's issue.number {str(number)[:50]!r} is not an issue number")
+    if not is_repo_name(repo):
+        raise ValueError(f"the event's repository.full_name {str(repo)[:200]!r} is not OWNER/NAME")
     body = issue.get("body") if isinstance(issue.get("body"), str) else ""
     user = issue.get("user") if isinstance(issue.get("user"), dict) else {}
-    return Issue(repo=repo, number=issue["number"], title=str(issue.get("title") or ""),
+    return Issue(repo=repo, number=number, title=str(issue.get("title") or ""),
                  url=str(issue.get("html_url") or ""), author=str(user.get("login") or ""),
                  body_sha256=body_sha256(body), extraction=extract(body))
 

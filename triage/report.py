@@ -5,11 +5,14 @@ and the Action's privileged `triage post` (which holds a token and reads a repor
 a job that ran untrusted code) share one renderer. Every string in that data is treated as
 hostile: it reaches the markdown only through `_fence` (code blocks), `_code` (inline code)
 or `_md` (prose), and the template's finalize applies `_md` to anything else, so a value
-cannot open HTML, a link, an image, a mention or a cross-reference in someone else's issue.
+cannot open HTML, a link, an image, a mention, a cross-reference or a commit link in someone
+else's issue. `visible` writes out control and invisible characters (terminal escapes, bidi
+overrides) as escapes, in the comment and in the terminal view alike.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.resources
 import json
@@ -34,8 +37,52 @@ MARKER = "<!-- triage:report"  # the hidden first line of the bot's comment: MAR
 ZWSP = "\u200b"
 
 
+# Characters that act instead of showing: C0/C1 controls but tab and newline (ESC starts
+# terminal sequences: a clipboard write, a title change), DEL, line/paragraph separators, the
+# invisible format characters (Unicode Cf: bidi embeddings, overrides and isolates that reorder
+# what is shown, zero-width characters, tags), and lone surrogates (JSON's "\\ud800", which
+# no UTF-8 file or terminal can hold).
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f]")
+
+
+def _escape_sequence(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    if code == 0x0D:
+        return "\\r"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def visible(text: str) -> str:
+    """`text` as it reads, never as it acts: every control or invisible format character is
+    written out as its escape (ESC as `\\x1b`, RIGHT-TO-LEFT OVERRIDE as `\\u202e`), tabs and
+    newlines kept (CRLF read as a newline). Every script- or issue-derived string passes through
+    this before it reaches a comment or a terminal."""
+    return _INVISIBLE.sub(_escape_sequence, text.replace("\r\n", "\n"))
+
+
+def _visible_copy(obj: Any) -> Any:
+    """`obj` (a report, its parts, or report data) with `visible` applied to every string in it."""
+    if isinstance(obj, str):
+        return visible(obj)
+    if isinstance(obj, list):
+        return [_visible_copy(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_visible_copy(v) for v in obj)
+    if isinstance(obj, dict):
+        return {_visible_copy(k): _visible_copy(v) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _visible_copy(getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
 def _fence(text: str, lang: str = "") -> Markup:
     """A code fence longer than any backtick run inside `text`, so nothing escapes it."""
+    text = visible(text)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return Markup(f"{fence}{lang}\n{text.rstrip()}\n{fence}")
@@ -54,20 +101,37 @@ def _escape(text: str) -> str:
     return re.sub(r"(?i)\b(gh|www)(?=[-.])", lambda m: m.group(1) + ZWSP, text)
 
 
+# A bare commit hash (7 to 40 hex digits with a letter and a digit: neither a word nor a
+# number) that GitHub would turn into a link to a commit — one pushed to any fork shows as this
+# repository's. Not inside a word or after a decimal point, and not a float's mantissa (`…e-07`).
+_COMMIT_LIKE = re.compile(r"(?<![\w.])(?=[0-9]*[a-fA-F])(?=[a-fA-F]*[0-9])[0-9a-fA-F]{7,40}(?!\w)(?![-+]\d)")
+
+
+def _prose(text: str) -> str:
+    """Escaped prose with commit-like hashes in <code>, where GitHub links nothing."""
+    return _COMMIT_LIKE.sub(lambda m: f"<code>{m.group()}</code>", _escape(text))
+
+
+def _one_line(text: str) -> str:
+    """The lines of `text` joined by single spaces, blank ones dropped (linear: a regex such
+    as `\\s*[\\r\\n]+\\s*` backtracks quadratically over long whitespace runs)."""
+    return " ".join(line for line in (part.strip() for part in text.split("\n")) if line)
+
+
 def _md(text: Any) -> Markup:
     """Prose from the report: one line, its `code spans` kept as <code> and everything escaped."""
-    text = re.sub(r"\s*[\r\n]+\s*", " ", str(text))
+    text = _one_line(visible(str(text)))
     out, pos = [], 0
     for m in _CODE_SPAN.finditer(text):
-        out.append(_escape(text[pos:m.start()]))
+        out.append(_prose(text[pos:m.start()]))
         out.append(f"<code>{_escape(m.group(2).strip() or m.group(2))}</code>")
         pos = m.end()
-    out.append(_escape(text[pos:]))
+    out.append(_prose(text[pos:]))
     return Markup("".join(out))
 
 
 def _code(text: Any) -> Markup:
-    one_line = re.sub(r"[\r\n]+", " ", str(text))
+    one_line = visible(str(text)).replace("\n", " ")
     return Markup(f"<code>{_escape(one_line)}</code>")
 
 
@@ -81,9 +145,17 @@ def _finalize(value: Any) -> Any:
     return value if isinstance(value, Markup) else _md("" if value is None else value)
 
 
-def _environment() -> jinja2.Environment:
+@functools.lru_cache(maxsize=1)
+def _template_texts() -> dict[str, str]:
+    """The comment template and the schema, read once, before any arm runs (the CLI preloads
+    them): nothing read after a repro ran comes from a file a repro could have written."""
     folder = importlib.resources.files("triage.templates")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), autoescape=False,
+    return {name: folder.joinpath(name).read_text(encoding="utf-8") for name in ("comment.md.j2", "report.schema.json")}
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.DictLoader(_template_texts()), autoescape=False,
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined, finalize=_finalize)
     env.filters.update(fence=_fence, code=_code, cell=_cell, md=_md)
     return env
@@ -112,6 +184,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "ablations": data["ablations"],
         "triage_version": data["triage_version"],
         "seconds": data["seconds"],
+        "isolation": data["isolation"],
     }
 
 
@@ -122,7 +195,7 @@ def write_json(data: dict[str, Any], path: str) -> None:
 
 
 def load_schema() -> dict[str, Any]:
-    return json.loads(importlib.resources.files("triage.templates").joinpath("report.schema.json").read_text())
+    return json.loads(_template_texts()["report.schema.json"])
 
 
 def validate_report(data: Any) -> list[str]:
@@ -130,7 +203,11 @@ def validate_report(data: Any) -> list[str]:
     `path: message` lines; empty when it is a report this renderer may read."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(load_schema())
+    # JSON Schema's integer admits 7.0; an issue number read from JSON as a float is not one
+    # (PyGithub asserts int), so an integer here is an int that is not a bool.
+    strict = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict)(load_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {_short(e.message)}" for e in errors[:20]]
 
@@ -183,15 +260,15 @@ def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int
     for r in runs:
         side = sides.get(r["spec"])
         value = side.get("summary") if side else (r.get("failure") or "—") if r["status"] != "ok" else "—"
-        if side and isinstance(side.get("max_rel_error"), (int, float)):
-            error = f"rel {side['max_rel_error']:.2g}, {side.get('max_ulps') or 0:.3g} ulp"
+        if side and _real(side.get("max_rel_error")) is not None:
+            error = f"rel {_figure(side['max_rel_error'], '.2g')}, {_figure(side.get('max_ulps') or 0, '.3g')} ulp"
         elif side and side.get("reference_summary"):
             error = f"float64 {side['reference_summary']}"
         else:
             error = "—"
         elapsed = r.get("elapsed_s")
         arms_rows.append({"spec": r["spec"], "status": r["status"], "value": value, "error": error,
-                          "time": f"{elapsed:.2f} s" if isinstance(elapsed, (int, float)) else "—"})
+                          "time": f"{_figure(elapsed, '.2f')} s" if _real(elapsed) is not None else "—"})
     details = []
     for r in runs:
         flags = r.get("flags_end") or r.get("flags_start")
@@ -215,6 +292,7 @@ def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int
         environment=_cap(env_run.get("environment"), env_cap) if env_run and env_cap else "",
         environment_arm=env_run["spec"] if env_run else None, version=data.get("triage_version") or "?",
         seconds=data.get("seconds") or 0, arms_requested=data.get("arms_requested") or [],
+        isolation=data.get("isolation"),
         truncated="collapsible sections shortened to fit" if source_cap < 20000 else "full report in report.json",
         minimal=minimal, minimal_script=_cap(minimal["script"], source_cap) if minimal else "",
         localization=[_localized_row(r) for r in (data.get("localization") or [])[:LOCALIZATION_ROWS]],
@@ -238,7 +316,7 @@ def _errors(e: dict[str, Any] | None) -> str:
         return "bitwise equal"
     if e["kind"] in ("nonfinite", "raises"):
         return f"{e['kind']} ({e.get('detail')})"
-    return f"{e['kind']}: {e.get('max_ulps') or 0:.3g} ulp, abs {e.get('max_abs') or 0:.3g}"
+    return f"{e['kind']}: {_figure(e.get('max_ulps') or 0, '.3g')} ulp, abs {_figure(e.get('max_abs') or 0, '.3g')}"
 
 
 def rounding_view(data: dict[str, Any]) -> dict[str, Any]:
@@ -283,14 +361,25 @@ def _as_judgement(j: dict[str, Any]) -> Judgement:
 
 
 def _real(x: Any) -> float | None:
+    """A real from report data: a number, or one of the strings JSON writes inf and nan as."""
     if isinstance(x, str):
         return float(x) if x in ("inf", "-inf", "nan") else None
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        return float(x)
+    except OverflowError:  # an integer beyond float's range
+        return math.copysign(math.inf, x)
+
+
+def _figure(x: Any, spec: str) -> str:
+    """A real from report data formatted with `spec` ("inf" and "nan" too), "—" for anything else."""
+    value = _real(x)
+    return "—" if value is None else format(value, spec)
 
 
 def _number(x: Any) -> str:
-    value = _real(x)
-    return "—" if value is None else f"{value:.9g}"
+    return _figure(x, ".9g")
 
 
 def _outside_by_nonfinite(j: dict[str, Any]) -> bool:
@@ -375,11 +464,14 @@ def render_terminal(report: Report, console: Any) -> None:
     from rich.panel import Panel
     from rich.table import Table
 
+    report = _visible_copy(report)  # what the script printed or raised, never a terminal sequence
     v = report.verdict
     colour = {True: "green", False: "red", None: "yellow"}[v.expected]
     expected = {True: "expected", False: "NOT expected", None: "undetermined"}[v.expected]
     console.print(Panel(f"[bold]{v.kind}[/bold] ({expected})\n\n{escape(v.summary)}",
                         title=f"triage: {report.repro.name}", border_style=colour))
+    if report.isolation and report.isolation["kind"] != "namespace":
+        console.print(f"[bold red]isolation: {escape(report.isolation['detail'])}[/bold red]")
     c = report.comparison
     if c and c.arms:
         table = Table(title="arms")

@@ -2,25 +2,34 @@
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import json
 import os
-import shutil
+import re
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from triage.arm_output import (
+    SPREAD_ARRAYS, read_result, read_values, streamed_observables, values_budget, worker_error_text,
+)
 from triage.model import ArmRun, ArmSpec, Observable, Repro
-from triage.sandbox import Limits, ProcessOutcome, physical_memory, run_isolated, scrubbed_environment
+from triage.sandbox import (
+    Confinement, Isolation, Limits, ProcessOutcome, isolation, physical_memory, run_isolated, scrubbed_environment,
+)
+from triage.sandbox.caches import EnvironmentCache, collect_environment, compile_cache
+from triage.untrusted import UntrustedOutput, remove_tree
 
 GiB = 1 << 30
-SPREAD_ARRAYS = ("sig", "up", "dn", "mu", "sd", "nf")  # what the worker's rounding simulation ships
+INPUTS_FILE = "minimal_inputs.pt"  # triage.worker.render.SIDE_FILE (that module imports torch)
+PROCESS_LIMIT = 512  # processes of one arm at once
+DISK_LIMIT = 8 * GiB  # bytes one arm may write (scratch directory and its compile cache)
+STARTUP_S = 120.0  # the worker's own start (interpreter, torch import) before the script begins
+WORKER_ERROR_STATUS = 70  # triage/worker/__main__.py exits with it when run_job raised
 
 
 @dataclass
@@ -42,6 +51,9 @@ class RunOptions:
     # graph; 0 switches it off. It needs the float64 reference.
     rounding_samples: int = 29
     rounding_budget_s: float = 60.0
+    # "auto": the namespace sandbox where this machine has it, else the process sandbox
+    # (which the report names); "namespace" or "process" insist.
+    isolation: str = "auto"
 
 
 Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, details)
@@ -49,29 +61,70 @@ Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, detai
 
 def run_arms(repro: Repro, arms: list[ArmSpec], options: RunOptions,
              progress: Progress | None = None) -> list[ArmRun]:
-    """Run every arm (concurrently, where the machine has cores for it); order is kept."""
+    """Run every arm (concurrently, where the machine has cores for it); order is kept.
+
+    collect_env's text comes from triage's cache or, on a miss, from a jailed process of its
+    own that runs beside the arms: what an arm reports about its environment is never kept."""
     jobs = options.jobs or max(1, min(len(arms), os.cpu_count() or 1))
     memory = options.memory_bytes or max(2 * GiB, int(physical_memory() * 0.6) // jobs)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_arm, repro, arm, options, memory, progress) for arm in arms]
+    how = isolation(options.isolation)
+    cache = EnvironmentCache(options.cache_dir)
+    environment = cache.get()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs + 1) as pool:
+        collecting = None
+        if environment is None:
+            collecting = pool.submit(collect_environment, how, options.collect_env_timeout_s,
+                                     any(a.device != "cpu" for a in arms))
+        futures = [pool.submit(run_arm, repro, arm, options, memory, progress, how) for arm in arms]
+        runs = _every_run(futures)
+        error = None
+        if collecting is not None:
+            environment, error = collecting.result()
+            if environment:
+                cache.put(environment)
+    for run in runs:
+        run.environment, run.environment_error = environment, error
+    return runs
+
+
+def _every_run(futures: list[concurrent.futures.Future[ArmRun]]) -> list[ArmRun]:
+    """Each arm's run, in order.  Should one arm raise, the graph directories the others
+    exported are removed before the error propagates (no one else would remove them)."""
+    concurrent.futures.wait(futures)
+    failed = next((f.exception() for f in futures if f.exception() is not None), None)
+    if failed is None:
         return [f.result() for f in futures]
+    for f in futures:
+        if f.exception() is None and f.result().graph_dir:
+            remove_tree(os.path.dirname(f.result().graph_dir))
+    raise failed
 
 
 def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
-            progress: Progress | None = None) -> ArmRun:
-    notify = (lambda event, details: progress(arm.spec, event, details)) if progress else (lambda e, d: None)
+            progress: Progress | None = None, how: Isolation | None = None) -> ArmRun:
     root = Path(tempfile.mkdtemp(prefix="triage-arm-"))
+    try:
+        return _run_arm_in(root, repro, arm, options, memory_bytes, progress, how)
+    finally:
+        if not options.keep_dirs:
+            remove_tree(root)
+
+
+def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
+                progress: Progress | None, how: Isolation | None) -> ArmRun:
+    notify = (lambda event, details: progress(arm.spec, event, details)) if progress else (lambda e, d: None)
+    how = how or isolation(options.isolation)
     work, out = root / "work", root / "out"
     work.mkdir()
     out.mkdir()
-    cache = _EnvCache(options.cache_dir)
-    cached_env = cache.get(arm.device)
+    compiled = compile_cache(repro.source, options.cache_dir)
     job = {
         "script": repro.path,
         "arm": arm.to_job(),
         "seed": options.seed,
-        "collect_env": cached_env,
-        "collect_env_timeout": options.collect_env_timeout_s,
+        # triage's parent collects the environment itself (run_arms): the worker does not.
+        "collect_env": None,
+        "collect_env_timeout": 0,
         "reference": options.reference,
         "reference_budget_s": options.reference_budget_s,
         "value_budget": options.value_budget_bytes,
@@ -85,87 +138,159 @@ def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
         "address_space_limit": memory_bytes + 8 * GiB if arm.device == "cpu" else None,
     }
     (out / "job.json").write_text(json.dumps(job))
-    limits = Limits(timeout_s=options.timeout_s + options.collect_env_timeout_s, memory_bytes=memory_bytes,
-                    output_bytes=options.output_bytes,
-                    grace_after={"script-start": options.timeout_s,
-                                 "script-done": options.reference_budget_s + options.rounding_budget_s + 30})
+    # Deadlines: the worker's start, then the script, then the float64 reference and the
+    # rounding simulation; each phase may claim its allowance once (sandbox.process).
+    limits = Limits(timeout_s=STARTUP_S, memory_bytes=memory_bytes, output_bytes=options.output_bytes,
+                    max_processes=PROCESS_LIMIT, disk_bytes=DISK_LIMIT,
+                    phases=(("script-start", options.timeout_s),
+                            ("script-done", _after_script_s(options))))
+    jail = Confinement(scratch=str(root), workdir=str(work), readable=[os.path.abspath(repro.path), *_inputs_file(repro)],
+                       writable=[compiled], accelerators=arm.device != "cpu")
+    env = dict(scrubbed_environment(), TORCHINDUCTOR_CACHE_DIR=compiled,
+               TRITON_CACHE_DIR=os.path.join(compiled, "triton"))
     notify("start", {})
     started = time.monotonic()
     outcome = run_isolated(
         [sys.executable, "-I", "-m", "triage.worker", str(out / "job.json")],
-        cwd=str(work), env=scrubbed_environment(), limits=limits,
+        jail=jail, env=env, limits=limits, isolation=how,
         on_message=lambda m: notify("message", m),
     )
     run = _arm_run(arm, outcome, out, options, memory_bytes)
     run.wall_s = round(time.monotonic() - started, 3)
-    if run.environment and not cached_env:
-        cache.put(arm.device, run.environment)
-    if (out / "graph" / "graph.json").exists() and run.completed:
-        # Outlives the arm's directory; the pipeline removes it when the minimizer is done.
-        holder = tempfile.mkdtemp(prefix="triage-graph-")
-        shutil.move(str(out / "graph"), holder)
-        run.graph_dir = os.path.join(holder, "graph")
-    if not options.keep_dirs:
-        shutil.rmtree(root, ignore_errors=True)
+    if run.completed and options.export_graphs:
+        run.graph_dir = _keep_graph(out / "graph")
     notify("end", {"status": run.status})
     return run
+
+
+def _keep_graph(graph: Path) -> str | None:
+    """The arm's exported op graph, moved out of the arm's directory (the pipeline removes it
+    when the minimizer is done); None when there is none.  Only a real directory is moved: the
+    script could have left a link there, and the minimizer reads what it points to."""
+    if not graph.is_dir() or graph.is_symlink() or not os.path.lexists(graph / "graph.json"):
+        return None
+    holder = tempfile.mkdtemp(prefix="triage-graph-")
+    try:
+        os.rename(graph, os.path.join(holder, "graph"))
+    except OSError:
+        remove_tree(holder)
+        return None
+    return os.path.join(holder, "graph")
+
+
+def _inputs_file(repro: Repro) -> list[str]:
+    """The inputs file beside a minimal repro triage wrote (which loads it by that name):
+    the one file next to a script an arm may read."""
+    sibling = Path(repro.path).with_name(INPUTS_FILE)
+    if f'with_name("{INPUTS_FILE}")' in repro.source and sibling.is_file() and not sibling.is_symlink():
+        return [str(sibling.absolute())]
+    return []
+
+
+def _after_script_s(options: RunOptions) -> float:
+    """What the worker may take after the script: the float64 reference and the rounding
+    simulation when asked for, and writing its result."""
+    budget = 30.0
+    if options.reference:
+        budget += options.reference_budget_s + (options.rounding_budget_s if options.rounding_samples else 0)
+    return budget
 
 
 def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunOptions, memory: int) -> ArmRun:
     run = ArmRun(spec=arm.spec, device=arm.device, mode=arm.mode, status="ok",
                  exit_code=outcome.exit_code, signal=outcome.signal, stdout=outcome.stdout,
                  stderr=outcome.stderr, output_dropped=outcome.output_dropped)
-    result_file = out / "result.json"
-    result: dict[str, Any] = {}
-    if result_file.exists() and not (outcome.timed_out or outcome.memory_exceeded):
-        result = json.loads(result_file.read_text())
     phases = [m.get("phase") for m in outcome.messages if "phase" in m]
-    streamed = [m["observable"] for m in outcome.messages if isinstance(m.get("observable"), dict)]
-    if result:
-        _fill_from_result(run, result, out / "values.npz")
-    else:
-        # No result file: keep what the worker streamed before it died.
-        run.observables = [
-            Observable(index=o.get("index", i), kind=o.get("kind", "?"), label=o.get("label", "?"),
-                       line=o.get("line"), fingerprint=o.get("fingerprint"),
-                       reference={"fingerprint": None, "note": "the arm did not finish", "approximate": False})
-            for i, o in enumerate(streamed)
-        ]
-        run.elapsed_s = round(outcome.elapsed_s, 3)
-        if outcome.timed_out:
-            run.status = "timeout"
-            where = "while computing the float64 reference" if "script-done" in phases else "while running the script"
-            limit = options.reference_budget_s if "script-done" in phases else options.timeout_s
-            run.failure = f"killed after running past the {limit:.0f} s limit {where} (raise it with --timeout)"
-        elif outcome.memory_exceeded:
-            run.status = "crashed"
-            run.failure = f"killed for using more than {memory / GiB:.1f} GiB of memory (raise it with --memory)"
+    invalid = None
+    if os.path.lexists(out / "result.json") and not (outcome.timed_out or outcome.memory_exceeded
+                                                      or outcome.limit_exceeded):
+        # Everything the arm left is the script's to rewrite: checked before it is believed.
+        try:
+            result = read_result(out / "result.json", script_started="script-start" in phases)
+            values = read_values(out / "values.npz", result, values_budget(options.value_budget_bytes))
+        except UntrustedOutput as e:
+            invalid = str(e)
         else:
-            run.status = "crashed"
-            worker_error = next((m.get("error") for m in outcome.messages if m.get("phase") == "worker-error"), None)
-            if worker_error:
-                run.failure = "triage's worker failed (a bug in triage): " + worker_error.strip().splitlines()[-1]
-                run.stderr = (run.stderr + "\n" + worker_error)[-options.output_bytes:]
-            elif outcome.signal:
-                run.failure = f"the process died with {outcome.signal}{_signal_hint(outcome)}"
-            else:
-                run.failure = f"the process exited with status {outcome.exit_code} before triage could collect a result"
-                if "script-start" in phases and "script-done" not in phases:
-                    run.failure = f"the script ended the process (os._exit or similar, status {outcome.exit_code}) before triage could collect a result"
+            _fill_from_result(run, result, values)
+            return run
+    # No usable result: keep what the worker streamed before it stopped.
+    run.observables = [
+        Observable(index=i, kind=o["kind"], label=o["label"], line=o["line"], fingerprint=o["fingerprint"],
+                   reference={"fingerprint": None, "note": "the arm did not finish", "approximate": False})
+        for i, o in enumerate(streamed_observables(outcome.messages))
+    ]
+    run.elapsed_s = round(outcome.elapsed_s, 3)
+    if outcome.timed_out:
+        run.status = "timeout"
+        where = "while computing the float64 reference" if "script-done" in phases else "while running the script"
+        limit = options.reference_budget_s if "script-done" in phases else options.timeout_s
+        run.failure = f"killed after running past the {limit:.0f} s limit {where} (raise it with --timeout)"
+    elif outcome.memory_exceeded:
+        run.status = "crashed"
+        run.failure = f"killed for using more than {memory / GiB:.1f} GiB of memory (raise it with --memory)"
+    elif outcome.limit_exceeded == "processes":
+        run.status = "crashed"
+        run.failure = (f"killed for running more than {PROCESS_LIMIT} processes at once (the sandbox's ceiling; "
+                       "a fork bomb, or a pool far larger than a repro needs)")
+    elif outcome.limit_exceeded == "disk":
+        run.status = "crashed"
+        run.failure = (f"killed for writing more than {DISK_LIMIT / GiB:.0f} GiB to its scratch directory "
+                       "(working directory, /tmp, HOME and /dev/shm together)")
+    else:
+        run.status = "crashed"
+        run.failure = (f"the arm's output is not valid: {invalid}" if invalid
+                       else _crash_failure(run, outcome, phases, options))
     return run
 
 
+def _crash_failure(run: ArmRun, outcome: ProcessOutcome, phases: list[Any], options: RunOptions) -> str:
+    """Why the arm ended without a result, from what the parent can tell.  The worker's own
+    error path sends `worker-error` and exits with WORKER_ERROR_STATUS; before the script starts
+    only triage's code has run, after it the script shares the process and can send (or cause)
+    the same, so only then is the message reported neutrally."""
+    if outcome.exit_code == WORKER_ERROR_STATUS:
+        error = worker_error_text(outcome.messages)
+        if error:
+            run.stderr = (run.stderr + "\n" + error)[-options.output_bytes:]
+        last = _first_line(error.strip().splitlines()[-1]) if error else "no traceback was sent"
+        if "script-start" not in phases:
+            return f"triage's worker failed before the script started (a bug in triage): {last}"
+        return ("the worker reported an error after the script had started (the script runs in the worker's "
+                f"process, so the cause may be the script's): {last}")
+    if outcome.signal:
+        return f"the process died with {outcome.signal}{_signal_hint(outcome)}"
+    if "script-start" in phases and "script-done" not in phases:
+        return (f"the script ended the process (os._exit or similar, status {outcome.exit_code}) before triage "
+                "could collect a result")
+    return f"the process exited with status {outcome.exit_code} before triage could collect a result"
+
+
 def _signal_hint(outcome: ProcessOutcome) -> str:
-    text = outcome.stderr
     hint = " (segmentation fault)" if outcome.signal == "SIGSEGV" else ""
-    marker = 'File "'
-    for line in text.splitlines():
-        if line.strip().startswith(marker) and "triage/worker" not in line:
-            hint = hint + f"; last script frame: {line.strip()}"
-    return hint
+    frame = _crashed_frame(outcome.stderr)
+    return hint + (f"; last script frame: {frame}" if frame else "")
 
 
-def _fill_from_result(run: ArmRun, result: dict[str, Any], values_file: Path) -> None:
+def _crashed_frame(stderr: str) -> str | None:
+    """The innermost frame of the crashed thread that is neither Python's, an installed
+    package's nor triage's, from the faulthandler dump the worker leaves on a fatal signal
+    (most recent call first)."""
+    dump = stderr.rfind("Current thread ")
+    if dump < 0:
+        return None
+    installed = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
+    for line in stderr[dump:].splitlines()[1:]:
+        line = line.strip()
+        if not line.startswith('File "'):
+            break
+        path = line[len('File "'):].partition('"')[0]
+        if not (path.startswith("<") or path.startswith(installed) or "triage/worker" in path.replace(os.sep, "/")):
+            return line[:600]  # the dump is the script's stderr: it may be forged, at any length
+    return None
+
+
+def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.ndarray]) -> None:
+    """`result` and `values` as `read_result`/`read_values` checked them."""
     run.status = result["status"]
     run.exception = result.get("exception")
     run.exit_note = result.get("exit_note")
@@ -185,10 +310,6 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values_file: Path) ->
     if run.status == "unavailable":
         run.failure = result.get("unavailable")
         return
-    values: dict[str, np.ndarray] = {}
-    if values_file.exists():
-        with np.load(values_file, allow_pickle=False) as data:
-            values = {k: data[k] for k in data.files}
     for o in result.get("observables", []):
         i = o["index"]
         run.observables.append(Observable(
@@ -206,7 +327,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values_file: Path) ->
             run.failure = run.exit_note
             return
         where = f" at line {e['line']}" if e.get("line") else ""
-        run.failure = f"{e['type']}{where}: {_first_line(e.get('message', ''))}{_raise_hint(e)}"
+        run.failure = f"{e['type']}{where}: {_first_line(e.get('message', ''))}{_raise_hint(e, run.stderr)}"
 
 
 def _first_line(text: str) -> str:
@@ -214,50 +335,20 @@ def _first_line(text: str) -> str:
     return (lines[0] if lines else "")[:300]
 
 
-def _raise_hint(e: dict[str, Any]) -> str:
+def _raise_hint(e: dict[str, Any], stderr: str = "") -> str:
     msg = e.get("message", "")
     if e["type"] == "EOFError" and "reading a line" in msg:
         return " — the script waits for keyboard input (input()); triage runs scripts with no stdin"
+    missing = re.search(r"No such file or directory: '([^']+)'", msg)
+    if e["type"] == "FileNotFoundError" and missing and not os.path.isabs(missing.group(1)):
+        return (f" — the script opens {missing.group(1)!r} by a relative path; triage runs it in an empty scratch "
+                "directory and does not copy the files next to it")
+    if "has finished its bootstrapping phase" in stderr:
+        return (" — a process the script started with the 'spawn' method failed: it re-runs the script's top "
+                "level, which needs `if __name__ == '__main__':` around the code that starts processes "
+                "(the arm's stderr has the child's error)")
     if "not compiled with CUDA" in msg or "NCCL" in msg or "nccl" in msg or "no NVIDIA driver" in msg:
         return " — the script needs CUDA (and, for NCCL, several GPUs) that this machine does not have"
     if e["type"] in ("ModuleNotFoundError", "ImportError"):
         return " — a package the script imports is not installed where triage runs"
     return ""
-
-
-class _EnvCache:
-    """collect_env text, cached per interpreter + torch version + device type (a day)."""
-
-    TTL_S = 86400
-
-    def __init__(self, directory: str | None) -> None:
-        base = directory or os.environ.get("TRIAGE_CACHE_DIR") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "triage")
-        self.dir = Path(base)
-        try:
-            torch_version = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            torch_version = "none"
-        self.key = f"{sys.executable}|{torch_version}|{os.uname().nodename}"
-
-    def _path(self, device: str) -> Path:
-        kind = device.split(":")[0]
-        return self.dir / f"collect_env-{hashlib.sha256(f'{self.key}|{kind}'.encode()).hexdigest()[:16]}.txt"
-
-    def get(self, device: str) -> str | None:
-        p = self._path(device)
-        try:
-            if time.time() - p.stat().st_mtime < self.TTL_S:
-                return p.read_text()
-        except OSError:
-            pass
-        return None
-
-    def put(self, device: str, text: str) -> None:
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = self._path(device).with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            tmp.replace(self._path(device))
-        except OSError:
-            pass

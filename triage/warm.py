@@ -13,13 +13,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from triage.arm_output import reply_problem
 from triage.model import ArmSpec
-from triage.sandbox import OutputCapture, kill_group, scrubbed_environment
+from triage.sandbox import Confinement, OutputCapture, SandboxedProcess, isolation as isolation_of, scrubbed_environment
+from triage.untrusted import remove_tree
 from triage.worker.wire import WireError, receive, send
 
 GiB = 1 << 30
@@ -32,7 +33,10 @@ class WorkerFailed(Exception):
 
 
 class ArmWorker:
-    def __init__(self, arm: ArmSpec, graph_dir: str, memory_bytes: int, startup_timeout_s: float = 180.0) -> None:
+    def __init__(self, arm: ArmSpec, graph_dir: str, memory_bytes: int, startup_timeout_s: float = 180.0,
+                 shared: list[str] | None = None, isolation: str = "auto") -> None:
+        """`shared`: directories the worker may write (values passed between the two arms'
+        workers); it reads `graph_dir` and writes its own scratch directory, nothing else."""
         self.arm = arm
         self.graph_dir = graph_dir
         self.memory_bytes = memory_bytes
@@ -40,19 +44,30 @@ class ArmWorker:
         self.state: list[dict[str, Any]] = []  # requests replayed after a restart (loaded values)
         self.restarts = 0
         self.dead: str | None = None  # set once restarts are exhausted
+        self.refused: str | None = None  # why the worker's last reply was refused
         self.proc: subprocess.Popen | None = None
+        self.sandboxed: SandboxedProcess | None = None
+        self.isolation = isolation_of(isolation)
         self.workdir = tempfile.mkdtemp(prefix="triage-warm-")
-        self._start()
+        self.jail = Confinement(scratch=self.workdir, workdir=os.path.join(self.workdir, "work"),
+                                readable=[os.path.abspath(graph_dir)], writable=list(shared or []),
+                                accelerators=arm.device != "cpu")
+        try:
+            self._start()
+        except BaseException:
+            self._kill()
+            remove_tree(self.workdir)
+            raise
 
     # -- process lifecycle ----------------------------------------------------------------
     def _start(self) -> None:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        env = dict(scrubbed_environment(), TRIAGE_REQUEST_FD=str(req_r), TRIAGE_REPLY_FD=str(rep_w))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-m", "triage.worker.serve"], cwd=self.workdir, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, pass_fds=(req_r, rep_w))
+        env = dict(scrubbed_environment(), TRIAGE_REQUEST_FD=str(req_r), TRIAGE_REPLY_FD=str(rep_w),
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(self.workdir, "compile"))
+        self.sandboxed = SandboxedProcess([sys.executable, "-I", "-m", "triage.worker.serve"], jail=self.jail,
+                                          env=env, isolation=self.isolation, pass_fds=(req_r, rep_w))
+        self.proc = self.sandboxed.proc
         os.close(req_r)
         os.close(rep_w)
         self.requests = os.fdopen(req_w, "wb")
@@ -71,13 +86,20 @@ class ArmWorker:
         for request in self.state:
             self._exchange(request, self.startup_timeout_s)
 
-    @staticmethod
-    def _read(stream: Any, replies: queue.Queue) -> None:
+    def _read(self, stream: Any, replies: queue.Queue) -> None:
+        """Replies as they come; the first malformed one ends the reading, and the worker is
+        then treated as lost (killed and restarted) with `refused` saying why."""
+        self.refused = None
         try:
             while True:
-                replies.put(receive(stream))
+                header, arrays = receive(stream)
+                self.refused = reply_problem(header)
+                if self.refused:
+                    break
+                replies.put((header, arrays))
         except (WireError, OSError, ValueError):
-            replies.put(None)
+            pass
+        replies.put(None)
 
     def _exchange(self, header: dict[str, Any], timeout_s: float) -> Reply:
         try:
@@ -94,16 +116,19 @@ class ArmWorker:
         return reply
 
     def _death(self) -> str:
-        code = self.proc.wait(timeout=10) if self.proc else None
+        if self.refused:
+            return f"the worker's reply is not one triage's worker sends ({self.refused})"
+        if self.proc:
+            self.proc.wait(timeout=10)
+        code = self.sandboxed.exit_status() if self.sandboxed else None
         tail = self.stderr.text().strip().splitlines()[-1:] if self.proc else []
         how = f"signal {-code}" if code is not None and code < 0 else f"status {code}"
         return f"the worker died ({how}){': ' + tail[0][:200] if tail else ''}"
 
     def _kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            kill_group(self.proc.pid)
-        if self.proc is not None:
-            self.proc.wait()
+        if self.sandboxed is not None:
+            self.sandboxed.kill()
+            self.sandboxed.proc.wait()
 
     # -- requests -------------------------------------------------------------------------
     def request(self, header: dict[str, Any], timeout_s: float, keep_state: bool = False) -> Reply:
@@ -134,6 +159,5 @@ class ArmWorker:
             except subprocess.TimeoutExpired:
                 pass
         self._kill()
-        for f in Path(self.workdir).glob("*"):
-            f.unlink(missing_ok=True)
-        os.rmdir(self.workdir)
+        # Whatever the worker left there (directories, FIFOs, links) goes, never followed.
+        remove_tree(self.workdir)

@@ -7,13 +7,16 @@ about those values, and the values are what triage compares; it is not a failure
 An error raised inside torch or the compiler (an op's RuntimeError, a shape error, an
 InductorError) stays a crash, and so does a check that fails before the script observed
 anything (``assert torch.cuda.is_available()`` at the top): that is about the machine, not
-about values.
+about values.  Neither is a ``raise`` inside a trace or profile hook the script installed
+(the interpreter calls it, not the script's check), nor a ``KeyboardInterrupt`` or other
+exception outside ``Exception`` that the script raises itself.
 """
 from __future__ import annotations
 
 import dis
 import os
-from types import TracebackType
+from collections.abc import Collection
+from types import CodeType, TracebackType
 
 RAISE_OPCODE = dis.opmap["RAISE_VARARGS"]  # both `raise` and a failing `assert` end in it
 TESTING_HELPERS = ("torch/testing/", "numpy/testing/")
@@ -21,9 +24,10 @@ TRIAGE_WORKER = "triage/worker/"
 EXIT_BUILTINS = "_sitebuiltins"  # exit() and quit() raise SystemExit from here (frozen or not)
 
 
-def is_claim(e: BaseException, script: str, observed: bool) -> bool:
-    """True when `e` is the script's own check failing after it observed at least one value."""
-    return observed and _chain_is_checks(e, script)
+def is_claim(e: BaseException, script: str, observed: bool, hooks: Collection[CodeType] = ()) -> bool:
+    """True when `e` is the script's own check failing after it observed at least one value.
+    `hooks`: the code of the trace and profile functions the script installed."""
+    return observed and _chain_is_checks(e, script, hooks)
 
 
 def claim_summary(e: BaseException, line: int | None) -> str:
@@ -39,22 +43,24 @@ def claim_summary(e: BaseException, line: int | None) -> str:
     return f"the script's own check failed{where} ({how})"
 
 
-def _chain_is_checks(e: BaseException, script: str) -> bool:
+def _chain_is_checks(e: BaseException, script: str, hooks: Collection[CodeType]) -> bool:
     """`e` and whatever it was raised from or while handling are all the script's checks:
     ``except RuntimeError: sys.exit(1)`` around a torch error is still a crash."""
     seen: set[int] = set()
     current: BaseException | None = e
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if not _raised_by_check(current, script):
+        if not _raised_by_check(current, script, hooks):
             return False
         current = current.__cause__ or current.__context__
     return True
 
 
-def _raised_by_check(e: BaseException, script: str) -> bool:
+def _raised_by_check(e: BaseException, script: str, hooks: Collection[CodeType]) -> bool:
+    if not isinstance(e, (Exception, SystemExit)):
+        return False
     frames = [tb for tb in _walk(e.__traceback__) if TRIAGE_WORKER not in _filename(tb)]
-    if not frames:
+    if not frames or any(tb.tb_frame.f_code in hooks for tb in frames):
         return False
     if isinstance(e, SystemExit):
         callers = [tb for tb in frames if EXIT_BUILTINS not in _filename(tb)]

@@ -2,7 +2,8 @@
 
 A repro is often written for two settings in one file (``m_cpu`` and ``m_gpu``).  An arm
 runs the whole script with that difference collapsed: every ``.cuda()``, ``.cpu()``,
-``.to(device)`` and ``device=`` lands on the arm's device, new tensors default to it, and
+``.to(device)`` and ``device=`` lands on the arm's device, new tensors default to it (also
+after ``torch.set_default_device("cuda")`` or inside ``with torch.device("cuda"):``), and
 values read back to numpy still work.  On a CPU arm, ``torch.cuda`` answers as on a
 one-GPU machine so that ``if torch.cuda.is_available():`` branches run too.  The comparison
 is then between arms running the same program, op for op.
@@ -14,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _device
 from torch.utils._device import _device_constructors
 
 _COLLAPSIBLE = {"cpu", "cuda", "mps", "xpu", "hip"}
@@ -36,6 +38,16 @@ class DeviceCollapse(TorchFunctionMode):
             return self.device if dev.type in _COLLAPSIBLE else d
         return d
 
+    def _defaults_collapse(self) -> bool:
+        """Whether a new tensor made without ``device=`` must be placed on the arm's device.
+        torch's default device (``set_default_device``, ``with torch.device(...)``) is applied
+        by a mode below this one, so it is collapsed here; a default that is not a device
+        choice (``meta``) is the script's to keep."""
+        default = _device.CURRENT_DEVICE
+        if default is None:
+            return self.device.type != "cpu"
+        return default.type in _COLLAPSIBLE
+
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.cuda or func is torch.Tensor.cpu:
@@ -46,7 +58,7 @@ class DeviceCollapse(TorchFunctionMode):
             args = (args[0].cpu(),) + tuple(args[1:])
         if "device" in kwargs and kwargs["device"] is not None:
             kwargs["device"] = self.collapse(kwargs["device"])
-        elif func in self.constructors and self.device.type != "cpu":
+        elif func in self.constructors and self._defaults_collapse():
             kwargs["device"] = self.device
         out = func(*args, **kwargs)
         if func in (torch.from_numpy, torch.as_tensor) and self.device.type != "cpu":

@@ -19,6 +19,8 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from triage.worker.process import to_json
+
 FORMAT = "triage.opgraph/1"
 
 
@@ -54,7 +56,7 @@ def export_graph(graph: fx.Graph, directory: Path) -> str | None:
         return str(e)
     directory.mkdir(parents=True, exist_ok=True)
     torch.save(leaves, directory / "leaves.pt")
-    (directory / "graph.json").write_text(json.dumps({"format": FORMAT, "nodes": nodes}))
+    (directory / "graph.json").write_text(to_json({"format": FORMAT, "nodes": nodes}))
     return None
 
 

@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from triage.worker.process import limit_address_space, unbuffered_output
 from triage.worker.wire import WireError, receive, send
 
 
@@ -178,6 +179,7 @@ COMMANDS = ("prepare", "load_values", "run", "localize", "render")
 
 
 def main() -> int:
+    unbuffered_output()
     requests = os.fdopen(int(os.environ.pop("TRIAGE_REQUEST_FD")), "rb")
     replies = os.fdopen(int(os.environ.pop("TRIAGE_REPLY_FD")), "wb")
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -186,8 +188,7 @@ def main() -> int:
     except WireError:
         return 1
     if setup.get("address_space_limit"):
-        limit = int(setup["address_space_limit"])
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        limit_address_space(int(setup["address_space_limit"]))
     try:
         server = Server(setup)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which reports it to people

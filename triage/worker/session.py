@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import sys
 import time
@@ -15,6 +14,8 @@ from typing import Any, Callable
 import numpy as np
 
 from triage.worker.claims import claim_summary, is_claim
+from triage.worker.hooks import ScriptHooks, run_script
+from triage.worker.process import open_file, replace_file, to_json
 
 
 def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]:
@@ -25,6 +26,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     from triage.worker.collapse import DeviceCollapse, install_cuda_shims
     from triage.worker.expressions import EXPRESSION_HOOK, ExpressionObserver, compile_observing_expressions
     from triage.worker.fingerprint import fingerprint, to_numpy
+    from triage.worker.modes import ModeStacks
     from triage.worker.observe import (
         ObservationStore, Observer, RootCalls, final_tensors, install_assert_close,
         install_compile, install_seed_watch,
@@ -37,7 +39,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     emit({"phase": "imported", "torch": torch.__version__})
 
     environment, env_error = job.get("collect_env"), None
-    if environment is None:
+    if environment is None and job.get("collect_env_timeout"):  # 0: triage's parent collects it
         environment, env_error = envinfo.collect_env(job["collect_env_timeout"])
     result["environment"] = environment
     result["environment_error"] = env_error
@@ -84,23 +86,35 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     sys.path.insert(0, str(Path(script).parent))
 
     emit({"phase": "script-start"})
-    status, exception, exit_note = "ok", None, None
+    status, exception, exit_notes, modes_left = "ok", None, [], []
     start = time.monotonic()
+    hooks = ScriptHooks()
+    hooks.install()
     roots.install()
     try:
         with recorder, Observer(store, script), DeviceCollapse(device):
-            exec(code, module.__dict__)
+            stacks = ModeStacks.now()
+            try:
+                run_script(code, module.__dict__)
+            finally:
+                modes_left = stacks.restore()
     except BaseException as e:  # noqa: BLE001 - whatever the script raises is a result
         if isinstance(e, SystemExit) and e.code in (None, 0):
-            exit_note = f"the script called sys.exit({e.code if e.code is not None else ''}) at line {_script_line(e, script)}"
+            exit_notes.append(f"the script called sys.exit({e.code if e.code is not None else ''}) "
+                              f"at line {_script_line(e, script)}")
         else:
             status = "raised"
-            exception = _exception_info(e, script, observed=bool(store.records))
-            # The script's own check failing: its values are compared, and the note says so.
-            exit_note = claim_summary(e, exception["line"]) if exception["claim"] else None
+            exception = _exception_info(e, script, observed=bool(store.records), hooks=hooks.codes)
+            if exception["claim"]:
+                # The script's own check failing: its values are compared, and the note says so.
+                exit_notes.append(claim_summary(e, exception["line"]))
     finally:
+        hooks.remove()
         roots.remove()
         sys.modules["__main__"] = saved_main
+    if modes_left:
+        exit_notes.append(_modes_left_note(modes_left))
+    exit_note = "; ".join(exit_notes) or None
     result["elapsed_s"] = round(time.monotonic() - start, 3)
     emit({"phase": "script-done", "status": status})
 
@@ -223,6 +237,17 @@ def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[st
     return sorted(leaves)[:256], sorted(conditioned)
 
 
+def _modes_left_note(names: list[str], shown: int = 5) -> str:
+    """The exit note for torch modes the script entered and never left (names shortened: the
+    note must stay a sentence whatever the script calls its classes)."""
+    listed = ", ".join(f"`{name[:60]}`" for name in names[:shown])
+    if len(names) > shown:
+        listed += f" and {len(names) - shown} more"
+    several = len(names) > 1
+    return (f"the script left its own torch mode{'s' if several else ''} {listed} active; triage removed "
+            f"{'them' if several else 'it'} when the script ended")
+
+
 def _script_line(e: BaseException, script: str) -> int | None:
     line = None
     for frame, lineno in traceback.walk_tb(e.__traceback__):
@@ -231,8 +256,9 @@ def _script_line(e: BaseException, script: str) -> int | None:
     return line
 
 
-def _exception_info(e: BaseException, script: str, observed: bool) -> dict[str, Any]:
-    """The exception for the report; `observed`: the script had recorded a value before it."""
+def _exception_info(e: BaseException, script: str, observed: bool, hooks: set[types.CodeType]) -> dict[str, Any]:
+    """The exception for the report; `observed`: the script had recorded a value before it;
+    `hooks`: the code of the trace and profile functions the script installed."""
     tb = traceback.extract_tb(e.__traceback__)
     # Drop triage's own frames (the exec call) from the traceback shown to people.
     frames = [f for f in tb if "triage/worker" not in f.filename.replace(os.sep, "/")]
@@ -246,11 +272,12 @@ def _exception_info(e: BaseException, script: str, observed: bool) -> dict[str, 
         "message": str(e)[:2000],
         "traceback": text[-8000:],
         "line": line,
-        "claim": is_claim(e, script, observed),
+        "claim": is_claim(e, script, observed, hooks),
     }
 
 
 def write_result(result: dict[str, Any], out_dir: Path) -> None:
     tmp = out_dir / "result.json.tmp"
-    tmp.write_text(json.dumps(result, default=str))
-    tmp.replace(out_dir / "result.json")
+    with open_file(tmp, "w", encoding="utf-8") as f:
+        f.write(to_json(result))
+    replace_file(tmp, out_dir / "result.json")

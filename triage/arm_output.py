@@ -1,0 +1,309 @@
+"""What an arm's worker hands back, checked before triage's own process believes any of it.
+
+The reporter's script runs in the worker's interpreter: it can rewrite ``result.json`` and
+``values.npz`` (by reaching into the worker's modules), write to the control pipe, and leave
+anything at all in the arm's directory.  Forged *values* cannot be told from real ones (the README says so); forged
+*structure* can, and must never crash, hang or bloat triage's process.  Everything read here
+is held to the shape triage's worker writes (`RESULT`, plus the cross-references the
+comparison follows); anything else is an `UntrustedOutput`, which the caller turns into a
+crashed arm.  The limits mirror report.schema.json where a field is copied into the report.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from triage.untrusted import (
+    Check, UntrustedOutput, all_of, array, boolean, either, integer, load_npz, mapping, number, one_of, read_json,
+    record, text,
+)
+
+MAX_RESULT_BYTES = 64 << 20  # as large as a report `triage post` accepts, which carries most of it
+# The worker keeps at most 2,000 observables (triage/worker/observe.py); a looser cap here only
+# bounds what the parent reads.
+MAX_OBSERVABLES = 10000
+SPREAD_ARRAYS = ("sig", "up", "dn", "mu", "sd", "nf")  # what the worker's rounding simulation ships
+VALUE_ARRAY = re.compile(r"(obs|ref|sig|up|dn|mu|sd|nf)(0|[1-9][0-9]{0,5})")
+
+
+def values_budget(value_budget_bytes: int) -> int:
+    """Bytes of values.npz triage reads for an arm given the worker's value budget: the observed
+    values (the budget), their float64 references (up to 4× that, for half precision) and the
+    rounding spreads (the budget again)."""
+    return 6 * value_budget_bytes
+
+
+# -- result.json ----------------------------------------------------------------------------
+# Where a field is copied into report.json, its limits are report.schema.json's (closed records
+# included): a result that passes here makes a report that validates.
+COUNT = integer(0, 1 << 63)
+LINE = integer(0, 100_000_000, nullable=True)
+NAME = text(200)
+OPTIONAL_NAME = text(200, nullable=True)
+OP = text(200, pattern=r"[^\r\n]*")
+DTYPE = text(40, pattern=r"[a-z][a-z0-9_]*")
+NOTE = text(4000, nullable=True)
+NONFINITE = one_of("nan", "inf", "-inf")  # how the worker writes a nonfinite sample value
+SCALAR = either(text(1000, nullable=True), number(), boolean())
+
+
+def flat(nullable: bool = False) -> Check:
+    """A flat record the parent only shows (numerics flags, a conditioning note, settings)."""
+    return mapping(either(SCALAR, array(SCALAR, 64)), 64, key_pattern=r"[A-Za-z_][A-Za-z0-9_]{0,63}",
+                   nullable=nullable)
+
+
+FINGERPRINT = record({
+    "shape": array(COUNT, 64),
+    "dtype": DTYPE,
+    "numel": COUNT,
+    "sha256": text(64, pattern=r"[0-9a-f]+"),
+    "nan": COUNT, "posinf": COUNT, "neginf": COUNT,
+    "min": number(nullable=True), "max": number(nullable=True), "norm": number(nullable=True),
+    "sample": array(either(number(), boolean(), NONFINITE, array(either(number(), NONFINITE), 2, min_items=2)), 64),
+}, required=("shape", "dtype", "numel", "sha256"), closed=True, nullable=True)
+
+OBSERVABLE_ROUNDING = record({
+    "status": one_of("judged", "not-judged"),
+    "reason": NOTE,
+    "samples": integer(0),
+    "sample_stats": array(number(), 10000),
+    "flips": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True), "replays": integer(0),
+                           "of": integer(0)}, required=("op", "replays", "of"), closed=True), 16),
+    "cancellations": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True),
+                                   "digits_lost": number(), "hint": text(2000, nullable=True)},
+                                  required=("op", "digits_lost"), closed=True), 16),
+    "precision": text(40, nullable=True),
+}, required=("status",), closed=True, nullable=True)
+
+MODULE = record({
+    "instance": COUNT,
+    "variable": text(300, nullable=True),
+    "training": boolean(),
+    "train_layers": array(record({"path": text(1000), "type": text(300), "effect": text(1000)},
+                                 required=("path", "type", "effect"), closed=True), 64),
+    "inputs": array(text(64, pattern=r"[0-9a-f]+", nullable=True), 10000),
+    "weights_version": COUNT,
+    "settings": flat(),
+}, required=("instance",), closed=True, nullable=True)
+
+OBSERVABLE_FIELDS: dict[str, Check] = {
+    "index": COUNT,
+    "kind": one_of("call", "readback", "claim", "final"),
+    "label": text(300),
+    "line": LINE,
+    "fingerprint": FINGERPRINT,
+}
+STREAMED_OBSERVABLE = record(OBSERVABLE_FIELDS, required=tuple(OBSERVABLE_FIELDS), closed=True)
+OBSERVABLE = record({
+    **OBSERVABLE_FIELDS,
+    "node": OPTIONAL_NAME,
+    "claim": record({"id": COUNT, "func": text(300), "operand": one_of(0, 1), "holds": boolean(nullable=True)},
+                    required=("id", "func", "operand"), closed=True, nullable=True),
+    "module": MODULE,
+    "ancestors": array(COUNT, 10000),
+    "conditioning": array(COUNT, 10000),
+    "reference": record({"fingerprint": FINGERPRINT, "note": NOTE, "approximate": boolean()}, closed=True,
+                        nullable=True),
+    "rounding": OBSERVABLE_ROUNDING,
+}, required=tuple(OBSERVABLE_FIELDS), closed=True)
+
+LEAF = record({
+    "index": COUNT,
+    "node": NAME,
+    "kind": text(40),
+    "op": OPTIONAL_NAME,
+    "line": LINE,
+    "fingerprint": FINGERPRINT,
+    "seed": record({"line": LINE, "value": integer(nullable=True), "draws": COUNT}, required=("draws",), closed=True,
+                   nullable=True),
+    "call_line": LINE,
+}, required=("index", "kind"), closed=True)
+
+# The fields the verdict's sentences read; the rest of a note is only shown.
+CONDITIONING = all_of(flat(), record({
+    "op": NAME, "shape": array(COUNT, 64), "dtype": DTYPE, "node": OPTIONAL_NAME, "line": LINE,
+    "kind": NAME, "figure": text(1000),
+    "singular": boolean(), "ill_conditioned": boolean(), "exact_singular": boolean(nullable=True),
+    "cond": number(nullable=True), "rank": integer(nullable=True), "order": integer(nullable=True),
+}, required=("op", "shape", "dtype")))
+
+EXCEPTION = record({
+    "type": text(300, pattern=r".+"),
+    "qualified_type": text(1000),
+    "message": text(20000),
+    "traceback": text(200000),
+    "line": LINE,
+    "claim": boolean(),
+}, required=("type", "message"), closed=True, nullable=True)
+
+RESULT = record({
+    "status": one_of("ok", "raised", "unavailable"),
+    "unavailable": text(4000),
+    "torch_import_s": number(nullable=True),
+    "environment": text(200000, nullable=True),
+    "environment_error": NOTE,
+    "environment_cached": boolean(),
+    "flags_start": flat(nullable=True),
+    "flags_end": flat(nullable=True),
+    "elapsed_s": number(nullable=True),
+    "rounding": record({"seconds": number(nullable=True), "samples": integer(0, nullable=True), "note": NOTE},
+                       closed=True, nullable=True),
+    "exception": EXCEPTION,
+    "exit_note": text(2000, nullable=True),
+    "observables": array(OBSERVABLE, MAX_OBSERVABLES),
+    "observables_truncated": boolean(),
+    "leaves": array(LEAF, 100000),
+    "conditioning": array(CONDITIONING, 100000),
+    "graph": record({"nodes": COUNT, "leaves": COUNT, "compiled_graphs": COUNT, "stopped": NOTE,
+                     "dtypes": array(DTYPE, 64), "export": NOTE}, closed=True, nullable=True),
+    "reference": record({"status": one_of("off", "partial", "complete"), "seconds": number(nullable=True),
+                         "note": NOTE, "approximate_ops": array(NAME, 1000)}, required=("status",), closed=True,
+                        nullable=True),
+    "random_before_seed": record({"op": NAME, "line": LINE}, required=("op",), closed=True, nullable=True),
+    "compiled_random_ops": array(NAME, 1000),
+}, required=("status",))
+
+# Fewer samples leave the judge's significant-digit estimator undefined (its χ² quantile).
+MIN_JUDGED_SAMPLES = 3
+
+
+def read_result(path: Path, script_started: bool) -> dict[str, Any]:
+    """result.json, held to `RESULT` and its cross-references; `script_started`: the worker had
+    announced the script, so the device cannot have been found unavailable before it."""
+    doc = read_json(path, MAX_RESULT_BYTES)
+    problem = _where(RESULT(doc)) or _consistency_problem(doc, script_started)
+    if problem:
+        raise UntrustedOutput(f"{path.name}: {problem}")
+    return doc
+
+
+def _where(problem: str | None) -> str | None:
+    """A check's problem as "path: what" (a problem with the document itself has no path)."""
+    if problem is None:
+        return None
+    return problem[1:] if problem.startswith("/") else problem.removeprefix(": ")
+
+
+def _consistency_problem(doc: dict[str, Any], script_started: bool) -> str | None:
+    """What the shapes cannot say: fields that go with the status, indices that are positions,
+    and every index referring to an entry."""
+    status = doc["status"]
+    if status == "raised" and doc.get("exception") is None:
+        return "status: raised, without the exception"
+    if status == "unavailable" and ("unavailable" not in doc or script_started):
+        return "status: unavailable, after the script had started or without saying why"
+    leaves, conditioning = doc.get("leaves", []), doc.get("conditioning", [])
+    for name, entries in (("observables", doc.get("observables", [])), ("leaves", leaves)):
+        for i, entry in enumerate(entries):
+            if entry["index"] != i:
+                return f"{name}/{i}/index: {entry['index']} is not its position {i}"
+    for i, o in enumerate(doc.get("observables", [])):
+        for field, entries in (("ancestors", leaves), ("conditioning", conditioning)):
+            if any(k >= len(entries) for k in o.get(field, [])):
+                return f"observables/{i}/{field}: an index past the {len(entries)} recorded"
+        for fp in (o["fingerprint"], (o.get("reference") or {}).get("fingerprint")):
+            if fp is not None and fp["numel"] != math.prod(fp["shape"]):
+                return f"observables/{i}: a fingerprint whose numel is not the product of its shape"
+        if not _judgeable(o.get("rounding")):
+            return (f"observables/{i}/rounding: judged, but not on {MIN_JUDGED_SAMPLES} or more samples with one "
+                    "statistic each")
+    for i, note in enumerate(conditioning):
+        if "figure" in note and not {"kind", "line"} <= note.keys():
+            return f"conditioning/{i}: a figure without its kind and line"
+    return None
+
+
+def _judgeable(rounding: dict[str, Any] | None) -> bool:
+    """Not a judged spread, or one with enough samples and a statistic per sample."""
+    if not rounding or rounding["status"] != "judged":
+        return True
+    samples = rounding.get("samples", 0)
+    return samples >= MIN_JUDGED_SAMPLES and len(rounding.get("sample_stats", [])) == samples
+
+
+# -- values.npz -----------------------------------------------------------------------------
+def read_values(path: Path, result: dict[str, Any], max_bytes: int) -> dict[str, np.ndarray]:
+    """values.npz: numeric arrays only, within `max_bytes`, each the shape of the observable it
+    belongs to.  No file is no values (the worker writes none when it kept none)."""
+    if not os.path.lexists(path):
+        return {}
+    observables = result.get("observables", [])
+    values = load_npz(path, max_bytes, max_members=(2 + len(SPREAD_ARRAYS)) * max(len(observables), 1),
+                      wanted=VALUE_ARRAY)
+    for key, value in values.items():
+        kind, index = VALUE_ARRAY.fullmatch(key).groups()
+        i = int(index)
+        if i >= len(observables):
+            raise UntrustedOutput(f"{path.name}: {key} belongs to no observable")
+        fp = observables[i]["fingerprint"]
+        if kind in ("obs", "ref") and (fp is None or list(value.shape) != fp["shape"]):
+            raise UntrustedOutput(f"{path.name}: {key} is not the shape of observable {i}")
+        if kind in SPREAD_ARRAYS and value.shape != values.get(f"sig{i}", value).shape:
+            raise UntrustedOutput(f"{path.name}: {key} is not the shape of sig{i}")
+    return values
+
+
+# -- control messages -----------------------------------------------------------------------
+def streamed_observables(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The observables the worker streamed before it stopped, those of them that are well-formed
+    (the rest are dropped: a crashed arm's observables are only shown)."""
+    found = []
+    for message in messages:
+        o = message.get("observable")
+        if isinstance(o, dict) and STREAMED_OBSERVABLE(o) is None:
+            found.append(o)
+            if len(found) >= MAX_OBSERVABLES:
+                break
+    return found
+
+
+def worker_error_text(messages: list[dict[str, Any]]) -> str | None:
+    """The traceback of the first `worker-error` message, if it carries one that is text."""
+    error = next((m.get("error") for m in messages if m.get("phase") == "worker-error"), None)
+    return error[-8000:] if isinstance(error, str) and error.strip() else None
+
+
+# -- warm worker replies --------------------------------------------------------------------
+# The warm worker runs no code from the script, but it reads the graph the arm recorded and a
+# process the script left behind could reach it: its replies are held to what serve.py sends.
+ERRORS = record({
+    "kind": one_of("equal", "rounding", "mismatch", "nonfinite", "raises"),
+    "detail": text(500, nullable=True),
+    "max_abs": number(nullable=True), "max_ulps": number(nullable=True),
+    "nonfinite": integer(minimum=0, nullable=True),
+}, required=("kind",), closed=True, nullable=True)
+ROW = record({"end_to_end": ERRORS, "local": ERRORS, "error": text(1000)})
+WHOLE_FAILED = record({"error": text(1000)}, required=("error",))  # rows["__whole__"]: why the whole plan failed
+
+REPLY = record({
+    "ok": boolean(),
+    "error": record({"type": text(300), "message": text(20000), "traceback": text(200000)}, required=("type",)),
+    "torch": text(200),
+    "values": COUNT,
+    "bytes": COUNT,
+    "digests": mapping(text(64), 10_000_000),
+    "outputs": array(record({"name": NAME, "dtype": DTYPE}, required=("name", "dtype")), 100000),
+    "rows": mapping(ROW, 10_000_000),
+    "script": text(4 << 20),
+    # Copied next to minimal.py under this name: a plain file name, never a path.
+    "side_file": text(255, pattern=r"[A-Za-z0-9_][A-Za-z0-9_.-]*", nullable=True),
+    "arrays": array(record({}), 100000),
+}, required=("ok",))
+
+
+def reply_problem(header: dict[str, Any]) -> str | None:
+    """Why a warm worker's reply header is not one serve.py sends (None: it is)."""
+    if "lost" in header:
+        return "it says the worker was lost, which only triage's side says"
+    problem = _where(REPLY(header))
+    rows = header.get("rows")
+    if problem is None and isinstance(rows, dict) and "__whole__" in rows:
+        problem = _where(WHOLE_FAILED(rows["__whole__"]))
+        return f"rows/__whole__: {problem}" if problem else None
+    return problem

@@ -1,0 +1,25 @@
+"""Running issue code: the reporter's script may lie about its own result, and nothing more.
+
+    jail.py         the namespace sandbox (bubblewrap): what a jailed process sees and may write;
+                    `isolation()` says whether this machine has it, or why not
+    process.py      starting a jailed process and watching it: one deadline only triage sets,
+                    memory and processes of the whole tree, disk, bounded control pipe, kill
+    environment.py  secrets: the allow-listed environment of an arm, and triage's own scrub
+    caches.py       what outlives a run (collect_env text, the compile cache), kept where arms
+                    cannot write it, or scoped to the one script that may poison it
+
+The threat model (README "Security model", docs/security.md): the script runs in the same
+interpreter as triage's observer, so it can forge what its own arm reports.  It must not be
+able to read a secret, reach the network, write outside its scratch directory, outlive its
+arm, exhaust the host, change triage or a later run, make triage crash, hang or lose the
+report, or make the bot act on another issue.
+"""
+from triage.sandbox.environment import scrub_own_secrets, scrubbed_environment, take_secret
+from triage.sandbox.jail import NAMESPACE, PROCESS, Confinement, Isolation, isolation
+from triage.sandbox.process import (
+    Limits, OutputCapture, ProcessOutcome, SandboxedProcess, physical_memory, run_isolated,
+)
+
+__all__ = ["NAMESPACE", "PROCESS", "Confinement", "Isolation", "Limits", "OutputCapture", "ProcessOutcome",
+           "SandboxedProcess", "isolation", "physical_memory", "run_isolated", "scrub_own_secrets",
+           "scrubbed_environment", "take_secret"]

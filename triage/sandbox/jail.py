@@ -1,0 +1,177 @@
+"""The namespace sandbox: every process that runs issue code is started inside bubblewrap.
+
+What the jail gives the reporter's code, and why each line is there:
+
+- new user, PID, network, IPC, UTS and cgroup namespaces: no other process is visible or
+  signalable, no network (only its own loopback), and when the sandbox's PID 1 dies the
+  kernel kills every process in it: nothing the script starts (setsid, double fork) outlives
+  the arm (`--die-with-parent` ties PID 1 to triage);
+- a fresh `/proc` of that PID namespace only: the host's processes, their environments and
+  memory (triage's token among them) are not there to read;
+- read-only: the system (`/usr` and the root symlinks), an allow-list of `/etc` files (never
+  `/etc/shadow` or credentials), `/sys`, the Python installation and site-packages, and
+  triage's own package — the script can neither tamper with triage nor with later runs;
+- writable: one scratch directory per process (its working directory, `/tmp`, `/dev/shm`
+  and an empty HOME all live there, on disk, where the parent measures them), plus the
+  directories the caller shares on purpose (the compile cache of this same script);
+- the root itself is remounted read-only, so nothing can be created anywhere else.
+
+Where bubblewrap is missing or user namespaces are refused (`kernel.unprivileged_userns_clone`,
+AppArmor's `apparmor_restrict_unprivileged_userns`), `isolation()` says so and the caller
+falls back to the process sandbox, which the report then names as "process only".
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+NAMESPACE = "namespace"
+PROCESS = "process"
+
+# /etc entries programs need to start (dynamic loader, users, time zone, alternatives for the
+# compilers inductor runs, OS release for collect_env); nothing with credentials in it.
+ETC_ALLOWED = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+               "localtime", "timezone", "hosts", "host.conf", "os-release", "lsb-release", "debian_version",
+               "mime.types", "gai.conf")
+ROOT_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt")
+# Device nodes an accelerator arm needs (NVIDIA, then ROCm); absent ones are skipped.
+ACCELERATOR_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+                       "/dev/nvidia-caps", "/dev/kfd", "/dev/dri")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How arms are isolated on this machine, for the report and for `--post`'s refusal."""
+
+    kind: str  # NAMESPACE or PROCESS
+    detail: str  # what enforces it, or why the namespace sandbox could not be had
+
+    @property
+    def strong(self) -> bool:
+        return self.kind == NAMESPACE
+
+
+@dataclass
+class Confinement:
+    """One jailed process: its scratch directory and what else it may see."""
+
+    scratch: str  # writable; the working directory, HOME, /tmp and /dev/shm are inside it
+    workdir: str  # inside scratch
+    writable: list[str] = field(default_factory=list)
+    readable: list[str] = field(default_factory=list)  # files or directories, read-only
+    accelerators: bool = False
+
+    def prepare(self) -> dict[str, str]:
+        """Create the scratch layout; returns the environment entries that point into it."""
+        for sub in ("home", "tmp", "shm"):
+            os.makedirs(os.path.join(self.scratch, sub), exist_ok=True)
+        os.makedirs(self.workdir, exist_ok=True)
+        return {"HOME": os.path.join(self.scratch, "home"), "TMPDIR": "/tmp"}
+
+
+def bubblewrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
+    """The bubblewrap command line that runs `argv` confined to `jail`."""
+    bwrap = bubblewrap()
+    if bwrap is None:
+        raise RuntimeError("bubblewrap is not installed")
+    args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "triage-arm"]
+    for entry in ROOT_ENTRIES:
+        path = "/" + entry
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in ETC_ALLOWED:
+        args += ["--ro-bind-try", "/etc/" + name, "/etc/" + name]
+    args += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
+    if jail.accelerators:
+        for device in list(ACCELERATOR_DEVICES) + sorted(glob.glob("/dev/nvidia[0-9]*")):
+            args += ["--dev-bind-try", device, device]
+    # /tmp first: the scratch directory and the shared ones usually live under the host's
+    # /tmp, and a later mount on /tmp would hide them.
+    args += ["--bind", os.path.join(jail.scratch, "tmp"), "/tmp",
+             "--bind", os.path.join(jail.scratch, "shm"), "/dev/shm"]
+    for path in _interpreter_paths():
+        args += ["--ro-bind", path, path]
+    for path in jail.readable:
+        args += ["--ro-bind", path, path]
+    args += ["--bind", jail.scratch, jail.scratch]
+    for path in jail.writable:
+        args += ["--bind", path, path]
+    args += ["--remount-ro", "/", "--chdir", jail.workdir, "--info-fd", str(info_fd), "--", *argv]
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreter_paths() -> tuple[str, ...]:
+    """What `python -I -m triage.worker` reads: the installation, site-packages, whatever the
+    .pth files add (an editable install's finder points at the checkout's `triage/` only),
+    and triage's own package — each once, outside the system directories already bound."""
+    import triage
+
+    probe = subprocess.run([sys.executable, "-I", "-c", "import sys; print('\\n'.join(sys.path))"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                  os.path.dirname(os.path.abspath(triage.__file__))]
+    candidates += [p for p in probe.stdout.splitlines() if p]
+    covered = ["/" + e for e in ROOT_ENTRIES]
+    chosen: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in candidates} | {os.path.abspath(p) for p in candidates},
+                       key=len):
+        if not os.path.exists(path) or any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered + chosen):
+            continue
+        chosen.append(path)
+    return tuple(chosen)
+
+
+@functools.lru_cache(maxsize=None)
+def isolation(requested: str = "auto") -> Isolation:
+    """What this machine allows: the namespace sandbox when bubblewrap runs a Python in it,
+    else the process sandbox, with the reason.  `requested` is auto, namespace or process."""
+    if requested == PROCESS:
+        return Isolation(PROCESS, "process only (asked for with --isolation process): the script runs as this user "
+                                  "with a scrubbed environment, its own process group and polled limits")
+    reason = _namespace_unavailable()
+    if reason is None:
+        return Isolation(NAMESPACE, "bubblewrap: user, PID, network, IPC and mount namespaces; the installation "
+                                    "read-only; only a scratch directory writable; an empty HOME")
+    return Isolation(PROCESS, f"process only: {reason}; the script runs as this user and can read what this user "
+                              "can read (HOME, other processes), write where this user can, and reach the network")
+
+
+def _namespace_unavailable() -> str | None:
+    if bubblewrap() is None:
+        return "bubblewrap (bwrap) is not installed (Debian/Ubuntu package `bubblewrap`)"
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="triage-probe-")
+    try:
+        jail = Confinement(scratch=scratch, workdir=os.path.join(scratch, "work"))
+        env = dict(jail.prepare(), PATH=os.environ.get("PATH", "/usr/bin:/bin"))
+        read_fd, write_fd = os.pipe()
+        try:
+            done = subprocess.run(command([sys.executable, "-I", "-c", "import triage"], jail, write_fd),
+                                  env=env, capture_output=True, text=True, timeout=60, pass_fds=(write_fd,),
+                                  check=False)
+        finally:
+            os.close(read_fd)
+            os.close(write_fd)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bubblewrap could not start ({e})"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1][:200]
+        return f"bubblewrap could not create the sandbox ({why}; user namespaces may be disabled: " \
+               "sysctl kernel.unprivileged_userns_clone=1 / kernel.apparmor_restrict_unprivileged_userns=0)"
+    return None

@@ -1,0 +1,362 @@
+"""Starting and watching one process that runs issue code (the parent's side).
+
+The reporter's script may crash, hang, segfault, exhaust memory or disk, fork without end,
+print megabytes, or lie on the control pipe.  `SandboxedProcess` starts it inside the jail
+(`jail.py`) when the machine allows, else in its own session; `run_isolated` watches it:
+
+- one deadline that only triage sets: each phase the worker announces (script started,
+  script done, …) may move it, but only once per phase, in order, and never past the sum of
+  the allowances triage granted up front;
+- memory is the resident size of the whole process tree (every descendant, whatever its
+  process group or session), the number of processes is capped, and the scratch directory's
+  size is measured: past any ceiling the sandbox is killed;
+- the control pipe is read in bounded lines; an overlong line or a flood is dropped, not kept;
+- after the worker says "done", it gets a second to exit; whatever holds it then (a thread,
+  an atexit handler of the script) is killed and the result is kept.
+
+Nothing the child does makes `run_isolated` raise.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from triage.sandbox import jail as jails
+
+POLL_S = 0.05
+DISK_POLL_S = 1.0
+MAX_CONTROL_LINE = 1 << 20  # bytes; the worker's largest message (a streamed observable) is far smaller
+MAX_CONTROL_BYTES = 64 << 20  # all messages of one run, kept or not
+MAX_MESSAGES = 20000
+MAX_DISK_ENTRIES = 200_000
+
+
+@dataclass
+class Limits:
+    timeout_s: float  # from the start until the first phase that grants more time
+    memory_bytes: int
+    output_bytes: int
+    # (phase, seconds from its arrival), in the order the worker announces them.  A phase
+    # moves the deadline once, only after the phases before it; the total is capped.
+    phases: tuple[tuple[str, float], ...] = ()
+    linger_s: float = 1.0  # after "done": time to exit before the rest is killed
+    max_processes: int = 512
+    disk_bytes: int = 8 << 30  # scratch directory and shared writable directories together
+
+
+@dataclass
+class ProcessOutcome:
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    memory_exceeded: bool
+    elapsed_s: float
+    stdout: str
+    stderr: str
+    output_dropped: int
+    messages: list[dict[str, Any]]
+    peak_rss_bytes: int
+    done: bool = False  # the worker said "done" (its result is complete)
+    lingered: bool = False  # and something kept the process alive afterwards: it was killed
+    limit_exceeded: str | None = None  # "processes" or "disk": killed for that
+    control_dropped: int = 0  # control lines refused (overlong, not JSON, past the caps)
+
+
+class OutputCapture:
+    """Drains a pipe, keeping the first and last `cap/2` bytes."""
+
+    def __init__(self, stream: Any, cap: int) -> None:
+        self.stream, self.half = stream, max(cap // 2, 1024)
+        self.head = bytearray()
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_size = 0
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            chunk = self.stream.read1(65536) if hasattr(self.stream, "read1") else self.stream.read(65536)
+            if not chunk:
+                break
+            room = self.half - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail.append(chunk)
+                self.tail_size += len(chunk)
+                while self.tail_size - len(self.tail[0]) >= self.half:
+                    self.dropped += len(self.tail[0])
+                    self.tail_size -= len(self.tail[0])
+                    self.tail.popleft()
+
+    def text(self) -> str:
+        self.thread.join(timeout=2)
+        tail = b"".join(self.tail)
+        if self.tail_size > self.half:
+            cut = self.tail_size - self.half
+            self.dropped += cut
+            tail = tail[cut:]
+        middle = f"\n[… triage dropped {self.dropped} bytes of output …]\n".encode() if self.dropped else b""
+        return (bytes(self.head) + middle + tail).decode("utf-8", errors="replace")
+
+
+# bubblewrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when the *thread* that
+# started the process ends, not the process: every sandbox is started from this one thread,
+# which lives as long as triage does (a pool thread that returns would kill its workers).
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="triage-spawn")
+
+
+class SandboxedProcess:
+    """One process running issue code: in the jail where `isolation` allows, else in a
+    session of its own.  `kill()` ends it and everything it started."""
+
+    def __init__(self, argv: list[str], *, jail: jails.Confinement, env: dict[str, str],
+                 isolation: jails.Isolation, pass_fds: tuple[int, ...] = (),
+                 stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE) -> None:
+        self.jail = jail
+        env = dict(env, **jail.prepare())
+        self.namespace_pid: int | None = None  # PID 1 of the sandbox, as the host numbers it
+        self.jailed = isolation.strong
+        info_r = info_w = None
+        if isolation.strong:
+            info_r, info_w = os.pipe()
+            argv = jails.command(argv, jail, info_w)
+            pass_fds = pass_fds + (info_w,)
+        self.proc = _SPAWNER.submit(subprocess.Popen, argv, cwd=jail.workdir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=pass_fds).result()
+        if info_w is not None:
+            os.close(info_w)
+            threading.Thread(target=self._read_info, args=(info_r,), daemon=True).start()
+
+    def _read_info(self, fd: int) -> None:
+        # bubblewrap writes {"child-pid": N} once the namespace exists, then closes the pipe.
+        with os.fdopen(fd, "rb") as f:
+            try:
+                self.namespace_pid = int(json.loads(f.read(4096) or b"{}").get("child-pid"))
+            except (ValueError, TypeError, AttributeError):
+                pass
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def exit_status(self) -> int | None:
+        """The child's status as Popen reports it (negative: the signal that ended it).
+        bubblewrap passes a signal death on as status 128 + signal; it is turned back."""
+        code = self.proc.returncode
+        if self.jailed and code is not None and code > 128 and (code - 128) in signal.valid_signals():
+            return -(code - 128)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox: PID 1 of its namespace (the kernel then kills every process
+        in it), and the session triage started it in."""
+        if self.namespace_pid:
+            _signal(self.namespace_pid)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in _descendants(self.proc.pid, _process_table())[0]:
+            _signal(pid)
+
+    def tree(self) -> tuple[int, int]:
+        """(resident bytes, number of processes) of the whole tree under this process."""
+        pids, rss = _descendants(self.proc.pid, _process_table())
+        return rss, len(pids)
+
+
+def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str], limits: Limits,
+                 isolation: jails.Isolation | None = None,
+                 on_message: Callable[[dict[str, Any]], None] | None = None) -> ProcessOutcome:
+    """Run `argv` confined to `jail`; messages the child writes as JSON lines to fd
+    TRIAGE_CONTROL_FD are collected (and passed to `on_message`).  Never raises for anything
+    the child does."""
+    isolation = isolation or jails.isolation()
+    read_fd, write_fd = os.pipe()
+    env = dict(env, TRIAGE_CONTROL_FD=str(write_fd))
+    start = time.monotonic()
+    child = SandboxedProcess(argv, jail=jail, env=env, isolation=isolation, pass_fds=(write_fd,))
+    os.close(write_fd)
+    out, err = OutputCapture(child.proc.stdout, limits.output_bytes), OutputCapture(child.proc.stderr, limits.output_bytes)
+    control = ControlChannel(read_fd, limits, start, on_message)
+    timed_out = memory_exceeded = False
+    exceeded: str | None = None
+    peak = 0
+    next_disk = start + DISK_POLL_S
+    while child.proc.poll() is None:
+        time.sleep(POLL_S)
+        rss, processes = child.tree()
+        peak = max(peak, rss)
+        now = time.monotonic()
+        if rss > limits.memory_bytes:
+            memory_exceeded = True
+            break
+        if processes > limits.max_processes:
+            exceeded = "processes"
+            break
+        if now >= next_disk:
+            next_disk = now + DISK_POLL_S
+            if _disk_usage([jail.scratch, *jail.writable], limits.disk_bytes) > limits.disk_bytes:
+                exceeded = "disk"
+                break
+        if now > control.deadline:
+            timed_out = not control.done
+            break
+    child.kill()
+    child.proc.wait()
+    control.thread.join(timeout=2)
+    code = child.exit_status()
+    sig = signal.Signals(-code).name if code is not None and code < 0 and -code in signal.valid_signals() else None
+    stdout, stderr = out.text(), err.text()
+    return ProcessOutcome(
+        exit_code=code, signal=sig, timed_out=timed_out, memory_exceeded=memory_exceeded,
+        elapsed_s=time.monotonic() - start, stdout=stdout, stderr=stderr,
+        output_dropped=out.dropped + err.dropped, messages=control.messages, peak_rss_bytes=peak,
+        done=control.done, lingered=control.done and code is not None and code < 0 and not exceeded,
+        limit_exceeded=exceeded, control_dropped=control.dropped,
+    )
+
+
+class ControlChannel:
+    """The worker's JSON-lines control pipe, read in bounded lines; it owns the deadline."""
+
+    def __init__(self, fd: int, limits: Limits, start: float,
+                 on_message: Callable[[dict[str, Any]], None] | None) -> None:
+        self.limits, self.on_message = limits, on_message
+        self.order = [name for name, _ in limits.phases]
+        self.allowance = dict(limits.phases)
+        self.hard_deadline = start + limits.timeout_s + sum(self.allowance.values())
+        self.deadline = start + limits.timeout_s
+        self.last_phase = -1
+        self.done = False
+        self.messages: list[dict[str, Any]] = []
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._read, args=(fd,), daemon=True)
+        self.thread.start()
+
+    def _read(self, fd: int) -> None:
+        total = 0
+        with os.fdopen(fd, "rb") as f:
+            while True:
+                raw = f.readline(MAX_CONTROL_LINE + 1)
+                if not raw:
+                    return
+                total += len(raw)
+                if len(raw) > MAX_CONTROL_LINE:
+                    self.dropped += 1
+                    while raw and not raw.endswith(b"\n"):  # skip the rest of the overlong line
+                        raw = f.readline(MAX_CONTROL_LINE)
+                    continue
+                if total > MAX_CONTROL_BYTES or len(self.messages) >= MAX_MESSAGES:
+                    self.dropped += 1
+                    continue
+                try:
+                    message = json.loads(raw)
+                except (ValueError, RecursionError):
+                    message = None
+                if not isinstance(message, dict):
+                    self.dropped += 1
+                    continue
+                self.messages.append(message)
+                self._phase(message.get("phase"))
+                if self.on_message is not None:
+                    self.on_message(message)
+
+    def _phase(self, phase: Any) -> None:
+        now = time.monotonic()
+        if phase == "done":
+            # Believed only after the last announced phase: a script that writes "done" on
+            # every descriptor while it still runs does not cut its own arm short.
+            if self.last_phase == len(self.order) - 1:
+                self.done = True
+                self.deadline = min(self.deadline, now + self.limits.linger_s)
+            return
+        if not isinstance(phase, str) or phase not in self.allowance:
+            return
+        index = self.order.index(phase)
+        if index <= self.last_phase:
+            return  # each phase once, in order: a repeated announcement buys no time
+        self.last_phase = index
+        self.deadline = min(now + self.allowance[phase], self.hard_deadline)
+
+
+def _signal(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, resident bytes) for every process this user can see."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2:].split()
+            table[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE)  # fields 4 (ppid) and 24 (rss)
+        except (OSError, ValueError, IndexError):
+            continue
+    return table
+
+
+def _descendants(root: int, table: dict[int, tuple[int, int]]) -> tuple[list[int], int]:
+    """Every process under `root` (itself included) and their resident bytes together."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for pid, (ppid, _) in table.items():
+        children[ppid].append(pid)
+    found, stack, rss = [], [root], 0
+    while stack:
+        pid = stack.pop()
+        if pid in table:
+            found.append(pid)
+            rss += table[pid][1]
+        stack.extend(children.get(pid, ()))
+    return found, rss
+
+
+def _disk_usage(roots: list[str], stop_at: int) -> int:
+    """Bytes under `roots` (allocated blocks, links not followed); stops counting early past
+    `stop_at` or past MAX_DISK_ENTRIES entries (which counts as over)."""
+    total, entries = 0, 0
+    stack = list(roots)
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    if entries > MAX_DISK_ENTRIES:
+                        return stop_at + 1
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+        if total > stop_at:
+            return total
+    return total
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
