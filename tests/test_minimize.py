@@ -184,7 +184,8 @@ def test_lost_worker_is_restarted(tmp_path):
     try:
         plan = graph.plan(frozenset(graph.ops))
         assert worker.request(dict(plan.request(), cmd="run"), 60)[0]["ok"]
-        worker.proc.kill()
+        worker.sandboxed.kill()  # the worker's whole sandbox is lost (as a crash or the OOM killer would)
+        worker.proc.wait()
         lost, _ = worker.request(dict(plan.request(), cmd="run"), 60)
         assert not lost["ok"] and "died" in lost["lost"]
         again, values = worker.request(dict(plan.request(), cmd="run"), 60)
