@@ -21,7 +21,7 @@ from triage.model import ArmRun, ArmSpec, Observable, Repro
 from triage.sandbox import (
     Confinement, Isolation, Limits, ProcessOutcome, isolation, physical_memory, run_isolated, scrubbed_environment,
 )
-from triage.sandbox.caches import EnvironmentCache, collect_environment, compile_cache
+from triage.sandbox.caches import EnvironmentCache, collect_environment, compile_cache, inductor_default_dir
 from triage.untrusted import UntrustedOutput, remove_tree
 
 GiB = 1 << 30
@@ -148,6 +148,7 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, mem
                        writable=[compiled], accelerators=arm.device != "cpu")
     env = dict(scrubbed_environment(), TORCHINDUCTOR_CACHE_DIR=compiled,
                TRITON_CACHE_DIR=os.path.join(compiled, "triton"))
+    jail.mounts.update(inductor_default_dir(env, compiled))
     notify("start", {})
     started = time.monotonic()
     outcome = run_isolated(

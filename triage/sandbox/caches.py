@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -94,6 +95,21 @@ def compile_cache(source: str, directory: str | None = None) -> str:
     os.utime(path)
     _prune(base, keep=path)
     return str(path)
+
+
+def inductor_default_dir(env: dict[str, str], compiled: str) -> dict[str, str]:
+    """Inductor keeps some of its cache (precompiled headers) in its default folder,
+    /tmp/torchinductor_<user>, whatever TORCHINDUCTOR_CACHE_DIR says: inside the jail that
+    folder is the script's compile cache too (its /tmp is otherwise new each run)."""
+    user = env.get("LOGNAME") or env.get("USER") or env.get("LNAME") or env.get("USERNAME")
+    if not user:
+        import pwd
+
+        user = pwd.getpwuid(os.getuid()).pw_name
+    inside = "/tmp/torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+    host = os.path.join(compiled, "default")
+    os.makedirs(host, exist_ok=True)
+    return {inside: host}
 
 
 def _prune(base: Path, keep: Path) -> None:

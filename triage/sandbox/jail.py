@@ -64,6 +64,8 @@ class Confinement:
     workdir: str  # inside scratch
     writable: list[str] = field(default_factory=list)
     readable: list[str] = field(default_factory=list)  # files or directories, read-only
+    # writable host directories shown at another path (jail only): path inside -> host path
+    mounts: dict[str, str] = field(default_factory=dict)
     accelerators: bool = False
 
     def prepare(self) -> dict[str, str]:
@@ -108,6 +110,8 @@ def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
     args += ["--bind", jail.scratch, jail.scratch]
     for path in jail.writable:
         args += ["--bind", path, path]
+    for inside, host in jail.mounts.items():
+        args += ["--bind", host, inside]
     args += ["--remount-ro", "/", "--chdir", jail.workdir, "--info-fd", str(info_fd), "--", *argv]
     return args
 

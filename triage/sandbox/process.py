@@ -207,7 +207,7 @@ def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str
             break
         if now >= next_disk:
             next_disk = now + DISK_POLL_S
-            if _disk_usage([jail.scratch, *jail.writable], limits.disk_bytes) > limits.disk_bytes:
+            if _disk_usage([jail.scratch, *jail.writable, *jail.mounts.values()], limits.disk_bytes) > limits.disk_bytes:
                 exceeded = "disk"
                 break
         if now > control.deadline:
