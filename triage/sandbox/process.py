@@ -64,10 +64,7 @@ class ProcessOutcome:
     output_dropped: int
     messages: list[dict[str, Any]]
     peak_rss_bytes: int
-    done: bool = False  # the worker said "done" (its result is complete)
-    lingered: bool = False  # and something kept the process alive afterwards: it was killed
     limit_exceeded: str | None = None  # "processes" or "disk": killed for that
-    control_dropped: int = 0  # control lines refused (overlong, not JSON, past the caps)
 
 
 class OutputCapture:
@@ -123,7 +120,6 @@ class SandboxedProcess:
     def __init__(self, argv: list[str], *, jail: jails.Confinement, env: dict[str, str],
                  isolation: jails.Isolation, pass_fds: tuple[int, ...] = (),
                  stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE) -> None:
-        self.jail = jail
         env = dict(env, **jail.prepare())
         self.namespace_pid: int | None = None  # PID 1 of the sandbox, as the host numbers it
         self.jailed = isolation.strong
@@ -223,8 +219,7 @@ def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str
         exit_code=code, signal=sig, timed_out=timed_out, memory_exceeded=memory_exceeded,
         elapsed_s=time.monotonic() - start, stdout=stdout, stderr=stderr,
         output_dropped=out.dropped + err.dropped, messages=control.messages, peak_rss_bytes=peak,
-        done=control.done, lingered=control.done and code is not None and code < 0 and not exceeded,
-        limit_exceeded=exceeded, control_dropped=control.dropped,
+        limit_exceeded=exceeded,
     )
 
 
@@ -241,7 +236,6 @@ class ControlChannel:
         self.last_phase = -1
         self.done = False
         self.messages: list[dict[str, Any]] = []
-        self.dropped = 0
         self.thread = threading.Thread(target=self._read, args=(fd,), daemon=True)
         self.thread.start()
 
@@ -254,19 +248,16 @@ class ControlChannel:
                     return
                 total += len(raw)
                 if len(raw) > MAX_CONTROL_LINE:
-                    self.dropped += 1
                     while raw and not raw.endswith(b"\n"):  # skip the rest of the overlong line
                         raw = f.readline(MAX_CONTROL_LINE)
                     continue
                 if total > MAX_CONTROL_BYTES or len(self.messages) >= MAX_MESSAGES:
-                    self.dropped += 1
                     continue
                 try:
                     message = json.loads(raw)
                 except (ValueError, RecursionError):
                     message = None
                 if not isinstance(message, dict):
-                    self.dropped += 1
                     continue
                 self.messages.append(message)
                 self._phase(message.get("phase"))
