@@ -71,7 +71,7 @@ def run_triage(name: str, script: Path, arms_text: str) -> tuple[dict, object, o
 
 
 def _ops(run) -> list[str]:  # noqa: ANN001
-    from triage.graph import OpGraph
+    from triage.minimize.graph import OpGraph
 
     return OpGraph(run.graph_dir).ops
 
@@ -80,7 +80,7 @@ def run_fx_minifier(runs, comparison, arms_text: str) -> dict:  # noqa: ANN001
     import torch
     from torch._functorch.fx_minifier import minifier
 
-    from triage.graph import OpGraph
+    from triage.minimize.graph import OpGraph
     from triage.worker.fingerprint import dtype_name, to_numpy
     from triage.worker.graphio import LoadedGraph
     from triage.worker.opgraph import Fault

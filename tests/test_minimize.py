@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from triage import passes
+from triage.minimize import passes
 from triage.compare import divergence_kind
-from triage.graph import OpGraph
+from triage.minimize.graph import OpGraph
 from triage.model import DivergenceKind
 
 
@@ -175,7 +175,7 @@ def test_lost_worker_is_restarted(tmp_path):
     from triage.arms import parse_arms
     from triage.extract import extract_repro
     from triage.run import RunOptions, run_arms
-    from triage.warm import ArmWorker
+    from triage.minimize.warm import ArmWorker
 
     arm = parse_arms("cpu")[0]
     run = run_arms(extract_repro(str(FIXTURES / "compile_acosh.py")), [arm], RunOptions(reference=False))[0]

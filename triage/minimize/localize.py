@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from triage.problem import ReductionProblem
+from triage.minimize.problem import ReductionProblem
 from triage.model import LocalizedOp
 
 SEVERITY = {"equal": 0, "rounding": 1, "mismatch": 2, "nonfinite": 3, "raises": 4}

@@ -4,8 +4,8 @@
 2. start a warm worker per arm; arm A computes every op of the diverging value's cone once,
    and those values become the *recorded inputs* of any sub-graph;
 3. measure reliability (the whole cone, several runs) — a flaky divergence stops here;
-4. localize (`triage.localize`); reduce (`triage.passes`) with the `ReductionProblem`;
-5. write the standalone script and verify it in fresh arms (`triage.standalone`).
+4. localize (`triage.minimize.localize`); reduce (`triage.minimize.passes`) with the `ReductionProblem`;
+5. write the standalone script and verify it in fresh arms (`triage.minimize.standalone`).
 Every step that cannot proceed says why in a note; none of them raises.
 """
 from __future__ import annotations
@@ -18,16 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from triage import policy, standalone
+from triage import policy
+from triage.minimize import standalone
 from triage.compare import divergence_kind
-from triage.graph import OpGraph
-from triage.localize import localize
+from triage.minimize.graph import OpGraph
+from triage.minimize.localize import localize
 from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
-from triage.passes import RELIABILITY_RUNS, reduce, reliability
-from triage.problem import ReductionProblem
+from triage.minimize.passes import RELIABILITY_RUNS, reduce, reliability
+from triage.minimize.problem import ReductionProblem
 from triage.run import RunOptions
 from triage.untrusted import UntrustedOutput, remove_tree
-from triage.warm import ArmWorker, WorkerFailed
+from triage.minimize.warm import ArmWorker, WorkerFailed
 
 GiB = 1 << 30
 Progress = Callable[[str, str, dict[str, Any]], None]

@@ -4,7 +4,7 @@ A recorded op graph, two warm arm workers, the `DivergenceKind` to preserve, and
 predicate `diverges(ops)`: run the candidate op set on *both* arms and hold when some output
 differs between them with exactly that kind (same nonfinite pattern, same exception type,
 beyond vs within tolerance).  Never one arm's output alone: arm A is run every time too.
-Results are cached by the candidate's plan hash, so the passes (`triage.passes`) may ask freely.
+Results are cached by the candidate's plan hash, so the passes (`triage.minimize.passes`) may ask freely.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from triage.compare import divergence_kind
-from triage.graph import OpGraph, Plan
+from triage.minimize.graph import OpGraph, Plan
 from triage.model import DivergenceKind
-from triage.warm import ArmWorker
+from triage.minimize.warm import ArmWorker
 
 
 @dataclass

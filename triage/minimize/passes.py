@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from triage.problem import Outcome, ReductionProblem
+from triage.minimize.problem import Outcome, ReductionProblem
 
 RELIABILITY_RUNS = 3
 

@@ -1,0 +1,15 @@
+"""Stage 4, the minimizer: from the headline divergence to a verified minimal repro.
+
+``stage``       the stage itself (`minimize_divergence`): arms, warm workers, reliability,
+                localization, reduction, float64 ablations, the script, its verification
+``problem``     the one abstraction, `ReductionProblem`: a recorded graph, two warm arm
+                workers and the cached predicate "do the arms still diverge this way?"
+``passes``      op-set reductions (truncate, ddmin, one-minimal, ...)
+``graph``       the recorded op graph as triage's own process sees it (plans of candidates)
+``localize``    per-op end-to-end and local errors
+``warm``        the parent's side of a warm arm worker
+``standalone``  the minimal script written by arm A's worker and verified in fresh arms
+"""
+from triage.minimize.stage import MinimizeOptions, MinimizeResult, minimize_divergence
+
+__all__ = ["MinimizeOptions", "MinimizeResult", "minimize_divergence"]
