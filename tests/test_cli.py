@@ -1,9 +1,8 @@
-"""End to end: the real CLI, real arm subprocesses, CPU arms (and the fault-injecting test arm)."""
+"""The CLI: end to end (slow: real arm subprocesses, CPU arms and the fault-injecting test arm),
+and its terminal output (fast: the pipeline replaced by a made-up report)."""
 import pytest
 
 from conftest import FIXTURES, ISSUES, SEEDS
-
-pytestmark = pytest.mark.slow
 
 
 def kind(report):
@@ -15,6 +14,7 @@ def scalar_kernels(report):
     return {a["flags_start"]["cpu_capability"] for a in report["arms"]} == {"DEFAULT"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arms, expected", [
     ("cpu,cpu/threads=1", ("not-reproduced", None)),
     ("cpu,cpu/fault=mm:ulp", ("expected-rounding", True)),
@@ -29,17 +29,20 @@ def test_verdicts_on_a_well_conditioned_script(triage, arms, expected):
     assert comment.startswith("<!-- triage:report digest=") and f"<code>{expected[0]}</code>" in comment
 
 
+@pytest.mark.slow
 def test_leaves_are_bit_identical_across_arms(triage):
     _, report, _, _ = triage(FIXTURES / "matmul_chain.py", "cpu,cpu/threads=1")
     assert any("bit-identical weights and inputs" in n for n in report["notes"])
 
 
+@pytest.mark.slow
 def test_fp16_overflow_is_expected(triage):
     _, report, _, _ = triage(FIXTURES / "fp16_overflow.py")
     assert kind(report) == ("nonfinite-flip", True)
     assert report["verdict"]["policy_section"] == "Extremal values"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script, op", [("fresh_weights.py", "uniform_"), ("uninitialized.py", "empty")])
 def test_fresh_random_or_uninitialized_values_are_nondeterministic(triage, script, op):
     _, report, _, _ = triage(FIXTURES / script)
@@ -47,18 +50,21 @@ def test_fresh_random_or_uninitialized_values_are_nondeterministic(triage, scrip
     assert op in report["verdict"]["summary"]
 
 
+@pytest.mark.slow
 def test_ill_conditioned_solve(triage):
     _, report, _, _ = triage(FIXTURES / "hilbert_solve.py", "cpu,cpu/fault=linalg_solve_ex")
     assert kind(report) == ("expected-ill-conditioned", True)
     assert "cond =" in report["verdict"]["summary"]
 
 
+@pytest.mark.slow
 def test_torch_api_error_on_every_arm_is_could_not_run(triage):
     code, report, _, _ = triage(FIXTURES / "api_error.py")
     assert code == 3 and report["verdict"]["kind"] == "could-not-run"
     assert "mat1 and mat2 shapes cannot be multiplied" in report["verdict"]["summary"]
 
 
+@pytest.mark.slow
 def test_usage_errors_exit_2(triage):
     code, report, _, out = triage(FIXTURES / "matmul_chain.py", "cpu/bogus=1")
     assert code == 2 and "unknown knob 'bogus'" in out and report is None
@@ -67,6 +73,7 @@ def test_usage_errors_exit_2(triage):
 BAD = FIXTURES / "bad"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script, status, message, code", [
     ("syntax_error.py", None, "syntax error", 3),
     ("not_utf8.py", None, "not valid UTF-8", 3),
@@ -84,24 +91,28 @@ def test_bad_input_gets_a_clear_report(triage, script, status, message, code):
     assert "Traceback (most recent call last)" not in out.split("triage:")[0]
 
 
+@pytest.mark.slow
 def test_the_scripts_own_raise_is_kept_as_a_result(triage):
     rc, report, comment, _ = triage(BAD / "raises.py")
     assert rc == 0 and report["arms"][0]["status"] == "raised"
     assert "reporter's script fails here" in report["arms"][0]["failure"] and "reporter's script fails here" in comment
 
 
+@pytest.mark.slow
 def test_infinite_loop_times_out(triage):
     rc, report, _, _ = triage(BAD / "infinite_loop.py", "cpu", "--timeout", "5")
     assert rc == 3 and report["arms"][0]["status"] == "timeout"
     assert "--timeout" in report["verdict"]["summary"]
 
 
+@pytest.mark.slow
 def test_memory_blowup_is_killed(triage):
     rc, report, _, _ = triage(BAD / "memory_blowup.py", "cpu", "--memory", "2G")
     assert rc == 3 and report["arms"][0]["status"] == "crashed"
     assert "memory" in report["arms"][0]["failure"]
 
 
+@pytest.mark.slow
 def test_huge_output_is_capped_and_the_verdict_still_comes(triage):
     rc, report, comment, _ = triage(BAD / "huge_output.py")
     assert rc == 0 and report["verdict"]["kind"] == "not-reproduced"
@@ -109,22 +120,26 @@ def test_huge_output_is_capped_and_the_verdict_still_comes(triage):
     assert len(comment) <= 65536
 
 
+@pytest.mark.slow
 def test_sys_exit_half_way_keeps_what_was_observed(triage):
     rc, report, _, _ = triage(BAD / "exits_early.py")
     assert rc == 0 and report["arms"][0]["status"] == "ok"
     assert any("sys.exit" in n for n in report["notes"]) and report["observables"]
 
 
+@pytest.mark.slow
 def test_script_without_torch(triage):
     rc, report, _, _ = triage(BAD / "no_torch.py")
     assert rc == 0 and "never produced a tensor" in report["verdict"]["summary"]
 
 
+@pytest.mark.slow
 def test_tokens_never_reach_the_script(triage):
     rc, report, _, _ = triage(BAD / "steals_token.py", "cpu", env={"GITHUB_TOKEN": "ghp_secret", "MY_API_KEY": "k"})
     assert rc == 0 and "LEAKED: []" in report["arms"][0]["stdout"]
 
 
+@pytest.mark.slow
 def test_logdet_seed_on_cpu_reports_singular_input_and_exact_minus_inf(triage):
     _, report, comment, _ = triage(SEEDS / "logdet_cpu_vs_cuda.py")
     v = report["verdict"]
@@ -137,6 +152,7 @@ def test_logdet_seed_on_cpu_reports_singular_input_and_exact_minus_inf(triage):
     assert "collect_env" in comment
 
 
+@pytest.mark.slow
 def test_gh183768_acosh_compiled_side_is_wrong(triage):
     _, report, _, _ = triage(ISSUES / "gh-183768" / "repro.py", "cpu,cpu/compile")
     v = report["verdict"]
@@ -150,17 +166,99 @@ def test_gh183768_acosh_compiled_side_is_wrong(triage):
     assert zones == {"cpu": "inside", "cpu/compile": "outside"}
 
 
+@pytest.mark.slow
 def test_gh188225_is_crash_one_arm(triage):
     _, report, _, _ = triage(ISSUES / "gh-188225" / "repro.py", "cpu,cpu/compile")
     assert kind(report) == ("crash-one-arm", False) and "InductorError" in report["verdict"]["summary"]
 
 
+@pytest.mark.slow
 def test_gh187180_fp16_claim_is_flagged(triage):
     _, report, _, _ = triage(ISSUES / "gh-187180" / "repro.py")
     v = report["verdict"]
     assert (v["kind"], v["expected"]) == ("nonfinite-flip", True) and "float16" in v["summary"]
 
 
+@pytest.mark.slow
 def test_ddp_seed_needing_two_gpus_could_not_run(triage):
     rc, report, _, _ = triage(SEEDS / "ddp_two_gpus.py", "cpu", "--timeout", "60")
     assert rc == 3 and report["verdict"]["kind"] == "could-not-run"
+
+
+# -- the terminal summary, piped and in a terminal (fast: the pipeline is replaced) ---------------
+LONG_URL = "https://docs.pytorch.org/docs/stable/notes/numerical_accuracy.html#" + "batched-computations-" * 12
+LONG_CODE_LINE = "x = torch.tensor([" + ", ".join(f"{i}.25" for i in range(60)) + "], dtype=torch.float16)"
+LONG_NOTE = " ".join(["a note that goes on"] * 12)
+
+
+def _long_lines_report(script):
+    from triage.model import ArmRun, Comparison, Minimal, Report, Repro, Verdict
+
+    run = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok", elapsed_s=0.1)
+    comparison = Comparison(arms=[run], aligned=1, alignment_note=None, leaves_identical=None, leaves_note=None,
+                            divergence=None, divergences=0, claims=[], conditioning=[])
+    minimal = Minimal(ops=["aten.mm"], script=f"import torch\n{LONG_CODE_LINE}\nprint(x.sum())\n", verified=True,
+                      queries=3, seconds=1.0, arms=["cpu", "cpu/compile"], kind="mismatch", reliability="3/3",
+                      original_ops=9, verification="fresh runs show it")
+    verdict = Verdict(kind="likely-bug", expected=False, policy_section="Batched computations", policy_url=LONG_URL,
+                      labels=["module: numerical-stability"], summary="a summary that goes on " * 12,
+                      evidence=[f"see {LONG_URL}"])
+    return Report(repro=Repro(path=str(script), name="repro.py", source="import torch\n"), arms_requested=["cpu"],
+                  comparison=comparison, verdict=verdict, triage_version="t", seconds=0.2, minimal=minimal,
+                  notes=[LONG_NOTE])
+
+
+def _run_piped(tmp_path, monkeypatch, env=None):
+    """`triage run` through click's runner (stdout and stderr are pipes there), on a made-up report;
+    the pipeline reports two arm events, as the real one does."""
+    from click.testing import CliRunner
+
+    import triage.pipeline
+    from triage import cli
+
+    def pipeline(path, arms, options, progress, *rest):
+        progress("cpu", "start", {})
+        progress("cpu", "end", {"status": "ok"})
+        return _long_lines_report(path)
+
+    script = tmp_path / "repro.py"
+    script.write_text("import torch\n")
+    monkeypatch.setattr(triage.pipeline, "triage_script", pipeline)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    return CliRunner().invoke(cli.main, ["run", str(script), "--arms", "cpu", "--comment", "-", "--minimal", "-"],
+                              env=env)
+
+
+def test_piped_output_never_wraps_code_urls_or_prose(tmp_path, monkeypatch):
+    result = _run_piped(tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert LONG_CODE_LINE in lines and len(LONG_CODE_LINE) > 200
+    assert f"policy: Batched computations {LONG_URL}" in lines and f" • see {LONG_URL}" in lines
+    assert f" · {LONG_NOTE}" in lines
+    summary = next(line for line in lines if "a summary" in line)
+    assert summary.count("a summary that goes on") == 12  # the verdict's box fits its text
+    assert max(len(line) for line in lines) < 1000  # and nothing is padded to the unbounded width
+
+
+def test_piped_progress_is_plain_lines_even_when_colour_is_forced(tmp_path, monkeypatch):
+    result = _run_piped(tmp_path, monkeypatch, env={"FORCE_COLOR": "1", "TERM": "xterm-256color"})
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stderr and "\x1b" not in result.stdout  # no colour, cursor or spinner codes
+    assert result.stderr.startswith("arm cpu: ok after ")
+
+
+def test_in_a_terminal_code_and_urls_are_never_broken(tmp_path):
+    import io
+    import re
+
+    from rich.console import Console
+
+    from triage.report import render_terminal
+
+    out = io.StringIO()
+    render_terminal(_long_lines_report(tmp_path / "repro.py"), Console(file=out, width=80, force_terminal=True))
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue()).splitlines()
+    assert LONG_CODE_LINE in lines and f"policy: Batched computations {LONG_URL}" in lines
+    # Prose is still wrapped to the terminal's width.
+    assert any(line.startswith(" · a note") and len(line) <= 80 for line in lines)

@@ -546,6 +546,8 @@ def test_case_118_not_minimized_leaves_no_minimal_folder(tmp_path, arms_write, m
     ({"ok": True, "rows": {"op": {"local": {"kind": "equal", "extra": 1}}}}, "unexpected field"),
     ({"ok": True, "rows": {"__whole__": {"no": "error"}}}, "rows/__whole__: error is missing"),
     ({"ok": False, "error": "text"}, "error: a string, not an object"),
+    ({"ok": True, "float64_lines": {"acosh": "x\n| forged | row |"}}, "float64_lines"),
+    ({"ok": True, "results": ["__import__('os')"]}, "results"),
 ])
 def test_a_warm_reply_not_shaped_as_serve_sends_it_is_refused(header, says):
     assert says in (reply_problem(header) or "")
@@ -557,7 +559,10 @@ def test_valid_warm_replies_pass():
                    {"ok": True, "rows": {"mul": {"end_to_end": {"kind": "mismatch", "detail": "", "max_abs": 1.0,
                                                                 "max_ulps": 3.0, "nonfinite": 0}, "local": None},
                                          "__whole__": {"error": "RuntimeError: x"}}},
-                   {"ok": True, "script": "import torch\n", "forms": {}, "side_file": "minimal_inputs.pt"},
+                   {"ok": True, "script": "import torch\n", "forms": ["torch.acosh"], "side_file": "minimal_inputs.pt",
+                    "float64_lines": {"acosh": "torch.acosh(x0.double()).to(torch.float32)"},
+                    "results": ["eager", "compiled"]},
+                   {"ok": True, "dtypes": {"x": "bfloat16"}},
                    {"ok": False, "error": {"type": "RuntimeError", "message": "no"}}):
         assert reply_problem(header) is None, header
 

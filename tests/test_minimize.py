@@ -98,6 +98,9 @@ def test_reliability_counts_runs():
                 key = "k"
             return P()
 
+        def cache_key(self, plan):
+            return plan.key
+
         def run(self, plan):
             Flaky.calls += 1
             return passes.Outcome({"o": self.target if Flaky.calls % 2 else None})
@@ -135,7 +138,10 @@ def test_compiled_acosh_minimizes_to_acosh(triage, tmp_path):
     assert m["ops"] == ["aten.acosh"], out
     assert m["verified"] is True, m["verification"]
     assert "torch.acosh(x0)" in m["script"] and "torch.compile(f" in m["script"]
-    assert "4.999999889098154e+22" in m["script"]  # the recorded input, exactly
+    # The data reduced: a short literal that keeps a value whose square overflows float32.
+    x0 = re.search(r"^x0 = torch\.tensor\((\[.*\]), dtype=torch\.float32\)$", m["script"], re.M)
+    assert x0 and m["inputs_file"] is None and "frombuffer" not in m["script"], m["script"]
+    assert m["timings"]["elements_after"] <= 16 and re.search(r"\de\+2\d", x0.group(1)), x0.group(1)
     assert comment.index("Minimal repro") < comment.index("Original repro")
     first = report["localization"][0]
     assert first["op"] == "aten.acosh" and first["first"] and first["role"] == "introduced"
@@ -145,7 +151,9 @@ def test_compiled_acosh_minimizes_to_acosh(triage, tmp_path):
     assert any("x² overflows float32" in e for e in report["verdict"]["evidence"])
     run = subprocess.run([sys.executable, str(tmp_path / "minimal.py")], capture_output=True, text=True,
                          timeout=300)
-    assert "compiled: tensor([   inf,    inf,    inf" in run.stdout, run.stdout + run.stderr
+    shown = dict(line.split(":", 1) for line in run.stdout.splitlines() if ":" in line)
+    assert "inf" in shown["compiled"] and "inf" not in shown["eager"] and "inf" not in shown["float64"], run.stdout
+    assert re.search(r"nonfinite on one side only: [1-9]", run.stdout), run.stdout
 
 
 @pytest.mark.slow
@@ -159,7 +167,9 @@ def test_faulted_slogdet_minimizes_to_slogdet_on_the_singular_matrix(triage):
     assert m["verified"] is True, m["verification"]
     assert m["original_ops"] > 5
     rows = re.findall(r"\[([-0-9.e, ]+)\]", m["script"].split("x0 = torch.tensor(")[1].split("dtype")[0])
-    assert len(rows) == 4 and len(set(rows)) == 1  # the recorded 4x4 matrix: four identical rows
+    # Reduced from the recorded 4x4 matrix, still singular (arm A's -inf is kept): identical rows.
+    assert 2 <= len(rows) <= 4 and len(set(rows)) == 1, rows
+    assert m["timings"]["elements_after"] < m["timings"]["elements_before"] == 16
 
 
 @pytest.mark.slow

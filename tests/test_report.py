@@ -156,11 +156,15 @@ def test_strips_sit_in_a_text_fence_one_per_drawable_side():
 def test_other_judged_values_are_listed_once_and_capped():
     others = [_judgement("cpu", i, label=f"out{i} |`@x`") for i in range(1, 10)]
     others.append(_judgement("cpu", 1, label="out1 |`@x`"))  # the same value in a second divergence
-    text = render_comment(report_json(_judged_report([_judgement("cpu", 0)], others=others)))
+    data = report_json(_judged_report([_judgement("cpu", 0)], others=others))
+    text = render_comment(data, full_report="`report.json`")
     listed = [line for line in text.splitlines() if line.startswith("- <code>cpu</code> out")]
     assert len(listed) == OTHER_JUDGEMENTS
     assert listed[0] == "- <code>cpu</code> out1 \\|<code>@\u200bx</code> (line 7): inside (p = 0.60)"
-    assert "- … and 3 more in report.json" in text
+    assert "- … and 3 more in <code>report.json</code>" in text
+    # Where no report.json was written, the comment points to none.
+    text = render_comment(data)
+    assert "- … and 3 more\n" in text and "report.json" not in text
 
 
 def test_unstable_decisions_and_cancellation_hints_are_shown_once():

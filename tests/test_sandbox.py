@@ -103,7 +103,7 @@ def test_minimal_repro_with_an_inputs_file_is_written_and_verified_in_the_sandbo
     script.write_text("import torch\ntorch.manual_seed(0)\nx = torch.randn(64, 64)\ny = (x @ x).relu()\n"
                       "print(y.sum())\n")
     code, report, comment, out = run_triage(script, "cpu,cpu/fault=mm", tmp_path, "--minimal",
-                                            str(tmp_path / "minimal.py"), "--no-ablate")
+                                            str(tmp_path / "minimal.py"), "--no-ablate", "--keep-data")
     assert code == 0, out
     m = report["minimal"]
     assert m["ops"] == ["aten.mm"] and m["inputs_file"] == "minimal_inputs.pt" and m["verified"], m

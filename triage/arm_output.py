@@ -291,6 +291,11 @@ REPLY = record({
     "outputs": array(record({"name": NAME, "dtype": DTYPE}, required=("name", "dtype")), 100000),
     "rows": mapping(ROW, 10_000_000),
     "script": text(4 << 20),
+    "forms": array(OP, 100000),
+    # The float64 "set with" line per op: shown in the comment's code cells, one line each.
+    "float64_lines": mapping(text(2000, pattern=r"[^\r\n]*"), 100000),
+    "results": array(text(200, pattern=r"[A-Za-z_][A-Za-z0-9_]*"), 4),
+    "dtypes": mapping(DTYPE, 100000),
     # Copied next to minimal.py under this name: a plain file name, never a path.
     "side_file": text(255, pattern=r"[A-Za-z0-9_][A-Za-z0-9_.-]*", nullable=True),
     "arrays": array(record({}), 100000),

@@ -18,6 +18,10 @@ EXIT_VERDICT, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_NOT_POSTED, EXIT_NOT_TESTED =
 EXIT_NOT_WRITTEN = 1  # the run finished, but an output file could not be written (the rest were)
 MAX_INPUTS_BYTES = 8 << 30  # the minimal script's inputs file (the diverging op's recorded inputs)
 MIN_ARM_MEMORY = 512 << 20
+# `triage run SCRIPT -- ARGS`: a repro's arguments, not a data channel (the job file carries them).
+MAX_SCRIPT_ARGS, MAX_SCRIPT_ARGS_BYTES = 256, 64 << 10
+SHOWN_ARGS_CHARS = 1000  # of the arguments, in the report's note (a note holds 5000)
+UNWRAPPED_WIDTH = 1 << 16  # piped output's width without COLUMNS: tables and boxes fit their text
 
 
 def _memory(text: str | None) -> int | None:
@@ -81,6 +85,9 @@ def _run_options(f: Any) -> Any:
                      help="Reduce a divergence between two arms to its minimal op set and a verified script."),
         click.option("--minimize-budget", type=click.FloatRange(min=1), default=900.0, show_default=True,
                      help="Seconds the reduction passes may take; the smallest op set found by then is kept."),
+        click.option("--reduce-data/--keep-data", default=True, show_default=True,
+                     help="Shrink the minimal repro's inputs to the fewest, plainest values that still diverge "
+                          "the same way (--keep-data: the recorded values, exactly)."),
         click.option("--ablate/--no-ablate", default=True, show_default=True,
                      help="For a divergence, re-run with one switch changed at a time (threads=1, tf32=off, …) "
                           "and report which make the sides agree."),
@@ -134,26 +141,56 @@ def _github(api_url: str, bot_login: str | None, allowed_labels: str | None, tri
 
 @main.command("run")
 @click.argument("script", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- ARGS]...")
 @_run_options
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Write report.json here.")
 @click.option("--comment", "comment_path", default="comment.md", show_default=True, metavar="PATH",
               help="Write the GitHub comment (markdown) here; '-' to skip.")
 @click.option("--minimal", "minimal_path", default="minimal.py", show_default=True, metavar="PATH",
               help="Write the minimal repro script here (its inputs file, if any, beside it); '-' to skip.")
-def run_command(script: str, json_path: str | None, comment_path: str, minimal_path: str, **run: Any) -> None:
+def run_command(script: str, script_args: tuple[str, ...], json_path: str | None, comment_path: str,
+                minimal_path: str, **run: Any) -> None:
     """Run SCRIPT on isolated arms, judge it against the accuracy policy, write the comment.
+
+    ARGS after `--` are the script's sys.argv[1:] in every arm, exactly as given.
 
     Exit status: 0 a verdict, 1 an output file could not be written, 2 usage error, 3 the script
     could not run at all, 5 a requested arm cannot run on this machine (the comparison asked for
     was not made)."""
     from triage.pipeline import triage_script
 
+    _check_script_args(script_args)
     for option, path in (("--json", json_path), ("--comment", comment_path), ("--minimal", minimal_path)):
         _check_output_path(option, path)
     report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_script(
-        script, arms, options, progress, notes, minimize, ablation), run, _source(script))
+        script, arms, options, progress, notes, minimize, ablation), run, _source(script), script_args)
     _, unwritten = _finish(report, json_path, comment_path, minimal_path, run["quiet"])
     sys.exit(EXIT_NOT_WRITTEN if unwritten else _exit_code(report))
+
+
+def _check_script_args(args: tuple[str, ...]) -> None:
+    """Refuse more arguments than a repro plausibly takes (each arm's job file carries them)."""
+    if len(args) > MAX_SCRIPT_ARGS:
+        raise click.UsageError(f"{len(args)} arguments after `--`; a script may be given at most {MAX_SCRIPT_ARGS}")
+    size = _args_bytes(args)
+    if size > MAX_SCRIPT_ARGS_BYTES:
+        raise click.UsageError(f"the arguments after `--` take {size} bytes; a script may be given at most "
+                               f"{MAX_SCRIPT_ARGS_BYTES >> 10} KiB")
+
+
+def _args_bytes(args: tuple[str, ...]) -> int:
+    # surrogatepass: an argument that was not UTF-8 arrives with lone surrogates (surrogateescape).
+    return sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in args)
+
+
+def _args_note(args: tuple[str, ...]) -> str:
+    """The report's record of the arguments (as a shell would need them), cut to a note's size."""
+    import shlex
+
+    shown = shlex.join(args)
+    if len(shown) > SHOWN_ARGS_CHARS:
+        shown = f"{shown[:SHOWN_ARGS_CHARS]}… ({len(args)} arguments, {_args_bytes(args)} bytes in all)"
+    return f"The script ran with the arguments (`sys.argv[1:]`): {shown}"
 
 
 def _check_output_path(option: str, path: str | None) -> None:
@@ -415,11 +452,9 @@ def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
         raise click.ClickException(str(e)) from None
 
 
-def _execute(pipeline: Any, run: dict[str, Any], source: str | None) -> Any:
+def _execute(pipeline: Any, run: dict[str, Any], source: str | None, script_args: tuple[str, ...] = ()) -> Any:
     """Parse the run options, run `pipeline` with a progress display, return its Report;
     without --arms, the arms follow what the script (`source`) compares."""
-    from rich.console import Console
-
     from triage.ablate import AblationOptions
     from triage.minimize import MinimizeOptions
 
@@ -431,16 +466,19 @@ def _execute(pipeline: Any, run: dict[str, Any], source: str | None) -> Any:
     if arms is None:
         arms, chosen = default_arms(source)
         notes.extend(chosen)
+    if script_args:
+        notes.append(_args_note(script_args))
     _isolation(run["isolation"])
     options = RunOptions(timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
                          reference=not run["no_reference"], jobs=run["jobs"],
                          rounding_samples=run["rounding_samples"], rounding_budget_s=run["rounding_budget"],
-                         isolation=run["isolation"])
+                         isolation=run["isolation"], script_args=script_args)
     _preload_rendering()
-    progress = _Progress(Console(stderr=True), [a.spec for a in arms]) if not run["quiet"] else None
+    progress = _Progress(_console(stderr=True), [a.spec for a in arms]) if not run["quiet"] else None
     try:
         return pipeline(arms, options, progress.update if progress else None, notes,
-                        MinimizeOptions(enabled=run["minimize"], budget_s=run["minimize_budget"]),
+                        MinimizeOptions(enabled=run["minimize"], budget_s=run["minimize_budget"],
+                                        reduce_data=run["reduce_data"]),
                         AblationOptions(enabled=run["ablate"], budget_s=run["ablate_budget"]))
     finally:
         if progress:
@@ -502,12 +540,36 @@ def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path:
         if report.minimal_dir:
             remove_tree(report.minimal_dir)
     if comment_path and comment_path != "-":
-        attempt(comment_path, lambda: _write_text(comment_path, render_comment(data)))
+        # The comment names report.json only when it was written, by base name (no local path
+        # in a public comment).
+        full_report = f"`{os.path.basename(json_path)}`" if json_path and json_path in written else None
+        attempt(comment_path, lambda: _write_text(comment_path, render_comment(data, full_report=full_report)))
     if not quiet:
-        render_terminal(report, Console())
+        console = _console()
+        render_terminal(report, console)
         if written:
-            Console().print("wrote " + ", ".join(written), highlight=False)
+            console.print("wrote " + ", ".join(written), markup=False, highlight=False)
     return data, unwritten
+
+
+def _console(stderr: bool = False) -> Any:
+    """The console for the summary (stdout) or the progress (stderr).  Piped or redirected, the
+    text is for logs and for copying: no line of text is wrapped (rich would wrap at a width it
+    can only guess, 80), and no colour or cursor control is written, even where FORCE_COLOR asks
+    for it.  Tables and boxes fit their text, within an exported COLUMNS when there is one."""
+    from rich.console import Console
+
+    if _is_tty(sys.stderr if stderr else sys.stdout):
+        return Console(stderr=stderr)
+    width = None if os.environ.get("COLUMNS", "").isdigit() else UNWRAPPED_WIDTH  # None: rich reads COLUMNS
+    return Console(stderr=stderr, soft_wrap=True, width=width, force_terminal=False)
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no such method, or a closed stream
+        return False
 
 
 def _write_text(path: str, text: str) -> None:

@@ -163,7 +163,8 @@ def _refuse_constant(name: str) -> Any:
 def post_report(gh: Any, data: dict[str, Any], options: GitHubOptions) -> PublishResult:
     """Post (or update, or leave alone) the comment for a validated report on its issue."""
     target = data["issue"]
-    text = render_comment(data, COMMENT_LIMIT)
+    text = render_comment(data, COMMENT_LIMIT,
+                          full_report="`report.json` in the triage run's `triage-report` artifact")
     bot = options.bot_login or _bot_login(gh, options)
     suggested = list(data["verdict"]["labels"])
     wanted = [label for label in suggested if label in options.allowed_labels]

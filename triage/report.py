@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import html
 import importlib.resources
 import json
 import math
@@ -35,6 +36,11 @@ OTHER_JUDGEMENTS = 6  # lines for the other divergences' judged values; report.j
 ROUNDING_NOTES = 4  # unstable decisions and cancellation hints not already in the evidence
 MARKER = "<!-- triage:report"  # the hidden first line of the bot's comment: MARKER + digest + " -->"
 ZWSP = "\u200b"
+# The characters of a code line that fit GitHub's narrowest comment column: 780 px, less the
+# padding, hold about 100 at GitHub's 85% monospace. A wider line scrolls its block sideways.
+COLUMN = 100
+# Code runs at least this long without a space may break after a dot or a slash.
+LONG_CODE_RUN = 16
 
 
 # Characters that act instead of showing: C0/C1 controls but tab and newline (ESC starts
@@ -88,17 +94,37 @@ def _fence(text: str, lang: str = "") -> Markup:
     return Markup(f"{fence}{lang}\n{text.rstrip()}\n{fence}")
 
 
+def _fence_in_view(text: str, lang: str, summary: str) -> Markup:
+    """A code block in the comment's visible part. GitHub scrolls a line wider than the comment
+    column sideways, and wrapping it would change the code, so a block with such a line is
+    folded into <details> under `summary`: the reader opens it knowing it is wide."""
+    widest = max((len(line.expandtabs()) for line in visible(text).splitlines()), default=0)
+    if widest <= COLUMN:
+        return _fence(text, lang)
+    return Markup(f"<details><summary>{_html(summary)} (lines up to {widest} characters: expand to read)"
+                  f"</summary>\n\n{_fence(text, lang)}\n</details>")
+
+
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 _PUNCTUATION = re.compile(r"([\\`*_\[\]|~!{}])")
+# What would open a list where the text starts a line (`- {{ e }}` makes "- x" a nested list).
+_LIST_MARKER = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s|$)")
+
+
+def _defuse(text: str) -> str:
+    """A zero-width space that stops @mentions, #refs, GH-refs and autolinks from firing:
+    GitHub finds them in the text of the rendered HTML, raw HTML blocks included."""
+    text = text.replace("@", "@" + ZWSP).replace("#", "#" + ZWSP).replace("://", ":" + ZWSP + "//")
+    return re.sub(r"(?i)\b(gh|www)(?=[-.])", lambda m: m.group(1) + ZWSP, text)
 
 
 def _escape(text: str) -> str:
-    """Plain text as inert markdown: HTML entities, backslash-escaped punctuation, and a
-    zero-width space that stops @mentions, #refs, GH-refs and autolinks from firing."""
+    """Plain text as inert markdown: HTML entities, backslash-escaped punctuation and list
+    markers, and `_defuse`."""
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     text = _PUNCTUATION.sub(r"\\\1", text)
-    text = text.replace("@", "@" + ZWSP).replace("#", "#" + ZWSP).replace("://", ":" + ZWSP + "//")
-    return re.sub(r"(?i)\b(gh|www)(?=[-.])", lambda m: m.group(1) + ZWSP, text)
+    text = _LIST_MARKER.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1], text)
+    return _defuse(text)
 
 
 # A bare commit hash (7 to 40 hex digits with a letter and a digit: neither a word nor a
@@ -118,13 +144,22 @@ def _one_line(text: str) -> str:
     return " ".join(line for line in (part.strip() for part in text.split("\n")) if line)
 
 
+def _breakable(code: str) -> str:
+    """Escaped code with a line-break opportunity after each dot and slash of a long run without
+    a space (<wbr>: GitHub keeps it, a copy leaves it out). A name such as
+    `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` or an arm such as
+    `cuda/compile/deterministic=on` cannot wrap otherwise, and widens its table past the
+    comment column."""
+    return re.sub(rf"\S{{{LONG_CODE_RUN},}}", lambda m: re.sub(r"(?<=[./])(?=\S)", "<wbr>", m.group()), code)
+
+
 def _md(text: Any) -> Markup:
     """Prose from the report: one line, its `code spans` kept as <code> and everything escaped."""
     text = _one_line(visible(str(text)))
     out, pos = [], 0
     for m in _CODE_SPAN.finditer(text):
         out.append(_prose(text[pos:m.start()]))
-        out.append(f"<code>{_escape(m.group(2).strip() or m.group(2))}</code>")
+        out.append(f"<code>{_breakable(_escape(m.group(2).strip() or m.group(2)))}</code>")
         pos = m.end()
     out.append(_prose(text[pos:]))
     return Markup("".join(out))
@@ -132,7 +167,20 @@ def _md(text: Any) -> Markup:
 
 def _code(text: Any) -> Markup:
     one_line = visible(str(text)).replace("\n", " ")
-    return Markup(f"<code>{_escape(one_line)}</code>")
+    return Markup(f"<code>{_breakable(_escape(one_line))}</code>")
+
+
+def _html(text: Any) -> Markup:
+    """Text inside a raw HTML block (a <summary> line), where GitHub reads no markdown, so a
+    backslash escape would show: HTML entities only, one line (a blank line would end the
+    block), `_defuse`d, commit-like hashes in <code>."""
+    escaped = html.escape(_defuse(_one_line(visible(str(text)))), quote=False)
+    return Markup(_COMMIT_LIKE.sub(lambda m: f"<code>{m.group()}</code>", escaped))
+
+
+def _html_code(text: Any) -> Markup:
+    """Inline code inside a raw HTML block (see `_html`)."""
+    return Markup(f"<code>{_breakable(html.escape(_defuse(_one_line(visible(str(text)))), quote=False))}</code>")
 
 
 def _cell(text: Any, width: int = 300) -> Markup:
@@ -157,7 +205,8 @@ def _template_texts() -> dict[str, str]:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.DictLoader(_template_texts()), autoescape=False,
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined, finalize=_finalize)
-    env.filters.update(fence=_fence, code=_code, cell=_cell, md=_md)
+    env.filters.update(fence=_fence, fence_in_view=_fence_in_view, code=_code, cell=_cell, md=_md, html=_html,
+                       html_code=_html_code)
     return env
 
 
@@ -238,20 +287,47 @@ def marker_line(data: dict[str, Any]) -> str:
     return f"{MARKER} digest={comment_digest(data)} -->"
 
 
-def render_comment(data: dict[str, Any], limit: int = COMMENT_LIMIT, size: Callable[[str], int] = len) -> str:
+def render_comment(data: dict[str, Any], limit: int = COMMENT_LIMIT, size: Callable[[str], int] = len, *,
+                   full_report: str | None = None) -> str:
     """The comment for report data, shrinking the collapsible parts until `size(text)` fits
-    `limit` (GitHub's 65,536 characters for a comment; bytes for a job summary)."""
+    `limit` (GitHub's 65,536 characters for a comment; bytes for a job summary).
+
+    `full_report` says where the comment's reader finds report.json, as prose with `code`
+    spans ("`report.json`"); None where none was written, and the comment then points to none."""
     for caps in ((20000, 4000, 12000), (6000, 1500, 4000), (2000, 600, 1200), (500, 200, 0)):
-        text = _render(data, *caps)
+        text = _render(data, *caps, full_report=full_report)
         if size(text) <= limit:
             return text
-    notice = "\n\n… (truncated to fit GitHub's limit; the full report is in report.json)\n"
-    while size(text) + size(notice) > limit:
-        text = text[: max(0, len(text) - max(1000, len(text) // 10))]
-    return text + notice
+    where = f"; the full report is in {_md(full_report)}" if full_report else ""
+    notice = f"\n… (truncated to fit GitHub's limit{where})\n"
+    keep = len(text)
+    while True:
+        keep -= max(1000, keep // 10)
+        shortened = _cut(text, max(0, keep)) + notice
+        if size(shortened) <= limit or keep <= 0:
+            return shortened
 
 
-def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int) -> str:
+def _cut(text: str, keep: int) -> str:
+    """The whole lines of a rendered comment within its first `keep` characters, with the code
+    fence and the <details> blocks still open there closed, so that what follows shows as prose."""
+    head = text[:keep]
+    head = head[: head.rfind("\n") + 1]
+    fence, open_details = "", 0
+    for line in head.splitlines():
+        if fence:
+            if re.fullmatch(rf"{fence}`*\s*", line):
+                fence = ""
+        elif m := re.match(r"`{3,}", line):
+            fence = m.group()
+        elif line.startswith("<details>"):  # values never start a line with "<": _escape writes &lt;
+            open_details += 1
+        elif line.startswith("</details>"):
+            open_details -= 1
+    return head + (fence + "\n" if fence else "") + "\n</details>\n" * open_details
+
+
+def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int, full_report: str | None) -> str:
     v = data["verdict"]
     runs = data.get("arms") or []
     divergence = (data.get("comparison") or {}).get("divergence") or {}
@@ -292,15 +368,23 @@ def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int
         environment=_cap(env_run.get("environment"), env_cap) if env_run and env_cap else "",
         environment_arm=env_run["spec"] if env_run else None, version=data.get("triage_version") or "?",
         seconds=data.get("seconds") or 0, arms_requested=data.get("arms_requested") or [],
-        isolation=data.get("isolation"),
-        truncated="collapsible sections shortened to fit" if source_cap < 20000 else "full report in report.json",
+        isolation=data.get("isolation"), shortened=source_cap < 20000, full_report=full_report,
         minimal=minimal, minimal_script=_cap(minimal["script"], source_cap) if minimal else "",
         localization=[_localized_row(r) for r in (data.get("localization") or [])[:LOCALIZATION_ROWS]],
-        ablations=[a for a in data.get("ablations") or [] if a["outcome"] != "skipped"],
+        ablations=[_ablation_row(a) for a in data.get("ablations") or [] if a["outcome"] != "skipped"],
         reporter_env=extraction.get("environment_fields") or {},
         reporter_observed=_cap("\n\n".join(extraction.get("observed") or []), output_cap),
         rounding=rounding_view(data),
     )
+
+
+def _ablation_row(a: dict[str, Any]) -> dict[str, Any]:
+    """An ablation as its row shows it: the arms the switch changed, named as they were compared
+    (the row names the switch once: `cuda/compile/reduced_precision=off` repeats it and widens
+    the table), or every arm where no arm names the switch (a float64 re-run of one op)."""
+    suffix = "/" + a["switch"]
+    changed = [spec.removesuffix(suffix) for spec in a["arms"] if spec.endswith(suffix)]
+    return dict(a, arms=changed or a["arms"])
 
 
 def _localized_row(r: dict[str, Any]) -> dict[str, str]:
@@ -464,12 +548,18 @@ def render_terminal(report: Report, console: Any) -> None:
     from rich.panel import Panel
     from rich.table import Table
 
+    def line(text: str) -> None:
+        # A URL that rich breaks at the terminal's width no longer opens or pastes: a line
+        # with one is left whole, for the terminal to wrap.
+        console.print(text, markup=False, highlight=False, soft_wrap=True if "://" in text else None)
+
     report = _visible_copy(report)  # what the script printed or raised, never a terminal sequence
     v = report.verdict
     colour = {True: "green", False: "red", None: "yellow"}[v.expected]
     expected = {True: "expected", False: "NOT expected", None: "undetermined"}[v.expected]
+    # A console that never wraps (piped output) has no width to fill: the box fits its text.
     console.print(Panel(f"[bold]{v.kind}[/bold] ({expected})\n\n{escape(v.summary)}",
-                        title=f"triage: {report.repro.name}", border_style=colour))
+                        title=f"triage: {report.repro.name}", border_style=colour, expand=not console.soft_wrap))
     if report.isolation and report.isolation["kind"] != "namespace":
         console.print(f"[bold red]isolation: {escape(report.isolation['detail'])}[/bold red]")
     c = report.comparison
@@ -484,16 +574,20 @@ def render_terminal(report: Report, console: Any) -> None:
                           str(len(r.observables)), ref)
         console.print(table)
     for e in v.evidence:
-        console.print(f" • {e}", markup=False, highlight=False)
+        line(f" • {e}")
     _terminal_rounding(report, console)
     m = report.minimal
     if m:
         state = "verified in fresh arms" if m.verified else "NOT verified: " + m.verification
-        console.print(f"minimal repro: {len(m.ops)} op(s) ({', '.join(m.ops[:8])}) of {m.original_ops}, "
-                      f"{m.queries} queries, {m.seconds:.1f} s, {state}", markup=False, highlight=False)
+        line(f"minimal repro: {len(m.ops)} op(s) ({', '.join(m.ops[:8])}) of {m.original_ops}, "
+             f"{m.queries} queries, {m.seconds:.1f} s, {state}")
         from rich.syntax import Syntax
 
-        console.print(Syntax(m.script, "python", word_wrap=True))
+        # Code is for copying: its lines are printed whole (a wrapped line no longer runs, a
+        # cropped one loses code), highlighted text without a background to fill a width with.
+        code = Syntax(m.script, "python", background_color="default").highlight(m.script)
+        code.rstrip()
+        console.print(code, soft_wrap=True)
     if report.ablations:
         table = Table(title="ablations (one switch changed)")
         for col in ("switch", "arms", "result", "set with"):
@@ -509,10 +603,10 @@ def render_terminal(report: Report, console: Any) -> None:
             table.add_row(row["op"], row["line"], row["role"], row["local"], row["end_to_end"])
         console.print(table)
     for n in report.notes:
-        console.print(f" · {n}", markup=False, highlight=False)
-    console.print(f"policy: {v.policy_section} {v.policy_url}", markup=False, highlight=False)
+        line(f" · {n}")
+    line(f"policy: {v.policy_section} {v.policy_url}")
     if v.labels:
-        console.print("suggested labels: " + ", ".join(v.labels), markup=False, highlight=False)
+        line("suggested labels: " + ", ".join(v.labels))
 
 
 def _terminal_rounding(report: Report, console: Any) -> None:

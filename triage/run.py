@@ -54,6 +54,9 @@ class RunOptions:
     # "auto": the namespace sandbox where this machine has it, else the process sandbox
     # (which the report names); "namespace" or "process" insist.
     isolation: str = "auto"
+    # The script's sys.argv[1:] in every arm (`triage run SCRIPT -- ARGS`): data, never parsed
+    # by a shell. Runs of triage's own minimal script build their options afresh, without them.
+    script_args: tuple[str, ...] = ()
 
 
 Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, details)
@@ -120,6 +123,7 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, mem
     compiled = compile_cache(repro.source, options.cache_dir)
     job = {
         "script": repro.path,
+        "script_args": list(options.script_args),
         "arm": arm.to_job(),
         "seed": options.seed,
         # triage's parent collects the environment itself (run_arms): the worker does not.

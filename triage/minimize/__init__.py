@@ -5,6 +5,7 @@
 ``problem``     the one abstraction, `ReductionProblem`: a recorded graph, two warm arm
                 workers and the cached predicate "do the arms still diverge this way?"
 ``passes``      op-set reductions (truncate, ddmin, one-minimal, ...)
+``data``        data reductions of the minimal op set's inputs (fewer elements, plainer values)
 ``graph``       the recorded op graph as triage's own process sees it (plans of candidates)
 ``localize``    per-op end-to-end and local errors
 ``warm``        the parent's side of a warm arm worker

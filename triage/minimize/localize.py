@@ -7,6 +7,9 @@ its *local* error.  An op whose end-to-end output differs and whose local error 
 introduces the divergence; one whose local replay agrees bit for bit only propagates it.
 Compiled arms replay each op alone through the compiler, so only the first `max_local` ops
 that differ end to end get a local replay there.
+
+Localization also tells the reduction which recorded values only arm A made nonfinite
+(`ReductionProblem.one_arm_values`): those are never fed to a candidate as inputs.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ def localize(p: ReductionProblem, cone: frozenset[str], compiled: bool, max_loca
         extra, note = _request(p, whole, differing[:max_local], timeout_s, whole_too=False)
         for name, row in extra.items():
             rows.setdefault(name, {}).update(row)
+    p.one_arm_values = frozenset(name for name, row in rows.items() if _nonfinite_on_a_only(row.get("end_to_end")))
     found: list[LocalizedOp] = []
     for op in order:
         outputs = _outputs(graph, op)
@@ -65,6 +69,12 @@ def _request(p: ReductionProblem, whole: Any, local_ops: list[str], timeout_s: f
     if failed and whole_too:
         return rows, f"{p.b.arm.spec} could not run the whole cone for localization: {failed['error']}"
     return rows, None
+
+
+def _nonfinite_on_a_only(errors: dict[str, Any] | None) -> bool:
+    """Arm A's recorded value holds nonfinite values where arm B's does not (detail ``a:+inf``)."""
+    return bool(errors) and errors["kind"] == "nonfinite" and any(
+        part.startswith("a:") for part in str(errors.get("detail", "")).split(","))
 
 
 def _outputs(graph: Any, op: str) -> list[str]:

@@ -129,5 +129,5 @@ def reliability(p: ReductionProblem, ops: frozenset[str], runs: int = RELIABILIT
     """How many of `runs` fresh runs of the whole cone show the target kind."""
     plan = p.plan(ops)
     outcomes = [p.run(plan) for _ in range(runs)]
-    p.cache[plan.key] = outcomes[-1]
+    p.cache[p.cache_key(plan)] = outcomes[-1]
     return sum(p.target in o.kinds.values() for o in outcomes), outcomes

@@ -4,7 +4,8 @@
 2. start a warm worker per arm; arm A computes every op of the diverging value's cone once,
    and those values become the *recorded inputs* of any sub-graph;
 3. measure reliability (the whole cone, several runs) — a flaky divergence stops here;
-4. localize (`triage.minimize.localize`); reduce (`triage.minimize.passes`) with the `ReductionProblem`;
+4. localize (`triage.minimize.localize`); reduce the ops (`triage.minimize.passes`), then the
+   data (`triage.minimize.data`) with the `ReductionProblem`;
 5. write the standalone script and verify it in fresh arms (`triage.minimize.standalone`).
 Every step that cannot proceed says why in a note; none of them raises.
 """
@@ -22,6 +23,7 @@ from triage import policy
 from triage.minimize import standalone
 from triage.compare import divergence_kind
 from triage.minimize.graph import OpGraph
+from triage.minimize.data import DataReduction, reduce_data
 from triage.minimize.localize import localize
 from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
 from triage.minimize.passes import RELIABILITY_RUNS, reduce, reliability
@@ -38,6 +40,8 @@ Progress = Callable[[str, str, dict[str, Any]], None]
 class MinimizeOptions:
     enabled: bool = True
     budget_s: float = 900.0  # for the reduction passes; the best op set so far is kept
+    reduce_data: bool = True  # False: the minimal script's inputs are the recorded values, exactly
+    data_budget_s: float = 180.0  # for the data passes; the smallest inputs so far are kept
     query_timeout_s: float = 180.0
     memory_bytes: int = 8 * GiB
     directory: str | None = None  # where minimal.py (and its inputs file) are written
@@ -130,6 +134,16 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         if time.monotonic() > problem.deadline:
             result.notes.append(f"Minimization stopped at its {options.budget_s:.0f} s budget; the op set is the "
                                 "smallest found by then.")
+        notify("data", {"ops": len(ops)})
+        problem.deadline = time.monotonic() + options.data_budget_s
+        data = reduce_data(problem, ops, options.query_timeout_s) if options.reduce_data else DataReduction()
+        if data.failure:
+            result.notes.append(f"The inputs were not reduced: arm A could not give their values ({data.failure}).")
+        elif time.monotonic() > problem.deadline:
+            result.notes.append(f"Data reduction stopped at its {options.data_budget_s:.0f} s budget; the inputs are "
+                                "the smallest found by then.")
+        problem.deadline = float("inf")
+        lap("data")
         outputs = problem.diverging_outputs(ops)
         plan = problem.plan(ops, outputs=outputs)
         notify("float64", {"ops": len(ops)})
@@ -142,10 +156,12 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         # moves the script and its inputs file out, regular files only.
         rendered = scratch / "render"
         rendered.mkdir()
-        error, reply = standalone.render(a, plan.request(), spec_a, spec_b, target, rendered, options.query_timeout_s)
+        error, reply = standalone.render(a, plan.request(), spec_a, spec_b, target, rendered, options.query_timeout_s,
+                                         problem.overrides_for(plan))
         if error:
             result.notes.append(f"Minimized to {len(ops)} op(s), but writing the script failed: {error}.")
             return result
+        _set_float64_lines(result.ablations, problem.graph.ordered(ops), reply.get("float64_lines") or {})
         for produced in rendered.iterdir():
             if produced.is_file() and not produced.is_symlink():
                 shutil.move(str(produced), directory / produced.name)
@@ -160,12 +176,15 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
             _discard(directory, options)
     notify("verify", {})
     try:
-        verified, seen = standalone.verify(directory, spec_a, spec_b, target, run_options)
+        verified, seen = standalone.verify(directory, spec_a, spec_b, target, run_options, reply.get("results"))
     except BaseException:
         _discard(directory, options)
         raise
     lap("verify")
     timings["reduce_queries"] = reduce_queries
+    if options.reduce_data and not data.failure:
+        timings.update(data_queries=data.queries, elements_before=data.elements_before,
+                       elements_after=data.elements_after)
     result.script_dir = str(directory)
     result.minimal = Minimal(
         ops=graph.op_names(ops), script=reply["script"], verified=verified, queries=queries,
@@ -203,9 +222,16 @@ def upcast_ablations(problem: ReductionProblem, ops: frozenset[str], plan: Any, 
         else:
             result, detail = "still-diverges", "; ".join(sorted({k.describe() for k in kinds if k is not None}))
         found.append(Ablation(switch=f"float64={short}", arms=list(arms), outcome=result, detail=detail,
-                              section=policy.GENERAL.title, supports="evidence",
-                              setting=f"compute `{name}` in float64 and cast back, e.g. `torch.{short.lstrip('_')}(x.double()).float()`"))
+                              section=policy.GENERAL.title, supports="evidence", setting=""))
     return found
+
+
+def _set_float64_lines(ablations: list[Ablation], ops: list[str], lines: dict[str, str]) -> None:
+    """Each float64 ablation's "set with" line (`upcast_ablations` made one per op, in order):
+    the minimal script's own call of that op with float64 inputs, cast back — written from the
+    recorded call and run once by arm A's worker.  An op with no such line that runs shows none."""
+    for ablation, op in zip(ablations, ops):
+        ablation.setting = lines.get(op, "")
 
 
 def _choose(comparison: Comparison, arms: list[ArmSpec]) -> tuple | str:

@@ -21,31 +21,40 @@ SCRIPT_NAME = "minimal.py"
 
 
 def script_style(a: ArmSpec, b: ArmSpec) -> tuple[str, list[str]]:
-    """How the script shows both arms: ``compile``, ``devices`` (with the devices), or ``plain``."""
+    """How the script shows both arms: ``compile``, ``devices`` (with the devices), ``settings``
+    (both arms' knobs set by the script itself, one after the other) or ``plain``."""
     same_knobs = a.knobs == b.knobs
+    fault = any(k == "fault" for k, _ in a.knobs + b.knobs)  # triage's own test knob: no public setting
     if a.device == b.device and same_knobs and {a.mode, b.mode} == {"eager", "compile"}:
         return "compile", []
     if a.device != b.device and same_knobs and a.mode == b.mode == "eager":
         return "devices", [a.device, b.device]
+    if a.device == b.device and not same_knobs and not fault and a.mode == b.mode == "eager":
+        return "settings", []
     return "plain", []
 
 
 def render(worker: Any, plan_request: dict[str, Any], a: ArmSpec, b: ArmSpec, kind: DivergenceKind,
-           directory: Path, timeout_s: float) -> tuple[str | None, dict[str, Any]]:
-    """Ask arm A's worker for the script; (error, reply)."""
+           directory: Path, timeout_s: float, overrides: dict[str, Any] | None = None) -> tuple[str | None, dict[str, Any]]:
+    """Ask arm A's worker for the script (`overrides`: the reduced inputs); (error, reply)."""
     style, devices = script_style(a, b)
     compiled = b if b.mode == "compile" else a
     request = dict(plan_request, cmd="render", style=style, devices=devices, backend=compiled.backend,
-                   arms=[a.spec, b.spec], kind=kind.describe(), dir=str(directory))
-    header, _ = worker.request(request, timeout_s)
+                   arms=[a.spec, b.spec], knobs=[list(a.knobs), list(b.knobs)], kind=kind.describe(),
+                   dir=str(directory))
+    header, _ = worker.request(request, timeout_s, arrays=overrides)
     if not header.get("ok"):
         return f"{header.get('lost') or header.get('error')}", header
     (directory / SCRIPT_NAME).write_text(header["script"])
     return None, header
 
 
-def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, options: RunOptions) -> tuple[bool, str]:
-    """Run the script on both arms in fresh processes; (verified, what was seen)."""
+def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, options: RunOptions,
+           results: list[str] | None = None) -> tuple[bool, str]:
+    """Run the script on both arms in fresh processes; (verified, what was seen).  `results`:
+    the script's names for arm A's and arm B's values when it computes both itself (eager and
+    compiled, both settings); the divergence then also counts when it shows between those two
+    in arm A's own run, which is what a maintainer running `python minimal.py` sees."""
     repro = extract_repro(str(directory / SCRIPT_NAME))
     if repro.problem:
         return False, f"the script triage wrote does not load: {repro.problem}"
@@ -58,8 +67,24 @@ def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, opti
     seen = _kinds(runs[0], runs[1])
     if target in seen:
         return True, f"fresh runs on {a.spec} and {b.spec} show it: {target.describe()}"
+    shown_itself = _within(runs[0], results or [])
+    if target in shown_itself:
+        return True, f"run once on {a.spec}, the script shows it between its own {' and '.join(results or [])}: " \
+                     f"{target.describe()}"
+    seen += shown_itself
     shown = ", ".join(sorted({k.describe() for k in seen})) or "bitwise-equal values"
     return False, f"fresh runs on {a.spec} and {b.spec} show {shown}, not {target.describe()}"
+
+
+def _within(run: ArmRun, results: list[str]) -> list[DivergenceKind]:
+    """How the script's two named results differ within one run (nothing unless both exist)."""
+    labels = {o.label: o for o in run.observables}
+    pair = [labels.get(f"`{name}` at exit") for name in results[:2]]
+    if len(pair) < 2 or any(o is None or o.value is None for o in pair):
+        return []
+    x, y = pair
+    kind = divergence_kind(x.value, y.value, (x.fingerprint or {}).get("dtype", "?"))
+    return [kind] if kind is not None else []
 
 
 def _kinds(ra: ArmRun, rb: ArmRun) -> list[DivergenceKind]:

@@ -101,9 +101,9 @@ class ArmWorker:
             pass
         replies.put(None)
 
-    def _exchange(self, header: dict[str, Any], timeout_s: float) -> Reply:
+    def _exchange(self, header: dict[str, Any], timeout_s: float, arrays: dict[str, np.ndarray] | None = None) -> Reply:
         try:
-            send(self.requests, header)
+            send(self.requests, header, arrays)
             reply = self.replies.get(timeout=timeout_s)
         except (BrokenPipeError, OSError):
             reply = None
@@ -131,11 +131,13 @@ class ArmWorker:
             self.sandboxed.proc.wait()
 
     # -- requests -------------------------------------------------------------------------
-    def request(self, header: dict[str, Any], timeout_s: float, keep_state: bool = False) -> Reply:
-        """One request; a lost worker is restarted (state replayed) before this returns."""
+    def request(self, header: dict[str, Any], timeout_s: float, keep_state: bool = False,
+                arrays: dict[str, np.ndarray] | None = None) -> Reply:
+        """One request (with `arrays`: input overrides); a lost worker is restarted (state
+        replayed) before this returns."""
         if self.dead:
             return {"ok": False, "lost": self.dead}, {}
-        reply = self._exchange(header, timeout_s)
+        reply = self._exchange(header, timeout_s, arrays)
         if reply[0].get("lost"):
             self.restarts += 1
             try:

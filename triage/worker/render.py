@@ -10,6 +10,7 @@ side file beyond that.  Never random data.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ HEX_BYTES = 8192
 SIDE_FILE = "minimal_inputs.pt"
 
 
-def render_script(server: Any, request: dict[str, Any]) -> dict[str, Any]:
+def render_script(server: Any, request: dict[str, Any], overrides: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The script, its ops' public forms, and per op a float64 line ("compute it in float64
+    and cast back") that has been run once here on the script's own inputs."""
     graph = server.graph
     sources = request.get("sources") or {}
     names: dict[str, str] = {}
@@ -32,8 +35,8 @@ def render_script(server: Any, request: dict[str, Any]) -> dict[str, Any]:
         names[name] = f"x{i}"
     for name, source in sources.items():
         names[name] = names[source]
-    recorded = {**server.recorded, **graph.leaves}
-    lines, forms, uses_device = [], [], False
+    recorded = {**server.recorded, **graph.leaves, **overrides}
+    lines, forms, float64_lines, uses_device = [], [], {}, False
     for i, name in enumerate(request["plan"]):
         node = graph.nodes[name]
         names[name] = f"v{i}"
@@ -45,6 +48,9 @@ def render_script(server: Any, request: dict[str, Any]) -> dict[str, Any]:
         call, form = _call(graph, name, names, recorded, used)
         uses_device = uses_device or "device" in _device_args(node)
         forms.append(form)
+        line = _float64_line(graph, name, names, recorded)
+        if line:
+            float64_lines[name] = line
         lines.append(f"    v{i} = {call}")
     outputs = [names[o] for o in request["outputs"]]
     params = ", ".join(names[n] for n in inputs)
@@ -53,6 +59,7 @@ def render_script(server: Any, request: dict[str, Any]) -> dict[str, Any]:
         body.append(f"    device = {names[inputs[0]]}.device" if inputs else '    device = torch.device("cpu")')
     body.extend(lines)
     body.append(f"    return {', '.join(outputs)}" if outputs else "    return None")
+    definition = [f"def f({params}):", *body]
 
     side: dict[str, torch.Tensor] = {}
     values = []
@@ -62,33 +69,174 @@ def render_script(server: Any, request: dict[str, Any]) -> dict[str, Any]:
             side[names[name]] = recorded[name].detach().cpu().clone()
             literal = f"inputs[{names[name]!r}]"
         values.append(f"{names[name]} = {literal}")
-    header = [f"# Minimal repro written by triage: {len(forms)} op(s), inputs exactly as recorded.",
+    exact = _runs_in_float64(definition, {names[n]: recorded[n] for n in inputs}, params)
+    header = [f"# Minimal repro written by triage: {len(forms)} op(s), "
+              + ("inputs reduced to the plainest that still diverge." if overrides else "inputs exactly as recorded."),
               f"# Arms compared: {' vs '.join(request['arms'])} — {request['kind']}."]
     if request["style"] == "plain":
         header.append(f"# Re-run the comparison with: triage run minimal.py --arms {','.join(request['arms'])}")
     text = header + ["import torch"]
+    if request["style"] == "settings" and any(k in INDUCTOR_KNOBS for k, _ in _all_knobs(request)):
+        text.append("import torch._inductor.config")
     if side:
         text += ["from pathlib import Path", ""]
         text += [f'inputs = torch.load(Path(__file__).with_name("{SIDE_FILE}"))']
         torch.save(side, Path(request["dir"]) / SIDE_FILE)
-    text += ["", "", f"def f({params}):", *body, "", ""]
-    text += values + [""]
-    text += _epilogue(request, params)
-    return {"script": "\n".join(text) + "\n", "forms": forms, "side_file": SIDE_FILE if side else None}
+    text += ["", "", *definition, "", ""] + SHOW + ["", ""]
+    text += values + ["", "torch.set_printoptions(precision=10)"]
+    text += _epilogue(request, params, len(outputs), exact)
+    return {"script": "\n".join(text) + "\n", "forms": forms, "side_file": SIDE_FILE if side else None,
+            "float64_lines": float64_lines, "results": _result_names(request)}
 
 
-def _epilogue(request: dict[str, Any], params: str) -> list[str]:
+# Printed by every script: the two sides at full precision (a rounding-level difference is
+# invisible at torch's default 4 decimals), then how far apart they are, in ulps of the dtype.
+SHOW = '''
+def show(results):
+    """Each side at full precision, then how far apart the first two are, in ulps."""
+    for name, value in results.items():
+        print(f"{name + ':':10}", value.tolist() if value.numel() <= 16 else value)
+    (_, a), (_, b) = list(results.items())[:2]
+    if a.is_floating_point() and a.dtype == b.dtype:
+        info = torch.finfo(a.dtype)
+        a, b = a.cpu().double(), b.cpu().double()
+        both = a.isfinite() & b.isfinite()
+        diff = (a - b)[both].abs()
+        ulps = diff / (info.eps * a[both].abs().clamp(min=info.tiny).log2().floor().exp2())
+        most = (diff.max().item(), ulps.max().item()) if diff.numel() else (0.0, 0.0)
+        print(f"max |diff| {most[0]:.6g} = {most[1]:.3g} ulp; "
+              f"nonfinite on one side only: {(a.isfinite() != b.isfinite()).sum().item()}")
+'''.strip("\n").splitlines()
+
+INDUCTOR_KNOBS = ("fallback_random", "emulate_precision_casts")
+# How a script sets each knob itself (`triage.worker.envinfo.apply_knobs` sets them for an
+# arm): (the expression reading the current value, the statement setting it).
+KNOB_CODE = {
+    "threads": ("torch.get_num_threads()", "torch.set_num_threads({})"),
+    "mkldnn": ("torch.backends.mkldnn.enabled", "torch.backends.mkldnn.enabled = {}"),
+    "deterministic": ("torch.are_deterministic_algorithms_enabled()",
+                      "torch.use_deterministic_algorithms({}, warn_only=True)"),
+    "cudnn_benchmark": ("torch.backends.cudnn.benchmark", "torch.backends.cudnn.benchmark = {}"),
+    "tf32": ("torch.backends.cuda.matmul.allow_tf32",
+             "torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = {}"),
+    "reduced_precision": ("torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+                          "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = "
+                          "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = {}"),
+    "fallback_random": ("torch._inductor.config.fallback_random", "torch._inductor.config.fallback_random = {}"),
+    "emulate_precision_casts": ("torch._inductor.config.emulate_precision_casts",
+                                "torch._inductor.config.emulate_precision_casts = {}"),
+}
+
+
+def _knob_value(name: str, value: str) -> str:
+    return value if name == "threads" else repr(value in ("on", "1", "true"))
+
+
+def _all_knobs(request: dict[str, Any]) -> list[tuple[str, str]]:
+    return [tuple(k) for side in request.get("knobs") or [] for k in side]
+
+
+def _identifier(arm: str) -> str:
+    return re.sub(r"\W+", "_", arm).strip("_") or "arm"
+
+
+def _result_names(request: dict[str, Any]) -> list[str]:
+    """The script's top-level names holding arm A's and arm B's values."""
     style = request["style"]
     if style == "compile":
-        backend = request.get("backend") or "inductor"
-        return [f"eager = f({params})",
-                f'compiled = torch.compile(f, backend="{backend}", fullgraph=True)({params})',
-                'print("eager:   ", eager)', 'print("compiled:", compiled)']
+        return ["eager", "compiled"]
+    if style == "settings":
+        return [_identifier(a) for a in request["arms"]]
     if style == "devices":
-        devices = ", ".join(f'"{d}"' for d in request["devices"])
-        return [f"for device in ({devices}):",
-                f"    print(device, f(*(t.to(device) for t in ({params}{',' if params else ''}))))"]
-    return [f"print(f({params}))"]
+        return [_identifier(d) for d in request["devices"]]
+    return []
+
+
+def _epilogue(request: dict[str, Any], params: str, outputs: int, exact: bool) -> list[str]:
+    style = request["style"]
+    call_double = f"f({', '.join(f'{p}.double()' for p in params.split(', '))})" if params else "f()"
+    lines: list[str]
+    shown: list[tuple[str, str]]
+    if style == "compile":
+        backend = request.get("backend") or "inductor"
+        lines = [f"eager = f({params})",
+                 f'compiled = torch.compile(f, backend="{backend}", fullgraph=True)({params})']
+        shown = [("eager", "eager"), ("compiled", "compiled")]
+    elif style == "settings":
+        lines, shown = _settings_lines(request, params)
+    elif style == "devices":
+        names = [_identifier(d) for d in request["devices"]]
+        lines = [f"{n} = f({', '.join(f'{p}.to({d!r})' for p in params.split(', '))})" if params else f"{n} = f()"
+                 for n, d in zip(names, request["devices"])]
+        shown = [(d, n) for d, n in zip(request["devices"], names)]
+    else:
+        lines, shown = [f"value = f({params})"], [("value", "value")]
+    if exact:
+        lines.append(f"exact = {call_double}  # the same ops in float64")
+        shown.append(("float64", "exact"))
+    indices = [f"[{i}]" for i in range(outputs)] if outputs > 1 else [""]
+    for index in indices:
+        entries = ", ".join(f'"{label}{index}": {name}{index}' for label, name in shown)
+        lines.append(f"show({{{entries}}})")
+    return lines
+
+
+def _settings_lines(request: dict[str, Any], params: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """Both configurations in one script: arm A's settings, f, arm B's settings, f again."""
+    sides = [dict(tuple(k) for k in side) for side in request["knobs"]]
+    touched = sorted({k for side in sides for k in side})
+    lines = [f"default_{k} = {KNOB_CODE[k][0]}" for k in touched]
+    shown = []
+    for arm, knobs in zip(request["arms"], sides):
+        for k in touched:
+            value = _knob_value(k, knobs[k]) if k in knobs else f"default_{k}"
+            lines.append(KNOB_CODE[k][1].format(value))
+        name = _identifier(arm)
+        lines.append(f"{name} = f({params})")
+        shown.append((arm, name))
+    return lines, shown
+
+
+def _runs_in_float64(definition: list[str], inputs: dict[str, Any], params: str) -> bool:
+    """Does the script's f run on its inputs upcast to float64 and give float64 values?"""
+    if not inputs or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in inputs.values()):
+        return False
+    scope: dict[str, Any] = {"torch": torch}
+    try:
+        exec("\n".join(definition), scope)  # noqa: S102 - the function written above, from op names
+        out = scope["f"](*(inputs[p].detach().cpu().double() for p in params.split(", ")))
+    except Exception:  # noqa: BLE001 - no float64 line then
+        return False
+    outs = out if isinstance(out, tuple) else (out,)
+    return all(isinstance(o, torch.Tensor) and o.dtype == torch.float64 for o in outs)
+
+
+def _float64_line(graph: Any, name: str, names: dict[str, str], recorded: dict[str, Any]) -> str | None:
+    """The op's public call with its tensor inputs in float64 and its result cast back, run
+    once here on the recorded inputs; None when no such line runs or gives the op's dtype."""
+    node = graph.nodes[name]
+    expected_dtype = node.get("dtype")
+    if not expected_dtype or node["op"] != "call":
+        return None
+    doubled = {var: f"{var}.double()" for var in names.values()}
+    args = [_arg(a, names, doubled) for a in node["args"]]
+    kwargs = [f"{k}={_arg(v, names, doubled)}" for k, v in node["kwargs"]["dict"].items()]
+    plain_args = [_arg(a, names) for a in node["args"]]
+    plain_kwargs = [f"{k}={_arg(v, names)}" for k, v in node["kwargs"]["dict"].items()]
+    packet = node["target"].split(".")[1]
+    for (plain, _), (text, _) in zip(_public_forms(packet, plain_args, plain_kwargs), _public_forms(packet, args, kwargs)):
+        if not _same_result(graph.ops[name], plain, node, recorded, names, []):
+            continue
+        line = f"{text}.to(torch.{expected_dtype})"
+        env = {var: recorded[ref].detach().cpu().clone() for ref, var in names.items()
+               if isinstance(recorded.get(ref), torch.Tensor)}
+        try:
+            got = eval(line, {"torch": torch, "device": torch.device("cpu")}, env)  # noqa: S307 - built from op names
+        except Exception:  # noqa: BLE001 - a line that does not run is not shown
+            continue
+        if isinstance(got, torch.Tensor) and str(got.dtype) == f"torch.{expected_dtype}":
+            return line
+    return None
 
 
 # -- calls ----------------------------------------------------------------------------------
@@ -161,12 +309,14 @@ def _device_args(node: dict[str, Any]) -> str:
     return str(node["args"]) + str(node["kwargs"])
 
 
-def _arg(value: Any, names: dict[str, str]) -> str:
+def _arg(value: Any, names: dict[str, str], spelled: dict[str, str] | None = None) -> str:
+    """`value` as Python source; `spelled` rewrites variable names (``x0`` -> ``x0.double()``)."""
     if isinstance(value, list):
-        return "[" + ", ".join(_arg(v, names) for v in value) + "]"
+        return "[" + ", ".join(_arg(v, names, spelled) for v in value) + "]"
     if isinstance(value, dict):
         if "node" in value:
-            return names[value["node"]]
+            var = names[value["node"]]
+            return (spelled or {}).get(var, var)
         if "float" in value:
             return f'float("{value["float"]}")'
         if "dtype" in value:
@@ -180,7 +330,7 @@ def _arg(value: Any, names: dict[str, str]) -> str:
         if "complex" in value:
             return f"complex({value['complex'][0]!r}, {value['complex'][1]!r})"
         if "dict" in value:
-            return "{" + ", ".join(f"{k!r}: {_arg(v, names)}" for k, v in value["dict"].items()) + "}"
+            return "{" + ", ".join(f"{k!r}: {_arg(v, names, spelled)}" for k, v in value["dict"].items()) + "}"
     return repr(value)
 
 
@@ -190,7 +340,7 @@ def _literal(t: torch.Tensor) -> str | None:
     dtype = f"torch.{str(t.dtype).replace('torch.', '')}"
     if t.numel() <= LITERAL_ELEMENTS and not t.is_complex() and t.dtype != torch.complex32:
         values = t.double().tolist() if t.is_floating_point() else t.tolist()
-        return f"torch.tensor({_nested(values)}, dtype={dtype})"
+        return f"torch.tensor({_nested(values, t.dtype)}, dtype={dtype})"
     if t.numel() * t.element_size() <= HEX_BYTES:
         raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes().hex()
         shape = ", ".join(str(s) for s in t.shape)
@@ -199,9 +349,25 @@ def _literal(t: torch.Tensor) -> str | None:
     return None
 
 
-def _nested(value: Any) -> str:
+def _nested(value: Any, dtype: torch.dtype) -> str:
     if isinstance(value, list):
-        return "[" + ", ".join(_nested(v) for v in value) + "]"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f'float("{value}")'
+        return "[" + ", ".join(_nested(v, dtype) for v in value) + "]"
+    if isinstance(value, float):
+        return shortest_literal(value, dtype)
     return repr(value)
+
+
+def shortest_literal(value: float, dtype: torch.dtype) -> str:
+    """The shortest decimal that gives exactly `value` in `dtype` (``5e+22``, not the float32's
+    ``4.999999889098154e+22``): the literal reads as what it is, and round-trips bit for bit."""
+    if not math.isfinite(value):
+        return f'float("{value}")'
+    for digits in range(1, 18):
+        text = f"{value:.{digits}g}"
+        if _in_dtype(float(text), dtype) == value and math.copysign(1, float(text)) == math.copysign(1, value):
+            return text if any(c in text for c in ".en") else text + ".0"
+    return repr(value)
+
+
+def _in_dtype(value: float, dtype: torch.dtype) -> float:
+    return torch.tensor(value, dtype=torch.float64).to(dtype).item()

@@ -14,7 +14,12 @@ limit), that loads the recorded op graph once and then answers requests read fro
                  inputs and return the outputs' values, or the exception
 ``localize``     per node: end-to-end difference and the op's local error, both against the
                  recorded intermediates
+``inputs``       the current values of a plan's inputs (the data reduction shrinks copies)
 ``render``       write the standalone repro script for a plan (`triage.worker.render`)
+
+``run``, ``localize`` and ``render`` take *overrides*: arrays sent with the request that replace
+some inputs' recorded values (the minimizer's data reduction: fewer elements, plainer values),
+cast back to the recorded dtype.
 
 The worker runs no code from the reporter's script: only aten ops named in the recording.
 """
@@ -59,29 +64,46 @@ class Server:
             return self.fault.apply(out)
         return out
 
-    def _inputs(self, names: list[str], sources: dict[str, str] | None = None) -> dict[str, Any]:
+    def recorded_value(self, name: str) -> Any:
+        value = self.graph.leaves.get(name)
+        return self.recorded[name] if value is None else value
+
+    def overridden(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        """The request's override arrays as tensors of the recorded inputs' dtypes (bfloat16
+        travels widened to float32, which is exact)."""
+        torch = self.torch
+        values = {}
+        for name, array in arrays.items():
+            recorded = self.recorded_value(name)
+            values[name] = torch.from_numpy(array.copy()).to(recorded.dtype)
+        return values
+
+    def _inputs(self, names: list[str], sources: dict[str, str] | None = None,
+                overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         values: dict[str, Any] = {}
         sources = sources or {}
+        overrides = overrides or {}
         for name in names:
             if name in sources:
                 continue
-            value = self.graph.leaves.get(name)
-            if value is None:
-                value = self.recorded[name]
+            value = overrides[name] if name in overrides else self.recorded_value(name)
             # Fresh copies every time: a plan's in-place ops must not touch the recorded values.
             values[name] = value.detach().clone().to(self.device) if isinstance(value, self.torch.Tensor) else value
         for name, source in sources.items():
             values[name] = values[source]  # one tensor passed twice, as a merged input
         return values
 
-    def _execute(self, request: dict[str, Any]) -> list[Any]:
+    def _execute(self, request: dict[str, Any], overrides: dict[str, Any] | None = None) -> list[Any]:
         plan, input_names, outputs = request["plan"], request["inputs"], request["outputs"]
         upcast = frozenset(request.get("upcast") or ())
-        inputs = self._inputs(input_names, request.get("sources"))
+        inputs = self._inputs(input_names, request.get("sources"), overrides)
         if not self.compile:
             env = self.graph.run_eager(plan, inputs, self.device, self._after_op, upcast=upcast)
             return [env[name] for name in outputs]
-        key = request["key"] + ("|float64:" + ",".join(sorted(upcast)) if upcast else "")
+        # One compiled function per plan, upcast set and input shapes: the data passes change
+        # shapes, and one function recompiled past dynamo's recompile limit silently runs eager.
+        shapes = [tuple(v.shape) if isinstance(v, self.torch.Tensor) else None for v in inputs.values()]
+        key = request["key"] + ("|float64:" + ",".join(sorted(upcast)) if upcast else "") + f"|{shapes}"
         fn = self.compiled.get(key)
         if fn is None:
             gm = self.graph.to_module(plan, input_names, outputs, self.device, upcast)
@@ -93,7 +115,7 @@ class Server:
         return list(fn(*(inputs[name] for name in input_names)))
 
     # -- commands ------------------------------------------------------------------------
-    def prepare(self, request: dict[str, Any]) -> tuple[dict, dict]:
+    def prepare(self, request: dict[str, Any], arrays: dict[str, Any]) -> tuple[dict, dict]:
         torch = self.torch
         keep = {}
 
@@ -109,24 +131,24 @@ class Server:
         return {"ok": True, "values": len(keep), "digests": digests,
                 "bytes": sum(t.numel() * t.element_size() for t in keep.values())}, {}
 
-    def load_values(self, request: dict[str, Any]) -> tuple[dict, dict]:
+    def load_values(self, request: dict[str, Any], arrays: dict[str, Any]) -> tuple[dict, dict]:
         self.recorded = self.torch.load(request["path"], weights_only=True)
         return {"ok": True, "values": len(self.recorded)}, {}
 
-    def run(self, request: dict[str, Any]) -> tuple[dict, dict]:
+    def run(self, request: dict[str, Any], arrays: dict[str, Any]) -> tuple[dict, dict]:
         from triage.worker.fingerprint import dtype_name, to_numpy
 
-        out = self._execute(request)
-        arrays, specs = {}, []
+        out = self._execute(request, self.overridden(arrays))
+        values, specs = {}, []
         for name, value in zip(request["outputs"], out):
             if isinstance(value, self.torch.Tensor):
                 array = to_numpy(value)
                 if array is not None:
-                    arrays[name] = array
+                    values[name] = array
                 specs.append({"name": name, "dtype": dtype_name(value.dtype)})
-        return {"ok": True, "outputs": specs}, arrays
+        return {"ok": True, "outputs": specs}, values
 
-    def localize(self, request: dict[str, Any]) -> tuple[dict, dict]:
+    def localize(self, request: dict[str, Any], arrays: dict[str, Any]) -> tuple[dict, dict]:
         """End-to-end: the whole plan on this arm vs the recorded values.  Local: each listed
         op alone, from the recorded values of its inputs, vs its recorded output."""
         from triage.compare import value_errors
@@ -160,10 +182,21 @@ class Server:
                     "kind": "raises", "detail": type(e).__name__, "max_abs": None, "max_ulps": None, "nonfinite": 0}
         return {"ok": True, "rows": rows}, {}
 
-    def render(self, request: dict[str, Any]) -> tuple[dict, dict]:
+    def inputs(self, request: dict[str, Any], arrays: dict[str, Any]) -> tuple[dict, dict]:
+        from triage.worker.fingerprint import dtype_name, to_numpy
+
+        found, dtypes = {}, {}
+        for name in request["names"]:
+            value = self.recorded_value(name)
+            array = to_numpy(value) if isinstance(value, self.torch.Tensor) else None
+            if array is not None:
+                found[name], dtypes[name] = array, dtype_name(value.dtype)
+        return {"ok": True, "dtypes": dtypes}, found
+
+    def render(self, request: dict[str, Any], arrays: dict[str, Any]) -> tuple[dict, dict]:
         from triage.worker.render import render_script
 
-        return {"ok": True, **render_script(self, request)}, {}
+        return {"ok": True, **render_script(self, request, self.overridden(arrays))}, {}
 
 
 def _digest(t: Any) -> str:
@@ -175,7 +208,7 @@ def _digest(t: Any) -> str:
     return hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode() + raw).hexdigest()[:24]
 
 
-COMMANDS = ("prepare", "load_values", "run", "localize", "render")
+COMMANDS = ("prepare", "load_values", "run", "localize", "inputs", "render")
 
 
 def main() -> int:
@@ -198,7 +231,7 @@ def main() -> int:
     send(replies, {"ok": True, "torch": server.torch.__version__})
     while True:
         try:
-            request, _ = receive(requests)
+            request, arrays = receive(requests)
         except WireError:
             return 0
         cmd = request.get("cmd")
@@ -206,7 +239,7 @@ def main() -> int:
             send(replies, {"ok": False, "error": {"type": "ValueError", "message": f"unknown command {cmd!r}"}})
             continue
         try:
-            header, arrays = getattr(server, cmd)(request)
+            header, arrays = getattr(server, cmd)(request, arrays)
         except Exception as e:  # noqa: BLE001 - the arm raising is an answer, not a worker failure
             header, arrays = {"ok": False, "error": {"type": type(e).__name__, "message": str(e)[:2000]}}, {}
         send(replies, header, arrays)

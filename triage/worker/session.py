@@ -82,7 +82,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     module.__dict__[EXPRESSION_HOOK] = ExpressionObserver(store)
     saved_main = sys.modules.get("__main__")
     sys.modules["__main__"] = module
-    sys.argv = [script]
+    sys.argv = [script, *job["script_args"]]
     sys.path.insert(0, str(Path(script).parent))
 
     emit({"phase": "script-start"})
