@@ -297,3 +297,15 @@ def test_the_device_script_computes_on_both_devices(tmp_path):
     assert "cpu = f(x0.to('cpu'))" in reply_devices and "cuda = f(x0.to('cuda'))" in reply_devices
     assert 'show({"cpu": cpu, "cuda": cuda, "float64": exact})' in reply_devices
     assert reply["results"] == ["cpu", "cuda"]
+
+
+@pytest.mark.parametrize("value", [torch.linspace(-1, 1, 64), torch.arange(48.0).reshape(6, 8) / 7,
+                                   torch.tensor([1e-30, -2.5, float("inf")], dtype=torch.float16)])
+def test_a_long_literal_is_wrapped_and_still_exact(value):
+    from triage.worker.render import SCRIPT_WIDTH, _literal, _wrapped
+
+    text = _wrapped("x0 = " + _literal(value), value)
+    assert max(len(line) for line in text.splitlines()) <= SCRIPT_WIDTH
+    scope = {"torch": torch}
+    exec(text, scope)  # noqa: S102 - the literal under test
+    assert scope["x0"].dtype == value.dtype and torch.equal(scope["x0"], value)

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+
 from triage.model import IssueRepro, Repro
 
 MAX_SOURCE_BYTES = 2 << 20
@@ -155,11 +157,19 @@ def extract_repro(path: str | Path) -> Repro:
 # fields as `_No response_`): code in ```python fences under "Describe the bug", the
 # traceback and printed output in untagged fences, collect_env output under "Versions".
 # Real bodies deviate (no template, unfenced code, `>>>` transcripts, output pasted under
-# Versions), so every block is classified by what it is, not by where it sits.
+# Versions, a repro quoted in a `>` blockquote or fenced inside a list item), so the block
+# structure is CommonMark's (markdown-it-py) and every block is classified by what it is,
+# not by where it sits.
 
 MAX_BODY_CHARS = 1 << 20
-_FENCE_OPEN = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n]*)$")
-_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(?P<title>.*?)[ \t#]*$")
+# Containers (blockquotes, lists, list items) nested deeper than this are not parsed: their
+# lines are read as prose. A fence in an issue sits a few levels deep at most (in a list
+# item of a list item of a blockquote it is at level 5), and markdown-it's time is lines
+# times open containers: the cap is what keeps a hostile 1 MiB body to seconds.
+MAX_MARKDOWN_NESTING = 8
+# A line of an unfenced `>>>` session: to markdown its prompt opens three blockquotes (and
+# `>>> # comment` is a heading in them); no heading, fence or code block starts on one.
+_PROMPT_LINE = re.compile(r" {0,3}(?:> ?)*>>>(?: |$)")
 _PROMPT = re.compile(r"^(?:>>>|\.\.\.|In \[\d+\]:|\s+\.\.\.:)(?: |$)")
 _OUT_PROMPT = re.compile(r"^Out\[\d+\]: ?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Warning)\b.*?:", re.M)
@@ -234,50 +244,96 @@ def parse_environment(text: str) -> dict[str, str]:
     return fields
 
 
+@functools.lru_cache(maxsize=1)
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"maxNesting": MAX_MARKDOWN_NESTING})
+    # Only the block structure is read. No inline parsing (links, emphasis: where the
+    # pathological `[[[[…` inputs are), and no `normalize`, which would turn a NUL in code into
+    # U+FFFD (the body's line endings are normalized already).
+    md.core.ruler.enableOnly(["block"])
+    # No HTML blocks: `<details><summary>…` directly above a fence (no blank line between)
+    # would make the fence raw HTML, a CommonMark rule reporters do not know; the tags are
+    # prose. No link reference definitions (`[x]: url`, prose either way): on a body of `[`
+    # lines their look-ahead is most of the parser's time.
+    md.block.ruler.disable(["html_block", "reference"])
+    return md
+
+
 def _blocks(text: str) -> list[_Block]:
-    """Fenced blocks and the prose between them, each tagged with its `###` section."""
-    blocks: list[_Block] = []
-    section, prose = "", []
+    """Fenced and indented code blocks and the prose around them, each tagged with the
+    heading it sits under (a heading inside a blockquote or list item holds until that ends).
+    Prose is the body's own source lines, `>` markers and all, so that an unfenced `>>>`
+    session (to markdown, a nested blockquote) or script reads as it was typed."""
     lines = text.split("\n")
-    i = 0
+    try:
+        tokens = _markdown().parse(text)
+    except Exception:  # a parser bug on some hostile input: the body is read as prose
+        tokens = []
+    # In document order: fenced blocks, and prose runs (section, first line, end line, the
+    # indented code blocks in the run as (first line, end line, code)).
+    items: list[_Block | tuple[str, int, int, list[tuple[int, int, str]]]] = []
+    section, start = "", 0  # the prose run not yet recorded begins at line `start`
+    indented: list[tuple[int, int, str]] = []
+    outer: list[tuple[str, int]] = []  # per open container: the section outside it, its end line
 
-    def flush() -> None:
-        chunk = "\n".join(prose).strip("\n")
-        if chunk.strip() and chunk.strip() != "_No response_":
-            blocks.append(_Block("text", chunk, section))
-        prose.clear()
+    def flush(upto: int) -> None:
+        nonlocal start
+        if upto > start or indented:
+            items.append((section, start, upto, indented[:]))
+        indented.clear()
+        start = max(start, upto)
 
-    while i < len(lines):
-        line = lines[i]
-        if m := _FENCE_OPEN.match(line):
-            fence, indent, info = m.group("fence"), len(m.group("indent")), m.group("info").strip()
-            if fence[0] == "`" and "`" in info:
-                prose.append(line)
-                i += 1
+    for i, tok in enumerate(tokens):
+        if tok.type in ("blockquote_open", "list_item_open"):
+            outer.append((section, tok.map[1] if tok.map else start))
+        elif tok.type in ("blockquote_close", "list_item_close") and outer:
+            was, end = outer.pop()
+            if was != section:
+                flush(end)
+                section = was
+        elif tok.type in ("fence", "code_block", "heading_open") and tok.map and \
+                not _PROMPT_LINE.match(lines[tok.map[0]]):
+            a, b = tok.map
+            if tok.type == "code_block":
+                indented.append((a, b, tok.content.removesuffix("\n")))
                 continue
-            flush()
-            body, i = [], i + 1
-            close = re.compile(rf"^ *{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
-            while i < len(lines) and not close.match(lines[i]):
-                body.append(_dedent(lines[i], indent))
-                i += 1
-            i += 1
-            tag = info.split()[0].lower().strip("{}.") if info else ""
-            blocks.append(_Block(tag or "untagged", "\n".join(body), section, tagged=tag in _PYTHON_TAGS))
+            flush(a)
+            start = max(start, b)
+            if tok.type == "fence":
+                info = tok.info.strip()
+                tag = info.split()[0].lower().strip("{}.") if info else ""
+                items.append(_Block(tag or "untagged", tok.content.removesuffix("\n"), section,
+                                    tagged=tag in _PYTHON_TAGS))
+            elif i + 1 < len(tokens):
+                section = tokens[i + 1].content.strip()
+    flush(len(lines))
+
+    def prose(chunk: list[str], sec: str) -> _Block | None:
+        joined = "\n".join(chunk).strip("\n")
+        if joined.strip() and joined.strip() != "_No response_":
+            return _Block("text", joined, sec)
+        return None
+
+    runs = [item for item in items if isinstance(item, tuple)]
+    unfenced_script = False
+    if any(codes for *_, codes in runs):
+        # An unfenced script is prose to markdown, and a blank line inside one of its function
+        # bodies makes the rest of that body an indented code block: when all the prose, those
+        # blocks included, is a script (as the unfenced-script fallback reads it), they stay in it.
+        texts = [prose(lines[first:upto], sec) for sec, first, upto, _ in runs
+                 if not sec.lower().startswith("version")]
+        unfenced_script = _is_code("\n".join(t.text for t in texts if t is not None))
+    blocks: list[_Block | None] = []
+    for item in items:
+        if isinstance(item, _Block):
+            blocks.append(item)
             continue
-        if h := _HEADING.match(line):
-            flush()
-            section = h.group("title").strip()
-        else:
-            prose.append(line)
-        i += 1
-    flush()
-    return blocks
-
-
-def _dedent(line: str, indent: int) -> str:
-    strip = min(indent, len(line) - len(line.lstrip(" ")))
-    return line[strip:]
+        sec, first, upto, codes = item
+        for a, b, code in [] if unfenced_script else codes:
+            blocks += [prose(lines[first:a], sec), _Block("indented", code, sec)]
+            first = b
+        blocks.append(prose(lines[first:upto], sec))
+    return [b for b in blocks if b is not None]
 
 
 def _classify(blocks: list[_Block]) -> list[_Block]:
@@ -313,10 +369,12 @@ def _split_transcripts(text: str) -> list[tuple[str, str]]:
     """Prose with unfenced `>>>` sessions in it: (prose before, session) pairs. A session runs
     from a prompt line to a blank line that is not followed by another prompt."""
     lines, pieces, prose, session = text.split("\n"), [], [], []
+    following = [""] * len(lines)  # the first non-blank line after each (not a scan per line: quadratic)
+    for i in range(len(lines) - 2, -1, -1):
+        following[i] = lines[i + 1] if lines[i + 1].strip() else following[i + 1]
     for i, line in enumerate(lines):
         if session:
-            nxt = next((ln for ln in lines[i + 1:] if ln.strip()), "")
-            if not line.strip() and not _PROMPT.match(nxt):
+            if not line.strip() and not _PROMPT.match(following[i]):
                 pieces.append(("\n".join(prose), "\n".join(session)))
                 prose, session = [], []
             else:

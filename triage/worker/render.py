@@ -68,7 +68,7 @@ def render_script(server: Any, request: dict[str, Any], overrides: dict[str, tor
         if literal is None:
             side[names[name]] = recorded[name].detach().cpu().clone()
             literal = f"inputs[{names[name]!r}]"
-        values.append(f"{names[name]} = {literal}")
+        values.append(_wrapped(f"{names[name]} = {literal}", recorded[name]))
     exact = _runs_in_float64(definition, {names[n]: recorded[n] for n in inputs}, params)
     header = [f"# Minimal repro written by triage: {len(forms)} op(s), "
               + ("inputs reduced to the plainest that still diverge." if overrides else "inputs exactly as recorded."),
@@ -347,6 +347,30 @@ def _literal(t: torch.Tensor) -> str | None:
         return (f'torch.frombuffer(bytearray.fromhex("{raw}"), dtype={dtype})'
                 f".reshape({shape}{',' if t.dim() == 1 else ''})")
     return None
+
+
+SCRIPT_WIDTH = 96  # a GitHub comment's code block shows about 100 characters without scrolling
+
+
+def _wrapped(line: str, t: torch.Tensor) -> str:
+    """A literal wider than the script's width, broken after its elements (1-D) or rows (2-D)."""
+    if len(line) <= SCRIPT_WIDTH or not line.split(" = ", 1)[1].startswith("torch.tensor([") or t.dim() not in (1, 2):
+        return line
+    head, rest = line.split("([", 1)
+    body, tail = rest.rsplit("]", 1)
+    t = t.detach().cpu()
+    values = t.double().tolist() if t.is_floating_point() else t.tolist()
+    items = [_nested(v, t.dtype) for v in values]
+    lines, current = [], "   "
+    for item in items:
+        piece = f" {item},"
+        if t.dim() == 2 or len(current) + len(piece) > SCRIPT_WIDTH:
+            if current.strip():
+                lines.append(current)
+            current = "   "
+        current += piece
+    lines.append(current)
+    return "\n".join([f"{head}([", *lines, f"]{tail}"])
 
 
 def _nested(value: Any, dtype: torch.dtype) -> str:
