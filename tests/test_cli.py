@@ -208,7 +208,7 @@ def _long_lines_report(script):
                   notes=[LONG_NOTE])
 
 
-def _run_piped(tmp_path, monkeypatch, env=None):
+def _run_piped(tmp_path, monkeypatch, env=None, columns=None):
     """`triage run` through click's runner (stdout and stderr are pipes there), on a made-up report;
     the pipeline reports two arm events, as the real one does."""
     from click.testing import CliRunner
@@ -225,6 +225,8 @@ def _run_piped(tmp_path, monkeypatch, env=None):
     script.write_text("import torch\n")
     monkeypatch.setattr(triage.pipeline, "triage_script", pipeline)
     monkeypatch.delenv("COLUMNS", raising=False)
+    if columns:
+        monkeypatch.setenv("COLUMNS", str(columns))
     return CliRunner().invoke(cli.main, ["run", str(script), "--arms", "cpu", "--comment", "-", "--minimal", "-"],
                               env=env)
 
@@ -239,6 +241,14 @@ def test_piped_output_never_wraps_code_urls_or_prose(tmp_path, monkeypatch):
     summary = next(line for line in lines if "a summary" in line)
     assert summary.count("a summary that goes on") == 12  # the verdict's box fits its text
     assert max(len(line) for line in lines) < 1000  # and nothing is padded to the unbounded width
+
+
+def test_piped_with_columns_the_verdict_box_wraps_its_summary_whole(tmp_path, monkeypatch):
+    result = _run_piped(tmp_path, monkeypatch, columns=100)
+    assert result.exit_code == 0, result.output
+    boxed = " ".join(line.strip("│ ") for line in result.stdout.splitlines() if line.startswith("│"))
+    assert boxed.count("a summary that goes on") == 12  # wrapped inside the box, nothing cropped
+    assert LONG_CODE_LINE in result.stdout.splitlines()  # code is still never wrapped
 
 
 def test_piped_progress_is_plain_lines_even_when_colour_is_forced(tmp_path, monkeypatch):

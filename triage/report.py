@@ -558,8 +558,10 @@ def render_terminal(report: Report, console: Any) -> None:
     colour = {True: "green", False: "red", None: "yellow"}[v.expected]
     expected = {True: "expected", False: "NOT expected", None: "undetermined"}[v.expected]
     # A console that never wraps (piped output) has no width to fill: the box fits its text.
+    # Inside the box the summary wraps (soft_wrap=False) — a box that cannot wrap crops it.
     console.print(Panel(f"[bold]{v.kind}[/bold] ({expected})\n\n{escape(v.summary)}",
-                        title=f"triage: {report.repro.name}", border_style=colour, expand=not console.soft_wrap))
+                        title=f"triage: {report.repro.name}", border_style=colour, expand=not console.soft_wrap),
+                  soft_wrap=False)
     if report.isolation and report.isolation["kind"] != "namespace":
         console.print(f"[bold red]isolation: {escape(report.isolation['detail'])}[/bold red]")
     c = report.comparison
@@ -590,8 +592,9 @@ def render_terminal(report: Report, console: Any) -> None:
         console.print(code, soft_wrap=True)
     if report.ablations:
         table = Table(title="ablations (one switch changed)")
-        for col in ("switch", "arms", "result", "set with"):
+        for col in ("switch", "arms", "result"):
             table.add_column(col)
+        table.add_column("set with", overflow="fold")  # code: folded whole, never cut off with "…"
         for a in report.ablations:
             table.add_row(a.switch, ", ".join(a.arms), escape(f"{a.outcome}: {a.detail}"), escape(a.setting))
         console.print(table)

@@ -74,7 +74,8 @@ def render_script(server: Any, request: dict[str, Any], overrides: dict[str, tor
               + ("inputs reduced to the plainest that still diverge." if overrides else "inputs exactly as recorded."),
               f"# Arms compared: {' vs '.join(request['arms'])} — {request['kind']}."]
     if request["style"] == "plain":
-        header.append(f"# Re-run the comparison with: triage run minimal.py --arms {','.join(request['arms'])}")
+        header += ["# One process cannot run both arms; compare them with:",
+                   f"#   triage run minimal.py --arms {','.join(request['arms'])}"]
     text = header + ["import torch"]
     if request["style"] == "settings" and any(k in INDUCTOR_KNOBS for k, _ in _all_knobs(request)):
         text.append("import torch._inductor.config")
