@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -196,6 +197,11 @@ def test_lost_worker_is_restarted(tmp_path):
         assert worker.request(dict(plan.request(), cmd="run"), 60)[0]["ok"]
         worker.sandboxed.kill()  # the worker's whole sandbox is lost (as a crash or the OOM killer would)
         worker.proc.wait()
+        # The namespace's other processes die after its PID 1, asynchronously: until the worker's
+        # reply pipe has closed (its reader queues None), the worker could still answer.
+        deadline = time.monotonic() + 60
+        while None not in list(worker.replies.queue) and time.monotonic() < deadline:
+            time.sleep(0.05)
         lost, _ = worker.request(dict(plan.request(), cmd="run"), 60)
         assert not lost["ok"] and "died" in lost["lost"]
         again, values = worker.request(dict(plan.request(), cmd="run"), 60)
