@@ -208,3 +208,26 @@ def test_lost_worker_is_restarted(tmp_path):
         assert again["ok"] and worker.restarts == 1 and values
     finally:
         worker.close()
+
+
+def test_the_run_has_one_compile_cache_its_verification_uses(tmp_path, monkeypatch):
+    """The minimal script's verification compiles into the triage run's cache (warm from the
+    arms), not one of its own: it is triage's script, run for this run only."""
+    from triage.arms import parse_arms
+    from triage.minimize import standalone
+    from triage.run import RunOptions
+
+    seen = {}
+
+    def run_arms(repro, arms, options, progress=None):
+        seen["options"] = options
+        raise RuntimeError("stop here: the options are what this test is about")
+
+    monkeypatch.setattr(standalone, "run_arms", run_arms)
+    (tmp_path / "minimal.py").write_text("import torch\n")
+    a, b = parse_arms("cpu,cpu/compile")
+    options = RunOptions(compile_cache=str(tmp_path / "cache"), isolation="process", script_args=("--n", "1"))
+    with pytest.raises(RuntimeError, match="stop here"):
+        standalone.verify(tmp_path, a, b, DivergenceKind("mismatch"), options)
+    assert seen["options"].compile_cache == str(tmp_path / "cache")
+    assert seen["options"].isolation == "process" and seen["options"].script_args == ()

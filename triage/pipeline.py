@@ -1,6 +1,7 @@
 """The stages in order: the one function the CLI, the Action and tests call."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -14,6 +15,7 @@ from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
 from triage.model import ArmSpec, Issue, Report, Repro
 from triage.run import Progress, RunOptions, run_arms
 from triage.sandbox import isolation
+from triage.sandbox.caches import compile_cache
 from triage.untrusted import remove_tree
 
 
@@ -26,6 +28,10 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
     reduced = MinimizeResult()
     ablations = []
     if repro.problem is None:
+        # One compile cache for the whole run: what the arms compiled warms the ablations, the
+        # minimizer's workers and the verification of the minimal script.
+        options = dataclasses.replace(options, compile_cache=options.compile_cache
+                                      or compile_cache(repro.source, options.cache_dir))
         runs = run_arms(repro, arms, options, progress)
         try:
             comparison = compare(runs)

@@ -57,6 +57,10 @@ class RunOptions:
     # The script's sys.argv[1:] in every arm (`triage run SCRIPT -- ARGS`): data, never parsed
     # by a shell. Runs of triage's own minimal script build their options afresh, without them.
     script_args: tuple[str, ...] = ()
+    # The triage run's one compile cache (inductor, triton): the arms of the reporter's script,
+    # its ablations, the minimizer's workers and the minimal script's verification all use it.
+    # None: the script's own (sandbox/caches.py); never one shared across different scripts.
+    compile_cache: str | None = None
 
 
 Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, details)
@@ -120,7 +124,7 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, mem
     work, out = root / "work", root / "out"
     work.mkdir()
     out.mkdir()
-    compiled = compile_cache(repro.source, options.cache_dir)
+    compiled = options.compile_cache or compile_cache(repro.source, options.cache_dir)
     job = {
         "script": repro.path,
         "script_args": list(options.script_args),

@@ -92,7 +92,8 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             futures = [pool.submit(ArmWorker, spec, run_a.graph_dir, options.memory_bytes, shared=[str(scratch)],
-                                   isolation=run_options.isolation) for spec in (spec_a, spec_b)]
+                                   isolation=run_options.isolation, compile_dir=run_options.compile_cache)
+                       for spec in (spec_a, spec_b)]
             for f in futures:
                 try:
                     workers.append(f.result())

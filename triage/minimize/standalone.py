@@ -60,7 +60,8 @@ def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, opti
         return False, f"the script triage wrote does not load: {repro.problem}"
     runs = run_arms(repro, [a, b], RunOptions(
         timeout_s=options.timeout_s, memory_bytes=options.memory_bytes, seed=options.seed, reference=False,
-        collect_env_timeout_s=options.collect_env_timeout_s, cache_dir=options.cache_dir, export_graphs=False))
+        collect_env_timeout_s=options.collect_env_timeout_s, cache_dir=options.cache_dir, export_graphs=False,
+        compile_cache=options.compile_cache, isolation=options.isolation))
     for run in runs:
         if not run.completed:
             return False, f"the script failed on {run.spec}: {run.failure}"

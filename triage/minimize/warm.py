@@ -19,6 +19,7 @@ import numpy as np
 
 from triage.arm_output import reply_problem
 from triage.model import ArmSpec
+from triage.sandbox.caches import inductor_default_dir
 from triage.sandbox import Confinement, OutputCapture, SandboxedProcess, isolation as isolation_of, scrubbed_environment
 from triage.untrusted import remove_tree
 from triage.worker.wire import WireError, receive, send
@@ -34,9 +35,11 @@ class WorkerFailed(Exception):
 
 class ArmWorker:
     def __init__(self, arm: ArmSpec, graph_dir: str, memory_bytes: int, startup_timeout_s: float = 180.0,
-                 shared: list[str] | None = None, isolation: str = "auto") -> None:
+                 shared: list[str] | None = None, isolation: str = "auto", compile_dir: str | None = None) -> None:
         """`shared`: directories the worker may write (values passed between the two arms'
-        workers); it reads `graph_dir` and writes its own scratch directory, nothing else."""
+        workers); it reads `graph_dir` and writes its own scratch directory, nothing else, but
+        for `compile_dir`, the triage run's compile cache (the arms' own, so a compile arm's
+        worker starts warm)."""
         self.arm = arm
         self.graph_dir = graph_dir
         self.memory_bytes = memory_bytes
@@ -49,8 +52,10 @@ class ArmWorker:
         self.sandboxed: SandboxedProcess | None = None
         self.isolation = isolation_of(isolation)
         self.workdir = tempfile.mkdtemp(prefix="triage-warm-")
+        self.compile_dir = compile_dir or os.path.join(self.workdir, "compile")
         self.jail = Confinement(scratch=self.workdir, workdir=os.path.join(self.workdir, "work"),
-                                readable=[os.path.abspath(graph_dir)], writable=list(shared or []),
+                                readable=[os.path.abspath(graph_dir)],
+                                writable=list(shared or []) + ([compile_dir] if compile_dir else []),
                                 accelerators=arm.device != "cpu")
         try:
             self._start()
@@ -64,7 +69,9 @@ class ArmWorker:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         env = dict(scrubbed_environment(), TRIAGE_REQUEST_FD=str(req_r), TRIAGE_REPLY_FD=str(rep_w),
-                   TORCHINDUCTOR_CACHE_DIR=os.path.join(self.workdir, "compile"))
+                   TORCHINDUCTOR_CACHE_DIR=self.compile_dir, TRITON_CACHE_DIR=os.path.join(self.compile_dir, "triton"))
+        if self.compile_dir != os.path.join(self.workdir, "compile"):
+            self.jail.mounts.update(inductor_default_dir(env, self.compile_dir))
         self.sandboxed = SandboxedProcess([sys.executable, "-I", "-m", "triage.worker.serve"], jail=self.jail,
                                           env=env, isolation=self.isolation, pass_fds=(req_r, rep_w))
         self.proc = self.sandboxed.proc
