@@ -176,7 +176,7 @@ def value_errors(reference: np.ndarray, value: np.ndarray, dtype: str) -> dict[s
     if both.any():
         err = np.abs(r[both] - v[both])
         out["max_abs"] = float(err.max())
-        out["max_ulps"] = float((err / _ulp(r[both], dtype)).max())
+        out["max_ulps"] = float((err / ulp(r[both], dtype)).max())
     return out
 
 
@@ -353,7 +353,7 @@ def side_of(run: ArmRun, o: Observable) -> Side:
         err = np.abs(v64[both] - r64[both])
         side.max_abs_error = float(err.max())
         side.max_rel_error = float((err / np.maximum(np.abs(r64[both]), np.finfo(np.float64).tiny)).max())
-        side.max_ulps = float((err / _ulp(r64[both], dtype)).max())
+        side.max_ulps = float((err / ulp(r64[both], dtype)).max())
         side.rmse = float(np.sqrt(np.mean(err.astype(np.float64) ** 2)))
     tol = policy.reference_tolerance(dtype)
     # inf where float64 lies beyond the dtype's range is the correctly rounded answer.
@@ -454,12 +454,12 @@ def _is_float(dtype: str) -> bool:
     return dtype in policy.FLOAT_FORMATS or dtype in ("float16", "bfloat16", "complex32")
 
 
-def _ulp(ref: np.ndarray, dtype: str) -> np.ndarray:
+def ulp(ref: np.ndarray, dtype: str) -> np.ndarray:
+    """One unit in the last place of `dtype` at each element's magnitude (at zero, that of 1)."""
     bits, _ = policy.FLOAT_FORMATS.get(dtype, (24, 0.0))
     mag = np.abs(np.real(ref)).astype(np.float64)
     _, exp = np.frexp(np.where(mag > 0, mag, 1.0))
-    ulp = np.ldexp(1.0, exp - bits)
-    return np.maximum(ulp, np.ldexp(1.0, -1074))
+    return np.maximum(np.ldexp(1.0, exp - bits), np.ldexp(1.0, -1074))
 
 
 def summarize(fp: dict[str, Any] | None) -> str:

@@ -27,13 +27,13 @@ from typing import Callable
 
 import numpy as np
 
+from triage.literals import FLOATING, literal, to_dtype
 from triage.minimize.problem import POSITIONS_KEPT, ReductionProblem
 
 # A finite divergence keeps at least this share of its size in ulps: the reduced repro shows
 # the same error, not merely some difference of the same kind.
 SEVERITY_KEPT = 4
 SIMPLIFIED_ELEMENTS = 64  # beyond this, values are left as they are (too many queries)
-FLOATING = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32, "float64": np.float64}
 
 Values = dict[str, np.ndarray]
 
@@ -158,28 +158,6 @@ def _round(value: float, digits: int, dtype: str) -> float:
     if not np.isfinite(value):
         return value
     return to_dtype(float(f"{value:.{digits}g}"), dtype)
-
-
-def to_dtype(value: float, dtype: str) -> float:
-    """`value` rounded to `dtype` (bfloat16: float32's top 16 bits, rounded to nearest even)."""
-    if dtype == "bfloat16":
-        bits = np.array([value], dtype=np.float32).view(np.uint32)
-        if np.isfinite(value):
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & np.uint32(0xFFFF0000)
-        return float(bits.view(np.float32)[0])
-    with np.errstate(over="ignore"):
-        return float(FLOATING[dtype](value))
-
-
-def literal(value: float, dtype: str) -> str:
-    """The shortest decimal that gives exactly `value` in `dtype` (as the script prints it)."""
-    if not np.isfinite(value):
-        return f'float("{value}")'
-    for digits in range(1, 18):
-        text = f"{value:.{digits}g}"
-        if to_dtype(float(text), dtype) == value and np.copysign(1, float(text)) == np.copysign(1, value):
-            return text
-    return repr(value)
 
 
 DATA_PASSES = [keep_diverging_elements, shrink_dimensions, simplify_values]

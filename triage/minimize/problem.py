@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from triage.compare import divergence_kind
+from triage.compare import divergence_kind, ulp
 from triage.minimize.graph import OpGraph, Plan
 from triage.model import DivergenceKind
 from triage.minimize.warm import ArmWorker
@@ -80,7 +80,9 @@ class ReductionProblem:
         return digest.hexdigest()[:24]
 
     def outcome(self, ops: frozenset[str]) -> Outcome:
-        plan = self.plan(ops)
+        return self._outcome(self.plan(ops))
+
+    def _outcome(self, plan: Plan) -> Outcome:
         key = self.cache_key(plan)
         hit = self.cache.get(key)
         if hit is None:
@@ -100,9 +102,10 @@ class ReductionProblem:
     def diverges(self, ops: frozenset[str]) -> bool:
         if not ops or time.monotonic() > self.deadline:
             return False
-        if self.one_arm_values and not self.one_arm_values.isdisjoint(self.plan(ops).inputs):
+        plan = self.plan(ops)
+        if self.one_arm_values and not self.one_arm_values.isdisjoint(plan.inputs):
             return False
-        outcome = self.outcome(ops)
+        outcome = self._outcome(plan)
         return any(kind == self.target and outcome.ulps.get(name, float("inf")) >= self.min_ulps
                    for name, kind in outcome.kinds.items())
 
@@ -125,47 +128,46 @@ def judge(ha: dict, va: dict[str, np.ndarray], hb: dict, vb: dict[str, np.ndarra
     kinds: dict[str, DivergenceKind | None] = {}
     positions, ulps = {}, {}
     for name, dtype in dtypes.items():
-        if name in va and name in vb:
-            kinds[name] = divergence_kind(va[name], vb[name], dtype)
-            if kinds[name] is not None and va[name].shape == vb[name].shape:
-                positions[name] = (va[name].shape, differing_positions(va[name], vb[name], kinds[name]))
-                if va[name].dtype.kind == "f":
-                    ulps[name] = largest_ulps(va[name], vb[name])
+        if name not in va or name not in vb:
+            continue
+        a, b = va[name], vb[name]
+        kinds[name] = kind = divergence_kind(a, b, dtype)
+        if kind is None or a.shape != b.shape:
+            continue
+        gaps = ulp_gaps(a, b, dtype) if a.dtype.kind == "f" else None
+        positions[name] = (a.shape, differing_positions(a, b, kind, gaps))
+        if gaps is not None:
+            ulps[name] = float(gaps.max()) if gaps.size else 0.0
     return Outcome(kinds, positions=positions, ulps=ulps)
 
 
-def largest_ulps(a: np.ndarray, b: np.ndarray) -> float:
-    """max |a - b| / ulp(a) over the elements finite on both sides (0 when there are none)."""
-    finite = np.isfinite(a) & np.isfinite(b)
-    if not finite.any():
-        return 0.0
-    x, y = a[finite], b[finite]
-    with np.errstate(over="ignore", invalid="ignore"):
-        gap = np.abs(x.astype(np.float64) - y.astype(np.float64)) / np.spacing(np.abs(x)).astype(np.float64)
-    return float(np.nanmax(gap))
+def ulp_gaps(a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
+    """|a - b| per element, in ulps of `dtype` at a's magnitude; 0 where either side is nonfinite."""
+    both = np.isfinite(a) & np.isfinite(b)
+    gaps = np.zeros(a.shape)
+    gaps[both] = np.abs(a[both].astype(np.float64) - b[both]) / ulp(a[both], dtype)
+    return gaps
 
 
 POSITIONS_KEPT = 16
 
 
-def differing_positions(a: np.ndarray, b: np.ndarray, kind: DivergenceKind) -> list[int]:
+def differing_positions(a: np.ndarray, b: np.ndarray, kind: DivergenceKind, gaps: np.ndarray | None) -> list[int]:
     """Flat indices (the first few) where `b` differs from `a` the way `kind` says: nonfinite on
-    one side only, beyond tolerance, or merely in its bits."""
+    one side only, else the largest differences first (`gaps`, in ulps, for real floats), the
+    elements a reader should look at."""
     x, y = a.reshape(-1), b.reshape(-1)
-    if kind.kind == "nonfinite" and x.dtype.kind in "fc":
-        mask = np.isfinite(x) != np.isfinite(y)
-        mask |= (np.isnan(x) != np.isnan(y))
-    elif x.dtype.kind in "fc":
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            gap = np.abs(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64) - y)
-            if x.dtype.kind == "f":
-                gap = gap / np.spacing(np.abs(x)).astype(np.float64)  # in ulps, as `largest_ulps`
-        differ = ~((x == y) | (np.isnan(x) & np.isnan(y)))
-        # The largest differences first: the elements a reader should look at.
-        order = np.argsort(-np.nan_to_num(gap, nan=np.inf, posinf=np.inf), kind="stable")
-        return [int(i) for i in order[differ[order]][:POSITIONS_KEPT]]
-    else:
+    if x.dtype.kind not in "fc":
         mask = x != y
+    elif kind.kind == "nonfinite":
+        mask = (np.isfinite(x) != np.isfinite(y)) | (np.isnan(x) != np.isnan(y))
+    else:
+        differ = ~((x == y) | (np.isnan(x) & np.isnan(y)))
+        if gaps is None:
+            with np.errstate(invalid="ignore", over="ignore"):
+                gaps = np.nan_to_num(np.abs(x.astype(np.complex128) - y), nan=np.inf)
+        order = np.argsort(-gaps.reshape(-1), kind="stable")
+        return [int(i) for i in order[differ[order]][:POSITIONS_KEPT]]
     return [int(i) for i in np.flatnonzero(mask)[:POSITIONS_KEPT]]
 
 

@@ -52,11 +52,14 @@ class ArmWorker:
         self.sandboxed: SandboxedProcess | None = None
         self.isolation = isolation_of(isolation)
         self.workdir = tempfile.mkdtemp(prefix="triage-warm-")
-        self.compile_dir = compile_dir or os.path.join(self.workdir, "compile")
+        cache = compile_dir or os.path.join(self.workdir, "compile")
         self.jail = Confinement(scratch=self.workdir, workdir=os.path.join(self.workdir, "work"),
                                 readable=[os.path.abspath(graph_dir)],
                                 writable=list(shared or []) + ([compile_dir] if compile_dir else []),
                                 accelerators=arm.device != "cpu")
+        self.compile_env = {"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
+        if compile_dir:
+            self.jail.mounts.update(inductor_default_dir(scrubbed_environment(), compile_dir))
         try:
             self._start()
         except BaseException:
@@ -69,9 +72,7 @@ class ArmWorker:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         env = dict(scrubbed_environment(), TRIAGE_REQUEST_FD=str(req_r), TRIAGE_REPLY_FD=str(rep_w),
-                   TORCHINDUCTOR_CACHE_DIR=self.compile_dir, TRITON_CACHE_DIR=os.path.join(self.compile_dir, "triton"))
-        if self.compile_dir != os.path.join(self.workdir, "compile"):
-            self.jail.mounts.update(inductor_default_dir(env, self.compile_dir))
+                   **self.compile_env)
         self.sandboxed = SandboxedProcess([sys.executable, "-I", "-m", "triage.worker.serve"], jail=self.jail,
                                           env=env, isolation=self.isolation, pass_fds=(req_r, rep_w))
         self.proc = self.sandboxed.proc

@@ -9,15 +9,15 @@ side file beyond that.  Never random data.
 """
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from triage.literals import FLOATING, literal
+from triage.worker.fingerprint import dtype_name, to_numpy
 from triage.worker.graphio import decode
-from triage.worker.fingerprint import to_numpy
 
 LITERAL_ELEMENTS = 64
 HEX_BYTES = 8192
@@ -48,7 +48,7 @@ def render_script(server: Any, request: dict[str, Any], overrides: dict[str, tor
         call, form = _call(graph, name, names, recorded, used)
         uses_device = uses_device or "device" in _device_args(node)
         forms.append(form)
-        line = _float64_line(graph, name, names, recorded)
+        line = _float64_line(graph, name, names, recorded, form)
         if line:
             float64_lines[name] = line
         lines.append(f"    v{i} = {call}")
@@ -212,13 +212,29 @@ def _runs_in_float64(definition: list[str], inputs: dict[str, Any], params: str)
     return all(isinstance(o, torch.Tensor) and o.dtype == torch.float64 for o in outs)
 
 
-def _float64_line(graph: Any, name: str, names: dict[str, str], recorded: dict[str, Any]) -> str | None:
-    """The op's public call with its tensor inputs in float64 and its result cast back, run
-    once here on the recorded inputs; None when no such line runs or gives the op's dtype."""
+def _float64_line(graph: Any, name: str, names: dict[str, str], recorded: dict[str, Any], form: str) -> str | None:
+    """The op's call in the script's own public `form` (which `_call` proved exact) with its
+    tensor inputs in float64 and its result cast back, run once here on the recorded inputs;
+    None for an op the script calls through torch.ops, or a line that does not run or does not
+    give the op's dtype."""
     node = graph.nodes[name]
     expected_dtype = node.get("dtype")
-    if not expected_dtype or node["op"] != "call":
+    if not expected_dtype:
         return None
+    doubled = {var: f"{var}.double()" for var in names.values()}
+    args = [_arg(a, names, doubled) for a in node["args"]]
+    kwargs = [f"{k}={_arg(v, names, doubled)}" for k, v in node["kwargs"]["dict"].items()]
+    text = next((t for t, f in _public_forms(node["target"].split(".")[1], args, kwargs) if f == form), None)
+    if text is None:
+        return None
+    line = f"{text}.to(torch.{expected_dtype})"
+    env = {var: recorded[ref].detach().cpu().clone() for ref, var in names.items()
+           if isinstance(recorded.get(ref), torch.Tensor)}
+    try:
+        got = eval(line, {"torch": torch, "device": torch.device("cpu")}, env)  # noqa: S307 - built from op names
+    except Exception:  # noqa: BLE001 - a line that does not run is not shown
+        return None
+    return line if isinstance(got, torch.Tensor) and str(got.dtype) == f"torch.{expected_dtype}" else None
     doubled = {var: f"{var}.double()" for var in names.values()}
     args = [_arg(a, names, doubled) for a in node["args"]]
     kwargs = [f"{k}={_arg(v, names, doubled)}" for k, v in node["kwargs"]["dict"].items()]
@@ -383,16 +399,10 @@ def _nested(value: Any, dtype: torch.dtype) -> str:
 
 
 def shortest_literal(value: float, dtype: torch.dtype) -> str:
-    """The shortest decimal that gives exactly `value` in `dtype` (``5e+22``, not the float32's
-    ``4.999999889098154e+22``): the literal reads as what it is, and round-trips bit for bit."""
-    if not math.isfinite(value):
-        return f'float("{value}")'
-    for digits in range(1, 18):
-        text = f"{value:.{digits}g}"
-        if _in_dtype(float(text), dtype) == value and math.copysign(1, float(text)) == math.copysign(1, value):
-            return text if any(c in text for c in ".en") else text + ".0"
-    return repr(value)
-
-
-def _in_dtype(value: float, dtype: torch.dtype) -> float:
-    return torch.tensor(value, dtype=torch.float64).to(dtype).item()
+    """`triage.literals.literal` written as a float (``2.0``, not ``2``); a dtype it does not
+    know (float8) keeps Python's repr of the value, which is exact too."""
+    name = dtype_name(dtype)
+    if name not in FLOATING:
+        return literal(value, "float64")
+    text = literal(value, name)
+    return text if any(c in text for c in ".en") else text + ".0"

@@ -1,0 +1,34 @@
+"""Float literals as triage's scripts write them: the shortest decimal that is exactly the value
+in its dtype (``5e+22``, not the float32's ``4.999999889098154e+22``).
+
+Used on both sides — by the data passes in triage's own process (a simpler value is one with a
+shorter literal) and by the warm worker that writes the script — so numpy only, no torch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# The dtypes whose values round-trip through these functions (bfloat16 computed on float32).
+FLOATING = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32, "float64": np.float64}
+
+
+def to_dtype(value: float, dtype: str) -> float:
+    """`value` rounded to `dtype` (bfloat16: float32's top 16 bits, rounded to nearest even)."""
+    if dtype == "bfloat16":
+        bits = np.array([value], dtype=np.float32).view(np.uint32)
+        if np.isfinite(value):
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & np.uint32(0xFFFF0000)
+        return float(bits.view(np.float32)[0])
+    with np.errstate(over="ignore"):
+        return float(FLOATING[dtype](value))
+
+
+def literal(value: float, dtype: str) -> str:
+    """The shortest decimal that gives exactly `value` in `dtype`; nonfinite as ``float("inf")``."""
+    if not np.isfinite(value):
+        return f'float("{value}")'
+    for digits in range(1, 18):
+        text = f"{value:.{digits}g}"
+        if to_dtype(float(text), dtype) == value and np.copysign(1, float(text)) == np.copysign(1, value):
+            return text
+    return repr(value)
