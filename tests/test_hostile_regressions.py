@@ -35,10 +35,15 @@ from triage.publish import body_sha256
 from triage.report import MARKER, report_json, validate_report
 
 CONTROL_FD = """
-def control_fd():   # the control pipe (TRIAGE_CONTROL_FD is still in /proc/self/environ)
+def control_fd():   # the control pipe: named in /proc/self/environ of a spawned worker; in a
+    import fcntl     # forked one, the write-only pipe above the standard streams
     for kv in open('/proc/self/environ', 'rb').read().split(b'\\0'):
         if kv.startswith(b'TRIAGE_CONTROL_FD='):
             return int(kv.split(b'=')[1])
+    for fd in sorted(int(f) for f in os.listdir('/proc/self/fd')):
+        if fd > 2 and os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:') \\
+                and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+            return fd
 """
 
 

@@ -98,6 +98,11 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
         variants = [_with(_spec(r), switch) for r in involved]
         if all(v is None for v in variants):
             continue
+        if switch.knob == "threads" and _nonfinite_where_finite(d) and _elementwise(d, involved):
+            results.append(_result(switch, variants, involved, "skipped",
+                                   "not run: no op that computes the value accumulates (no reduction or product "
+                                   "whose order the thread count sets), and it is non-finite where float64 is finite"))
+            continue
         if time.monotonic() - started > settings.budget_s:
             results.append(_result(switch, variants, involved, "skipped", "the ablation time budget ran out"))
             continue
@@ -135,6 +140,36 @@ def _explained(d: Divergence, comparison: Comparison) -> bool:
     if any(s.overflow_to_inf and s.overflow_to_inf == s.nonfinite_vs_reference for s in sides):
         return True
     return d.bit_difference is not None
+
+
+def _nonfinite_where_finite(d: Divergence) -> bool:
+    """A side is inf or NaN where float64 gives a finite value its dtype can hold."""
+    sides = [s for s in (d.a, d.b) if s is not None]
+    return d.nonfinite_mismatch > 0 and any(s.nonfinite_vs_reference > s.overflow_to_inf for s in sides)
+
+
+def _elementwise(d: Divergence, involved: list[ArmRun]) -> bool:
+    """The diverging value is computed without accumulation, on every arm that recorded its
+    op graph (at least one): no reduction or contraction whose order the thread count sets,
+    so `threads=1` cannot turn a non-finite value of a finite computation into rounding."""
+    from triage.minimize.graph import OpGraph
+    from triage.untrusted import UntrustedOutput
+
+    sides = {s.arm: s for s in (d.a, d.b) if s is not None}
+    checked = 0
+    for run in involved:
+        side = sides.get(run.spec)
+        node = next((o.node for o in run.observables if side is not None and o.index == side.observable), None)
+        if not run.graph_dir or node is None:
+            continue
+        try:
+            graph = OpGraph(run.graph_dir)
+        except (UntrustedOutput, OSError, ValueError):
+            return False
+        if node not in graph.by_name or not graph.order_free(graph.cone(node)):
+            return False
+        checked += 1
+    return checked > 0
 
 
 def _rounding_explains(d: Divergence) -> bool:

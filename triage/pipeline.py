@@ -13,7 +13,7 @@ from triage.compare import compare
 from triage.extract import extract_repro
 from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
 from triage.model import ArmSpec, Issue, Report, Repro
-from triage.run import Progress, RunOptions, run_arms
+from triage.run import Progress, RunOptions, forking_workers, run_arms
 from triage.sandbox import isolation
 from triage.sandbox.caches import compile_cache
 from triage.untrusted import remove_tree
@@ -32,16 +32,17 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
         # minimizer's workers and the verification of the minimal script.
         options = dataclasses.replace(options, compile_cache=options.compile_cache
                                       or compile_cache(repro.source, options.cache_dir))
-        runs = run_arms(repro, arms, options, progress)
-        try:
-            comparison = compare(runs)
-            ablations = ablate(repro, comparison, options, ablation or AblationOptions(enabled=False), progress)
-            reduced = minimize_divergence(comparison, arms, options, minimize or MinimizeOptions(enabled=False),
-                                          progress)
-        finally:
-            for run in runs:
-                if run.graph_dir:
-                    remove_tree(os.path.dirname(run.graph_dir))
+        with forking_workers(repro, arms, options):
+            runs = run_arms(repro, arms, options, progress)
+            try:
+                comparison = compare(runs)
+                ablations = ablate(repro, comparison, options, ablation or AblationOptions(enabled=False), progress)
+                reduced = minimize_divergence(comparison, arms, options, minimize or MinimizeOptions(enabled=False),
+                                              progress)
+            finally:
+                for run in runs:
+                    if run.graph_dir:
+                        remove_tree(os.path.dirname(run.graph_dir))
     try:
         ablations = ablations + reduced.ablations
         verdict = classify(repro, comparison, ablations)

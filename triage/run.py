@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -10,7 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from triage.sandbox import (
     Confinement, Isolation, Limits, ProcessOutcome, isolation, physical_memory, run_isolated, scrubbed_environment,
 )
 from triage.sandbox.caches import EnvironmentCache, collect_environment, compile_cache, inductor_default_dir
+from triage.sandbox.zygote import fork_server
 from triage.untrusted import UntrustedOutput, remove_tree
 
 GiB = 1 << 30
@@ -152,16 +154,15 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, mem
                     max_processes=PROCESS_LIMIT, disk_bytes=DISK_LIMIT,
                     phases=(("script-start", options.timeout_s),
                             ("script-done", _after_script_s(options))))
-    jail = Confinement(scratch=str(root), workdir=str(work), readable=[os.path.abspath(repro.path), *_inputs_file(repro)],
+    jail = Confinement(scratch=str(root), workdir=str(work), readable=_readable(repro),
                        writable=[compiled], accelerators=arm.device != "cpu")
-    env = dict(scrubbed_environment(), TORCHINDUCTOR_CACHE_DIR=compiled,
-               TRITON_CACHE_DIR=os.path.join(compiled, "triton"))
+    env = arm_environment(compiled)
     jail.mounts.update(inductor_default_dir(env, compiled))
     notify("start", {})
     started = time.monotonic()
     outcome = run_isolated(
         [sys.executable, "-I", "-m", "triage.worker", str(out / "job.json")],
-        jail=jail, env=env, limits=limits, isolation=how,
+        jail=jail, env=env, limits=limits, isolation=how, imports="compile" if arm.mode == "compile" else "torch",
         on_message=lambda m: notify("message", m),
     )
     run = _arm_run(arm, outcome, out, options, memory_bytes)
@@ -170,6 +171,30 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, mem
         run.graph_dir = _keep_graph(out / "graph")
     notify("end", {"status": run.status})
     return run
+
+
+def arm_environment(compiled: str) -> dict[str, str]:
+    """The environment of every process that runs the script or its ops: allow-listed, with
+    the run's compile cache."""
+    return dict(scrubbed_environment(), TORCHINDUCTOR_CACHE_DIR=compiled,
+                TRITON_CACHE_DIR=os.path.join(compiled, "triton"))
+
+
+@contextlib.contextmanager
+def forking_workers(repro: Repro, arms: list[ArmSpec], options: RunOptions) -> Iterator[None]:
+    """The run's fork server (sandbox/zygote.py) for the block: the arms, ablations, the
+    minimizer's workers and the verification are forked with torch (and, when an arm
+    compiles, inductor) already imported.  `options.compile_cache` must be set."""
+    compiled = options.compile_cache or compile_cache(repro.source, options.cache_dir)
+    env = arm_environment(compiled)
+    with fork_server(env=env, isolation=isolation(options.isolation), writable=[compiled],
+                     mounts=inductor_default_dir(env, compiled), readable=_readable(repro),
+                     compile=any(a.mode == "compile" for a in arms)):
+        yield
+
+
+def _readable(repro: Repro) -> list[str]:
+    return [os.path.abspath(repro.path), *_inputs_file(repro)]
 
 
 def _keep_graph(graph: Path) -> str | None:

@@ -105,6 +105,11 @@ class OpGraph:
         node = self.by_name[name]
         return node.get("dtype") is not None and not (node["op"] == "call" and self.items.get(name))
 
+    def order_free(self, ops: Iterable[str]) -> bool:
+        """No op whose result depends on an order of accumulation (the arm's worker recorded
+        which ops are free of one: graphio._order_free)."""
+        return all(self.by_name[o].get("order_free") is True for o in ops)
+
     def op_names(self, ops: Iterable[str]) -> list[str]:
         """aten op names (``aten.acosh``), in execution order, for the report."""
         return [".".join(self.by_name[o]["target"].split(".")[:2]) for o in self.ordered(ops)]

@@ -74,7 +74,8 @@ class ArmWorker:
         env = dict(scrubbed_environment(), TRIAGE_REQUEST_FD=str(req_r), TRIAGE_REPLY_FD=str(rep_w),
                    **self.compile_env)
         self.sandboxed = SandboxedProcess([sys.executable, "-I", "-m", "triage.worker.serve"], jail=self.jail,
-                                          env=env, isolation=self.isolation, pass_fds=(req_r, rep_w))
+                                          env=env, isolation=self.isolation, pass_fds=(req_r, rep_w),
+                                          imports="compile" if self.arm.mode == "compile" else "torch")
         self.proc = self.sandboxed.proc
         os.close(req_r)
         os.close(rep_w)

@@ -67,6 +67,12 @@ class Confinement:
     # writable host directories shown at another path (jail only): path inside -> host path
     mounts: dict[str, str] = field(default_factory=dict)
     accelerators: bool = False
+    # The fork server only (sandbox/zygote.py): empty directories made in the jail's root, and
+    # the host's /proc instead of a new one (a forked child mounts the /proc of its own PID
+    # namespace, which the kernel allows only where an unobstructed /proc is already mounted:
+    # bubblewrap's own covers parts of it). The zygote runs no issue code.
+    directories: list[str] = field(default_factory=list)
+    host_proc: bool = False
 
     def prepare(self) -> dict[str, str]:
         """Create the scratch layout; returns the environment entries that point into it."""
@@ -95,7 +101,11 @@ def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
             args += ["--ro-bind", path, path]
     for name in ETC_ALLOWED:
         args += ["--ro-bind-try", "/etc/" + name, "/etc/" + name]
-    args += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
+    args += ["--ro-bind-try", "/sys", "/sys"]
+    args += ["--bind", "/proc", "/proc"] if jail.host_proc else ["--proc", "/proc"]
+    args += ["--dev", "/dev"]
+    for path in jail.directories:
+        args += ["--dir", path]
     if jail.accelerators:
         for device in list(ACCELERATOR_DEVICES) + sorted(glob.glob("/dev/nvidia[0-9]*")):
             args += ["--dev-bind-try", device, device]

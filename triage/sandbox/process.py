@@ -115,14 +115,26 @@ _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_pref
 
 class SandboxedProcess:
     """One process running issue code: in the jail where `isolation` allows, else in a
-    session of its own.  `kill()` ends it and everything it started."""
+    session of its own; forked from the run's fork server (sandbox/zygote.py) where one is
+    running and isolates it alike.  `kill()` ends it and everything it started.  `imports`:
+    what the process will import that a fork server may have loaded for it ("torch", or
+    "compile" for dynamo and inductor as well)."""
 
     def __init__(self, argv: list[str], *, jail: jails.Confinement, env: dict[str, str],
                  isolation: jails.Isolation, pass_fds: tuple[int, ...] = (),
-                 stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE) -> None:
+                 stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE, imports: str = "torch") -> None:
+        from triage.sandbox import zygote
+
         env = dict(env, **jail.prepare())
         self.namespace_pid: int | None = None  # PID 1 of the sandbox, as the host numbers it
         self.jailed = isolation.strong
+        server = zygote.active()
+        self.forked = (server is not None and stdout is subprocess.PIPE and stderr is subprocess.PIPE
+                       and server.isolation == isolation and server.accepts(argv, jail, env))
+        if self.forked:
+            self.jailed = True  # the zygote reports a signal death as 128 + signal either way
+            self.proc = server.fork(argv, jail, env, pass_fds, imports)
+            return
         info_r = info_w = None
         if isolation.strong:
             info_r, info_w = os.pipe()
@@ -143,12 +155,13 @@ class SandboxedProcess:
                 pass
 
     @property
-    def pid(self) -> int:
+    def pid(self) -> int | None:
         return self.proc.pid
 
     def exit_status(self) -> int | None:
         """The child's status as Popen reports it (negative: the signal that ended it).
-        bubblewrap passes a signal death on as status 128 + signal; it is turned back."""
+        bubblewrap and the fork server pass a signal death on as status 128 + signal; it is
+        turned back."""
         code = self.proc.returncode
         if self.jailed and code is not None and code > 128 and (code - 128) in signal.valid_signals():
             return -(code - 128)
@@ -156,7 +169,14 @@ class SandboxedProcess:
 
     def kill(self) -> None:
         """SIGKILL the sandbox: PID 1 of its namespace (the kernel then kills every process
-        in it), and the session triage started it in."""
+        in it), and the session triage started it in; a forked one: the forked child and all
+        under it (its namespace's PID 1 among them)."""
+        if self.forked:
+            self.proc.cancel()
+            if self.proc.pid is not None:
+                for pid in _descendants(self.proc.pid, _process_table())[0]:
+                    _signal(pid)
+            return
         if self.namespace_pid:
             _signal(self.namespace_pid)
         try:
@@ -168,12 +188,14 @@ class SandboxedProcess:
 
     def tree(self) -> tuple[int, int]:
         """(resident bytes, number of processes) of the whole tree under this process."""
+        if self.proc.pid is None:
+            return 0, 0
         pids, rss = _descendants(self.proc.pid, _process_table())
         return rss, len(pids)
 
 
 def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str], limits: Limits,
-                 isolation: jails.Isolation | None = None,
+                 isolation: jails.Isolation | None = None, imports: str = "torch",
                  on_message: Callable[[dict[str, Any]], None] | None = None) -> ProcessOutcome:
     """Run `argv` confined to `jail`; messages the child writes as JSON lines to fd
     TRIAGE_CONTROL_FD are collected (and passed to `on_message`).  Never raises for anything
@@ -182,7 +204,7 @@ def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str
     read_fd, write_fd = os.pipe()
     env = dict(env, TRIAGE_CONTROL_FD=str(write_fd))
     start = time.monotonic()
-    child = SandboxedProcess(argv, jail=jail, env=env, isolation=isolation, pass_fds=(write_fd,))
+    child = SandboxedProcess(argv, jail=jail, env=env, isolation=isolation, pass_fds=(write_fd,), imports=imports)
     os.close(write_fd)
     out, err = OutputCapture(child.proc.stdout, limits.output_bytes), OutputCapture(child.proc.stderr, limits.output_bytes)
     control = ControlChannel(read_fd, limits, start, on_message)

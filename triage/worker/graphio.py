@@ -29,6 +29,16 @@ class UnsupportedGraph(Exception):
 
 
 # -- export (inside the arm's run) --------------------------------------------------------
+def _order_free(target: Any) -> bool:
+    """Each output element comes from its own inputs alone, whatever the thread count: data
+    movement, exact and correctly rounded ops, elementwise library functions — not a reduction,
+    a contraction, a decomposed op or a linear-algebra routine."""
+    from triage.worker.rounding import op_class
+
+    kind = op_class(target)
+    return kind in ("exact", "correctly-rounded") or (kind == "library" and torch.Tag.pointwise in target.tags)
+
+
 def export_graph(graph: fx.Graph, directory: Path) -> str | None:
     """Write graph.json + leaves.pt; None, or why the graph cannot be exported."""
     nodes, leaves = [], {}
@@ -46,7 +56,8 @@ def export_graph(graph: fx.Graph, directory: Path) -> str | None:
                 entry.update(op="getitem", of=n.args[0].name, index=n.args[1])
             elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
                 entry.update(op="call", target=_target_name(n.target),
-                             args=encode(n.args), kwargs=encode(dict(n.kwargs)))
+                             args=encode(n.args), kwargs=encode(dict(n.kwargs)),
+                             order_free=_order_free(n.target))
             elif n.op == "call_function":
                 raise UnsupportedGraph(f"node {n.name} runs {getattr(n.target, '__name__', n.target)}, not an aten op")
             else:

@@ -13,6 +13,8 @@ Three situations need care:
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -20,6 +22,39 @@ import torch
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils import _device, _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class TriageDispatchMode(TorchDispatchMode):
+    """A dispatch mode of triage's whose ``__torch_dispatch__`` is hidden from dynamo only once
+    dynamo is imported.  torch wraps every mode's ``__torch_dispatch__`` in
+    ``torch._disable_dynamo``, which imports ``torch._dynamo`` on the first op: about a second
+    that a plain ``python repro.py`` of an eager script never pays.  Before dynamo is imported
+    nothing can be tracing, so calling the method as it is is the same thing."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # torch's eager wrapper is replaced by the lazy one below
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        raw = cls.__dict__.get("__torch_dispatch__")
+        if raw is not None and not isinstance(raw, classmethod):
+            cls.__torch_dispatch__ = _skip_dynamo_once_imported(raw)
+
+
+def _skip_dynamo_once_imported(raw: Callable[..., Any]) -> Callable[..., Any]:
+    hidden: list[Callable[..., Any]] = []
+
+    @functools.wraps(raw)
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        if not hidden:
+            disable = getattr(sys.modules.get("torch._dynamo"), "disable", None)
+            if disable is None:  # not imported (or still importing): nothing is tracing
+                return raw(*args, **kwargs)
+            hidden.append(disable(raw, recursive=True, wrapping=False))
+        return hidden[0](*args, **kwargs)
+
+    return dispatch
 
 
 @contextlib.contextmanager

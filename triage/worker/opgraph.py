@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
-from torch.utils._python_dispatch import TorchDispatchMode
+from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
@@ -122,7 +122,7 @@ class Recording:
     compiled_random_ops: list[str] = field(default_factory=list)
 
 
-class OpRecorder(TorchDispatchMode):
+class OpRecorder(TriageDispatchMode):
     def __init__(
         self,
         device: torch.device,

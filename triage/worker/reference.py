@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.utils._python_dispatch import TorchDispatchMode
+from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_map
 
 from triage.worker.opgraph import written_positions
@@ -57,7 +57,7 @@ def _widen_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class UpcastMode(TorchDispatchMode):
+class UpcastMode(TriageDispatchMode):
     """Runs every aten op in float64 on the CPU; used to replay dynamo graphs."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._decomp import decomposition_table
-from torch.utils._python_dispatch import TorchDispatchMode
+from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from triage.worker.reference import EXACT_OPS, cone, last_uses, release, widen, widen_dtype
@@ -496,7 +496,15 @@ class _CallCache:
         self.magnitudes: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
 
 
-class RoundingMode(TorchDispatchMode):
+def _dtypes(func: Any, stand_ins: list, spec: Any, device: torch.device) -> list:
+    args, kwargs = tree_unflatten(stand_ins, spec)
+    if "device" in kwargs:
+        kwargs["device"] = device
+    out = func(*args, **kwargs)
+    return [t.dtype if isinstance(t, torch.Tensor) else None for t in tree_flatten(out)[0]]
+
+
+class RoundingMode(TriageDispatchMode):
     """Evaluates aten ops in float64 and rounds each floating result to the arm's dtype:
     stochastically (``generator``), or directed up (+1) / down (-1), or to nearest with no
     perturbation (``direction=0`` without a generator: the centre replay)."""
@@ -612,13 +620,7 @@ class RoundingMode(TorchDispatchMode):
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.float32)
         try:
-            meta = [torch.empty(a.shape, dtype=self.vdtype(a), device="meta") if isinstance(a, torch.Tensor)
-                    else torch.device("meta") if isinstance(a, torch.device) else a for a in flat]
-            m_args, m_kwargs = tree_unflatten(meta, spec)
-            if "device" in m_kwargs:
-                m_kwargs["device"] = torch.device("meta")
-            out = func(*m_args, **m_kwargs)
-            dtypes = [t.dtype if isinstance(t, torch.Tensor) else None for t in tree_flatten(out)[0]]
+            dtypes = self._dtypes_of(func, flat, spec, kwargs)
         except Exception:  # noqa: BLE001 - no meta kernel: the widest floating input dtype
             floats = [self.vdtype(a) for a in flat if isinstance(a, torch.Tensor) and a.is_floating_point()]
             widest = min(floats, key=lambda d: UNIT_ROUNDOFF.get(d, 1.0)) if floats else None
@@ -627,6 +629,29 @@ class RoundingMode(TorchDispatchMode):
             torch.set_default_dtype(previous)
         self.cache.dtypes[key] = dtypes
         return dtypes
+
+    def _dtypes_of(self, func: Any, flat: list, spec: Any, kwargs: dict) -> list:
+        """The op's output dtypes on stand-ins of the arm dtypes: CPU tensors that allocate
+        nothing, a 1 broadcast to the input's shape (a pointwise op gets one element of the
+        input's rank: a dtype depends on the dtypes and on which inputs are 0-dim, never on
+        sizes or values).  Meta tensors are the fallback: most meta kernels are Python that
+        imports torch._dynamo or sympy, more than a second of this process's life.  Seeded ops
+        (they would draw from the generator) and out= calls run on meta, and so does any op
+        the stand-ins fail on or that returns something other than tensors."""
+        if torch.Tag.nondeterministic_seeded not in func.tags and "out" not in kwargs:
+            pointwise = torch.Tag.pointwise in func.tags
+            stand_ins = [(torch.ones((1,) * a.dim(), dtype=self.vdtype(a)) if pointwise else
+                          torch.ones((), dtype=self.vdtype(a)).expand(a.shape)) if isinstance(a, torch.Tensor)
+                         else torch.device("cpu") if isinstance(a, torch.device) else a for a in flat]
+            try:
+                dtypes = _dtypes(func, stand_ins, spec, torch.device("cpu"))
+            except Exception:  # noqa: BLE001 - the meta kernel decides
+                dtypes = [None]
+            if None not in dtypes:
+                return dtypes
+        meta = [torch.empty(a.shape, dtype=self.vdtype(a), device="meta") if isinstance(a, torch.Tensor)
+                else torch.device("meta") if isinstance(a, torch.device) else a for a in flat]
+        return _dtypes(func, meta, spec, torch.device("meta"))
 
     def _tag(self, out: Any, out_vd: list) -> Any:
         for t, d in zip(tree_flatten(out)[0], out_vd):
