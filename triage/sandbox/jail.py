@@ -113,7 +113,7 @@ def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
     # /tmp, and a later mount on /tmp would hide them.
     args += ["--bind", os.path.join(jail.scratch, "tmp"), "/tmp",
              "--bind", os.path.join(jail.scratch, "shm"), "/dev/shm"]
-    for path in _interpreter_paths():
+    for path in interpreter_paths():
         args += ["--ro-bind", path, path]
     for path in jail.readable:
         args += ["--ro-bind", path, path]
@@ -127,7 +127,7 @@ def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _interpreter_paths() -> tuple[str, ...]:
+def interpreter_paths() -> tuple[str, ...]:
     """What `python -I -m triage.worker` reads: the installation, site-packages, whatever the
     .pth files add (an editable install's finder points at the checkout's `triage/` only),
     and triage's own package — each once, outside the system directories already bound."""

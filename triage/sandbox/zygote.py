@@ -39,6 +39,7 @@ ENTRY_MODULES = ("triage.worker", "triage.worker.serve")  # triage/worker/zygote
 STAGE = "/triage-stage"  # triage/worker/zygote.py STAGE
 FIRST_JOB_FD = 3  # triage/worker/zygote.py FIRST_JOB_FD
 PER_JOB_ENV = ("HOME", "TMPDIR")
+CONFINABLE_MACHINES = ("x86_64", "aarch64")  # triage/worker/zygote.py SYS_CAPSET
 PID_WAIT_S = 5.0
 
 _active: list["ForkServer"] = []
@@ -125,6 +126,8 @@ class ForkServer:
             return False
         if not self.isolation.strong:
             return True
+        if os.uname().machine not in CONFINABLE_MACHINES:  # the child could not drop its capabilities
+            return False
         hosts = [jail.scratch, *jail.writable, *jail.mounts.values(), *jail.readable]
         return self._under_hidden(jail.scratch) and all(self._visible(p) for p in hosts)
 
@@ -150,6 +153,8 @@ class ForkServer:
         view += [[p, p, True] for p in jail.writable]
         view += [[host, inside, True] for inside, host in jail.mounts.items()]
         view += [[p, p, False] for p in jail.readable]
+        # The installation itself, where it lives in a temporary folder (a checkout in /tmp).
+        view += [[p, p, False] for p in jails.interpreter_paths() if self._under_hidden(p)]
         request = {"job": job, "module": argv[3], "args": argv[4:], "env": child_env, "cwd": jail.workdir,
                    "scratch": jail.scratch, "view": view, "hidden": self.hidden,
                    "namespace": self.isolation.strong, "needs": needs if needs in ("torch", "compile") else "torch"}
