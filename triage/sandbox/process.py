@@ -172,10 +172,13 @@ class SandboxedProcess:
         in it), and the session triage started it in; a forked one: the forked child and all
         under it (its namespace's PID 1 among them)."""
         if self.forked:
-            self.proc.cancel()
-            if self.proc.pid is not None:
+            # Once the zygote has reaped the child its pid may be another process's: no sweep
+            # then.  Before that, the tree first (in process mode nothing ties the job to the
+            # child: a job that outlived it would be reparented out of reach), then the child.
+            if self.proc.pid is not None and not self.proc.exited.is_set():
                 for pid in _descendants(self.proc.pid, _process_table())[0]:
                     _signal(pid)
+            self.proc.cancel()
             return
         if self.namespace_pid:
             _signal(self.namespace_pid)

@@ -118,7 +118,8 @@ class ForkServer:
 
     # -- what may be forked ------------------------------------------------------------------
     def accepts(self, argv: list[str], jail: jails.Confinement, env: dict[str, str]) -> bool:
-        if self.closed or jail.accelerators or jail.host_proc or jail.directories:
+        if self.closed or self.process.proc.poll() is not None or jail.accelerators or jail.host_proc \
+                or jail.directories:
             return False
         if len(argv) < 4 or argv[:3] != [sys.executable, "-I", "-m"] or argv[3] not in ENTRY_MODULES:
             return False
@@ -196,9 +197,8 @@ class ForkServer:
                 child = self.jobs.get(str(message.get("job")))
             if child is None:
                 continue
-            if "pid" in message:
-                child.pid = self._host_pid(int(message["pid"]))
-                child.started.set()
+            if "pid" in message:  # found off this thread, which every other job's messages wait on
+                threading.Thread(target=self._resolve, args=(child, int(message["pid"])), daemon=True).start()
             elif "status" in message:
                 with self.lock:
                     self.jobs.pop(child.job, None)
@@ -208,14 +208,18 @@ class ForkServer:
         for child in orphans:  # the zygote died: its children died with its namespace
             child._exit(128 + 9)
 
-    def _host_pid(self, pid: int) -> int | None:
+    def _resolve(self, child: ForkedProcess, pid: int) -> None:
+        child.pid = self._host_pid(pid, child)
+        child.started.set()
+
+    def _host_pid(self, pid: int, child: ForkedProcess) -> int | None:
         """The host's pid of the zygote's child `pid` (numbered in the zygote's namespace)."""
         if not self.isolation.strong:
             return pid
         from triage.sandbox.process import _descendants, _process_table
 
         deadline = time.monotonic() + PID_WAIT_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not child.exited.is_set():
             for candidate in _descendants(self.process.pid, _process_table())[0]:
                 try:
                     with open(f"/proc/{candidate}/status") as f:
