@@ -133,13 +133,10 @@ class ForkServer:
         return self._under_hidden(jail.scratch) and all(self._visible(p) for p in hosts)
 
     def _under_hidden(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return any(real == root or real.startswith(root.rstrip("/") + "/") for root in self.hidden)
+        return _within(path, self.hidden)
 
     def _visible(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        bound = [*self.writable, *self.mounts.values(), *self.readable]
-        return self._under_hidden(real) or any(real == b or real.startswith(b.rstrip("/") + "/") for b in bound)
+        return _within(path, [*self.hidden, *self.writable, *self.mounts.values(), *self.readable])
 
     # -- forking -----------------------------------------------------------------------------
     def fork(self, argv: list[str], jail: jails.Confinement, env: dict[str, str],
@@ -245,6 +242,11 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             pass
         remove_tree(self.root)
+
+
+def _within(path: str, roots: list[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real == root or real.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 def _comparable(env: dict[str, str]) -> dict[str, str]:

@@ -235,25 +235,6 @@ def _float64_line(graph: Any, name: str, names: dict[str, str], recorded: dict[s
     except Exception:  # noqa: BLE001 - a line that does not run is not shown
         return None
     return line if isinstance(got, torch.Tensor) and str(got.dtype) == f"torch.{expected_dtype}" else None
-    doubled = {var: f"{var}.double()" for var in names.values()}
-    args = [_arg(a, names, doubled) for a in node["args"]]
-    kwargs = [f"{k}={_arg(v, names, doubled)}" for k, v in node["kwargs"]["dict"].items()]
-    plain_args = [_arg(a, names) for a in node["args"]]
-    plain_kwargs = [f"{k}={_arg(v, names)}" for k, v in node["kwargs"]["dict"].items()]
-    packet = node["target"].split(".")[1]
-    for (plain, _), (text, _) in zip(_public_forms(packet, plain_args, plain_kwargs), _public_forms(packet, args, kwargs)):
-        if not _same_result(graph.ops[name], plain, node, recorded, names, []):
-            continue
-        line = f"{text}.to(torch.{expected_dtype})"
-        env = {var: recorded[ref].detach().cpu().clone() for ref, var in names.items()
-               if isinstance(recorded.get(ref), torch.Tensor)}
-        try:
-            got = eval(line, {"torch": torch, "device": torch.device("cpu")}, env)  # noqa: S307 - built from op names
-        except Exception:  # noqa: BLE001 - a line that does not run is not shown
-            continue
-        if isinstance(got, torch.Tensor) and str(got.dtype) == f"torch.{expected_dtype}":
-            return line
-    return None
 
 
 # -- calls ----------------------------------------------------------------------------------

@@ -346,12 +346,10 @@ def _run_job(request: dict[str, Any], fds: list[int]) -> NoReturn:
         stdout, stderr, *passed = fds
         os.dup2(stdout, 1)
         os.dup2(stderr, 2)
-        numbered = []
         for i, fd in enumerate(passed):
             os.dup2(fd, 100 + i)  # out of the way of the renumbering below
         for i in range(len(passed)):
             os.dup2(100 + i, FIRST_JOB_FD + i)
-            numbered.append(FIRST_JOB_FD + i)
         os.closerange(FIRST_JOB_FD + len(passed), 65536)
         os.chdir(request["cwd"])
         os.environ.clear()
