@@ -149,3 +149,36 @@ def test_shared_fixtures_get_their_cause(triage, name, arms, named):
     _, report, _, _ = triage(ISSUES / name / "repro.py", arms, "--no-minimize")
     assert any(n in report["verdict"]["summary"] for n in named), report["verdict"]["summary"]
     assert report["ablations"] == []  # random draws, uninitialized memory, range overflow: nothing to flip
+
+
+@pytest.mark.slow
+def test_ablations_stop_at_the_first_that_explains_unless_all_are_asked_for(triage):
+    # Inductor draws its own dropout mask: `fallback_random=on` explains it, and is tried
+    # first (classify ranks randomness above any precision mode); `threads=1` is then not run,
+    # and the verdict is the one every switch gives.
+    _, report, _, _ = triage(FIXTURES / "dropout_compile.py", "cpu,cpu/compile", "--no-minimize")
+    by = {a["switch"]: a for a in report["ablations"]}
+    assert by["fallback_random=on"]["outcome"] == "agree-bitwise"
+    assert by["threads=1"]["outcome"] == "skipped"
+    assert "`fallback_random=on` already explains" in by["threads=1"]["detail"]
+    assert [a["switch"] for a in report["ablations"]] == ["threads=1", "fallback_random=on"]
+
+    _, every, _, _ = triage(FIXTURES / "dropout_compile.py", "cpu,cpu/compile", "--no-minimize", "--all-ablations")
+    ran = {a["switch"]: a["outcome"] for a in every["ablations"]}
+    assert ran["threads=1"] not in ("skipped", "agree-bitwise", "within-tolerance"), ran
+    assert ran["fallback_random=on"] == "agree-bitwise"
+    assert every["verdict"]["kind"] == report["verdict"]["kind"] == "nondeterministic"
+
+
+@pytest.mark.slow
+def test_ablations_beside_the_minimizer_give_what_one_after_the_other_gives(triage):
+    # `--jobs 1` runs the ablations, then the minimizer; the default runs them side by side.
+    runs = [triage(FIXTURES / "matmul_chain.py", "cpu,cpu/fault=mm", *jobs)[1]
+            for jobs in ((), ("--jobs", "1"))]
+    side_by_side, in_turn = runs
+    for key in ("kind", "expected", "summary"):
+        assert side_by_side["verdict"][key] == in_turn["verdict"][key]
+    assert [(a["switch"], a["outcome"]) for a in side_by_side["ablations"]] == \
+        [(a["switch"], a["outcome"]) for a in in_turn["ablations"]]
+    assert side_by_side["minimal"]["verified"] and in_turn["minimal"]["verified"]
+    assert side_by_side["minimal"]["ops"] == in_turn["minimal"]["ops"]

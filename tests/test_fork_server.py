@@ -437,3 +437,59 @@ def test_a_running_forked_job_past_its_timeout_is_killed(zygote, tmp_path, names
     assert ZYGOTE_MODULE in run.stdout, run.stdout
     assert seconds < 60
     assert not left, f"processes outlived the timed-out arm: {left}"
+
+
+def test_an_eager_job_is_forked_while_inductor_still_loads(tmp_path, forking):
+    """The zygote reads its socket between two imports (or warm-ups): an eager job asked for
+    once torch is in is forked before the compile level is announced, not after it."""
+    from triage.run import arm_environment
+
+    compiled = str(tmp_path / "cache")
+    os.makedirs(compiled)
+    env = arm_environment(compiled)
+    how = isolation()
+    scratch = tempfile.mkdtemp(prefix="triage-arm-")
+    try:
+        jail = Confinement(scratch=scratch, workdir=os.path.join(scratch, "work"), writable=[compiled])
+        with fork_server(env=env, isolation=how, writable=[compiled], mounts={}, readable=[],
+                         compile=True) as server:
+            deadline = time.monotonic() + 120
+            while "torch" not in server.ready and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert "torch" in server.ready and "compile" not in server.ready, server.ready
+            child = SandboxedProcess(_worker("--version-probe"), jail=jail, env=env, isolation=how, imports="torch")
+            assert child.forked
+            while child.proc.pid is None and "compile" not in server.ready and time.monotonic() < deadline:
+                time.sleep(0.001)
+            forked_first = child.proc.pid is not None and "compile" not in server.ready
+            child.kill()
+            child.proc.wait(timeout=60)
+            assert forked_first, "the eager job waited for the compile level"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+WARMED = textwrap.dedent("""\
+    import json, torch._inductor.cpu_vec_isa as isa, torch._inductor.codecache as cc
+    try:
+        cc.torch_key.set(b"")  # refused once the hash is known
+        torch_key = False
+    except RuntimeError:
+        torch_key = True
+    print("WARMED " + json.dumps({"isa": isa.valid_vec_isa_list.cache_info().currsize, "torch_key": torch_key,
+                                  "pid1": open("/proc/1/cmdline", "rb").read().decode(errors="replace")}))
+""")
+
+
+@pytest.mark.slow
+def test_a_forked_compile_arm_starts_with_inductors_machine_probes_done(tmp_path, forking):
+    """The vector-ISA probes and torch's source hash (about a second of every first compile)
+    are worked out once, by the zygote, and every compile arm inherits them."""
+    script = tmp_path / "warmed.py"
+    script.write_text(WARMED)
+    code, report, _, out = run_triage(script, "cpu/compile", tmp_path, *ARMS_ONLY)
+    assert report is not None, out
+    (arm,) = _arm_lines(report, "WARMED ")
+    assert ZYGOTE_MODULE in arm["pid1"] or not isolation().strong, arm["pid1"]
+    assert arm["isa"] == 1 and arm["torch_key"], arm
+    assert code == 0, out

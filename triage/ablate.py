@@ -69,11 +69,24 @@ SWITCHES = (
 class AblationOptions:
     enabled: bool = True
     budget_s: float = 120.0
+    # False: stop at the first switch that explains the divergence (the sides agree inside
+    # their rounding spreads); the verdict rests on that one.  True: try every switch.
+    exhaustive: bool = False
+
+
+# The order the switches are tried in when ablations stop at the first that explains: those
+# that name randomness first, because classify ranks a random explanation above any precision
+# mode, then `SWITCHES` order, which is the order classify picks among precision modes.  So
+# the first explanation found is the one the verdict would name had every switch run.
+TRIAL_ORDER = sorted(SWITCHES, key=lambda s: s.verdict != "nondeterministic")
+SWITCH_INDEX = {f"{s.knob}={s.value}": i for i, s in enumerate(SWITCHES)}  # results are listed in this order
 
 
 def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: AblationOptions,
            progress: Progress | None = None) -> list[Ablation]:
-    """One `Ablation` per applicable switch, in `SWITCHES` order, within the time budget."""
+    """One `Ablation` per applicable switch, in `SWITCHES` order, within the time budget;
+    after the first that explains the divergence the rest are listed as not run, unless
+    `settings.exhaustive`."""
     d = comparison.divergence
     if not settings.enabled or d is None or any(not r.completed for r in comparison.arms) or _explained(d, comparison):
         return []
@@ -90,7 +103,8 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
     dtypes = {s.dtype for s in (d.a, d.b) if s is not None} | {d.dtype}
     dtypes |= {t for r in involved for t in (r.graph or {}).get("dtypes", [])}
     random_in_compiled = any(r.compiled_random_ops for r in involved)
-    for switch in SWITCHES:
+    explained_by: Ablation | None = None
+    for switch in TRIAL_ORDER:
         if switch.dtypes is not None and not dtypes & set(switch.dtypes):
             continue
         if switch.knob == "fallback_random" and not random_in_compiled:
@@ -102,6 +116,11 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
             results.append(_result(switch, variants, involved, "skipped",
                                    "not run: no op that computes the value accumulates (no reduction or product "
                                    "whose order the thread count sets), and it is non-finite where float64 is finite"))
+            continue
+        if explained_by is not None:
+            results.append(_result(switch, variants, involved, "skipped",
+                                   f"not run: `{explained_by.switch}` already explains the divergence "
+                                   "(`--all-ablations` runs every switch)"))
             continue
         if time.monotonic() - started > settings.budget_s:
             results.append(_result(switch, variants, involved, "skipped", "the ablation time budget ran out"))
@@ -117,7 +136,9 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
         result = _result(switch, variants, involved, outcome, detail, round(time.monotonic() - t0, 2))
         result.inside_spread = inside
         results.append(result)
-    return results
+        if outcome in ("agree-bitwise", "within-tolerance") and inside is not False and not settings.exhaustive:
+            explained_by = result
+    return sorted(results, key=lambda a: SWITCH_INDEX[a.switch])
 
 
 def _explained(d: Divergence, comparison: Comparison) -> bool:

@@ -93,8 +93,11 @@ def _run_options(f: Any) -> Any:
                           "and report which make the sides agree."),
         click.option("--ablate-budget", type=click.FloatRange(min=1), default=120.0, show_default=True,
                      help="Seconds the ablations may take."),
+        click.option("--all-ablations", is_flag=True,
+                     help="Try every switch that applies, not only until one explains the divergence."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed for every generator, in every arm."),
-        click.option("--jobs", type=click.IntRange(min=1), default=None, help="Arms run at once (default: cores)."),
+        click.option("--jobs", type=click.IntRange(min=1), default=None,
+                     help="Processes run at once: arms, and the ablations beside the minimizer (default: cores)."),
         click.option("--isolation", type=click.Choice(["auto", "namespace", "process"]), default="auto",
                      show_default=True,
                      help="How arms are isolated: 'namespace' (bubblewrap: no network, no HOME, no other "
@@ -479,7 +482,8 @@ def _execute(pipeline: Any, run: dict[str, Any], source: str | None, script_args
         return pipeline(arms, options, progress.update if progress else None, notes,
                         MinimizeOptions(enabled=run["minimize"], budget_s=run["minimize_budget"],
                                         reduce_data=run["reduce_data"]),
-                        AblationOptions(enabled=run["ablate"], budget_s=run["ablate_budget"]))
+                        AblationOptions(enabled=run["ablate"], budget_s=run["ablate_budget"],
+                                        exhaustive=run["all_ablations"]))
     finally:
         if progress:
             progress.stop()

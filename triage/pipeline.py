@@ -1,6 +1,7 @@
 """The stages in order: the one function the CLI, the Action and tests call."""
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import time
@@ -12,7 +13,7 @@ from triage.classify import classify
 from triage.compare import compare
 from triage.extract import extract_repro
 from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
-from triage.model import ArmSpec, Issue, Report, Repro
+from triage.model import Ablation, ArmSpec, Comparison, Issue, Report, Repro
 from triage.run import Progress, RunOptions, forking_workers, run_arms
 from triage.sandbox import isolation
 from triage.sandbox.caches import compile_cache
@@ -36,9 +37,9 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
             runs = run_arms(repro, arms, options, progress)
             try:
                 comparison = compare(runs)
-                ablations = ablate(repro, comparison, options, ablation or AblationOptions(enabled=False), progress)
-                reduced = minimize_divergence(comparison, arms, options, minimize or MinimizeOptions(enabled=False),
-                                              progress)
+                ablations, reduced = _explain(repro, comparison, arms, options, progress,
+                                              ablation or AblationOptions(enabled=False),
+                                              minimize or MinimizeOptions(enabled=False))
             finally:
                 for run in runs:
                     if run.graph_dir:
@@ -59,6 +60,27 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
         if reduced.script_dir and not (minimize and minimize.directory):
             remove_tree(reduced.script_dir)
         raise
+
+
+def _explain(repro: Repro, comparison: Comparison, arms: list[ArmSpec], options: RunOptions,
+             progress: Progress | None, ablation: AblationOptions,
+             minimize: MinimizeOptions) -> tuple[list[Ablation], MinimizeResult]:
+    """The ablations and the minimizer, side by side where the CPU budget has room for both:
+    each needs only the comparison, and each spends much of its time waiting on processes
+    (a fresh arm's start, the slower arm, a compile) that the other can use."""
+    if (options.jobs or os.cpu_count() or 1) < 2:
+        return (ablate(repro, comparison, options, ablation, progress),
+                minimize_divergence(comparison, arms, options, minimize, progress))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="triage-explain") as pool:
+        ablating = pool.submit(ablate, repro, comparison, options, ablation, progress)
+        minimizing = pool.submit(minimize_divergence, comparison, arms, options, minimize, progress)
+        concurrent.futures.wait([ablating, minimizing])
+    if ablating.exception() is not None and minimizing.exception() is None:
+        # No report will carry the minimal script's directory to the caller that removes it.
+        script_dir = minimizing.result().script_dir
+        if script_dir and not minimize.directory:
+            remove_tree(script_dir)
+    return ablating.result(), minimizing.result()
 
 
 def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOptions,

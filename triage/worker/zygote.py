@@ -42,7 +42,7 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn
 
 # Import levels, in the order they are loaded; a request names the level it needs.
 LEVELS: dict[str, tuple[str, ...]] = {
@@ -52,6 +52,16 @@ LEVELS: dict[str, tuple[str, ...]] = {
     "compile": ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.cpp",
                 "torch._inductor.fx_passes.post_grad", "torch._inductor.fx_passes.joint_graph",
                 "torch._dynamo.backends.inductor", "torch._inductor.codegen.cpp_wrapper_cpu"),
+}
+# What inductor works out once per process on its first compile and keeps in memory: which
+# vector ISAs this CPU builds and loads (six probe builds, each loaded in a child Python, about
+# a second) and the hash of torch's own sources (the FX cache key's base).  Both depend only on
+# the machine, the installation and the environment, which every job of the zygote shares
+# (`ForkServer.accepts`), never on a script; computed here, each compiling child starts with
+# them.  Nothing is loaded into this process: the ISA probes dlopen in their own children.
+WARM: dict[str, tuple[tuple[str, str], ...]] = {
+    "compile": (("torch._inductor.cpu_vec_isa", "valid_vec_isa_list"),
+                ("torch._inductor.codecache", "torch_key")),
 }
 # The entry points a job may run: `python -I -m MODULE ARGS...` as a spawned process would.
 ENTRY_POINTS = {"triage.worker": "triage.worker.__main__", "triage.worker.serve": "triage.worker.serve"}
@@ -90,29 +100,39 @@ class Zygote:
         self.children: dict[int, str] = {}  # pid -> job id
 
     def serve(self) -> NoReturn:
+        steps, loaded_all = self._steps(), False
         while True:
             self._reap()
             for request, fds in [p for p in self.pending
                                  if p[0].get("needs") in self.loaded or p[0].get("needs") not in self.levels]:
                 self.pending.remove((request, fds))
                 self._fork(request, fds)
-            more = len(self.loaded) < len(self.levels)
-            # A request first, whenever one is there; imports in between.
-            if self._readable(0 if more else 0.05):
+            # A request first, whenever one is there; one import or probe in between, so an
+            # eager job or a cancel never waits for a whole level.
+            if self._readable(0.05 if loaded_all else 0):
                 if not self._receive():
                     self._exit()
-            elif more:
-                self._load_next()
+            elif not loaded_all:
+                loaded_all = next(steps, None) is None
 
-    def _load_next(self) -> None:
-        level = self.levels[len(self.loaded)]
-        for module in LEVELS[level]:
-            try:
-                importlib.import_module(module)
-            except Exception:  # noqa: BLE001 - a module this torch lacks: the job imports what it needs
-                pass
-        self.loaded.append(level)
-        self._send({"ready": level})
+    def _steps(self) -> Iterator[str]:
+        """Each import, then each warm-up, of every level this run needs; a level is announced
+        once all of its steps are done."""
+        for level in self.levels:
+            for module in LEVELS[level]:
+                try:
+                    importlib.import_module(module)
+                except Exception:  # noqa: BLE001 - a module this torch lacks: the job imports what it needs
+                    pass
+                yield module
+            for module, function in WARM.get(level, ()):
+                try:
+                    getattr(importlib.import_module(module), function)()
+                except Exception:  # noqa: BLE001 - another torch, no compiler: the job's compile works it out
+                    pass
+                yield function
+            self.loaded.append(level)
+            self._send({"ready": level})
 
     def _readable(self, timeout: float) -> bool:
         return bool(select.select([self.sock], [], [], timeout)[0])
