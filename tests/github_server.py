@@ -1,7 +1,8 @@
 """A small GitHub REST server on 127.0.0.1 for the publishing tests: the endpoints PyGithub
-calls for triage (user, issue, comments list/create/edit, labels add/remove), with tokens,
-comment authors, Link-header pagination, and injected failures (a 502, a 403 rate limit
-with its reset) — so the tests exercise PyGithub over real HTTP, not a mock of it.
+calls for triage (user, issue, comments list/create/edit, labels add/remove, issue search),
+with tokens, comment authors, open/closed issues and pull requests, Link-header pagination,
+and injected failures (a 502, a 403 rate limit with its reset) — so the tests exercise
+PyGithub over real HTTP, not a mock of it.
 
 To try posting by hand (the token `bot-token` posts as triage-bot):
 
@@ -18,9 +19,13 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
 PREFIX = "/api/v3"
+SEARCH_RESULT_CAP = 1000  # GitHub's search serves only the first 1000 results of any query
+# One search term: a qualifier `name:value` or `name:"value with spaces"`, a "quoted phrase", or
+# a word. What is left unmatched is a stray double quote: GitHub refuses that query.
+SEARCH_TERM = re.compile(r'(?P<name>[A-Za-z-]+):(?:"(?P<quoted>[^"]*)"|(?P<value>[^\s"]+))|"(?P<phrase>[^"]*)"|(?P<word>[^\s"]+)')
 
 
 @dataclass
@@ -59,9 +64,12 @@ class FakeGitHub:
         self.server.shutdown()
         self.server.server_close()
 
-    def add_issue(self, repo: str, number: int, body: str, labels: list[str] = (), title: str = "numbers differ") -> None:
+    def add_issue(self, repo: str, number: int, body: str, labels: list[str] = (), title: str = "numbers differ",
+                  state: str = "open", pull_request: bool = False) -> None:
+        """An issue (or, with `pull_request`, a pull request: GitHub serves both as issues)."""
         self.issues[(repo, number)] = {"repo": repo, "number": number, "title": title, "body": body,
-                                       "labels": list(labels), "user": "reporter"}
+                                       "labels": list(labels), "user": "reporter", "state": state,
+                                       "pull_request": pull_request}
 
     def add_comment(self, repo: str, number: int, body: str, login: str) -> dict[str, Any]:
         with self.lock:
@@ -81,12 +89,51 @@ class FakeGitHub:
         return {"login": login, "id": abs(hash(login)) % 10**6, "type": "Bot" if login.endswith("[bot]") else "User"}
 
     def _issue_json(self, issue: dict[str, Any]) -> dict[str, Any]:
-        api = f"{self.api_url}/repos/{issue['repo']}/issues/{issue['number']}"
-        return {"id": issue["number"], "number": issue["number"], "title": issue["title"], "body": issue["body"],
-                "state": "open", "url": api, "comments_url": api + "/comments",
-                "html_url": f"https://github.example/{issue['repo']}/issues/{issue['number']}",
+        repo_api = f"{self.api_url}/repos/{issue['repo']}"
+        api = f"{repo_api}/issues/{issue['number']}"
+        page = "pull" if issue["pull_request"] else "issues"
+        data = {"id": issue["number"], "number": issue["number"], "title": issue["title"], "body": issue["body"],
+                "state": issue["state"], "url": api, "repository_url": repo_api, "comments_url": api + "/comments",
+                "html_url": f"https://github.example/{issue['repo']}/{page}/{issue['number']}",
                 "user": self._user(issue["user"]),
-                "labels": [{"name": n, "url": f"{self.api_url}/repos/{issue['repo']}/labels/{n}"} for n in issue["labels"]]}
+                "labels": [{"name": n, "url": f"{repo_api}/labels/{n}"} for n in issue["labels"]]}
+        if issue["pull_request"]:  # GitHub marks a pull request served as an issue by this key alone
+            data["pull_request"] = {"url": f"{repo_api}/pulls/{issue['number']}", "html_url": data["html_url"]}
+        return data
+
+    def search(self, q: str) -> list[dict[str, Any]]:
+        """The issues and pull requests `q` matches, in the order they were added, as GitHub's
+        search reads it: qualifiers repo:, is:/state: open|closed, is:/type: issue|pr, label:
+        (several are ANDed), sort: (ignored); every other word or "phrase" must appear in the
+        title or body, case-insensitively. ValueError, with GitHub's reason, for a query GitHub
+        refuses (and for a qualifier this server does not implement, rather than ignore it)."""
+        if not q.strip():
+            raise ValueError("The search query must not be empty.")
+        if SEARCH_TERM.sub("", q).strip():
+            raise ValueError(f"The search query has an unbalanced double quote: {q}")
+        tests: list[Any] = []
+        for m in SEARCH_TERM.finditer(q):
+            name = (m.group("name") or "").lower()
+            value = (m.group("quoted") if m.group("quoted") is not None else m.group("value") or "").lower()
+            if name == "repo":
+                if not any(repo.lower() == value for repo, _ in self.issues):
+                    raise ValueError("The listed users and repositories cannot be searched either because the "
+                                     "resources do not exist or you do not have permission to view them.")
+                tests.append(lambda i, v=value: i["repo"].lower() == v)
+            elif name in ("is", "state") and value in ("open", "closed"):
+                tests.append(lambda i, v=value: i["state"] == v)
+            elif name in ("is", "type") and value in ("issue", "pr", "pull-request"):
+                tests.append(lambda i, pr=value != "issue": i["pull_request"] == pr)
+            elif name == "label":
+                tests.append(lambda i, v=value: v in (n.lower() for n in i["labels"]))
+            elif name == "sort":
+                continue
+            elif name:
+                raise ValueError(f"{m.group(0)}: the test server does not implement this qualifier")
+            else:
+                text = (m.group("phrase") if m.group("phrase") is not None else m.group("word")).lower()
+                tests.append(lambda i, t=text: t in f"{i['title']}\n{i['body'] or ''}".lower())
+        return [issue for issue in self.issues.values() if all(test(issue) for test in tests)]
 
     def _comment_json(self, c: dict[str, Any]) -> dict[str, Any]:
         return {"id": c["id"], "body": c["body"], "user": self._user(c["login"]),
@@ -109,6 +156,10 @@ class FakeGitHub:
                     status, payload, headers, self.override = (self.override.status, self.override.body,
                                                                self.override.headers, None)
                 data = b"" if payload is None else json.dumps(payload).encode()
+                # Recorded before the answer leaves: the client may act on it (and a test count
+                # the requests) before this thread runs again.
+                with gh.lock:
+                    gh.requests.append((self.command, self.path.split("?")[0].removeprefix(PREFIX), status))
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(data)))
@@ -116,8 +167,6 @@ class FakeGitHub:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
-                with gh.lock:
-                    gh.requests.append((self.command, self.path.split("?")[0].removeprefix(PREFIX), status))
 
             def _body(self) -> Any:
                 n = int(self.headers.get("Content-Length") or 0)
@@ -144,6 +193,8 @@ class FakeGitHub:
                     return self._send(401, {"message": "Bad credentials"})
                 if path == "/user" and self.command == "GET":
                     return self._send(200, gh._user(login)) if login else self._send(401, {"message": "Requires authentication"})
+                if path == "/search/issues" and self.command == "GET":
+                    return self._search(url.query)
                 m = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/comments/(\d+)", path)
                 if m and self.command == "PATCH":
                     comment = next((c for c in gh.comments if c["id"] == int(m.group(2))), None)
@@ -190,6 +241,42 @@ class FakeGitHub:
                     issue["labels"].remove(name)
                     return self._send(200, [{"name": n} for n in issue["labels"]])
                 return self._send(404, {"message": f"not implemented: {self.command} {path}"})
+
+            def _search(self, raw_query: str) -> None:
+                """GET /search/issues: one page of results, the Link header GitHub sends with it."""
+                params = parse_qsl(raw_query, keep_blank_values=True)
+                args = dict(params)
+                try:
+                    found = gh.search(args.get("q", ""))
+                    per_page = min(100, max(1, int(args.get("per_page", "30"))))
+                    page = max(1, int(args.get("page", "1")))
+                except ValueError as e:
+                    return self._send(422, {"message": "Validation Failed", "errors": [
+                        {"message": str(e), "resource": "Search", "field": "q", "code": "invalid"}],
+                        "documentation_url": "https://docs.github.com/v3/search/"})
+                served = min(len(found), SEARCH_RESULT_CAP)
+                if (page - 1) * per_page >= SEARCH_RESULT_CAP:
+                    return self._send(422, {"message": "Only the first 1000 search results are available",
+                                            "documentation_url": "https://docs.github.com/v3/search/"})
+                chunk = found[(page - 1) * per_page: min(page * per_page, served)]
+                items = [dict(gh._issue_json(issue), score=1.0) for issue in chunk]
+                last = max(1, -(-served // per_page))
+
+                def page_url(n: int) -> str:
+                    kept = [(k, v) for k, v in params if k != "page"]
+                    return f"{gh.api_url}/search/issues?{urlencode(kept + [('page', str(n))])}"
+
+                # GitHub's order: prev, next, last, first; none of them on a single page.
+                links = []
+                if page > 1:
+                    links.append(f'<{page_url(page - 1)}>; rel="prev"')
+                if page < last:
+                    links += [f'<{page_url(page + 1)}>; rel="next"', f'<{page_url(last)}>; rel="last"']
+                if page > 1:
+                    links.append(f'<{page_url(1)}>; rel="first"')
+                headers = {"Link": ", ".join(links)} if links else {}
+                return self._send(200, {"total_count": len(found), "incomplete_results": False, "items": items},
+                                  headers)
 
             do_GET = do_POST = do_PATCH = do_DELETE = _handle
 

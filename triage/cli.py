@@ -47,9 +47,13 @@ def main() -> None:
 
     # Before anything runs issue code: every secret-looking variable leaves this process's
     # environment (and the block /proc/<pid>/environ shows); GITHUB_TOKEN is kept in memory
-    # for the posting step only.
+    # for the posting step only, Ray's authentication for `triage sweep --ray-address`.
     _SECRETS.clear()
-    _SECRETS.update(scrub_own_secrets(keep=("GITHUB_TOKEN",)))
+    _SECRETS.update(scrub_own_secrets(keep=("GITHUB_TOKEN", *RAY_AUTHENTICATION)))
+
+
+# What a driver needs to join a Ray cluster that has token authentication on.
+RAY_AUTHENTICATION = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
 _SECRETS: dict[str, str] = {}
@@ -310,6 +314,106 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, allow_wea
         _take_token_file(github, token_file)
         _post(data, github, err)
     sys.exit(EXIT_NOT_WRITTEN if unwritten else _exit_code(report))
+
+
+@main.command("sweep")
+@click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
+@click.option("--out", "out_dir", default="triage-sweep", show_default=True, metavar="DIR",
+              help="Where sweep.html, sweep.md and sweep.json go.")
+@click.option("--db", "db_path", default=None, metavar="PATH",
+              help="The results store (SQLite), kept between sweeps. Default: DIR/results.sqlite.")
+@click.option("--arms", "arms_text", default=None, metavar="SPECS",
+              help="The arms of every item. Default: each item's own, as `triage run` picks them.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+              help="At most N issues from each search query.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds the script may run in each arm.")
+@click.option("--item-timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
+              help="Seconds one item may take in all; past it the item is stopped and listed as failed.")
+@click.option("--memory", default=None, metavar="SIZE", help="Memory limit per arm (e.g. 4G).")
+@click.option("--minimize/--no-minimize", default=True, show_default=True)
+@click.option("--ablate/--no-ablate", default=True, show_default=True)
+@click.option("--no-reference", is_flag=True, help="Skip the float64 reference and the rounding judge.")
+@click.option("--isolation", type=click.Choice(["auto", "namespace", "process"]), default="auto", show_default=True)
+@click.option("--ray-address", default=None, metavar="HOST:PORT",
+              help="Join this Ray cluster ('auto': the one this machine belongs to). Default: a Ray of its own "
+                   "on this machine.")
+@click.option("--num-cpus", type=click.IntRange(min=1), default=None,
+              help="Local Ray only: the CPUs it may use (default: this machine's cores).")
+@click.option("--cpus-per-arm", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+              help="CPUs an item asks Ray for, per arm (below 1: more items at once than cores).")
+@click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the summary JSON here.")
+@click.option("--quiet", is_flag=True, help="No progress display.")
+@_github_options
+def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, arms_text: str | None,
+                  limit: int | None, timeout: float, item_timeout: float, memory: str | None, minimize: bool,
+                  ablate: bool, no_reference: bool, isolation: str, ray_address: str | None, num_cpus: int | None,
+                  cpus_per_arm: float, json_path: str | None, quiet: bool, api_url: str, bot_login: str | None,
+                  allowed_labels: str | None, trigger_label: str | None) -> None:
+    """Triage a backlog: every item of every SOURCE as a Ray task, results kept in SQLite.
+
+    A SOURCE is a folder of repro scripts (one folder per report with repro.py, or *.py files),
+    OWNER/REPO#N (several: comma-separated), or a GitHub issue search query such as
+    'repo:pytorch/pytorch is:open label:"module: numerical-stability"'.  Items already triaged on
+    this torch build (same script text, same arms) are not run again: an interrupted sweep
+    resumes, a finished one costs nothing.
+
+    Exit status: 0 the report was written (whatever the verdicts), 2 usage error, 3 no source
+    gave an item."""
+    from rich.console import Console
+
+    from triage.sweep.driver import SweepOptions, run_sweep
+    from triage.sweep.engine import EngineOptions
+    from triage.sweep.item import ItemSettings
+
+    err = Console(stderr=True, soft_wrap=True)
+    arms = None
+    if arms_text is not None:
+        try:
+            arms = tuple(a.spec for a in parse_arms(arms_text))
+        except ArmSpecError as e:
+            raise click.UsageError(str(e)) from None
+    how = _isolation(isolation)
+    if ray_address and not how.strong:
+        raise click.UsageError(f"refusing to join a Ray cluster with arms in the {how.detail}: an arm could read "
+                               "the cluster's token and reach its control plane. Install bubblewrap on every node.")
+    _check_output_path("--json", json_path)
+    # Ray's own processes (never an arm: arms get an allow-listed environment) need them to join.
+    os.environ.update({name: _SECRETS[name] for name in RAY_AUTHENTICATION if name in _SECRETS})
+    options = SweepOptions(sources=list(sources), out_dir=out_dir,
+                           db_path=db_path or os.path.join(out_dir, "results.sqlite"), arms=arms, limit=limit,
+                           settings=ItemSettings(timeout_s=timeout, memory_bytes=_memory(memory),
+                                                 reference=not no_reference, isolation=isolation,
+                                                 minimize=minimize, ablate=ablate))
+    progress = _SweepProgress(err) if not quiet else None
+    try:
+        outcome = run_sweep(options, EngineOptions(ray_address=ray_address, num_cpus=num_cpus,
+                                                   item_timeout_s=item_timeout, cpus_per_arm=cpus_per_arm),
+                            _github(api_url, bot_login, allowed_labels, trigger_label, err),
+                            progress.update if progress else None)
+    except OSError as e:
+        raise click.ClickException(f"{getattr(e, 'filename', None) or out_dir}: {e.strerror or e}") from None
+    finally:
+        if progress:
+            progress.stop()
+    from triage.report import visible
+
+    for problem in outcome.problems:
+        err.print(f"skipped: {visible(problem)}", markup=False, highlight=False)
+    if json_path:
+        shutil.copyfile(outcome.files["json"], json_path)
+    counts: dict[str, int] = {}
+    for r in outcome.results:
+        counts[r.verdict_kind or r.outcome] = counts.get(r.verdict_kind or r.outcome, 0) + 1
+    err.print(f"{len(outcome.results)} items on torch {outcome.torch_build} ({outcome.ran} run now, "
+              f"{len(outcome.results) - outcome.ran} already stored): "
+              + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+              + f". Report: {outcome.files['html']}", markup=False, highlight=False)
+    if outcome.stats is not None:
+        err.print(outcome.stats.describe(), markup=False, highlight=False)
+    with open(outcome.files["markdown"], encoding="utf-8") as f:
+        _write_step_summary(None, f.read())
+    sys.exit(EXIT_VERDICT if outcome.results else EXIT_COULD_NOT_RUN)
 
 
 @main.command("post")
@@ -630,6 +734,45 @@ def _copy_inputs(source: str, target: str) -> None:
 
     with open_regular(source, MAX_INPUTS_BYTES) as f, open(target, "wb") as out:
         shutil.copyfileobj(f, out)
+
+
+class _SweepProgress:
+    """A progress bar over a sweep's items, with the verdicts so far (on stderr)."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.counts: dict[str, int] = {}
+        self.total = 0
+        self.lock = threading.Lock()
+        self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), console=console, transient=True) \
+            if console.is_terminal else None
+        self.task = self.bar.add_task("", total=None) if self.bar else None
+        if self.bar:
+            self.bar.start()
+
+    def update(self, event: str, work: Any, result: Any) -> None:
+        from triage.report import visible
+
+        with self.lock:
+            if event == "started" and work is not None:
+                self.total += 1
+            if event == "finished" and result is not None:
+                kind = result.verdict_kind or result.outcome
+                self.counts[kind] = self.counts.get(kind, 0) + 1
+                if not self.bar:
+                    self.console.print(f"{visible(result.key)}: {kind} ({result.seconds:.1f}s)", markup=False,
+                                       highlight=False)
+            if self.bar:
+                self.bar.update(self.task, total=max(self.total, sum(self.counts.values())),
+                                completed=sum(self.counts.values()),
+                                description=", ".join(f"{n} {k}" for k, n in sorted(self.counts.items())))
+
+    def stop(self) -> None:
+        if self.bar:
+            self.bar.stop()
 
 
 class _Progress:

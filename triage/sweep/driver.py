@@ -1,0 +1,123 @@
+"""A sweep from its sources to its report: the driver's side of `triage sweep`.
+
+Items come from the sources (`sources.py`); each gets its arms (those asked for, else what its
+script compares, as `triage run` picks them) and becomes one Ray task (`engine.py`) unless the
+results store (`store.py`) already holds its triaged result for this torch build, script text
+and arms — so a sweep resumes where it stopped and a finished one re-runs nothing.  Each result
+is committed the moment it arrives.  The report (`report.py`, with `buckets.py`) covers every
+item of the sweep, with what the store knows of the same items on other torch builds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from triage.sweep.item import ItemSettings, torch_build, triage_item
+from triage.sweep.model import ItemResult, SweepItem
+
+
+@dataclass
+class SweepOptions:
+    sources: list[str]
+    out_dir: str  # sweep.html, sweep.md, sweep.json
+    db_path: str  # the results store
+    arms: tuple[str, ...] | None = None  # None: each item's own, as `triage run` picks them
+    settings: ItemSettings = field(default_factory=ItemSettings)
+    limit: int | None = None  # issues taken from each search query
+    title: str = "triage sweep"
+
+
+@dataclass
+class SweepOutcome:
+    results: list[ItemResult]  # one per item of this sweep, on this torch build
+    ran: int  # items run by this sweep (the rest were stored already)
+    problems: list[str]  # sources or items that gave nothing to run, one line each
+    torch_build: str
+    stats: Any  # engine.EngineStats, None where nothing ran
+    files: dict[str, str]  # "html" | "markdown" | "json" -> path
+
+
+Progress = Callable[[str, Any, ItemResult | None], None]
+
+
+def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: ANN401 - EngineOptions, GitHubOptions
+              progress: Progress | None = None) -> SweepOutcome:
+    """Resolve the sources, run what the store does not hold yet, write the report."""
+    from triage.report import SUMMARY_LIMIT_BYTES
+    from triage.sweep.engine import ItemWork, run_items
+    from triage.sweep.report import build_report, render_html, render_markdown
+    from triage.sweep.sources import items_from
+    from triage.sweep.store import ResultStore
+
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    began = time.monotonic()
+    found = items_from(list(options.sources), github, limit=options.limit)
+    build = torch_build()
+    settings = dataclasses.asdict(options.settings)
+    work = [ItemWork(item=item, arms=options.arms or arms_for(item), torch_build=build, settings=settings)
+            for item in found.items]
+    keys = {id(w): (w.item.key, w.item.content_sha256, build, ",".join(w.arms)) for w in work}
+    os.makedirs(options.out_dir, exist_ok=True)
+    with ResultStore(options.db_path) as store:
+        sweep_id = store.start_sweep(list(options.sources), [build], ",".join(options.arms or ()))
+        known = store.done(keys.values())
+        todo = [w for w in work if keys[id(w)] not in known]
+        stats = None
+        if todo:
+            stats = run_items(todo, triage_item, lambda result: store.put(result, sweep_id=sweep_id), engine, progress)
+        results = [r for w in work if (r := store.get(*keys[id(w)])) is not None]
+        on_other_builds = [r for w in work for r in store.latest(w.item.key)
+                           if r.torch_build != build and r.content_sha256 == w.item.content_sha256]
+        counts = {"items": len(work), "ran": len(todo), "stored": len(work) - len(todo),
+                  "triaged": sum(r.outcome == "triaged" for r in results),
+                  "failed": sum(r.outcome == "failed" for r in results)}
+        store.finish_sweep(sweep_id, counts)
+    report = build_report(results + on_other_builds, title=options.title,
+                          torch_builds=[build] + sorted({r.torch_build for r in on_other_builds}),
+                          sources=list(options.sources), started=started, seconds=time.monotonic() - began)
+    files = {"html": os.path.join(options.out_dir, "sweep.html"),
+             "markdown": os.path.join(options.out_dir, "sweep.md"),
+             "json": os.path.join(options.out_dir, "sweep.json")}
+    _write(files["html"], render_html(report))
+    # Sized for a job summary (1 MiB); a GitHub issue takes the first 65,536 characters.
+    _write(files["markdown"], render_markdown(report, limit=SUMMARY_LIMIT_BYTES, size=lambda t: len(t.encode())))
+    _write(files["json"], json.dumps(summary(results, found.problems, build, counts, stats), indent=2) + "\n")
+    return SweepOutcome(results=results, ran=len(todo), problems=found.problems, torch_build=build, stats=stats,
+                        files=files)
+
+
+def arms_for(item: SweepItem) -> tuple[str, ...]:
+    """The arms `triage run` would pick for the item's script (for an issue, the script its
+    body gives; none found: `cpu`, and the report says why it could not run)."""
+    from triage.arms import default_arms
+
+    source = item.text
+    if item.kind == "issue":
+        from triage.extract import extract_issue_body
+
+        source = extract_issue_body(item.text).script or ""
+    arms, _ = default_arms(source)
+    return tuple(a.spec for a in arms)
+
+
+def summary(results: list[ItemResult], problems: list[str], build: str, counts: dict[str, int],
+            stats: Any = None) -> dict[str, Any]:  # noqa: ANN401 - engine.EngineStats
+    """The `--json` summary: one line per item, without the reports (those are in the store),
+    and what the engine measured of this sweep (None where every item was stored already)."""
+    return {"torch_build": build, "counts": counts, "problems": problems,
+            "engine": dataclasses.asdict(stats) if stats is not None else None,
+            "items": [{"key": r.key, "title": r.title, "url": r.url, "outcome": r.outcome, "verdict": r.verdict_kind,
+                       "expected": r.expected, "arms": r.arms, "seconds": round(r.seconds, 2), "node": r.node,
+                       "error": r.error} for r in results]}
+
+
+def _write(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,139 @@
+"""One sweep item through the same pipeline as `triage run` / `triage issue`, inside its Ray task.
+
+`triage_item` is what the engine runs on whichever node takes the item: it writes the item's
+text where the pipeline reads it, runs `triage_script` or `triage_issue` (every arm in its own
+sandbox, as on the command line), and hands back an `ItemResult` holding the report.  It never
+raises for anything the item does: a script that does not parse, hangs or crashes is a
+could-not-run verdict in its report, as `triage run` gives it.  Only triage's own failures
+raise, and the engine records those as failed items.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from triage.sweep.model import ItemResult, SweepItem
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemSettings:
+    """What `triage run`'s options say, for every item of a sweep (plain data: it travels to
+    the task through Ray)."""
+
+    timeout_s: float = 300.0
+    memory_bytes: int | None = None  # per arm; None: a share of the node's memory
+    seed: int = 0
+    reference: bool = True
+    rounding_samples: int = 29
+    rounding_budget_s: float = 60.0
+    jobs: int | None = None
+    isolation: str = "auto"
+    minimize: bool = True
+    minimize_budget_s: float = 900.0
+    reduce_data: bool = True
+    ablate: bool = True
+    ablate_budget_s: float = 120.0
+
+
+def torch_build() -> str:
+    """This installation's torch, as a result key names it: the version (with its local build
+    tag, e.g. ``+cpu`` or ``+cu128``) and the commit it was built from.  Read from the
+    installed files, without importing torch."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "torch not installed"
+    spec = importlib.util.find_spec("torch")
+    git = None
+    if spec is not None and spec.submodule_search_locations:
+        try:
+            text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+            found = re.search(r"^git_version\s*=\s*['\"]([0-9a-f]{7,40})['\"]", text, re.M)
+            git = found.group(1)[:12] if found else None
+        except OSError:
+            pass
+    return f"{version} (git {git})" if git else version
+
+
+def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, settings: dict[str, Any]) -> ItemResult:
+    """The item's report on this node's torch, as an `ItemResult` (outcome ``triaged``)."""
+    from triage.ablate import AblationOptions
+    from triage.arms import parse_arm
+    from triage.minimize import MinimizeOptions
+    from triage.pipeline import triage_issue, triage_script
+    from triage.report import report_json
+    from triage.run import RunOptions
+
+    chosen = ItemSettings(**settings)
+    options = RunOptions(timeout_s=chosen.timeout_s, memory_bytes=chosen.memory_bytes or _arm_share(),
+                         seed=chosen.seed,
+                         reference=chosen.reference, jobs=chosen.jobs, rounding_samples=chosen.rounding_samples,
+                         rounding_budget_s=chosen.rounding_budget_s, isolation=chosen.isolation)
+    minimize = MinimizeOptions(enabled=chosen.minimize, budget_s=chosen.minimize_budget_s,
+                               reduce_data=chosen.reduce_data)
+    ablation = AblationOptions(enabled=chosen.ablate, budget_s=chosen.ablate_budget_s)
+    specs = [parse_arm(a) for a in arms]
+    workdir = tempfile.mkdtemp(prefix="triage-sweep-item-")
+    try:
+        if item.kind == "issue":
+            report = triage_issue(issue_of(item), workdir, specs, options, minimize=minimize, ablation=ablation)
+        else:
+            report = triage_script(_script_path(item, workdir), specs, options, minimize=minimize,
+                                   ablation=ablation)
+        if report.minimal_dir:
+            shutil.rmtree(report.minimal_dir, ignore_errors=True)
+        data = report_json(report)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return ItemResult(key=item.key, kind=item.kind, title=item.title, content_sha256=item.content_sha256,
+                      torch_build=build, arms=",".join(arms), outcome="triaged", url=item.url,
+                      verdict_kind=report.verdict.kind, expected=report.verdict.expected,
+                      summary=report.verdict.summary, report=data,
+                      finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def issue_of(item: SweepItem) -> Any:  # noqa: ANN401 - triage.model.Issue
+    """The issue item as the pipeline's `Issue`, its repro extracted from the body."""
+    from triage.extract import extract_issue_body
+    from triage.model import Issue
+
+    info = item.issue or {}
+    repo, _, number = item.key.rpartition("#")
+    return Issue(repo=str(info.get("repo") or repo), number=int(info.get("number") or number), title=item.title,
+                 url=item.url or "", author=str(info.get("author") or ""),
+                 body_sha256=hashlib.sha256(item.text.encode("utf-8", "surrogatepass")).hexdigest(),
+                 extraction=extract_issue_body(item.text))
+
+
+def _script_path(item: SweepItem, workdir: str) -> str:
+    """The script where the pipeline reads it: the swept file itself where this node has it
+    unchanged (files beside it, such as saved weights, stay in reach), else a copy of the text
+    the driver read."""
+    if item.path and os.path.isfile(item.path):
+        try:
+            with open(item.path, encoding="utf-8", errors="surrogateescape") as f:
+                if f.read() == item.text:
+                    return item.path
+        except OSError:
+            pass
+    path = os.path.join(workdir, os.path.basename(item.path or item.key) or "repro.py")
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(item.text)
+    return path
+
+
+
+def _arm_share() -> int:
+    """Memory per arm where none was given: a core's share of this node's memory, since Ray
+    runs as many arms at once as the node has cores (one CPU per arm)."""
+    pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return max(512 << 20, pages * page // max(1, os.cpu_count() or 1))
