@@ -115,6 +115,11 @@ PROBE = textwrap.dedent("""\
         "sentinel_visible": os.path.exists(SENTINEL),
         "token": token,
     }}
+    # Its loopback is up, as bubblewrap leaves a spawned arm's: a script can talk to itself.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        with socket.create_connection(server.getsockname(), timeout=5) as client:
+            client.sendall(b"ping")
+            seen["loopback"] = server.accept()[0].recv(4).decode()
     # Files only this arm should ever see: in its /tmp and in its HOME.
     for folder in ("/tmp", os.path.expanduser("~")):
         with open(os.path.join(folder, "fork-probe-" + token), "w") as f:
@@ -188,6 +193,7 @@ def test_two_concurrent_forked_arms_see_only_their_own_namespace(tmp_path, names
         assert arm["no_new_privs"] == 1
         assert arm["hostname"] == "triage-arm"
         assert arm["interfaces"] == ["lo"]
+        assert arm["loopback"] == "ping"
         # Of the host's temporary folders: its own scratch directory only.
         assert not arm["sentinel_visible"]
         scratches = [e for e in arm["scratch_parent"] if e.startswith("triage-arm-")]

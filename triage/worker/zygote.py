@@ -74,6 +74,7 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
 MNT_DETACH = 2
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 # capset(2)'s number where the fork server can confine a child; elsewhere jobs are spawned.
@@ -279,6 +280,20 @@ def _enter_namespaces() -> None:
         f.write(f"{gid} {gid} 1")
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
     _libc.sethostname(b"triage-arm", 10)
+    _loopback_up()
+
+
+def _loopback_up() -> None:
+    """A new network namespace has its loopback down; bubblewrap brings it up, and so must this:
+    scripts talk to themselves over 127.0.0.1 (torch.distributed's TCP rendezvous among them),
+    and with it down they retry until their timeout instead of running."""
+    import fcntl
+    import struct
+
+    ifreq = "16sH22s"  # struct ifreq: the name, then ifr_flags in the 24-byte union
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack(ifreq, fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack(ifreq, b"lo", 0, b"")))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(ifreq, b"lo", flags | IFF_UP, b""))
 
 
 def _mount_view(request: dict[str, Any]) -> None:
