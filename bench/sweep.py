@@ -1,7 +1,7 @@
 """Issue 14, sweeps: `triage sweep` on this machine's local Ray against a sequential loop of
 `triage run` over the same items, the cost of resuming a finished sweep, and Ray's own overhead.
 
-Usage: python bench/sweep.py [--items N] [--out FILE]
+Usage: python bench/sweep.py [--items N] [--cpus-per-arm X[,Y...]] [--out FILE]
 
 Items: every CPU-runnable shared fixture, as `bench/fixtures_table.py` runs them (the issue repros
 fixtures/issues/gh-* that need no CUDA, and fixtures/seeds/*.py), copied into one folder (one
@@ -10,10 +10,11 @@ where the script calls torch.compile, else `cpu`) and `--no-minimize --timeout 1
 runs them. `--items N` takes the first N (a smoke test, not a measurement).
 
 1. loop    `triage run ITEM` for each item, one after the other: the total wall time.
-2. sweep   `triage sweep FOLDER` into a fresh results store: the wall time of the whole command
-           (Ray's start and stop included). Target: ≤ 0.6× the loop, with the same verdict for
-           every item (a differing item is named, and the script exits non-zero).
-3. resume  the same sweep again on the same store: no item runs. Target: seconds.
+2. sweep   `triage sweep FOLDER` into a fresh results store, once per `--cpus-per-arm` value
+           (default 0.5, the command's default, and 1: the CPUs an item asks Ray for per arm): the wall time of the whole
+           command (Ray's start and stop included). Target: ≤ 0.6× the loop, with the same
+           verdict for every item (a differing item is named, and the script exits non-zero).
+3. resume  the first sweep again on its store: no item runs. Target: seconds.
 4. Ray     its own overhead per item: `engine.run_items` of 8 items that do nothing, one worker
            process each (max_calls=1, as for real items), on a local Ray of 2 CPUs: the wall time
            per item slot, and the engine's submitted→started and finished→collected latencies.
@@ -71,10 +72,10 @@ def loop(scripts: list[Path], work: Path) -> tuple[float, dict[str, str]]:
     return time.monotonic() - start, verdicts
 
 
-def sweep(folder: Path, out: Path) -> tuple[float, dict]:
+def sweep(folder: Path, out: Path, cpus_per_arm: str) -> tuple[float, dict]:
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "triage", "sweep", str(folder), "--out", str(out), "--quiet",
-                           *COMMON], capture_output=True, text=True, timeout=7200)
+                           "--cpus-per-arm", cpus_per_arm, *COMMON], capture_output=True, text=True, timeout=7200)
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit(f"bench/sweep.py: triage sweep exited {proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
@@ -101,19 +102,24 @@ def ray_overhead(items: int = 8) -> tuple[float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=None)
+    parser.add_argument("--cpus-per-arm", default="0.5,1")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    shares = args.cpus_per_arm.split(",")
     with tempfile.TemporaryDirectory(prefix="triage-bench-sweep-") as tmp:
         tmp_path = Path(tmp)
         folder = tmp_path / "corpus"
         scripts = corpus(folder, args.items)
         (tmp_path / "loop").mkdir()
         loop_s, loop_verdicts = loop(scripts, tmp_path / "loop")
-        sweep_s, summary = sweep(folder, tmp_path / "out")
-        resume_s, resumed = sweep(folder, tmp_path / "out")
-    swept = {item["key"]: item["verdict"] or item["outcome"] for item in summary["items"]}
-    differ = sorted(k for k in loop_verdicts if swept.get(k) != loop_verdicts[k])
+        sweeps = {share: sweep(folder, tmp_path / f"out-{share}", share) for share in shares}
+        resume_s, resumed = sweep(folder, tmp_path / f"out-{shares[0]}", shares[0])
+    differ = sorted({f"{k} (loop {v}, sweep at {share} CPU/arm {swept.get(k)})"
+                     for share, (_, summary) in sweeps.items()
+                     for swept in [{i["key"]: i["verdict"] or i["outcome"] for i in summary["items"]}]
+                     for k, v in loop_verdicts.items() if swept.get(k) != v})
     per_slot, stats = ray_overhead()
+    summary = sweeps[shares[0]][1]
     engine = summary["engine"] or {}
     lines = [
         f"{len(scripts)} items (`--no-minimize --timeout 180`), 2 cores, torch {summary['torch_build']}:",
@@ -121,12 +127,13 @@ def main() -> None:
         "| run | wall | vs loop | target |",
         "|---|---|---|---|",
         f"| loop of `triage run` | {loop_s:.0f} s | 1.00× | |",
-        f"| `triage sweep` (local Ray) | {sweep_s:.0f} s | {sweep_s / loop_s:.2f}× | ≤ 0.6× |",
+        *[f"| `triage sweep --cpus-per-arm {share}` (local Ray) | {seconds:.0f} s | {seconds / loop_s:.2f}× | ≤ 0.6× |"
+          for share, (seconds, _) in sweeps.items()],
         f"| `triage sweep` again (resume) | {resume_s:.1f} s | {resume_s / loop_s:.3f}× | seconds |",
         "",
-        f"Verdicts: {len(loop_verdicts) - len(differ)} of {len(loop_verdicts)} identical"
-        + (f"; differ: {', '.join(f'{k} (loop {loop_verdicts[k]}, sweep {swept.get(k)})' for k in differ)}"
-           if differ else "") + f". Resume ran {resumed['counts']['ran']} items.",
+        f"Verdicts: every sweep against the loop, {len(loop_verdicts)} items: "
+        + (f"differ: {'; '.join(differ)}" if differ else "identical")
+        + f". The resumed sweep ran {resumed['counts']['ran']} items.",
         "",
         f"Ray's own overhead per item (8 items that do nothing, a fresh worker each, 2 CPUs): {per_slot:.2f} s of "
         f"wall per item slot; submitted→started median {stats.start_latency.median_s:.2f} s (queueing included), "

@@ -340,15 +340,21 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, allow_wea
                    "on this machine.")
 @click.option("--num-cpus", type=click.IntRange(min=1), default=None,
               help="Local Ray only: the CPUs it may use (default: this machine's cores).")
-@click.option("--cpus-per-arm", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
-              help="CPUs an item asks Ray for, per arm (below 1: more items at once than cores).")
+@click.option("--post", is_flag=True,
+              help="Comment each swept issue's report on it (GITHUB_TOKEN from the environment), as `triage issue "
+                   "--post` does: one comment per issue, updated in place.")
+@click.option("--allow-weak-sandbox", is_flag=True,
+              help="Allow --post although arms would run in the process sandbox only.")
+@click.option("--cpus-per-arm", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
+              help="CPUs an item asks Ray for, per arm: below 1, more items run at once than the node has "
+                   "cores, which their waits leave room for (bench/sweep.py).")
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the summary JSON here.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @_github_options
 def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, arms_text: str | None,
                   limit: int | None, timeout: float, item_timeout: float, memory: str | None, minimize: bool,
                   ablate: bool, no_reference: bool, isolation: str, ray_address: str | None, num_cpus: int | None,
-                  cpus_per_arm: float, json_path: str | None, quiet: bool, api_url: str, bot_login: str | None,
+                  post: bool, allow_weak_sandbox: bool, cpus_per_arm: float, json_path: str | None, quiet: bool, api_url: str, bot_login: str | None,
                   allowed_labels: str | None, trigger_label: str | None) -> None:
     """Triage a backlog: every item of every SOURCE as a Ray task, results kept in SQLite.
 
@@ -359,12 +365,13 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, a
     resumes, a finished one costs nothing.
 
     Exit status: 0 the report was written (whatever the verdicts), 2 usage error, 3 no source
-    gave an item."""
+    gave an item, 4 --post could not post on some issue."""
     from rich.console import Console
 
     from triage.sweep.driver import SweepOptions, run_sweep
     from triage.sweep.engine import EngineOptions
     from triage.sweep.item import ItemSettings
+    from triage.sweep.store import StoreError
 
     err = Console(stderr=True, soft_wrap=True)
     arms = None
@@ -374,6 +381,13 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, a
         except ArmSpecError as e:
             raise click.UsageError(str(e)) from None
     how = _isolation(isolation)
+    github = _github(api_url, bot_login, allowed_labels, trigger_label, err)
+    if post and not github.token:
+        raise click.UsageError("--post needs a token: set GITHUB_TOKEN")
+    if post and not how.strong and not allow_weak_sandbox:
+        raise click.UsageError(f"refusing to --post: arms would run in the {how.detail}. Install bubblewrap, or "
+                               "sweep without --post and post each report.json with `triage post`, or pass "
+                               "--allow-weak-sandbox.")
     if ray_address and not how.strong:
         raise click.UsageError(f"refusing to join a Ray cluster with arms in the {how.detail}: an arm could read "
                                "the cluster's token and reach its control plane. Install bubblewrap on every node.")
@@ -389,10 +403,12 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, a
     try:
         outcome = run_sweep(options, EngineOptions(ray_address=ray_address, num_cpus=num_cpus,
                                                    item_timeout_s=item_timeout, cpus_per_arm=cpus_per_arm),
-                            _github(api_url, bot_login, allowed_labels, trigger_label, err),
+                            github,
                             progress.update if progress else None)
     except OSError as e:
         raise click.ClickException(f"{getattr(e, 'filename', None) or out_dir}: {e.strerror or e}") from None
+    except StoreError as e:  # --db is not a results store (another file, a newer schema, corrupt)
+        raise click.ClickException(str(e)) from None
     finally:
         if progress:
             progress.stop()
@@ -406,14 +422,43 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, a
     for r in outcome.results:
         counts[r.verdict_kind or r.outcome] = counts.get(r.verdict_kind or r.outcome, 0) + 1
     err.print(f"{len(outcome.results)} items on torch {outcome.torch_build} ({outcome.ran} run now, "
-              f"{len(outcome.results) - outcome.ran} already stored): "
-              + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+              f"{len(outcome.results) - outcome.ran} already stored)"
+              + "".join(f"{', ' if i else ': '}{n} {k}"
+                        for i, (k, n) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1])))
               + f". Report: {outcome.files['html']}", markup=False, highlight=False)
+    if not outcome.results:
+        err.print("Nothing to triage: no source gave an item.", markup=False, highlight=False)
     if outcome.stats is not None:
         err.print(outcome.stats.describe(), markup=False, highlight=False)
     with open(outcome.files["markdown"], encoding="utf-8") as f:
         _write_step_summary(None, f.read())
-    sys.exit(EXIT_VERDICT if outcome.results else EXIT_COULD_NOT_RUN)
+    unposted = _post_swept(outcome.results, github, err) if post else 0
+    sys.exit(EXIT_NOT_POSTED if unposted else EXIT_VERDICT if outcome.results else EXIT_COULD_NOT_RUN)
+
+
+def _post_swept(results: list[Any], github: Any, err: Any) -> int:
+    """Each swept issue's comment, through the same idempotent upsert as `triage issue --post`
+    (every arm has ended); how many could not be posted, each said why."""
+    from github import GithubException
+
+    from triage.publish import PublishError, connect, post_report
+    from triage.report import validate_report, visible
+
+    gh, unposted = connect(github), 0
+    for result in results:
+        if result.kind != "issue" or result.outcome != "triaged" or not result.report:
+            continue
+        problems = validate_report(result.report)
+        try:
+            if problems:
+                raise PublishError(f"its report is not valid ({problems[0]})")
+            posted = post_report(gh, result.report, github, full_report="the sweep's report (`sweep.html`)")
+            line = f"{result.key}: {posted.action} comment {posted.comment_url}"
+        except (PublishError, GithubException) as e:
+            unposted += 1
+            line = f"{result.key}: not posted: {e if isinstance(e, PublishError) else f'GitHub answered {e.status}'}"
+        err.print(visible(line), markup=False, highlight=False)
+    return unposted
 
 
 @main.command("post")

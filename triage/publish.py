@@ -160,11 +160,12 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def post_report(gh: Any, data: dict[str, Any], options: GitHubOptions) -> PublishResult:
-    """Post (or update, or leave alone) the comment for a validated report on its issue."""
+def post_report(gh: Any, data: dict[str, Any], options: GitHubOptions,
+                full_report: str = "`report.json` in the triage run's `triage-report` artifact") -> PublishResult:
+    """Post (or update, or leave alone) the comment for a validated report on its issue;
+    `full_report` says where the whole report is, for a comment cut to GitHub's size."""
     target = data["issue"]
-    text = render_comment(data, COMMENT_LIMIT,
-                          full_report="`report.json` in the triage run's `triage-report` artifact")
+    text = render_comment(data, COMMENT_LIMIT, full_report=full_report)
     bot = options.bot_login or _bot_login(gh, options)
     suggested = list(data["verdict"]["labels"])
     wanted = [label for label in suggested if label in options.allowed_labels]
