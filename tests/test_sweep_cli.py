@@ -622,3 +622,24 @@ def test_a_db_that_is_not_a_results_store_is_refused_in_one_line(base):
     assert "notes.sqlite: not a triage sweep results store" in run.output
     assert "Traceback" not in run.output
     assert (base / "notes.sqlite").read_text() == "not a database\n"
+
+
+def test_the_progress_bar_counts_against_the_items_to_run():
+    import io
+
+    from rich.console import Console
+
+    from triage.cli import _SweepProgress
+    from triage.sweep.model import ItemResult
+
+    out = io.StringIO()
+    progress = _SweepProgress(Console(file=out, force_terminal=True, width=120))
+    progress.update("planned", 3, None)
+    done = ItemResult(key="a.py", kind="script", title="", content_sha256="0", torch_build="b", arms="cpu",
+                      outcome="triaged", verdict_kind="nonfinite-flip", seconds=1.0)
+    progress.update("started", object(), None)
+    progress.update("finished", object(), done)
+    task = progress.bar.tasks[0]
+    assert (task.completed, task.total) == (1, 3)
+    assert "1 nonfinite-flip" in task.description
+    progress.stop()

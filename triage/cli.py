@@ -802,8 +802,8 @@ class _SweepProgress:
         from triage.report import visible
 
         with self.lock:
-            if event == "started" and work is not None:
-                self.total += 1
+            if event == "planned":
+                self.total = work
             if event == "finished" and result is not None:
                 kind = result.verdict_kind or result.outcome
                 self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -811,7 +811,7 @@ class _SweepProgress:
                     self.console.print(f"{visible(result.key)}: {kind} ({result.seconds:.1f}s)", markup=False,
                                        highlight=False)
             if self.bar:
-                self.bar.update(self.task, total=max(self.total, sum(self.counts.values())),
+                self.bar.update(self.task, total=self.total,
                                 completed=sum(self.counts.values()),
                                 description=", ".join(f"{n} {k}" for k, n in sorted(self.counts.items())))
 

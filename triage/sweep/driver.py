@@ -42,6 +42,8 @@ class SweepOutcome:
     files: dict[str, str]  # "html" | "markdown" | "json" -> path
 
 
+# The engine's events ("started", "retried", "finished") with the item's work, and first
+# ("planned", number of items to run, None).
 Progress = Callable[[str, Any, ItemResult | None], None]
 
 
@@ -69,6 +71,8 @@ def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: A
         todo = [w for w in work if keys[id(w)] not in known]
         stats = None
         if todo:
+            if progress:
+                progress("planned", len(todo), None)
             stats = run_items(todo, triage_item, lambda result: store.put(result, sweep_id=sweep_id), engine, progress)
         results = [r for w in work if (r := store.get(*keys[id(w)])) is not None]
         on_other_builds = [r for w in work for r in store.latest(w.item.key)
