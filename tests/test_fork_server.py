@@ -13,6 +13,7 @@ The namespace tests skip, saying why, where this machine has no namespace sandbo
 bubblewrap or no user namespaces): triage then forks in the process sandbox, which does not
 confine a job this way.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -388,9 +389,10 @@ def test_refuses_a_job_that_reads_a_path_the_zygote_cannot_see(zygote, tmp_path,
     assert not server.accepts(argv, linked, env)
 
 
-def test_a_job_cancelled_while_it_waits_for_its_imports_ends_unforked(tmp_path, forking):
-    """A compile job waits for inductor's imports; killed at once, the zygote drops it
-    (status 128 + SIGKILL) without ever forking it, and a closed server forks nothing."""
+@contextlib.contextmanager
+def _compile_server(tmp_path):
+    """A fork server that will load inductor, and a job's jail and environment beside it:
+    (server, jail, env, isolation)."""
     from triage.run import arm_environment
 
     compiled = str(tmp_path / "cache")
@@ -400,27 +402,35 @@ def test_a_job_cancelled_while_it_waits_for_its_imports_ends_unforked(tmp_path, 
     scratch = tempfile.mkdtemp(prefix="triage-arm-")
     try:
         jail = Confinement(scratch=scratch, workdir=os.path.join(scratch, "work"), writable=[compiled])
-        argv = _worker(os.path.join(scratch, "out", "job.json"))
         with fork_server(env=env, isolation=how, writable=[compiled], mounts={}, readable=[],
                          compile=True) as server:
-            child = SandboxedProcess(argv, jail=jail, env=env, isolation=how, imports="compile")
-            assert child.forked
-            started = time.monotonic()
-            child.kill()
-            assert child.proc.wait(timeout=60) == 128 + signal.SIGKILL
-            assert child.exit_status() == -signal.SIGKILL
-            assert child.proc.pid is None, "the job was forked before it was cancelled"
-            assert time.monotonic() - started < 60
-            # Dropped by a live zygote that had not loaded inductor yet, which then goes on:
-            # not the status every job gets when the zygote dies.
-            assert "compile" not in server.ready
-            deadline = time.monotonic() + 60
-            while "compile" not in server.ready and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert "compile" in server.ready, "the zygote did not go on importing after the cancel"
-        assert not server.accepts(argv, jail, dict(env, **jail.prepare()))
+            yield server, jail, env, how
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_a_job_cancelled_while_it_waits_for_its_imports_ends_unforked(tmp_path, forking):
+    """A compile job waits for inductor's imports; killed at once, the zygote drops it
+    (status 128 + SIGKILL) without ever forking it, and a closed server forks nothing."""
+    with _compile_server(tmp_path) as (server, jail, env, how):
+        argv = _worker(os.path.join(jail.scratch, "out", "job.json"))
+        child = SandboxedProcess(argv, jail=jail, env=env, isolation=how, imports="compile")
+        assert child.forked
+        started = time.monotonic()
+        child.kill()
+        assert child.proc.wait(timeout=60) == 128 + signal.SIGKILL
+        assert child.exit_status() == -signal.SIGKILL
+        assert child.proc.pid is None, "the job was forked before it was cancelled"
+        assert time.monotonic() - started < 60
+        # Dropped by a live zygote that had not loaded inductor yet, which then goes on:
+        # not the status every job gets when the zygote dies.
+        assert "compile" not in server.ready
+        deadline = time.monotonic() + 60
+        while "compile" not in server.ready and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "compile" in server.ready, "the zygote did not go on importing after the cancel"
+        prepared = dict(env, **jail.prepare())
+    assert not server.accepts(argv, jail, prepared)
 
 
 @pytest.mark.slow
@@ -448,31 +458,19 @@ def test_a_running_forked_job_past_its_timeout_is_killed(zygote, tmp_path, names
 def test_an_eager_job_is_forked_while_inductor_still_loads(tmp_path, forking):
     """The zygote reads its socket between two imports (or warm-ups): an eager job asked for
     once torch is in is forked before the compile level is announced, not after it."""
-    from triage.run import arm_environment
-
-    compiled = str(tmp_path / "cache")
-    os.makedirs(compiled)
-    env = arm_environment(compiled)
-    how = isolation()
-    scratch = tempfile.mkdtemp(prefix="triage-arm-")
-    try:
-        jail = Confinement(scratch=scratch, workdir=os.path.join(scratch, "work"), writable=[compiled])
-        with fork_server(env=env, isolation=how, writable=[compiled], mounts={}, readable=[],
-                         compile=True) as server:
-            deadline = time.monotonic() + 120
-            while "torch" not in server.ready and time.monotonic() < deadline:
-                time.sleep(0.001)
-            assert "torch" in server.ready and "compile" not in server.ready, server.ready
-            child = SandboxedProcess(_worker("--version-probe"), jail=jail, env=env, isolation=how, imports="torch")
-            assert child.forked
-            while child.proc.pid is None and "compile" not in server.ready and time.monotonic() < deadline:
-                time.sleep(0.001)
-            forked_first = child.proc.pid is not None and "compile" not in server.ready
-            child.kill()
-            child.proc.wait(timeout=60)
-            assert forked_first, "the eager job waited for the compile level"
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with _compile_server(tmp_path) as (server, jail, env, how):
+        deadline = time.monotonic() + 120
+        while "torch" not in server.ready and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert "torch" in server.ready and "compile" not in server.ready, server.ready
+        child = SandboxedProcess(_worker("--version-probe"), jail=jail, env=env, isolation=how, imports="torch")
+        assert child.forked
+        while child.proc.pid is None and "compile" not in server.ready and time.monotonic() < deadline:
+            time.sleep(0.001)
+        forked_first = child.proc.pid is not None and "compile" not in server.ready
+        child.kill()
+        child.proc.wait(timeout=60)
+        assert forked_first, "the eager job waited for the compile level"
 
 
 WARMED = textwrap.dedent("""\

@@ -299,7 +299,12 @@ def render_comment(data: dict[str, Any], limit: int = COMMENT_LIMIT, size: Calla
         if size(text) <= limit:
             return text
     where = f"; the full report is in {_md(full_report)}" if full_report else ""
-    notice = f"\n… (truncated to fit GitHub's limit{where})\n"
+    return cut_to_fit(text, f"\n… (truncated to fit GitHub's limit{where})\n", limit, size)
+
+
+def cut_to_fit(text: str, notice: str, limit: int, size: Callable[[str], int] = len) -> str:
+    """`text` cut at a line (never inside a code block's fence, see `_cut`) and `notice`
+    appended, short enough that `size` of the whole is within `limit`."""
     keep = len(text)
     while True:
         keep -= max(1000, keep // 10)

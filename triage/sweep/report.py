@@ -31,7 +31,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from triage.classify import KINDS
-from triage.report import (_CODE_SPAN, COMMENT_LIMIT, _breakable, _cell, _code, _cut, _finalize, _md, _one_line,
+from triage.report import (cut_to_fit, _CODE_SPAN, COMMENT_LIMIT, _breakable, _cell, _code, _finalize, _md, _one_line,
                            visible)
 from triage.sweep.buckets import UNBUCKETED_VERDICTS, DivergenceSignature, NearMatch, bucket
 from triage.sweep.model import ItemResult
@@ -276,13 +276,7 @@ def render_markdown(report: SweepReport, limit: int = COMMENT_LIMIT, size: Calla
             title_width=min(summary_width, _TITLE_WIDTH))
         if size(text) <= limit:
             return text
-    notice = "\n… (truncated to fit the limit: the HTML report has every result)\n"
-    keep = len(text)
-    while True:
-        keep -= max(1000, keep // 10)
-        shortened = _cut(text, max(0, keep)) + notice
-        if size(shortened) <= limit or keep <= 0:
-            return shortened
+    return cut_to_fit(text, "\n… (truncated to fit the limit: the HTML report has every result)\n", limit, size)
 
 
 def _html_prose(text: Any) -> Markup:
