@@ -396,7 +396,7 @@ class _Sweep:
         self.progress("finished", work, result)
 
 
-def _placeable(work: ItemWork, nodes: list[dict[str, float]], cpus_per_arm: float = 1.0) -> dict[str, Any] | str:
+def _placeable(work: ItemWork, nodes: list[dict[str, float]], cpus_per_arm: float) -> dict[str, Any] | str:
     """Ray options for the item, or why no node of the cluster can run it.
 
     Ray would keep a task no node can hold pending for ever (waiting for an autoscaler), so

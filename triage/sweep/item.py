@@ -10,7 +10,6 @@ raise, and the engine records those as failed items.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -105,12 +104,12 @@ def issue_of(item: SweepItem) -> Any:  # noqa: ANN401 - triage.model.Issue
     """The issue item as the pipeline's `Issue`, its repro extracted from the body."""
     from triage.extract import extract_issue_body
     from triage.model import Issue
+    from triage.publish import body_sha256
 
     info = item.issue or {}
     repo, _, number = item.key.rpartition("#")
     return Issue(repo=str(info.get("repo") or repo), number=int(info.get("number") or number), title=item.title,
-                 url=item.url or "", author=str(info.get("author") or ""),
-                 body_sha256=hashlib.sha256(item.text.encode("utf-8", "surrogatepass")).hexdigest(),
+                 url=item.url or "", author=str(info.get("author") or ""), body_sha256=body_sha256(item.text),
                  extraction=extract_issue_body(item.text))
 
 
@@ -129,7 +128,6 @@ def _script_path(item: SweepItem, workdir: str) -> str:
     with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write(item.text)
     return path
-
 
 
 def _arm_share() -> int:
