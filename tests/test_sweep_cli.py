@@ -643,3 +643,37 @@ def test_the_progress_bar_counts_against_the_items_to_run():
     assert (task.completed, task.total) == (1, 3)
     assert "1 nonfinite-flip" in task.description
     progress.stop()
+
+
+def test_the_run_options_reach_every_item_and_json_may_name_the_sweeps_own_summary(base, monkeypatch):
+    from click.testing import CliRunner
+
+    from triage import cli
+    from triage.sweep import driver
+    from triage.sweep.item import _arm_share
+
+    seen = {}
+
+    def fake_sweep(options, engine, github, progress):
+        seen.update(options=options, engine=engine)
+        os.makedirs(options.out_dir, exist_ok=True)
+        files = {name: os.path.join(options.out_dir, f"sweep.{ext}")
+                 for name, ext in (("html", "html"), ("markdown", "md"), ("json", "json"))}
+        for path in files.values():
+            Path(path).write_text("{}\n")
+        return driver.SweepOutcome(results=[], ran=0, problems=[], torch_build="b", stats=None, files=files)
+
+    monkeypatch.setattr(driver, "run_sweep", fake_sweep)
+    monkeypatch.chdir(base)
+    (base / "out").mkdir()  # a second sweep into the same folder
+    result = CliRunner().invoke(cli.main, ["sweep", "src", "--out", "out", "--json", "out/sweep.json", "--seed", "7",
+                                           "--all-ablations", "--keep-data", "--rounding-samples", "9",
+                                           "--minimize-budget", "30", "--cpus-per-arm", "0.25", "--quiet"])
+    assert result.exit_code == 3, result.output  # no item: exit 3, and no SameFileError from --json
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    settings = seen["options"].settings
+    assert (settings.seed, settings.all_ablations, settings.reduce_data, settings.rounding_samples,
+            settings.minimize_budget_s, settings.cpus_per_arm) == (7, True, False, 9, 30.0, 0.25)
+    assert seen["engine"].cpus_per_arm == 0.25
+    # Half a CPU per arm: twice the arms at once on a node, each with half the memory ceiling.
+    assert _arm_share(0.5) in (512 << 20, _arm_share(1.0) // 2)

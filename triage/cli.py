@@ -322,19 +322,10 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, allow_wea
               help="Where sweep.html, sweep.md and sweep.json go.")
 @click.option("--db", "db_path", default=None, metavar="PATH",
               help="The results store (SQLite), kept between sweeps. Default: DIR/results.sqlite.")
-@click.option("--arms", "arms_text", default=None, metavar="SPECS",
-              help="The arms of every item. Default: each item's own, as `triage run` picks them.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
               help="At most N issues from each search query.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
-              help="Seconds the script may run in each arm.")
 @click.option("--item-timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
               help="Seconds one item may take in all; past it the item is stopped and listed as failed.")
-@click.option("--memory", default=None, metavar="SIZE", help="Memory limit per arm (e.g. 4G).")
-@click.option("--minimize/--no-minimize", default=True, show_default=True)
-@click.option("--ablate/--no-ablate", default=True, show_default=True)
-@click.option("--no-reference", is_flag=True, help="Skip the float64 reference and the rounding judge.")
-@click.option("--isolation", type=click.Choice(["auto", "namespace", "process"]), default="auto", show_default=True)
 @click.option("--ray-address", default=None, metavar="HOST:PORT",
               help="Join this Ray cluster ('auto': the one this machine belongs to). Default: a Ray of its own "
                    "on this machine.")
@@ -349,20 +340,20 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, allow_wea
               help="CPUs an item asks Ray for, per arm: below 1, more items run at once than the node has "
                    "cores, which their waits leave room for (bench/sweep.py).")
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the summary JSON here.")
-@click.option("--quiet", is_flag=True, help="No progress display.")
+@_run_options
 @_github_options
-def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, arms_text: str | None,
-                  limit: int | None, timeout: float, item_timeout: float, memory: str | None, minimize: bool,
-                  ablate: bool, no_reference: bool, isolation: str, ray_address: str | None, num_cpus: int | None,
-                  post: bool, allow_weak_sandbox: bool, cpus_per_arm: float, json_path: str | None, quiet: bool, api_url: str, bot_login: str | None,
-                  allowed_labels: str | None, trigger_label: str | None) -> None:
+def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, limit: int | None,
+                  item_timeout: float, ray_address: str | None, num_cpus: int | None, post: bool,
+                  allow_weak_sandbox: bool, cpus_per_arm: float, json_path: str | None, api_url: str,
+                  bot_login: str | None, allowed_labels: str | None, trigger_label: str | None, **run: Any) -> None:
     """Triage a backlog: every item of every SOURCE as a Ray task, results kept in SQLite.
 
     A SOURCE is a folder of repro scripts (one folder per report with repro.py, or *.py files),
     OWNER/REPO#N (several: comma-separated), or a GitHub issue search query such as
     'repo:pytorch/pytorch is:open label:"module: numerical-stability"'.  Items already triaged on
     this torch build (same script text, same arms) are not run again: an interrupted sweep
-    resumes, a finished one costs nothing.
+    resumes, a finished one costs nothing.  The run options apply to every item, as
+    `triage run` takes them; `--arms` replaces each item's own choice.
 
     Exit status: 0 the report was written (whatever the verdicts), 2 usage error, 3 no source
     gave an item, 4 --post could not post on some issue."""
@@ -375,12 +366,12 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, a
 
     err = Console(stderr=True, soft_wrap=True)
     arms = None
-    if arms_text is not None:
+    if run["arms_text"] is not None:
         try:
-            arms = tuple(a.spec for a in parse_arms(arms_text))
+            arms = tuple(a.spec for a in parse_arms(run["arms_text"]))
         except ArmSpecError as e:
             raise click.UsageError(str(e)) from None
-    how = _isolation(isolation)
+    how = _isolation(run["isolation"])
     github = _github(api_url, bot_login, allowed_labels, trigger_label, err)
     if post and not github.token:
         raise click.UsageError("--post needs a token: set GITHUB_TOKEN")
@@ -396,10 +387,15 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, a
     os.environ.update({name: _SECRETS[name] for name in RAY_AUTHENTICATION if name in _SECRETS})
     options = SweepOptions(sources=list(sources), out_dir=out_dir,
                            db_path=db_path or os.path.join(out_dir, "results.sqlite"), arms=arms, limit=limit,
-                           settings=ItemSettings(timeout_s=timeout, memory_bytes=_memory(memory),
-                                                 reference=not no_reference, isolation=isolation,
-                                                 minimize=minimize, ablate=ablate))
-    progress = _SweepProgress(err) if not quiet else None
+                           settings=ItemSettings(
+                               timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
+                               reference=not run["no_reference"], rounding_samples=run["rounding_samples"],
+                               rounding_budget_s=run["rounding_budget"], jobs=run["jobs"],
+                               isolation=run["isolation"], minimize=run["minimize"],
+                               minimize_budget_s=run["minimize_budget"], reduce_data=run["reduce_data"],
+                               ablate=run["ablate"], ablate_budget_s=run["ablate_budget"],
+                               all_ablations=run["all_ablations"], cpus_per_arm=cpus_per_arm))
+    progress = _SweepProgress(err) if not run["quiet"] else None
     try:
         outcome = run_sweep(options, EngineOptions(ray_address=ray_address, num_cpus=num_cpus,
                                                    item_timeout_s=item_timeout, cpus_per_arm=cpus_per_arm),
@@ -416,7 +412,7 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, a
 
     for problem in outcome.problems:
         err.print(f"skipped: {visible(problem)}", markup=False, highlight=False)
-    if json_path:
+    if json_path and os.path.abspath(json_path) != os.path.abspath(outcome.files["json"]):
         shutil.copyfile(outcome.files["json"], json_path)
     counts: dict[str, int] = {}
     for r in outcome.results:

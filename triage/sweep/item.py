@@ -41,6 +41,8 @@ class ItemSettings:
     reduce_data: bool = True
     ablate: bool = True
     ablate_budget_s: float = 120.0
+    all_ablations: bool = False
+    cpus_per_arm: float = 1.0  # what the item asked Ray for: its arms' share of the node
 
 
 def torch_build() -> str:
@@ -73,13 +75,15 @@ def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, settings: di
     from triage.run import RunOptions
 
     chosen = ItemSettings(**settings)
-    options = RunOptions(timeout_s=chosen.timeout_s, memory_bytes=chosen.memory_bytes or _arm_share(),
-                         seed=chosen.seed,
-                         reference=chosen.reference, jobs=chosen.jobs, rounding_samples=chosen.rounding_samples,
-                         rounding_budget_s=chosen.rounding_budget_s, isolation=chosen.isolation)
+    memory = chosen.memory_bytes or _arm_share(chosen.cpus_per_arm)
+    options = RunOptions(timeout_s=chosen.timeout_s, memory_bytes=memory,
+                         seed=chosen.seed, reference=chosen.reference, jobs=chosen.jobs,
+                         rounding_samples=chosen.rounding_samples, rounding_budget_s=chosen.rounding_budget_s,
+                         isolation=chosen.isolation)
     minimize = MinimizeOptions(enabled=chosen.minimize, budget_s=chosen.minimize_budget_s,
                                reduce_data=chosen.reduce_data)
-    ablation = AblationOptions(enabled=chosen.ablate, budget_s=chosen.ablate_budget_s)
+    ablation = AblationOptions(enabled=chosen.ablate, budget_s=chosen.ablate_budget_s,
+                               exhaustive=chosen.all_ablations)
     specs = [parse_arm(a) for a in arms]
     workdir = tempfile.mkdtemp(prefix="triage-sweep-item-")
     try:
@@ -130,8 +134,8 @@ def _script_path(item: SweepItem, workdir: str) -> str:
     return path
 
 
-def _arm_share() -> int:
-    """Memory per arm where none was given: a core's share of this node's memory, since Ray
-    runs as many arms at once as the node has cores (one CPU per arm)."""
+def _arm_share(cpus_per_arm: float) -> int:
+    """Memory per arm where none was given: its CPUs' share of this node's memory, since Ray
+    runs as many arms at once as the node's cores divided by each arm's CPUs."""
     pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    return max(512 << 20, pages * page // max(1, os.cpu_count() or 1))
+    return max(512 << 20, int(pages * page * min(1.0, cpus_per_arm) / max(1, os.cpu_count() or 1)))
