@@ -94,8 +94,7 @@ def connect(options: GitHubOptions) -> Any:
 
 
 def body_sha256(body: str | None) -> str:
-    # surrogatepass: a JSON body may carry a lone surrogate (a \ud800 escape); it hashes, as UTF-8 text hashes.
-    return hashlib.sha256((body or "").encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256((body or "").encode("utf-8")).hexdigest()
 
 
 def issue_from_api(gh: Any, repo: str, number: int, options: GitHubOptions, extract: Callable[[str], IssueRepro]) -> Issue:
