@@ -654,22 +654,24 @@ def test_the_run_options_reach_every_item_and_json_may_name_the_sweeps_own_summa
 
     seen = {}
 
-    def fake_sweep(options, engine, github, progress):
+    def fake_sweep(options, engine, github, progress, log):
         seen.update(options=options, engine=engine)
         os.makedirs(options.out_dir, exist_ok=True)
         files = {name: os.path.join(options.out_dir, f"sweep.{ext}")
                  for name, ext in (("html", "html"), ("markdown", "md"), ("json", "json"))}
         for path in files.values():
             Path(path).write_text("{}\n")
-        return driver.SweepOutcome(results=[], ran=0, problems=[], torch_build="b", stats=None, files=files)
+        return driver.SweepOutcome(results=[], ran=0, problems=[], torch_builds=["b"], stats=None, files=files)
 
     monkeypatch.setattr(driver, "run_sweep", fake_sweep)
     monkeypatch.chdir(base)
     (base / "out").mkdir()  # a second sweep into the same folder
     result = CliRunner().invoke(cli.main, ["sweep", "src", "--out", "out", "--json", "out/sweep.json", "--seed", "7",
                                            "--all-ablations", "--keep-data", "--rounding-samples", "9",
-                                           "--minimize-budget", "30", "--cpus-per-arm", "0.25", "--quiet"])
+                                           "--minimize-budget", "30", "--cpus-per-arm", "0.25", "--quiet",
+                                           "--torch", "2.15.0, 2.13.0,2.15.0"])
     assert result.exit_code == 3, result.output  # no item: exit 3, and no SameFileError from --json
+    assert seen["options"].torch == ("2.15.0", "2.13.0")
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     settings = seen["options"].settings
     assert (settings.seed, settings.all_ablations, settings.reduce_data, settings.rounding_samples,

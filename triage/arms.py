@@ -1,5 +1,6 @@
 """Arm specs: ``cpu``, ``cuda:1``, ``cpu/compile``, ``cuda/compile=aot_eager``,
-``cuda/tf32=off``, ``cpu/threads=1`` … parsed into `ArmSpec`s."""
+``cuda/tf32=off``, ``cpu/threads=1``, ``cpu/compile@2.15.0`` (another torch release) …
+parsed into `ArmSpec`s."""
 from __future__ import annotations
 
 import os
@@ -42,6 +43,15 @@ def parse_arms(text: str) -> list[ArmSpec]:
 
 
 def parse_arm(text: str) -> ArmSpec:
+    text, at, release = text.partition("@")
+    torch = None
+    if at:
+        from triage.sandbox.torch_envs import TorchEnvError, release_version
+
+        try:
+            torch = release_version(release)
+        except TorchEnvError as e:
+            raise ArmSpecError(f"{e} in arm '{text}@{release}'") from None
     parts = text.split("/")
     device = parts[0].strip().lower()
     if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
@@ -73,7 +83,7 @@ def parse_arm(text: str) -> ArmSpec:
             raise ArmSpecError(f"knob '{name}' in arm '{text}' applies to compile arms only")
     if len({k for k, _ in knobs}) != len(knobs):
         raise ArmSpecError(f"a knob is set twice in arm '{text}'")
-    return ArmSpec(device=device, mode=mode, backend=backend, knobs=tuple(knobs))
+    return ArmSpec(device=device, mode=mode, backend=backend, knobs=tuple(knobs), torch=torch)
 
 
 def _example(name: str) -> str:

@@ -339,12 +339,17 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, allow_wea
 @click.option("--cpus-per-arm", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
               help="CPUs an item asks Ray for, per arm: below 1, more items run at once than the node has "
                    "cores, which their waits leave room for (bench/sweep.py).")
+@click.option("--torch", "torch_releases", default=None, metavar="VERSIONS",
+              help="Run every item on each of these torch releases (comma-separated, e.g. 2.13.0,2.15.0), each "
+                   "installed once into its own cached environment with venv + pip; the report shows what "
+                   "reproduces on one and not on another.  Default: the torch triage runs with.")
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Also write the summary JSON here.")
 @_run_options
 @_github_options
 def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, limit: int | None,
                   item_timeout: float, ray_address: str | None, num_cpus: int | None, post: bool,
-                  allow_weak_sandbox: bool, cpus_per_arm: float, json_path: str | None, api_url: str,
+                  allow_weak_sandbox: bool, cpus_per_arm: float, torch_releases: str | None,
+                  json_path: str | None, api_url: str,
                   bot_login: str | None, allowed_labels: str | None, trigger_label: str | None, **run: Any) -> None:
     """Triage a backlog: every item of every SOURCE as a Ray task, results kept in SQLite.
 
@@ -362,9 +367,16 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     from triage.sweep.driver import SweepOptions, run_sweep
     from triage.sweep.engine import EngineOptions
     from triage.sweep.item import ItemSettings
+    from triage.sandbox.torch_envs import TorchEnvError, release_version
     from triage.sweep.store import StoreError
 
     err = Console(stderr=True, soft_wrap=True)
+    try:
+        releases = tuple(dict.fromkeys(release_version(v) for v in (torch_releases or "").split(",") if v.strip()))
+    except TorchEnvError as e:
+        raise click.UsageError(f"--torch: {e}") from None
+    if torch_releases is not None and not releases:
+        raise click.UsageError("--torch is empty: name at least one release, e.g. 2.15.0")
     arms = None
     if run["arms_text"] is not None:
         try:
@@ -385,7 +397,7 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     _check_output_path("--json", json_path)
     # Ray's own processes (never an arm: arms get an allow-listed environment) need them to join.
     os.environ.update({name: _SECRETS[name] for name in RAY_AUTHENTICATION if name in _SECRETS})
-    options = SweepOptions(sources=list(sources), out_dir=out_dir,
+    options = SweepOptions(sources=list(sources), out_dir=out_dir, torch=releases,
                            db_path=db_path or os.path.join(out_dir, "results.sqlite"), arms=arms, limit=limit,
                            settings=ItemSettings(
                                timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
@@ -400,7 +412,10 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
         outcome = run_sweep(options, EngineOptions(ray_address=ray_address, num_cpus=num_cpus,
                                                    item_timeout_s=item_timeout, cpus_per_arm=cpus_per_arm),
                             github,
-                            progress.update if progress else None)
+                            progress.update if progress else None,
+                            log=None if run["quiet"] else lambda line: err.print(line, markup=False, highlight=False))
+    except TorchEnvError as e:
+        raise click.ClickException(f"--torch: {e}") from None
     except OSError as e:
         raise click.ClickException(f"{getattr(e, 'filename', None) or out_dir}: {e.strerror or e}") from None
     except StoreError as e:  # --db is not a results store (another file, a newer schema, corrupt)
@@ -417,7 +432,9 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     counts: dict[str, int] = {}
     for r in outcome.results:
         counts[r.verdict_kind or r.outcome] = counts.get(r.verdict_kind or r.outcome, 0) + 1
-    err.print(f"{len(outcome.results)} items on torch {outcome.torch_build} ({outcome.ran} run now, "
+    items = len({r.key for r in outcome.results})
+    results = f", {len(outcome.results)} results" if len(outcome.torch_builds) > 1 else ""
+    err.print(f"{items} items on torch {' and '.join(outcome.torch_builds)}{results} ({outcome.ran} run now, "
               f"{len(outcome.results) - outcome.ran} already stored)"
               + "".join(f"{', ' if i else ': '}{n} {k}"
                         for i, (k, n) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1])))
@@ -620,7 +637,8 @@ def _execute(pipeline: Any, run: dict[str, Any], source: str | None, script_args
     options = RunOptions(timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
                          reference=not run["no_reference"], jobs=run["jobs"],
                          rounding_samples=run["rounding_samples"], rounding_budget_s=run["rounding_budget"],
-                         isolation=run["isolation"], script_args=script_args)
+                         isolation=run["isolation"], script_args=script_args,
+                         interpreters=_torch_releases([a.torch for a in arms], run["quiet"]))
     _preload_rendering()
     progress = _Progress(_console(stderr=True), [a.spec for a in arms]) if not run["quiet"] else None
     try:
@@ -632,6 +650,19 @@ def _execute(pipeline: Any, run: dict[str, Any], source: str | None, script_args
     finally:
         if progress:
             progress.stop()
+
+
+def _torch_releases(releases: list[str | None], quiet: bool) -> dict[str, str]:
+    """The interpreters of arms on other torch releases (`cpu/compile@2.15.0`), each release's
+    environment installed first where this machine does not have it yet (said on stderr)."""
+    from triage.sandbox.torch_envs import TorchEnvError, interpreters_for
+
+    err = _console(stderr=True)
+    try:
+        return interpreters_for(releases, log=None if quiet else lambda line: err.print(line, highlight=False,
+                                                                                       markup=False))
+    except (TorchEnvError, OSError) as e:
+        raise click.ClickException(f"cannot prepare the torch release of an arm: {e}") from None
 
 
 def _isolation(requested: str) -> Any:

@@ -49,12 +49,15 @@ class Issue:
 
 @dataclass(frozen=True)
 class ArmSpec:
-    """One execution configuration: device, eager or compile (with a backend), knobs."""
+    """One execution configuration: device, eager or compile (with a backend), knobs, and the
+    torch release it runs on (None: the torch triage runs with; else a version such as
+    "2.15.0", run from its own cached installation, sandbox/torch_envs.py)."""
 
     device: str
     mode: str = "eager"
     backend: str | None = None
     knobs: tuple[tuple[str, str], ...] = ()
+    torch: str | None = None
 
     @property
     def spec(self) -> str:
@@ -62,7 +65,7 @@ class ArmSpec:
         if self.mode == "compile":
             parts.append(f"compile={self.backend}" if self.backend else "compile")
         parts.extend(f"{k}={v}" for k, v in self.knobs)
-        return "/".join(parts)
+        return "/".join(parts) + (f"@{self.torch}" if self.torch else "")
 
     def to_job(self) -> dict[str, Any]:
         return {"spec": self.spec, "device": self.device, "mode": self.mode,

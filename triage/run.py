@@ -9,7 +9,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -63,6 +63,18 @@ class RunOptions:
     # its ablations, the minimizer's workers and the minimal script's verification all use it.
     # None: the script's own (sandbox/caches.py); never one shared across different scripts.
     compile_cache: str | None = None
+    # Arms on another torch release (`cpu/compile@2.15.0`) run their worker with that release's
+    # interpreter: release -> python, from sandbox/torch_envs.py (prepared before the run).
+    interpreters: dict[str, str] = field(default_factory=dict)
+
+
+def worker_python(arm: ArmSpec, options: RunOptions) -> str:
+    """The interpreter of `arm`'s worker: triage's own, or its torch release's environment."""
+    if arm.torch is None:
+        return sys.executable
+    if arm.torch not in options.interpreters:
+        raise ValueError(f"arm {arm.spec}: torch {arm.torch} was not prepared (sandbox.torch_envs.interpreters_for)")
+    return options.interpreters[arm.torch]
 
 
 Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, details)
@@ -77,22 +89,26 @@ def run_arms(repro: Repro, arms: list[ArmSpec], options: RunOptions,
     jobs = options.jobs or max(1, min(len(arms), os.cpu_count() or 1))
     memory = options.memory_bytes or max(2 * GiB, int(physical_memory() * 0.6) // jobs)
     how = isolation(options.isolation)
-    cache = EnvironmentCache(options.cache_dir)
-    environment = cache.get()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs + 1) as pool:
-        collecting = None
-        if environment is None:
-            collecting = pool.submit(collect_environment, how, options.collect_env_timeout_s,
-                                     any(a.device != "cpu" for a in arms))
+    pythons = [worker_python(arm, options) for arm in arms]
+    # One environment text per interpreter: arms on another torch release report theirs.
+    environments: dict[str, tuple[str | None, str | None]] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs + len(set(pythons))) as pool:
+        collecting = {}
+        for python in dict.fromkeys(pythons):
+            cached = EnvironmentCache(options.cache_dir, python).get()
+            if cached is not None:
+                environments[python] = (cached, None)
+            else:
+                collecting[python] = pool.submit(collect_environment, how, options.collect_env_timeout_s,
+                                                 any(a.device != "cpu" for a in arms), python)
         futures = [pool.submit(run_arm, repro, arm, options, memory, progress, how) for arm in arms]
         runs = _every_run(futures)
-        error = None
-        if collecting is not None:
-            environment, error = collecting.result()
-            if environment:
-                cache.put(environment)
-    for run in runs:
-        run.environment, run.environment_error = environment, error
+        for python, collected in collecting.items():
+            environments[python] = collected.result()
+            if environments[python][0]:
+                EnvironmentCache(options.cache_dir, python).put(environments[python][0])
+    for run, python in zip(runs, pythons):
+        run.environment, run.environment_error = environments[python]
     return runs
 
 
@@ -161,7 +177,7 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, mem
     notify("start", {})
     started = time.monotonic()
     outcome = run_isolated(
-        [sys.executable, "-I", "-m", "triage.worker", str(out / "job.json")],
+        [worker_python(arm, options), "-I", "-m", "triage.worker", str(out / "job.json")],
         jail=jail, env=env, limits=limits, isolation=how, imports="compile" if arm.mode == "compile" else "torch",
         on_message=lambda m: notify("message", m),
     )

@@ -28,7 +28,7 @@ from triage.minimize.localize import localize
 from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
 from triage.minimize.passes import RELIABILITY_RUNS, reduce, reliability
 from triage.minimize.problem import ReductionProblem
-from triage.run import RunOptions
+from triage.run import RunOptions, worker_python
 from triage.untrusted import UntrustedOutput, remove_tree
 from triage.minimize.warm import ArmWorker, WorkerFailed
 
@@ -92,7 +92,8 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             futures = [pool.submit(ArmWorker, spec, run_a.graph_dir, options.memory_bytes, shared=[str(scratch)],
-                                   isolation=run_options.isolation, compile_dir=run_options.compile_cache)
+                                   isolation=run_options.isolation, compile_dir=run_options.compile_cache,
+                                   python=worker_python(spec, run_options))
                        for spec in (spec_a, spec_b)]
             for f in futures:
                 try:

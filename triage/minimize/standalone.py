@@ -22,7 +22,10 @@ SCRIPT_NAME = "minimal.py"
 
 def script_style(a: ArmSpec, b: ArmSpec) -> tuple[str, list[str]]:
     """How the script shows both arms: ``compile``, ``devices`` (with the devices), ``settings``
-    (both arms' knobs set by the script itself, one after the other) or ``plain``."""
+    (both arms' knobs set by the script itself, one after the other) or ``plain`` — always
+    where the arms run different torch releases, which one process cannot hold both of."""
+    if a.torch != b.torch:
+        return "plain", []
     same_knobs = a.knobs == b.knobs
     fault = any(k == "fault" for k, _ in a.knobs + b.knobs)  # triage's own test knob: no public setting
     if a.device == b.device and same_knobs and {a.mode, b.mode} == {"eager", "compile"}:
@@ -61,7 +64,7 @@ def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, opti
     runs = run_arms(repro, [a, b], RunOptions(
         timeout_s=options.timeout_s, memory_bytes=options.memory_bytes, seed=options.seed, reference=False,
         collect_env_timeout_s=options.collect_env_timeout_s, cache_dir=options.cache_dir, export_graphs=False,
-        compile_cache=options.compile_cache, isolation=options.isolation))
+        compile_cache=options.compile_cache, isolation=options.isolation, interpreters=options.interpreters))
     for run in runs:
         if not run.completed:
             return False, f"the script failed on {run.spec}: {run.failure}"

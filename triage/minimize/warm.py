@@ -35,12 +35,14 @@ class WorkerFailed(Exception):
 
 class ArmWorker:
     def __init__(self, arm: ArmSpec, graph_dir: str, memory_bytes: int, startup_timeout_s: float = 180.0,
-                 shared: list[str] | None = None, isolation: str = "auto", compile_dir: str | None = None) -> None:
+                 shared: list[str] | None = None, isolation: str = "auto", compile_dir: str | None = None,
+                 python: str | None = None) -> None:
         """`shared`: directories the worker may write (values passed between the two arms'
         workers); it reads `graph_dir` and writes its own scratch directory, nothing else, but
         for `compile_dir`, the triage run's compile cache (the arms' own, so a compile arm's
-        worker starts warm)."""
+        worker starts warm).  `python`: the arm's interpreter (run.worker_python)."""
         self.arm = arm
+        self.python = python or sys.executable
         self.graph_dir = graph_dir
         self.memory_bytes = memory_bytes
         self.startup_timeout_s = startup_timeout_s
@@ -73,7 +75,7 @@ class ArmWorker:
         rep_r, rep_w = os.pipe()
         env = dict(scrubbed_environment(), TRIAGE_REQUEST_FD=str(req_r), TRIAGE_REPLY_FD=str(rep_w),
                    **self.compile_env)
-        self.sandboxed = SandboxedProcess([sys.executable, "-I", "-m", "triage.worker.serve"], jail=self.jail,
+        self.sandboxed = SandboxedProcess([self.python, "-I", "-m", "triage.worker.serve"], jail=self.jail,
                                           env=env, isolation=self.isolation, pass_fds=(req_r, rep_w),
                                           imports="compile" if self.arm.mode == "compile" else "torch")
         self.proc = self.sandboxed.proc

@@ -7,6 +7,9 @@
     environment.py  secrets: the allow-listed environment of an arm, and triage's own scrub
     caches.py       what outlives a run (collect_env text, the compile cache), kept where arms
                     cannot write it, or scoped to the one script that may poison it
+    zygote.py       the fork server: arms forked from a jailed process that imported torch
+    torch_envs.py   other torch releases (`cpu/compile@2.15.0`, `sweep --torch`): one cached
+                    venv per release, with a copy of this triage's worker; mounted read-only
 
 The threat model (README "Security model", docs/security.md): the script runs in the same
 interpreter as triage's observer, so it can forge what its own arm reports.  It must not be

@@ -40,13 +40,16 @@ def _torch_version() -> str:
 
 
 class EnvironmentCache:
-    """collect_env text, per interpreter + torch version + host, for a day."""
+    """collect_env text, per interpreter + torch version + host, for a day.  `python`: another
+    torch release's interpreter (sandbox/torch_envs.py), whose environment is its own: its
+    path names the release."""
 
     TTL_S = 86400
 
-    def __init__(self, directory: str | None = None) -> None:
+    def __init__(self, directory: str | None = None, python: str | None = None) -> None:
         self.dir = cache_root(directory)
-        key = f"{sys.executable}|{_torch_version()}|{os.uname().nodename}"
+        python = None if python == sys.executable else python
+        key = f"{python or sys.executable}|{'' if python else _torch_version()}|{os.uname().nodename}"
         self.path = self.dir / f"collect_env-{hashlib.sha256(key.encode()).hexdigest()[:16]}.txt"
 
     def get(self) -> str | None:
@@ -67,13 +70,15 @@ class EnvironmentCache:
             pass
 
 
-def collect_environment(isolation: Isolation, timeout_s: float, accelerators: bool) -> tuple[str | None, str | None]:
+def collect_environment(isolation: Isolation, timeout_s: float, accelerators: bool,
+                        python: str | None = None) -> tuple[str | None, str | None]:
     """(collect_env text, why it is missing): run in a jailed process of its own that runs no
-    issue code, so the text can be cached and shown for later runs."""
+    issue code, so the text can be cached and shown for later runs.  `python`: the
+    interpreter whose environment it is (None: triage's own)."""
     scratch = tempfile.mkdtemp(prefix="triage-env-")
     try:
         jail = Confinement(scratch=scratch, workdir=os.path.join(scratch, "work"), accelerators=accelerators)
-        outcome = run_isolated([sys.executable, "-I", "-c", COLLECT_ENV_SOURCE], jail=jail,
+        outcome = run_isolated([python or sys.executable, "-I", "-c", COLLECT_ENV_SOURCE], jail=jail,
                                env=scrubbed_environment(), isolation=isolation,
                                limits=Limits(timeout_s=timeout_s, memory_bytes=4 << 30, output_bytes=256 << 10))
     finally:

@@ -113,7 +113,7 @@ def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
     # /tmp, and a later mount on /tmp would hide them.
     args += ["--bind", os.path.join(jail.scratch, "tmp"), "/tmp",
              "--bind", os.path.join(jail.scratch, "shm"), "/dev/shm"]
-    for path in interpreter_paths():
+    for path in interpreter_paths(argv[0] if argv and argv[0] != sys.executable else None):
         args += ["--ro-bind", path, path]
     for path in jail.readable:
         args += ["--ro-bind", path, path]
@@ -127,17 +127,24 @@ def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def interpreter_paths() -> tuple[str, ...]:
+def interpreter_paths(python: str | None = None) -> tuple[str, ...]:
     """What `python -I -m triage.worker` reads: the installation, site-packages, whatever the
-    .pth files add (an editable install's finder points at the checkout's `triage/` only),
-    and triage's own package — each once, outside the system directories already bound."""
+    .pth files add (an editable install's finder points at the checkout's `triage/` only; a
+    torch environment's adds its copy of triage), and triage's own package — each once,
+    outside the system directories already bound.  `python`: the interpreter the jail runs
+    (another torch release's environment, sandbox/torch_envs.py); None: triage's own."""
     import triage
 
-    probe = subprocess.run([sys.executable, "-I", "-c", "import sys; print('\\n'.join(sys.path))"],
+    probe = subprocess.run([python or sys.executable, "-I", "-c",
+                            "import sys; print('\\n'.join([sys.prefix, sys.base_prefix, sys.exec_prefix, "
+                            "sys.base_exec_prefix, *sys.path]))"],
                            capture_output=True, text=True, timeout=60, check=False)
-    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                  os.path.dirname(os.path.abspath(triage.__file__))]
-    candidates += [p for p in probe.stdout.splitlines() if p]
+    candidates = [p for p in probe.stdout.splitlines() if p]
+    if python is None or os.path.abspath(python) == os.path.abspath(sys.executable):
+        candidates += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                       os.path.dirname(os.path.abspath(triage.__file__))]
+    elif probe.returncode != 0 or not candidates:
+        raise OSError(f"{python} could not start: {(probe.stderr.strip().splitlines() or ['no output'])[-1][:200]}")
     covered = ["/" + e for e in ROOT_ENTRIES]
     chosen: list[str] = []
     for path in sorted({os.path.realpath(p) for p in candidates} | {os.path.abspath(p) for p in candidates},

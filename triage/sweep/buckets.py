@@ -169,10 +169,11 @@ def _arm_kinds(report: dict[str, Any], divergence: dict[str, Any] | None) -> tup
     return tuple(sorted({_pair_kind(specs[0], other) for other in specs[1:]}))
 
 
-def _parts(spec: str) -> tuple[str, str | None, dict[str, str]]:
-    """(device without its index, compile backend or None for eager, knobs) of an arm spec,
-    read leniently: a report's spec need not parse with `triage.arms` on this machine (the
-    fault knob is refused outside triage's tests)."""
+def _parts(spec: str) -> tuple[str, str | None, dict[str, str], str | None]:
+    """(device without its index, compile backend or None for eager, knobs, torch release or
+    None) of an arm spec, read leniently: a report's spec need not parse with `triage.arms` on
+    this machine (the fault knob is refused outside triage's tests)."""
+    spec, at, release = spec.partition("@")
     device, *rest = spec.split("/")
     backend, knobs = None, {}
     for part in rest:
@@ -181,15 +182,18 @@ def _parts(spec: str) -> tuple[str, str | None, dict[str, str]]:
             backend = value or "inductor"
         elif eq:
             knobs[name] = value
-    return device.split(":")[0], backend, knobs
+    return device.split(":")[0], backend, knobs, release if at else None
 
 
 def _pair_kind(a: str, b: str) -> str:
     """How arm `b` differs from arm `a`: "cpu-vs-cuda", "eager-vs-compile", "vs-threads=1",
-    joined by "+" where several differ; "repeat" where they are one arm run twice."""
-    device_a, backend_a, knobs_a = _parts(a)
-    device_b, backend_b, knobs_b = _parts(b)
+    "torch-vs-2.15.0" (another release), joined by "+" where several differ; "repeat" where
+    they are one arm run twice."""
+    device_a, backend_a, knobs_a, release_a = _parts(a)
+    device_b, backend_b, knobs_b, release_b = _parts(b)
     kinds = []
+    if release_a != release_b:
+        kinds.append(f"{release_a or 'torch'}-vs-{release_b or 'torch'}")
     if device_a != device_b:
         kinds.append(f"{device_a}-vs-{device_b}")
     if (backend_a is None) != (backend_b is None):

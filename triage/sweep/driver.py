@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from triage.sweep.item import ItemSettings, torch_build, triage_item
+from triage.sweep.item import ItemSettings, triage_item
 from triage.sweep.model import ItemResult, SweepItem
 
 
@@ -30,6 +30,9 @@ class SweepOptions:
     settings: ItemSettings = field(default_factory=ItemSettings)
     limit: int | None = None  # issues taken from each search query
     title: str = "triage sweep"
+    # Torch releases to run every item on, each in its own cached environment
+    # (sandbox/torch_envs.py); empty: the torch triage runs with.
+    torch: tuple[str, ...] = ()
 
 
 @dataclass
@@ -37,7 +40,7 @@ class SweepOutcome:
     results: list[ItemResult]  # one per item of this sweep, on this torch build
     ran: int  # items run by this sweep (the rest were stored already)
     problems: list[str]  # sources or items that gave nothing to run, one line each
-    torch_build: str
+    torch_builds: list[str]  # the builds this sweep ran on, in --torch order
     stats: Any  # engine.EngineStats, None where nothing ran
     files: dict[str, str]  # "html" | "markdown" | "json" -> path
 
@@ -48,25 +51,32 @@ Progress = Callable[[str, Any, ItemResult | None], None]
 
 
 def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: ANN401 - EngineOptions, GitHubOptions
-              progress: Progress | None = None) -> SweepOutcome:
-    """Resolve the sources, run what the store does not hold yet, write the report."""
+              progress: Progress | None = None, log: Callable[[str], None] | None = None) -> SweepOutcome:
+    """Resolve the sources, prepare each torch release's environment (`log` says when one is
+    installed), run what the store does not hold yet, write the report."""
     from triage.report import SUMMARY_LIMIT_BYTES
     from triage.sweep.engine import ItemWork, run_items
     from triage.sweep.report import build_report, render_html, render_markdown
     from triage.sweep.sources import items_from
+    from triage.sandbox.torch_envs import running_env, torch_env
     from triage.sweep.store import ResultStore
 
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     began = time.monotonic()
     found = items_from(list(options.sources), github, limit=options.limit)
-    build = torch_build()
-    settings = dataclasses.asdict(options.settings)
-    work = [ItemWork(item=item, arms=options.arms or arms_for(item), torch_build=build, settings=settings)
-            for item in found.items]
-    keys = {id(w): (w.item.key, w.item.content_sha256, build, ",".join(w.arms)) for w in work}
+    # Built here, once, before any task: a task on this node finds its release ready (a task
+    # on another node of a cluster builds it there, under the same lock).
+    envs = list({e.build: e for e in (torch_env(v, options.settings.cache_dir, log) for v in options.torch)}.values()) \
+        or [running_env()]
+    builds = [e.build for e in envs]
+    work = [ItemWork(item=item, arms=options.arms or arms_for(item), torch_build=env.build,
+                     settings=dataclasses.asdict(dataclasses.replace(options.settings,
+                                                                     torch=None if env.running else env.version)))
+            for env in envs for item in found.items]
+    keys = {id(w): (w.item.key, w.item.content_sha256, w.torch_build, ",".join(w.arms)) for w in work}
     os.makedirs(options.out_dir, exist_ok=True)
     with ResultStore(options.db_path) as store:
-        sweep_id = store.start_sweep(list(options.sources), [build], ",".join(options.arms or ()))
+        sweep_id = store.start_sweep(list(options.sources), builds, ",".join(options.arms or ()))
         known = store.done(keys.values())
         todo = [w for w in work if keys[id(w)] not in known]
         stats = None
@@ -75,14 +85,14 @@ def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: A
                 progress("planned", len(todo), None)
             stats = run_items(todo, triage_item, lambda result: store.put(result, sweep_id=sweep_id), engine, progress)
         results = [r for w in work if (r := store.get(*keys[id(w)])) is not None]
-        on_other_builds = [r for w in work for r in store.latest(w.item.key)
-                           if r.torch_build != build and r.content_sha256 == w.item.content_sha256]
-        counts = {"items": len(work), "ran": len(todo), "stored": len(work) - len(todo),
+        on_other_builds = [r for item in found.items for r in store.latest(item.key)
+                           if r.torch_build not in builds and r.content_sha256 == item.content_sha256]
+        counts = {"items": len(found.items), "results": len(work), "ran": len(todo), "stored": len(work) - len(todo),
                   "triaged": sum(r.outcome == "triaged" for r in results),
                   "failed": sum(r.outcome == "failed" for r in results)}
         store.finish_sweep(sweep_id, counts)
     report = build_report(results + on_other_builds, title=options.title,
-                          torch_builds=[build] + sorted({r.torch_build for r in on_other_builds}),
+                          torch_builds=builds + sorted({r.torch_build for r in on_other_builds}),
                           sources=list(options.sources), started=started, seconds=time.monotonic() - began)
     files = {"html": os.path.join(options.out_dir, "sweep.html"),
              "markdown": os.path.join(options.out_dir, "sweep.md"),
@@ -90,8 +100,8 @@ def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: A
     _write(files["html"], render_html(report))
     # Sized for a job summary (1 MiB); a GitHub issue takes the first 65,536 characters.
     _write(files["markdown"], render_markdown(report, limit=SUMMARY_LIMIT_BYTES, size=lambda t: len(t.encode())))
-    _write(files["json"], json.dumps(summary(results, found.problems, build, counts, stats), indent=2) + "\n")
-    return SweepOutcome(results=results, ran=len(todo), problems=found.problems, torch_build=build, stats=stats,
+    _write(files["json"], json.dumps(summary(results, found.problems, builds, counts, stats), indent=2) + "\n")
+    return SweepOutcome(results=results, ran=len(todo), problems=found.problems, torch_builds=builds, stats=stats,
                         files=files)
 
 
@@ -109,13 +119,15 @@ def arms_for(item: SweepItem) -> tuple[str, ...]:
     return tuple(a.spec for a in arms)
 
 
-def summary(results: list[ItemResult], problems: list[str], build: str, counts: dict[str, int],
+def summary(results: list[ItemResult], problems: list[str], builds: list[str], counts: dict[str, int],
             stats: Any = None) -> dict[str, Any]:  # noqa: ANN401 - engine.EngineStats
-    """The `--json` summary: one line per item, without the reports (those are in the store),
-    and what the engine measured of this sweep (None where every item was stored already)."""
-    return {"torch_build": build, "counts": counts, "problems": problems,
+    """The `--json` summary: one line per item and torch build, without the reports (those are
+    in the store), and what the engine measured of this sweep (None where every item was
+    stored already)."""
+    return {"torch_builds": builds, "counts": counts, "problems": problems,
             "engine": dataclasses.asdict(stats) if stats is not None else None,
-            "items": [{"key": r.key, "title": r.title, "url": r.url, "outcome": r.outcome, "verdict": r.verdict_kind,
+            "items": [{"key": r.key, "title": r.title, "url": r.url, "torch_build": r.torch_build,
+                       "outcome": r.outcome, "verdict": r.verdict_kind,
                        "expected": r.expected, "arms": r.arms, "seconds": round(r.seconds, 2), "node": r.node,
                        "error": r.error} for r in results]}
 

@@ -10,14 +10,10 @@ raise, and the engine records those as failed items.
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
-import importlib.util
 import os
-import re
 import shutil
 import tempfile
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from triage.sweep.model import ItemResult, SweepItem
@@ -43,48 +39,34 @@ class ItemSettings:
     ablate_budget_s: float = 120.0
     all_ablations: bool = False
     cpus_per_arm: float = 1.0  # what the item asked Ray for: its arms' share of the node
-
-
-def torch_build() -> str:
-    """This installation's torch, as a result key names it: the version (with its local build
-    tag, e.g. ``+cpu`` or ``+cu128``) and the commit it was built from.  Read from the
-    installed files, without importing torch."""
-    try:
-        version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return "torch not installed"
-    spec = importlib.util.find_spec("torch")
-    git = None
-    if spec is not None and spec.submodule_search_locations:
-        try:
-            text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
-            found = re.search(r"^git_version\s*=\s*['\"]([0-9a-f]{7,40})['\"]", text, re.M)
-            git = found.group(1)[:12] if found else None
-        except OSError:
-            pass
-    return f"{version} (git {git})" if git else version
+    torch: str | None = None  # the torch release every arm runs on (None: the one triage runs with)
+    cache_dir: str | None = None  # triage's cache (torch environments, compile caches); None: the default
 
 
 def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, settings: dict[str, Any]) -> ItemResult:
-    """The item's report on this node's torch, as an `ItemResult` (outcome ``triaged``)."""
+    """The item's report on this node's torch, or on `settings["torch"]`'s release from its
+    environment (built on this node where it is missing), as an `ItemResult` (outcome
+    ``triaged``)."""
     from triage.ablate import AblationOptions
     from triage.arms import parse_arm
     from triage.minimize import MinimizeOptions
     from triage.pipeline import triage_issue, triage_script
     from triage.report import report_json
     from triage.run import RunOptions
+    from triage.sandbox.torch_envs import interpreters_for
 
     chosen = ItemSettings(**settings)
     memory = chosen.memory_bytes or _arm_share(chosen.cpus_per_arm)
     options = RunOptions(timeout_s=chosen.timeout_s, memory_bytes=memory,
                          seed=chosen.seed, reference=chosen.reference, jobs=chosen.jobs,
                          rounding_samples=chosen.rounding_samples, rounding_budget_s=chosen.rounding_budget_s,
-                         isolation=chosen.isolation)
+                         isolation=chosen.isolation, cache_dir=chosen.cache_dir)
     minimize = MinimizeOptions(enabled=chosen.minimize, budget_s=chosen.minimize_budget_s,
                                reduce_data=chosen.reduce_data)
     ablation = AblationOptions(enabled=chosen.ablate, budget_s=chosen.ablate_budget_s,
                                exhaustive=chosen.all_ablations)
-    specs = [parse_arm(a) for a in arms]
+    specs = [dataclasses.replace(parse_arm(a), torch=chosen.torch) if chosen.torch else parse_arm(a) for a in arms]
+    options.interpreters = interpreters_for([s.torch for s in specs], chosen.cache_dir)
     workdir = tempfile.mkdtemp(prefix="triage-sweep-item-")
     try:
         if item.kind == "issue":

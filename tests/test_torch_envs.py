@@ -1,0 +1,232 @@
+"""Torch releases as arms (`cpu/compile@2.15.0`) and as a sweep dimension (`--torch`):
+sandbox/torch_envs.py builds one cached environment per release with venv + pip.
+
+The end-to-end tests build a real environment of torch 2.13.0 (the release this project
+pins: pip takes it from the local wheel its configuration points at, or from the index) in
+a cache folder of their own, once per session, and run arms with its interpreter beside
+triage's own.  Two installations of the same build are two environments: which interpreter
+an arm ran is read from what the script printed (its `sys.prefix`), never from the numbers.
+A divergence between them is made on purpose with the fault knob."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, run_triage
+from triage.arms import ArmSpecError, parse_arm, parse_arms
+from triage.minimize.standalone import script_style
+from triage.model import ArmSpec
+from triage.run import RunOptions, worker_python
+from triage.sandbox import torch_envs
+from triage.sandbox.torch_envs import TorchEnvError, release_version
+from triage.sweep.buckets import _pair_kind
+
+RELEASE = "2.13.0"
+# Prints which installation ran it, then computes something the fault knob can change.
+WHERE = """\
+import sys
+import torch
+
+print("prefix:", sys.prefix)
+x = torch.linspace(1.5, 3.0, 64, dtype=torch.float32)
+y = torch.acosh(x) * 2.0
+print(float(y.sum()))
+"""
+
+
+@pytest.mark.parametrize("text, version", [("2.15.0", "2.15.0"), (" 2.16.0RC1 ", "2.16.0rc1"),
+                                           ("2.14.1+cpu", "2.14.1+cpu"), ("2.13.0.post1", "2.13.0.post1")])
+def test_release_versions_accepted(text, version):
+    assert release_version(text) == version
+
+
+@pytest.mark.parametrize("text", ["", "2", "../2.15.0", "2.15.0/../../x", ">=2.15", "2.15.0 --index-url=http://x",
+                                  "2.15.0;rm", "latest", "-e .", "2.15.*"])
+def test_release_versions_refused(text):
+    with pytest.raises(TorchEnvError, match="is not a torch release version"):
+        release_version(text)
+
+
+def test_arm_suffix_round_trips():
+    arm = parse_arm("cpu/compile=aot_eager/threads=1@2.15.0")
+    assert (arm.device, arm.mode, arm.backend, arm.knobs, arm.torch) == (
+        "cpu", "compile", "aot_eager", (("threads", "1"),), "2.15.0")
+    assert arm.spec == "cpu/compile=aot_eager/threads=1@2.15.0"
+    assert parse_arm(arm.spec) == arm
+    assert arm.to_job()["spec"] == arm.spec  # the worker needs no more: it runs in the release's interpreter
+    assert parse_arm("cpu").torch is None and parse_arm("cpu").spec == "cpu"
+    assert [a.spec for a in parse_arms("cpu/compile,cpu/compile@2.15.0")] == ["cpu/compile", "cpu/compile@2.15.0"]
+
+
+@pytest.mark.parametrize("text, message", [("cpu@", "'' is not a torch release"),
+                                           ("cpu@../../etc", "'../../etc' is not a torch release"),
+                                           ("cpu/compile@2.15.0@2.16.0", "is not a torch release")])
+def test_bad_arm_suffix_is_a_clear_error(text, message):
+    with pytest.raises(ArmSpecError, match=message):
+        parse_arm(text)
+
+
+def test_an_unprepared_release_is_refused_not_run_on_triages_torch():
+    assert worker_python(ArmSpec("cpu"), RunOptions()) == sys.executable
+    with pytest.raises(ValueError, match="torch 2.15.0 was not prepared"):
+        worker_python(ArmSpec("cpu", torch="2.15.0"), RunOptions())
+    prepared = RunOptions(interpreters={"2.15.0": "/envs/2.15.0/bin/python"})
+    assert worker_python(ArmSpec("cpu", torch="2.15.0"), prepared) == "/envs/2.15.0/bin/python"
+
+
+def test_release_pairs_are_their_own_kind():
+    assert _pair_kind("cpu/compile", "cpu/compile@2.15.0") == "torch-vs-2.15.0"
+    assert _pair_kind("cpu@2.13.0", "cpu/compile@2.15.0") == "2.13.0-vs-2.15.0+eager-vs-compile"
+    assert _pair_kind("cpu/compile@2.15.0", "cpu/compile@2.15.0") == "repeat"
+
+
+def test_a_minimal_script_for_two_releases_is_plain():
+    """One process cannot hold two torch releases: the script computes once, and the
+    verification runs it on each release."""
+    assert script_style(ArmSpec("cpu"), ArmSpec("cpu", mode="compile")) == ("compile", [])
+    assert script_style(ArmSpec("cpu"), ArmSpec("cpu", mode="compile", torch="2.15.0")) == ("plain", [])
+
+
+def test_a_failed_build_leaves_nothing(tmp_path, monkeypatch):
+    """pip's failure is the message; no environment, no half-built folder is left."""
+    def failing_step(argv, what, timeout_s):
+        if "pip" in argv:
+            raise TorchEnvError(f"{what} failed: ERROR: No matching distribution found for torch==9.9.9")
+        return real_step(argv, what, timeout_s)
+
+    real_step = torch_envs._step
+    monkeypatch.setattr(torch_envs, "_step", failing_step)
+    with pytest.raises(TorchEnvError, match="pip install torch==9.9.9 failed: .*No matching distribution"):
+        torch_envs.torch_env("9.9.9", str(tmp_path))
+    assert sorted(p.name for p in (tmp_path / "torch-envs").iterdir()) == ["9.9.9.lock"]
+
+
+@pytest.fixture
+def short_dir():
+    """A folder with a short path: a sweep's Ray puts its Unix sockets under its TMPDIR."""
+    path = Path(tempfile.mkdtemp(prefix="te-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# -- a real environment --------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def env_cache(tmp_path_factory):
+    """A triage cache holding a built environment of torch RELEASE."""
+    cache = tmp_path_factory.mktemp("triage-cache")
+    lines: list[str] = []
+    env = torch_envs.torch_env(RELEASE, str(cache), log=lines.append)
+    assert lines and lines[0].startswith(f"installing torch {RELEASE} into {cache}/torch-envs/{RELEASE}")
+    return cache, env
+
+
+@pytest.mark.slow
+def test_environment_is_a_real_installation_with_this_triage(env_cache):
+    cache, env = env_cache
+    folder = cache / "torch-envs" / RELEASE
+    assert env.python == str(folder / "bin" / "python") and not env.running
+    marker = json.loads((folder / torch_envs.MARKER).read_text())
+    assert marker["installed"].split("+")[0] == RELEASE and env.build.startswith(marker["installed"])
+    assert not list(folder.parent.glob(".*.building"))
+    probe = subprocess.run([env.python, "-I", "-c", "import sys, torch, triage.worker.session, triage; "
+                            "print(sys.prefix); print(torch.__version__); print(triage.__file__)"],
+                           capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert probe[0] == str(folder)
+    assert probe[1] == marker["installed"]
+    assert probe[2] == str(folder / "triage-worker" / torch_envs.package_digest() / "triage" / "__init__.py")
+    # The copy is this triage's package, byte for byte.
+    copy = folder / "triage-worker" / torch_envs.package_digest() / "triage"
+    ours = Path(torch_envs._package_dir())
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*.py")) == \
+        sorted(str(p.relative_to(ours)) for p in ours.rglob("*.py") if "__pycache__" not in p.parts)
+    assert all((copy / p.relative_to(ours)).read_bytes() == p.read_bytes() for p in ours.rglob("*.py")
+               if "__pycache__" not in p.parts)
+
+
+@pytest.mark.slow
+def test_a_built_environment_is_reused_and_a_new_triage_gets_its_own_copy(env_cache, monkeypatch):
+    cache, env = env_cache
+    folder = cache / "torch-envs" / RELEASE
+    monkeypatch.setattr(torch_envs, "_step", lambda *a: pytest.fail(f"ran {a[1]} for a built environment"))
+    assert torch_envs.torch_env(RELEASE, str(cache)) == env
+    old = torch_envs.package_digest()
+    monkeypatch.setattr(torch_envs, "package_digest", lambda: "0123456789abcdef")
+    torch_envs.torch_env(RELEASE, str(cache))
+    pth = folder / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / torch_envs.PTH
+    assert pth.read_text().strip() == str(folder / "triage-worker" / "0123456789abcdef")
+    # The older copy stays for arms that started with it (removed after a day unused).
+    assert (folder / "triage-worker" / old / "triage" / "__init__.py").is_file()
+    monkeypatch.setattr(torch_envs, "package_digest", lambda: old)
+    torch_envs.torch_env(RELEASE, str(cache))
+    assert pth.read_text().strip() == str(folder / "triage-worker" / old)
+
+
+@pytest.mark.slow
+def test_an_arm_on_another_release_runs_that_installation(env_cache, tmp_path):
+    """`cpu` runs triage's interpreter, `cpu/fault=…@2.13.0` the environment's, each in its
+    sandbox; the fault makes the divergence, judged as between any two arms."""
+    cache, env = env_cache
+    script = tmp_path / "where.py"
+    script.write_text(WHERE)
+    code, report, comment, out = run_triage(script, f"cpu,cpu/fault=acosh@{RELEASE}", tmp_path,
+                                            "--no-minimize", env={"TRIAGE_CACHE_DIR": str(cache)})
+    assert code == 0, out
+    specs = [a["spec"] for a in report["arms"]]
+    assert specs == ["cpu", f"cpu/fault=acosh@{RELEASE}"]
+    prefixes = [next(line for line in a["stdout"].splitlines() if line.startswith("prefix:")) for a in report["arms"]]
+    assert prefixes == [f"prefix: {sys.prefix}", f"prefix: {cache}/torch-envs/{RELEASE}"]
+    assert report["verdict"]["kind"] == "likely-bug", report["verdict"]["summary"]
+    assert f"`cpu/fault=acosh@{RELEASE}`" in report["verdict"]["summary"]
+    assert all(a["status"] == "ok" for a in report["arms"])
+
+
+@pytest.mark.slow
+def test_an_unknown_release_is_a_clear_error_before_any_arm(tmp_path):
+    script = tmp_path / "where.py"
+    script.write_text(WHERE)
+    code, report, _, out = run_triage(script, "cpu,cpu@2.13.0..1", tmp_path)
+    assert code == 2 and report is None
+    assert "'2.13.0..1' is not a torch release version" in out and "Traceback" not in out
+
+
+@pytest.mark.slow
+def test_sweep_runs_every_item_on_the_release_and_keys_results_by_its_build(env_cache, short_dir):
+    cache, env = env_cache
+    tmp_path = short_dir
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "where.py").write_text(WHERE)
+    (src / "fp16_overflow.py").write_text((FIXTURES / "fp16_overflow.py").read_text())
+    argv = [sys.executable, "-m", "triage", "sweep", "src", "--torch", RELEASE, "--arms", "cpu", "--no-minimize",
+            "--timeout", "60", "--num-cpus", "2"]
+    environ = dict({k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "RAY_ADDRESS",
+                                                                     "GITHUB_STEP_SUMMARY")},
+                   TRIAGE_CACHE_DIR=str(cache), TMPDIR=str(tmp_path))
+    done = subprocess.run(argv, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"2 items on torch {env.build} (2 run now, 0 already stored)" in done.stderr
+    rows = sqlite3.connect(tmp_path / "triage-sweep" / "results.sqlite").execute(
+        "select key, torch_build, arms, report from results order by key").fetchall()
+    assert [(k, b, a) for k, b, a, _ in rows] == [("fp16_overflow.py", env.build, "cpu"), ("where.py", env.build, "cpu")]
+    where = json.loads(rows[1][3])
+    assert [a["spec"] for a in where["arms"]] == [f"cpu@{RELEASE}"]
+    assert f"prefix: {cache}/torch-envs/{RELEASE}" in where["arms"][0]["stdout"]
+    summary = json.loads((tmp_path / "triage-sweep" / "sweep.json").read_text())
+    assert summary["torch_builds"] == [env.build]
+    again = subprocess.run(argv, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=600)
+    assert "(0 run now, 2 already stored)" in again.stderr, again.stderr
+
+
+def test_sweep_torch_option_is_checked(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "triage", "sweep", "src", "--torch", "2.15.0,../x"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--torch: '../x' is not a torch release version" in done.stderr
