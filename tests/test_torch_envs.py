@@ -55,6 +55,12 @@ def test_release_versions_refused(text):
         release_version(text)
 
 
+@pytest.mark.parametrize("text", ["2.3.1", "1.13.0", "0.0.1"])
+def test_releases_older_than_the_worker_supports_are_refused(text):
+    with pytest.raises(TorchEnvError, match=f"torch {text} is older than triage's worker supports"):
+        release_version(text)
+
+
 def test_arm_suffix_round_trips():
     arm = parse_arm("cpu/compile=aot_eager/threads=1@2.15.0")
     assert (arm.device, arm.mode, arm.backend, arm.knobs, arm.torch) == (
@@ -187,6 +193,20 @@ def test_an_arm_on_another_release_runs_that_installation(env_cache, tmp_path):
     assert report["verdict"]["kind"] == "likely-bug", report["verdict"]["summary"]
     assert f"`cpu/fault=acosh@{RELEASE}`" in report["verdict"]["summary"]
     assert all(a["status"] == "ok" for a in report["arms"])
+
+
+@pytest.mark.slow
+def test_the_minimizer_and_the_verification_run_each_arm_on_its_release(env_cache, tmp_path):
+    """The minimizer's warm workers replay arm A's graph in each arm's interpreter; the minimal
+    script is verified by fresh runs on both arms, the second in the environment."""
+    cache, _ = env_cache
+    code, report, _, out = run_triage(FIXTURES / "matmul_chain.py", f"cpu,cpu/fault=mm@{RELEASE}", tmp_path,
+                                      "--no-ablate", env={"TRIAGE_CACHE_DIR": str(cache)})
+    assert code == 0, out
+    minimal = report["minimal"]
+    assert minimal["ops"] == ["aten.mm"] and minimal["verified"], minimal
+    assert minimal["verification"].startswith(f"fresh runs on cpu and cpu/fault=mm@{RELEASE} show it")
+    assert "torch.compile" not in (tmp_path / "minimal.py").read_text()  # plain: one release per process
 
 
 @pytest.mark.slow

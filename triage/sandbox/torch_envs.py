@@ -47,6 +47,7 @@ from triage.sandbox.caches import cache_root
 VERSION = re.compile(r"\d+(\.\d+){1,3}((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?")
 INSTALL_TIMEOUT_S = 3600.0  # a CUDA build of torch is several GB from the index
 CHECK_TIMEOUT_S = 300.0
+OLDEST = (2, 4)  # pyproject's torch>=2.4: the worker uses dispatch-mode and dynamo APIs of that age
 MARKER = "triage-env.json"
 PTH = "triage-worker.pth"
 OLD_COPIES_S = 86400  # copies of older triage versions kept this long for arms still running them
@@ -72,6 +73,9 @@ def release_version(text: str) -> str:
     version = text.strip().lower()
     if not VERSION.fullmatch(version):
         raise TorchEnvError(f"'{text}' is not a torch release version (e.g. 2.15.0)")
+    if tuple(int(n) for n in version.split(".")[:2]) < OLDEST:
+        raise TorchEnvError(f"torch {version} is older than triage's worker supports "
+                            f"({'.'.join(map(str, OLDEST))} or newer)")
     return version
 
 
