@@ -174,6 +174,12 @@ def test_a_built_environment_is_reused_and_a_new_triage_gets_its_own_copy(env_ca
     monkeypatch.setattr(torch_envs, "package_digest", lambda: old)
     torch_envs.torch_env(RELEASE, str(cache))
     assert pth.read_text().strip() == str(folder / "triage-worker" / old)
+    # A copy changed after it was made (an arm under the process sandbox runs as this user) is
+    # replaced, not run: here an extension module that would be imported before session.py.
+    planted = folder / "triage-worker" / old / "triage" / "worker" / "session.cpython-311-x86_64-linux-gnu.so"
+    planted.write_bytes(b"\x7fELF")
+    torch_envs.torch_env(RELEASE, str(cache))
+    assert not planted.exists() and torch_envs._digest_of(folder / "triage-worker" / old / "triage") == old
 
 
 @pytest.mark.slow

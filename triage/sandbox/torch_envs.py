@@ -225,7 +225,9 @@ def _install_worker(folder: Path, purelib: Path) -> None:
     digest = package_digest()
     copies = folder / "triage-worker"
     target = copies / digest
-    if not (target / "triage" / "__init__.py").is_file():
+    # Checked, not trusted: under the process sandbox an arm runs as this user and could have
+    # rewritten the copy it ran from, which every later arm on this release would run.
+    if not (target / "triage").is_dir() or _digest_of(target / "triage") != digest:
         staging = copies / f".{digest}.{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(_package_dir(), staging / "triage", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -251,11 +253,16 @@ def _package_dir() -> str:
 
 @functools.lru_cache(maxsize=1)
 def package_digest() -> str:
-    """The digest of this triage's Python files (names and bytes)."""
-    base = Path(_package_dir())
+    """The digest of this triage package's files (names and bytes; no bytecode caches)."""
+    return _digest_of(Path(_package_dir()))
+
+
+def _digest_of(base: Path) -> str:
+    """Every file counts, not only sources: an extension module beside `x.py` would be
+    imported in its place."""
     h = hashlib.sha256()
-    for path in sorted(base.rglob("*.py")):
-        if "__pycache__" in path.parts:
+    for path in sorted(p for p in base.rglob("*") if p.is_file() or p.is_symlink()):
+        if "__pycache__" in path.parts or path.suffix == ".pyc":
             continue
         h.update(str(path.relative_to(base)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
