@@ -25,7 +25,8 @@ from triage.arms import ArmSpecError, parse_arm, parse_arms
 from triage.minimize.standalone import script_style
 from triage.model import ArmSpec
 from triage.run import RunOptions, worker_python
-from triage.sandbox import torch_envs
+from triage.sandbox import isolation, torch_envs
+from triage.sandbox.zygote import CONFINABLE_MACHINES, ZYGOTE_MODULE
 from triage.sandbox.torch_envs import TorchEnvError, release_version
 from triage.sweep.buckets import _pair_kind
 
@@ -36,6 +37,7 @@ import sys
 import torch
 
 print("prefix:", sys.prefix)
+print("cmdline:", open("/proc/self/cmdline", "rb").read().replace(b"\\0", b" ").decode().strip())
 x = torch.linspace(1.5, 3.0, 64, dtype=torch.float32)
 y = torch.acosh(x) * 2.0
 print(float(y.sum()))
@@ -196,6 +198,13 @@ def test_an_arm_on_another_release_runs_that_installation(env_cache, tmp_path):
     assert specs == ["cpu", f"cpu/fault=acosh@{RELEASE}"]
     prefixes = [next(line for line in a["stdout"].splitlines() if line.startswith("prefix:")) for a in report["arms"]]
     assert prefixes == [f"prefix: {sys.prefix}", f"prefix: {cache}/torch-envs/{RELEASE}"]
+    # Each arm forked from the fork server of its own interpreter (where this machine forks
+    # jobs at all): a forked job's command line is its zygote's.
+    if not isolation().strong or os.uname().machine in CONFINABLE_MACHINES:
+        cmdlines = [next(line for line in a["stdout"].splitlines() if line.startswith("cmdline:"))
+                    for a in report["arms"]]
+        assert cmdlines == [f"cmdline: {sys.executable} -I -m {ZYGOTE_MODULE}",
+                            f"cmdline: {env.python} -I -m {ZYGOTE_MODULE}"]
     assert report["verdict"]["kind"] == "likely-bug", report["verdict"]["summary"]
     assert f"`cpu/fault=acosh@{RELEASE}`" in report["verdict"]["summary"]
     assert all(a["status"] == "ok" for a in report["arms"])

@@ -198,14 +198,21 @@ def arm_environment(compiled: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def forking_workers(repro: Repro, arms: list[ArmSpec], options: RunOptions) -> Iterator[None]:
-    """The run's fork server (sandbox/zygote.py) for the block: the arms, ablations, the
-    minimizer's workers and the verification are forked with torch (and, when an arm
-    compiles, inductor) already imported.  `options.compile_cache` must be set."""
+    """The run's fork servers (sandbox/zygote.py) for the block, one per interpreter the arms
+    run (triage's own, another torch release's): the arms, ablations, the minimizer's workers
+    and the verification are forked with torch (and, when an arm compiles, inductor) already
+    imported.  `options.compile_cache` must be set."""
     compiled = options.compile_cache or compile_cache(repro.source, options.cache_dir)
     env = arm_environment(compiled)
-    with fork_server(env=env, isolation=isolation(options.isolation), writable=[compiled],
-                     mounts=inductor_default_dir(env, compiled), readable=_readable(repro),
-                     compile=any(a.mode == "compile" for a in arms)):
+    pythons = {worker_python(a, options): False for a in arms}
+    for a in arms:
+        pythons[worker_python(a, options)] |= a.mode == "compile"
+    with contextlib.ExitStack() as servers:
+        for python, compiles in pythons.items():
+            servers.enter_context(fork_server(
+                env=env, isolation=isolation(options.isolation), writable=[compiled],
+                mounts=inductor_default_dir(env, compiled), readable=_readable(repro), compile=compiles,
+                python=None if python == sys.executable else python))
         yield
 
 

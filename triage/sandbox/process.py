@@ -128,7 +128,7 @@ class SandboxedProcess:
         env = dict(env, **jail.prepare())
         self.namespace_pid: int | None = None  # PID 1 of the sandbox, as the host numbers it
         self.jailed = isolation.strong
-        server = zygote.active()
+        server = zygote.active(argv[0] if argv else None)
         self.forked = (server is not None and stdout is subprocess.PIPE and stderr is subprocess.PIPE
                        and server.isolation == isolation and server.accepts(argv, jail, env))
         if self.forked:

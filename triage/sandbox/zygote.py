@@ -82,9 +82,12 @@ class ForkServer:
     """One zygote: start it, ask it for children, end it (and every child) with `close`."""
 
     def __init__(self, *, env: dict[str, str], isolation: jails.Isolation, writable: list[str],
-                 mounts: dict[str, str], readable: list[str], compile: bool) -> None:
+                 mounts: dict[str, str], readable: list[str], compile: bool, python: str | None = None) -> None:
+        """`python`: the interpreter it runs and forks jobs of (another torch release's
+        environment, sandbox/torch_envs.py); None: triage's own."""
         from triage.sandbox.process import SandboxedProcess
 
+        self.python = python or sys.executable
         self.env = dict(env)
         self.isolation = isolation
         self.hidden = sorted({"/tmp", os.path.realpath(tempfile.gettempdir())})
@@ -105,7 +108,7 @@ class ForkServer:
                                  mounts=dict(self.mounts), directories=[STAGE], host_proc=True)
         try:
             self.process = SandboxedProcess(
-                [sys.executable, "-I", "-m", ZYGOTE_MODULE, *(["compile"] if compile else [])], jail=jail, isolation=isolation,
+                [self.python, "-I", "-m", ZYGOTE_MODULE, *(["compile"] if compile else [])], jail=jail, isolation=isolation,
                 env=dict(self.env, TRIAGE_ZYGOTE_FD=str(theirs.fileno())), pass_fds=(theirs.fileno(),),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except BaseException:
@@ -121,7 +124,7 @@ class ForkServer:
         if self.closed or self.process.proc.poll() is not None or jail.accelerators or jail.host_proc \
                 or jail.directories:
             return False
-        if len(argv) < 4 or argv[:3] != [sys.executable, "-I", "-m"] or argv[3] not in ENTRY_MODULES:
+        if len(argv) < 4 or argv[:3] != [self.python, "-I", "-m"] or argv[3] not in ENTRY_MODULES:
             return False
         if _comparable(env) != _comparable(self.env):
             return False
@@ -131,6 +134,9 @@ class ForkServer:
             return False
         hosts = [jail.scratch, *jail.writable, *jail.mounts.values(), *jail.readable]
         return self._under_hidden(jail.scratch) and all(self._visible(p) for p in hosts)
+
+    def _own_python(self) -> str | None:
+        return None if self.python == sys.executable else self.python
 
     def _under_hidden(self, path: str) -> bool:
         return _within(path, self.hidden)
@@ -152,7 +158,7 @@ class ForkServer:
         view += [[host, inside, True] for inside, host in jail.mounts.items()]
         view += [[p, p, False] for p in jail.readable]
         # The installation itself, where it lives in a temporary folder (a checkout in /tmp).
-        view += [[p, p, False] for p in jails.interpreter_paths() if self._under_hidden(p)]
+        view += [[p, p, False] for p in jails.interpreter_paths(self._own_python()) if self._under_hidden(p)]
         request = {"job": job, "module": argv[3], "args": argv[4:], "env": child_env, "cwd": jail.workdir,
                    "scratch": jail.scratch, "view": view, "hidden": self.hidden,
                    "namespace": self.isolation.strong, "needs": needs if needs in ("torch", "compile") else "torch"}
@@ -253,18 +259,20 @@ def _comparable(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in PER_JOB_ENV and not k.endswith("_FD")}
 
 
-def active() -> ForkServer | None:
+def active(python: str | None = None) -> ForkServer | None:
+    """The newest fork server of interpreter `python` (None: triage's own)."""
+    python = python or sys.executable
     with _active_lock:
-        return _active[-1] if _active else None
+        return next((s for s in reversed(_active) if s.python == python), None)
 
 
 @contextlib.contextmanager
 def fork_server(*, env: dict[str, str], isolation: jails.Isolation, writable: list[str], mounts: dict[str, str],
-                readable: list[str], compile: bool) -> Iterator[ForkServer]:
-    """Within the block, `SandboxedProcess` forks the worker entry points from this zygote
-    wherever that isolates them as a spawned process would."""
+                readable: list[str], compile: bool, python: str | None = None) -> Iterator[ForkServer]:
+    """Within the block, `SandboxedProcess` forks the worker entry points of interpreter
+    `python` from this zygote wherever that isolates them as a spawned process would."""
     server = ForkServer(env=env, isolation=isolation, writable=writable, mounts=mounts, readable=readable,
-                        compile=compile)
+                        compile=compile, python=python)
     with _active_lock:
         _active.append(server)
     try:
