@@ -210,6 +210,42 @@ def test_an_arm_on_another_release_runs_that_installation(env_cache, tmp_path):
     assert all(a["status"] == "ok" for a in report["arms"])
 
 
+TAMPER = """\
+import os, torch, triage
+for path in (triage.__file__, torch.__file__, os.path.join(os.path.dirname(triage.__file__), "worker", "x.so")):
+    try:
+        with open(path, "a") as f:
+            f.write("# changed by the repro\\n")
+        print("WROTE", path)
+    except OSError as e:
+        print("REFUSED", path, e.errno)
+print(torch.ones(3).sum().item())
+"""
+
+
+@pytest.mark.slow
+def test_an_arm_cannot_change_its_release_environment(env_cache, tmp_path):
+    """The environment is mounted read-only in the arm's jail: neither the triage copy nor the
+    release's torch can be changed for later runs (docs/security.md)."""
+    if not isolation().strong:
+        pytest.skip("needs the namespace sandbox: under the process sandbox an arm runs as this user, and only "
+                    "the worker copy's digest check (test above) guards the environment")
+    cache, env = env_cache
+    folder = cache / "torch-envs" / RELEASE
+    torch_init = next(folder.glob("lib/python*/site-packages/torch/__init__.py"))
+    before = torch_init.read_bytes()
+    script = tmp_path / "tamper.py"
+    script.write_text(TAMPER)
+    code, report, _, out = run_triage(script, f"cpu@{RELEASE}", tmp_path, "--no-minimize",
+                                      env={"TRIAGE_CACHE_DIR": str(cache)})
+    assert code == 0, out
+    stdout = report["arms"][0]["stdout"]
+    assert "WROTE" not in stdout and stdout.count("REFUSED") == 3, stdout
+    assert torch_init.read_bytes() == before
+    assert torch_envs._digest_of(folder / "triage-worker" / torch_envs.package_digest() / "triage") == \
+        torch_envs.package_digest()
+
+
 @pytest.mark.slow
 def test_the_minimizer_and_the_verification_run_each_arm_on_its_release(env_cache, tmp_path):
     """The minimizer's warm workers replay arm A's graph in each arm's interpreter; the minimal
