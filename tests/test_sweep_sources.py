@@ -194,6 +194,19 @@ def test_a_missing_issue_a_pull_request_and_a_malformed_reference_are_problems(g
         "'octo/demo#x' is not an issue reference; use OWNER/REPO#NUMBER"]
 
 
+def test_an_issue_whose_text_is_not_unicode_is_a_problem_not_an_item(github):
+    """JSON's "\\ud800" escape decodes to a lone surrogate: no UTF-8 text to hash, store or run."""
+    github.add_issue(REPO, 1, "```python\nx = 1  # \ud800\n```", labels=[NUMERICS])
+    github.add_issue(REPO, 2, "fine", labels=[NUMERICS], title="odd \udfff title")
+    github.add_issue(REPO, 3, "fine too", labels=[NUMERICS])
+    expected = ["octo/demo#1: the issue body is not valid Unicode (a lone surrogate, U+D800, at character 19); skipped",
+                "octo/demo#2: the issue title is not valid Unicode (a lone surrogate, U+DFFF, at character 4); skipped"]
+    by_reference = items_from(["octo/demo#1,octo/demo#2,octo/demo#3"], _options(github))
+    assert [i.key for i in by_reference.items] == ["octo/demo#3"] and by_reference.problems == expected
+    searched = items_from([f'repo:{REPO} label:"{NUMERICS}"'], _options(github))
+    assert [i.key for i in searched.items] == ["octo/demo#3"] and searched.problems == expected
+
+
 def test_search_ands_labels_with_spaces_takes_open_issues_and_never_pull_requests(github):
     github.add_issue(REPO, 1, "matmul differs", labels=[NUMERICS, "module: cuda"], title="one")
     github.add_issue(REPO, 2, "closed one", labels=[NUMERICS, "module: cuda"], state="closed")

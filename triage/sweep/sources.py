@@ -267,6 +267,9 @@ class _GitHubReader:
         if is_pull_request:
             problem(f"{ref}: a pull request, not an issue; the sweep triages issues")
             return
+        if (why := _not_unicode(item)) is not None:
+            problem(why)
+            return
         yield item
 
     def search(self, query: str, limit: int | None, problem: Callable[[str], None]) -> Iterator[SweepItem]:
@@ -299,6 +302,9 @@ class _GitHubReader:
                         pull_requests += 1
                         continue
                     taken += 1
+                    if (why := _not_unicode(item)) is not None:
+                        problem(why)
+                        continue
                     yield item
                 page += 1
                 if len(found) < per_page or page * per_page >= min(total, SEARCH_RESULT_CAP):
@@ -315,6 +321,19 @@ class _GitHubReader:
         if total > SEARCH_RESULT_CAP and wanted == SEARCH_RESULT_CAP:
             problem(f"search {query!r}: {total} results, and GitHub's search serves only the first "
                     f"{SEARCH_RESULT_CAP}; narrow the query (e.g. with created:<DATE and created:>=DATE)")
+
+
+def _not_unicode(item: SweepItem) -> str | None:
+    """Why an issue cannot be an item: its title or body holds a lone surrogate (JSON's
+    "\\ud800" escape decodes to one), which is no Unicode text: it has no UTF-8 bytes to hash,
+    to store or to write the repro with.  None where both are text."""
+    for what, text in (("title", item.title), ("body", item.text)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return (f"{item.key}: the issue {what} is not valid Unicode (a lone surrogate, U+{ord(text[e.start]):04X}, "
+                    f"at character {e.start}); skipped")
+    return None
 
 
 def _issue_item(issue: Any, repo: str) -> SweepItem:
