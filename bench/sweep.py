@@ -1,7 +1,7 @@
 """Issue 14, sweeps: `triage sweep` on this machine's local Ray against a sequential loop of
 `triage run` over the same items, the cost of resuming a finished sweep, and Ray's own overhead.
 
-Usage: python bench/sweep.py [--items N] [--cpus-per-arm X[,Y...]] [--out FILE]
+Usage: python bench/sweep.py [--items N] [--cpus-per-arm X[,Y...]] [--torch R1,R2] [--out FILE]
 
 Items: every CPU-runnable shared fixture, as `bench/fixtures_table.py` runs them (the issue repros
 fixtures/issues/gh-* that need no CUDA, and fixtures/seeds/*.py), copied into one folder (one
@@ -15,6 +15,9 @@ runs them. `--items N` takes the first N (a smoke test, not a measurement).
            command (Ray's start and stop included). Target: ≤ 0.6× the loop, with the same
            verdict for every item (a differing item is named, and the script exits non-zero).
 3. resume  the first sweep again on its store: no item runs. Target: seconds.
+5. releases (with `--torch R1,R2`) `triage sweep FOLDER --torch R1,R2` into a fresh store, each
+           release from its cached environment (built before the clock starts): the wall time,
+           each release's verdict counts, and the items whose verdict differs between them.
 4. Ray     its own overhead per item: `engine.run_items` of 8 items that do nothing, one worker
            process each (max_calls=1, as for real items), on a local Ray of 2 CPUs: the wall time
            per item slot, and the engine's submitted→started and finished→collected latencies.
@@ -72,10 +75,11 @@ def loop(scripts: list[Path], work: Path) -> tuple[float, dict[str, str]]:
     return time.monotonic() - start, verdicts
 
 
-def sweep(folder: Path, out: Path, cpus_per_arm: str) -> tuple[float, dict]:
+def sweep(folder: Path, out: Path, cpus_per_arm: str, *extra: str) -> tuple[float, dict]:
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "triage", "sweep", str(folder), "--out", str(out), "--quiet",
-                           "--cpus-per-arm", cpus_per_arm, *COMMON], capture_output=True, text=True, timeout=7200)
+                           "--cpus-per-arm", cpus_per_arm, *COMMON, *extra], capture_output=True, text=True,
+                          timeout=7200)
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit(f"bench/sweep.py: triage sweep exited {proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
@@ -99,13 +103,38 @@ def ray_overhead(items: int = 8) -> tuple[float, object]:
     return stats.wall_s * 2 / items, stats
 
 
+def release_lines(across: tuple[float, dict], loop_s: float) -> list[str]:
+    """The two-release sweep: its wall time, verdict counts per build, and what changed."""
+    seconds, summary = across
+    builds = summary["torch_builds"]
+    verdicts = {b: {i["key"]: i["verdict"] or i["outcome"] for i in summary["items"] if i["torch_build"] == b}
+                for b in builds}
+    lines = [f"`triage sweep --torch` on {' and '.join(builds)} ({summary['counts']['results']} results, every "
+             f"item on each release): {seconds:.0f} s ({seconds / loop_s:.2f}× the loop on one release).", "",
+             "| verdict | " + " | ".join(builds) + " |", "|---|" + "---|" * len(builds)]
+    kinds = sorted({v for found in verdicts.values() for v in found.values()})
+    lines += [f"| {k} | " + " | ".join(str(sum(v == k for v in verdicts[b].values())) for b in builds) + " |"
+              for k in kinds]
+    changed = sorted(k for k in verdicts[builds[0]] if len({verdicts[b].get(k) for b in builds}) > 1)
+    lines += ["", "Verdict changed between the releases: " + ("; ".join(
+        f"{k} ({', '.join(f'{verdicts[b].get(k)} on {b}' for b in builds)})" for k in changed) or "none") + "."]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=None)
     parser.add_argument("--cpus-per-arm", default="0.5,1")
+    parser.add_argument("--torch", default=None, help="also sweep on these releases (comma-separated)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     shares = args.cpus_per_arm.split(",")
+    releases = [r.strip() for r in (args.torch or "").split(",") if r.strip()]
+    if releases:
+        from triage.sandbox.torch_envs import torch_env
+
+        for release in releases:  # built (or found) before any clock starts
+            torch_env(release, log=print)
     with tempfile.TemporaryDirectory(prefix="triage-bench-sweep-") as tmp:
         tmp_path = Path(tmp)
         folder = tmp_path / "corpus"
@@ -114,6 +143,7 @@ def main() -> None:
         loop_s, loop_verdicts = loop(scripts, tmp_path / "loop")
         sweeps = {share: sweep(folder, tmp_path / f"out-{share}", share) for share in shares}
         resume_s, resumed = sweep(folder, tmp_path / f"out-{shares[0]}", shares[0])
+        across = sweep(folder, tmp_path / "out-releases", shares[0], "--torch", ",".join(releases)) if releases else None
     differ = sorted({f"{k} (loop {v}, sweep at {share} CPU/arm {swept.get(k)})"
                      for share, (_, summary) in sweeps.items()
                      for swept in [{i["key"]: i["verdict"] or i["outcome"] for i in summary["items"]}]
@@ -122,7 +152,7 @@ def main() -> None:
     summary = sweeps[shares[0]][1]
     engine = summary["engine"] or {}
     lines = [
-        f"{len(scripts)} items (`--no-minimize --timeout 180`), 2 cores, torch {summary['torch_build']}:",
+        f"{len(scripts)} items (`--no-minimize --timeout 180`), 2 cores, torch {summary['torch_builds'][0]}:",
         "",
         "| run | wall | vs loop | target |",
         "|---|---|---|---|",
@@ -140,6 +170,8 @@ def main() -> None:
         f"finished→collected median {stats.collect_latency.median_s * 1000:.0f} ms. In the sweep above: "
         f"finished→collected median {(engine.get('collect_latency') or {}).get('median_s', 0) * 1000:.0f} ms.",
     ]
+    if across is not None:
+        lines += ["", *release_lines(across, loop_s)]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -204,14 +204,15 @@ def forking_workers(repro: Repro, arms: list[ArmSpec], options: RunOptions) -> I
     imported.  `options.compile_cache` must be set."""
     compiled = options.compile_cache or compile_cache(repro.source, options.cache_dir)
     env = arm_environment(compiled)
-    pythons = {worker_python(a, options): False for a in arms}
+    compiles: dict[str, bool] = {}  # interpreter -> whether one of its arms compiles
     for a in arms:
-        pythons[worker_python(a, options)] |= a.mode == "compile"
+        python = worker_python(a, options)
+        compiles[python] = compiles.get(python, False) or a.mode == "compile"
     with contextlib.ExitStack() as servers:
-        for python, compiles in pythons.items():
+        for python, with_inductor in compiles.items():
             servers.enter_context(fork_server(
                 env=env, isolation=isolation(options.isolation), writable=[compiled],
-                mounts=inductor_default_dir(env, compiled), readable=_readable(repro), compile=compiles,
+                mounts=inductor_default_dir(env, compiled), readable=_readable(repro), compile=with_inductor,
                 python=None if python == sys.executable else python))
         yield
 

@@ -37,7 +37,7 @@ class SweepOptions:
 
 @dataclass
 class SweepOutcome:
-    results: list[ItemResult]  # one per item of this sweep, on this torch build
+    results: list[ItemResult]  # one per item of this sweep and torch build
     ran: int  # items run by this sweep (the rest were stored already)
     problems: list[str]  # sources or items that gave nothing to run, one line each
     torch_builds: list[str]  # the builds this sweep ran on, in --torch order
