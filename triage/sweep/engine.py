@@ -143,8 +143,9 @@ class EngineStats:
     collect_latency: Latency
 
     def describe(self) -> str:
-        return (f"{self.items} items ({self.triaged} triaged, {self.failed} failed, {self.over_budget} over budget, "
-                f"{self.retried} retried) in {self.wall_s:.1f} s; Ray overhead per item: submitted→started "
+        return (f"{self.items} Ray tasks (one per item and torch build: {self.triaged} triaged, {self.failed} failed, "
+                f"{self.over_budget} over budget, {self.retried} retried) in {self.wall_s:.1f} s; Ray overhead per task: "
+                "submitted→started "
                 f"{self.start_latency.describe()}, finished→collected {self.collect_latency.describe()}")
 
 
