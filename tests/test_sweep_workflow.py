@@ -236,21 +236,21 @@ def _bash(script, cwd, env, stubs=("triage",)):
                           cwd=cwd, env=full, capture_output=True, text=True, timeout=60)
 
 
-def _run_sweep_step(tmp_path, query):
+def _run_sweep_step(tmp_path, query, **workflow_env):
     sweep = _named(_job("sweep"), "Sweep")
-    env = dict(_workflow()["env"])
+    env = dict(_workflow()["env"], **workflow_env)
     env.update({"QUERY": query, "GITHUB_TOKEN": "test-token", "GITHUB_REPOSITORY": "octo-org/octo.repo"})
-    assert set(sweep["env"]) == {"QUERY", "GITHUB_TOKEN"}
+    assert set(sweep["env"]) == {"QUERY", "GITHUB_TOKEN", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"}
     (tmp_path / "triage-sweep").mkdir(exist_ok=True)  # as a restored cache leaves it
     return _bash(sweep["run"], tmp_path, env)
 
 
-def _sweep_params(tmp_path, query):
+def _sweep_params(tmp_path, query, **workflow_env):
     """The sweep step's `triage` command line, parsed by the real CLI's `sweep` command (types,
     ranges and choices checked; the command itself is not run)."""
     from triage.cli import main
 
-    proc = _run_sweep_step(tmp_path, query)
+    proc = _run_sweep_step(tmp_path, query, **workflow_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     argv = json.loads((tmp_path / "triage.argv").read_text())
     assert argv[0] == "sweep"
@@ -268,6 +268,16 @@ def test_the_command_line_parses_with_the_real_cli(tmp_path):
     # The per-item budget: every arm's limit fits in the item's, and items fit in the step.
     sweep = _named(_job("sweep"), "Sweep")
     assert params["timeout"] < params["item_timeout"] <= sweep["timeout-minutes"] * 60 / 4
+
+
+def test_torch_releases_reach_the_sweep_and_install_cpu_builds(tmp_path):
+    assert _workflow()["env"]["TORCH_RELEASES"] == ""
+    assert _sweep_params(tmp_path, query="")["torch_releases"] is None  # the installed torch only
+    params = _sweep_params(tmp_path, query="", TORCH_RELEASES="2.13.0,2.15.0")
+    assert params["torch_releases"] == "2.13.0,2.15.0"
+    assert params["sources"] == ('repo:octo-org/octo.repo is:open label:"module: numerical-stability"',)
+    env = _named(_job("sweep"), "Sweep")["env"]
+    assert env["PIP_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
 
 
 def test_every_option_in_the_workflow_is_in_the_help():
