@@ -261,6 +261,19 @@ def test_the_minimizer_and_the_verification_run_each_arm_on_its_release(env_cach
 
 
 @pytest.mark.slow
+def test_a_release_pip_cannot_install_stops_the_run_before_any_arm(tmp_path):
+    """No such release on the index (or no index reachable): exit 5, pip's reason, no arm run."""
+    script = tmp_path / "where.py"
+    script.write_text(WHERE)
+    code, report, _, out = run_triage(script, "cpu,cpu@2.99.0", tmp_path,
+                                      env={"TRIAGE_CACHE_DIR": str(tmp_path / "cache")})
+    assert code == 5 and report is None, out
+    assert "a requested arm cannot run here: its torch release could not be installed: pip install torch==2.99.0 " \
+           "failed:" in out and "Traceback" not in out
+    assert sorted(p.name for p in (tmp_path / "cache" / "torch-envs").iterdir()) == ["2.99.0.lock"]
+
+
+@pytest.mark.slow
 def test_an_unknown_release_is_a_clear_error_before_any_arm(tmp_path):
     script = tmp_path / "where.py"
     script.write_text(WHERE)

@@ -662,7 +662,9 @@ def _torch_releases(releases: list[str | None], quiet: bool) -> dict[str, str]:
         return interpreters_for(releases, log=None if quiet else lambda line: err.print(line, highlight=False,
                                                                                        markup=False))
     except (TorchEnvError, OSError) as e:
-        raise click.ClickException(f"cannot prepare the torch release of an arm: {e}") from None
+        failed = click.ClickException(f"a requested arm cannot run here: its torch release could not be installed: {e}")
+        failed.exit_code = EXIT_NOT_TESTED  # as for `cuda` without a GPU; no arm has run
+        raise failed from None
 
 
 def _isolation(requested: str) -> Any:
