@@ -24,6 +24,7 @@ from tests.conftest import FIXTURES, run_triage
 from triage.arms import ArmSpecError, parse_arm, parse_arms
 from triage.minimize.standalone import script_style
 from triage.model import ArmSpec
+from triage.report import validate_report
 from triage.run import RunOptions, worker_python
 from triage.sandbox import isolation, torch_envs
 from triage.sandbox.zygote import CONFINABLE_MACHINES, ZYGOTE_MODULE
@@ -207,6 +208,9 @@ def test_an_arm_on_another_release_runs_that_installation(env_cache, tmp_path):
                             f"cmdline: {env.python} -I -m {ZYGOTE_MODULE}"]
     assert report["verdict"]["kind"] == "likely-bug", report["verdict"]["summary"]
     assert f"`cpu/fault=acosh@{RELEASE}`" in report["verdict"]["summary"]
+    assert validate_report(report) == []  # what `triage post` accepts: arm specs with a release
+    # The comment names the release; every "@" in it carries a zero-width space (no mention).
+    assert f"cpu/fault=acosh@\u200b{RELEASE}" in comment
     assert all(a["status"] == "ok" for a in report["arms"])
 
 
