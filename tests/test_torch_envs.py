@@ -126,6 +126,15 @@ def short_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+def test_an_unreadable_build_record_means_build_again(tmp_path):
+    assert torch_envs._marker(tmp_path) is None
+    for text in ("{", "[]", '{"purelib": 3, "build": "x"}', '{"build": "x"}'):
+        (tmp_path / torch_envs.MARKER).write_text(text)
+        assert torch_envs._marker(tmp_path) is None, text
+    (tmp_path / torch_envs.MARKER).write_text('{"purelib": "lib/python3.11/site-packages", "build": "2.15.0"}')
+    assert torch_envs._marker(tmp_path) == {"purelib": "lib/python3.11/site-packages", "build": "2.15.0"}
+
+
 # -- a real environment --------------------------------------------------------------------
 
 @pytest.fixture(scope="session")

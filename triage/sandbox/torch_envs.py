@@ -124,9 +124,12 @@ def torch_env(version: str, cache_dir: str | None = None, log: Callable[[str], N
     root.mkdir(parents=True, exist_ok=True)
     folder = root / version
     with _locked(root / f"{version}.lock", log, version):
-        if not (folder / MARKER).is_file():
+        marker = _marker(folder)
+        if marker is None:
             _build(folder, version, log)
-        marker = json.loads((folder / MARKER).read_text())
+            marker = _marker(folder)
+        if marker is None:
+            raise TorchEnvError(f"the environment of torch {version} in {folder} has no readable {MARKER}")
         _install_worker(folder, folder / marker["purelib"])
     return TorchEnv(version=version, python=str(folder / "bin" / "python"), build=marker["build"])
 
@@ -136,6 +139,17 @@ def interpreters_for(releases: list[str | None], cache_dir: str | None = None,
     """`RunOptions.interpreters` for arms on these releases (None: the running torch):
     release → interpreter, each environment built first where it is missing."""
     return {release: torch_env(release, cache_dir, log).python for release in dict.fromkeys(r for r in releases if r)}
+
+
+def _marker(folder: Path) -> dict[str, str] | None:
+    """What the build recorded, None where there is no finished build (or its record is
+    unreadable: the folder is then built again)."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+        usable = isinstance(marker, dict) and all(isinstance(marker.get(k), str) for k in ("purelib", "build"))
+        return marker if usable else None
+    except (OSError, ValueError):
+        return None
 
 
 @contextlib.contextmanager
