@@ -272,3 +272,23 @@ def test_in_a_terminal_code_and_urls_are_never_broken(tmp_path):
     assert LONG_CODE_LINE in lines and f"policy: Batched computations {LONG_URL}" in lines
     # Prose is still wrapped to the terminal's width.
     assert any(line.startswith(" · a note") and len(line) <= 80 for line in lines)
+
+
+@pytest.mark.slow
+def test_a_check_that_fails_on_agreeing_arms_is_said_not_hidden(triage, tmp_path):
+    """The arms agree bitwise but the script's own check fails on both (here it asserts the
+    reported wrong result, an overflow that does not happen): not-reproduced, and the summary
+    says the check failed instead of claiming every comparison holds."""
+    script = tmp_path / "asserts_the_bug.py"
+    script.write_text("import torch\n"
+                      "x = torch.linspace(2.0, 3.0, 8)\n"
+                      "y = torch.acosh(x * 1e20)\n"
+                      "print(y)\n"
+                      "assert torch.isinf(y).all(), 'acosh overflows'\n")
+    code, report, _, out = triage(script, "cpu,cpu/threads=1", "--no-minimize")
+    assert code == 0, out
+    assert kind(report) == ("not-reproduced", None)
+    summary = report["verdict"]["summary"]
+    assert "the script's own check fails on every arm (the script's own check failed at line 5 " \
+           "(AssertionError: acosh overflows))" in summary, summary
+    assert "every comparison the script makes holds" not in summary

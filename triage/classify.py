@@ -623,9 +623,18 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
         return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                         f"Only `{completed[0].spec}` ran. Every one of its {n} observed values agrees with the float64 "
                         f"reference and no comparison the script makes fails: nothing diverges here.{same}")
+    checks = [r for r in completed if r.exception and r.exception.get("claim") and r.exit_note]
+    if not checks:
+        return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
+                        f"The arms agree bitwise on all {c.aligned} aligned observables and every comparison the "
+                        "script makes holds: the reported divergence does not reproduce here.")
+    # The script's own check failed although the arms agree: it checks something true of
+    # neither arm's values (often the reported wrong result itself, `assert torch.isinf(out)`).
+    which = "every arm" if len(checks) == len(completed) else ", ".join(f"`{r.spec}`" for r in checks)
     return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
-                    f"The arms agree bitwise on all {c.aligned} aligned observables and every comparison the "
-                    "script makes holds: the reported divergence does not reproduce here.")
+                    f"The arms agree bitwise on all {c.aligned} aligned observables, but the script's own check "
+                    f"fails on {which} ({checks[0].exit_note}): what it asserts holds for neither arm's values here. "
+                    "Where it asserts the reported wrong result, the reported divergence does not reproduce here.")
 
 
 def _identical_copies(run: ArmRun) -> str:
