@@ -106,6 +106,19 @@ def test_the_same_acosh_divergence_from_two_scripts_and_two_builds_is_one_bucket
     assert buckets[0].signature.ops == ("aten.acosh",) and near == []
 
 
+def test_a_bucket_counts_items_not_builds():
+    """One report swept on two torch builds is one item of its bucket, not a duplicate: the
+    report counts distinct items and orders buckets by them."""
+    results = [_result("fp16_overflow"), _result("fp16_overflow", torch_build=BUILD_B),
+               _result("compile_acosh", key="pytorch/pytorch#183768"), _result("acosh_backend")]
+    report = _sweep(results)
+    assert [(len(b.rows), b.items) for b in report.buckets] == [(2, 2), (2, 1)]
+    markdown = render_markdown(report)
+    assert "| bucket | items | ops |" in markdown
+    row = next(line for line in markdown.splitlines() if "fp16" in line and line.startswith("| <code>b-"))
+    assert row.split(" | ")[1] == "1", row
+
+
 def test_the_same_op_in_another_dtype_is_a_near_match_never_merged():
     results = [_result("compile_acosh"), _result("f64_acosh_compile"), _result("acosh_backend")]
     buckets, near = bucket(results)

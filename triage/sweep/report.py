@@ -100,6 +100,11 @@ class BucketRows:
     signature: DivergenceSignature
     rows: list[Row]
 
+    @property
+    def items(self) -> int:
+        """Distinct items: one report swept on two torch builds is one item, not a duplicate."""
+        return len({row.key for row in self.rows})
+
 
 @dataclass
 class CouldNotRun:
@@ -161,7 +166,8 @@ def build_report(results: list[ItemResult], *, title: str, torch_builds: list[st
         counts={**{g.kind: len(g.rows) for g in groups}, **({"failed": len(failed)} if failed else {})},
         groups=groups, build_changes=_build_changes(triaged, rows, build_rank),
         no_longer_reproduces=[(b, rs) for b, rs in not_reproduced if rs],
-        buckets=[BucketRows(b.signature.id, b.signature, [rows[id(m)] for m in b.members]) for b in buckets],
+        buckets=sorted((BucketRows(b.signature.id, b.signature, [rows[id(m)] for m in b.members]) for b in buckets),
+                       key=lambda b: -b.items),
         near_matches=near,
         could_not_run=[CouldNotRun(reason, rs) for reason, rs in sorted(reasons.items(), key=lambda kv: -len(kv[1]))],
         failed=failed)
