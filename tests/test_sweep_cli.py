@@ -645,6 +645,23 @@ def test_the_progress_bar_counts_against_the_items_to_run():
     progress.stop()
 
 
+def test_progress_lines_name_the_build_when_a_sweep_has_several():
+    import io
+
+    from rich.console import Console
+
+    from triage.cli import _SweepProgress
+    from triage.sweep.model import ItemResult
+
+    done = ItemResult(key="a.py", kind="script", title="", content_sha256="0", torch_build="2.15.0+cu132", arms="cpu",
+                      outcome="triaged", verdict_kind="not-reproduced", seconds=1.0)
+    for several, line in ((True, "a.py on 2.15.0+cu132: not-reproduced (1.0s)"), (False, "a.py: not-reproduced (1.0s)")):
+        out = io.StringIO()
+        progress = _SweepProgress(Console(file=out, force_terminal=False, width=120), name_builds=several)
+        progress.update("finished", object(), done)
+        assert out.getvalue().strip() == line
+
+
 def test_the_run_options_reach_every_item_and_json_may_name_the_sweeps_own_summary(base, monkeypatch):
     from click.testing import CliRunner
 

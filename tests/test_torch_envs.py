@@ -97,6 +97,25 @@ def test_release_pairs_are_their_own_kind():
     assert _pair_kind("cpu/compile@2.15.0", "cpu/compile@2.15.0") == "repeat"
 
 
+def test_the_verdict_names_each_arms_release_where_they_differ():
+    """The summary says which release each arm ran (from its own collect_env), where they differ."""
+    from triage.model import ArmRun, Comparison
+    from triage.pipeline import _releases_sentence
+
+    def run(spec, version):
+        return ArmRun(spec=spec, device="cpu", mode="compile", status="ok",
+                      environment=f"PyTorch version: {version}\nIs debug build: False\n")
+
+    def comparison(*runs):
+        return Comparison(arms=list(runs), aligned=1, alignment_note=None, leaves_identical=True, leaves_note=None,
+                          divergence=None, divergences=0, claims=[], conditioning=[])
+
+    two = comparison(run("cpu/compile", "2.13.0+cpu"), run("cpu/compile@2.15.0", "2.15.0+cu132"))
+    assert _releases_sentence(two) == " Torch releases: `cpu/compile` ran 2.13.0+cpu, `cpu/compile@2.15.0` ran 2.15.0+cu132."
+    one = comparison(run("cpu/compile", "2.13.0+cpu"), run("cpu/compile@2.13.0", "2.13.0+cpu"))
+    assert _releases_sentence(one) == ""
+
+
 def test_a_minimal_script_for_two_releases_is_plain():
     """One process cannot hold two torch releases: the script computes once, and the
     verification runs it on each release."""

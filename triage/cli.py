@@ -407,7 +407,7 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
                                minimize_budget_s=run["minimize_budget"], reduce_data=run["reduce_data"],
                                ablate=run["ablate"], ablate_budget_s=run["ablate_budget"],
                                all_ablations=run["all_ablations"], cpus_per_arm=cpus_per_arm))
-    progress = _SweepProgress(err) if not run["quiet"] else None
+    progress = _SweepProgress(err, name_builds=len(releases) > 1) if not run["quiet"] else None
     try:
         outcome = run_sweep(options, EngineOptions(ray_address=ray_address, num_cpus=num_cpus,
                                                    item_timeout_s=item_timeout, cpus_per_arm=cpus_per_arm),
@@ -813,10 +813,12 @@ def _copy_inputs(source: str, target: str) -> None:
 class _SweepProgress:
     """A progress bar over a sweep's items, with the verdicts so far (on stderr)."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, name_builds: bool = False) -> None:
+        """`name_builds`: the sweep runs on several torch builds; each line says which."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console = console
+        self.name_builds = name_builds
         self.counts: dict[str, int] = {}
         self.total = 0
         self.lock = threading.Lock()
@@ -837,7 +839,8 @@ class _SweepProgress:
                 kind = result.verdict_kind or result.outcome
                 self.counts[kind] = self.counts.get(kind, 0) + 1
                 if not self.bar:
-                    self.console.print(f"{visible(result.key)}: {kind} ({result.seconds:.1f}s)", markup=False,
+                    on = f" on {visible(result.torch_build)}" if self.name_builds else ""
+                    self.console.print(f"{visible(result.key)}{on}: {kind} ({result.seconds:.1f}s)", markup=False,
                                        highlight=False)
             if self.bar:
                 self.bar.update(self.task, total=self.total,

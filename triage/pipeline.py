@@ -47,6 +47,8 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
     try:
         ablations = ablations + reduced.ablations
         verdict = classify(repro, comparison, ablations)
+        if comparison is not None:
+            verdict.summary += _releases_sentence(comparison)
         report_notes = list(notes or [])
         if comparison is not None:
             report_notes.extend(_run_notes(comparison, options, repro.source))
@@ -123,6 +125,15 @@ def _environment_notes(reporter: dict[str, str], comparison) -> list[str]:  # no
     return ["The reporter's environment differs from triage's — " + "; ".join(differ) + "."] if differ else []
 
 
+def _releases_sentence(comparison: Comparison) -> str:
+    """Which torch each arm ran, where the arms ran different releases: said in the verdict's
+    summary, since what a release changed is the point of such a comparison."""
+    releases = {r.spec: _torch_of(r) for r in comparison.arms}
+    if len(set(releases.values())) < 2:
+        return ""
+    return " Torch releases: " + ", ".join(f"`{spec}` ran {version}" for spec, version in releases.items()) + "."
+
+
 def _torch_of(run) -> str:  # noqa: ANN001 - ArmRun
     """The torch version the arm's collect_env names, else its spec's release, else "this"."""
     from triage.extract import parse_environment
@@ -137,14 +148,12 @@ def _run_notes(comparison, options: RunOptions, source: str) -> list[str]:  # no
         notes.append("The script calls `torch.compile`, but no arm compiles (no `/compile` arm was asked for): on "
                      f"{', '.join(f'`{r.spec}`' for r in comparison.arms)} every `torch.compile` call returned the "
                      "function itself, so the compiled code ran eagerly. Add `cpu/compile` to compare it.")
-    releases = {r.spec: _torch_of(r) for r in comparison.arms}
-    if len(set(releases.values())) > 1:
-        notes.append("The arms ran different torch releases (" + ", ".join(f"`{spec}` on torch {version}" for spec, version
-                                                                           in releases.items())
-                     + "; another release runs from its own environment, built with venv + pip). The accuracy note "
-                     "guarantees no bitwise equality across releases: a difference inside both arms' rounding spreads is "
-                     "expected; one beyond them means the computation itself changed between the releases (a fix or "
-                     "a regression), and the arm outside its own spread is the one that computes something else.")
+    if len({_torch_of(r) for r in comparison.arms}) > 1:
+        notes.append("The arms ran different torch releases (another release runs from its own environment, built "
+                      "with venv + pip). The accuracy note does not promise bitwise-equal results across releases: a "
+                      "difference inside both arms' rounding spreads is expected; one beyond them means the "
+                      "computation itself changed between the releases (a fix or a regression), and the arm outside "
+                      "its own spread is the one that computes something else.")
     if comparison.leaves_identical:
         n = len({i for o in comparison.arms[0].observables for i in o.ancestors})
         notes.append(f"Every arm started from bit-identical weights and inputs ({n} leaf tensor{'s' if n != 1 else ''} "
