@@ -306,6 +306,24 @@ def test_a_full_comment_renders_cleanly():
     assert "the two arms' outputs are bit-identical" in text and "RuntimeError | no deterministic kernel" in text
 
 
+def test_each_installation_shows_its_own_environment():
+    """Arms on another torch release ran another installation: one collect_env block per
+    distinct environment, naming the arms that ran it."""
+    report = _elu_report()
+    release = report.comparison.arms[1]
+    release.spec = "cuda/compile@2.15.0"
+    release.environment = ENVIRONMENT.replace("2.13.0", "2.15.0")
+    tree = assert_renders_cleanly(render_comment(report_json(report), full_report="`report.json`"))
+    def environments(tree):  # as read: break points (<wbr>, the zero-width space after "@") dropped
+        return [e.text().replace(WBR, "") for e in tree.root.walk()
+                if e.tag == "summary" and e.text().startswith("Environment")]
+
+    assert environments(tree) == ["Environment (torch.utils.collect_env, arm cuda)",
+                                  "Environment (torch.utils.collect_env, arm cuda/compile@2.15.0)"]
+    same = assert_renders_cleanly(render_comment(_elu_data(), full_report="`report.json`"))
+    assert environments(same) == ["Environment (torch.utils.collect_env, arms cuda, cuda/compile)"]
+
+
 def _table(root: Element, *headers: str) -> list[list[Element]]:
     """The rows (header first) of the table whose header starts with `headers`."""
     for table in (e for e in root.walk() if e.tag == "table"):

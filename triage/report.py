@@ -357,7 +357,11 @@ def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int
                         "stdout": _cap(r.get("stdout"), output_cap),
                         "exception": _cap((r.get("exception") or {}).get("traceback"), output_cap),
                         "flags": json.dumps(flags, indent=1) if flags else ""})
-    env_run = next((r for r in runs if r.get("environment")), None)
+    # One collect_env per installation: arms on another torch release have their own.
+    environments: dict[str, list[str]] = {}
+    for r in runs:
+        if r.get("environment"):
+            environments.setdefault(r["environment"], []).append(r["spec"])
     section = next((s for s in vars(policy).values()
                     if isinstance(s, policy.Section) and s.title == v["policy_section"]), None)
     minimal = data.get("minimal")
@@ -370,8 +374,8 @@ def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int
         headline_label=divergence.get("observable_label") or "value",
         notes=data.get("notes") or [], repro_name=repro.get("name") or "repro.py",
         repro_source=_cap(repro.get("source"), source_cap), arm_details=details,
-        environment=_cap(env_run.get("environment"), env_cap) if env_run and env_cap else "",
-        environment_arm=env_run["spec"] if env_run else None, version=data.get("triage_version") or "?",
+        environments=[{"text": _cap(text, env_cap), "arms": specs} for text, specs in environments.items()]
+        if env_cap else [], version=data.get("triage_version") or "?",
         seconds=data.get("seconds") or 0, arms_requested=data.get("arms_requested") or [],
         isolation=data.get("isolation"), shortened=source_cap < 20000, full_report=full_report,
         minimal=minimal, minimal_script=_cap(minimal["script"], source_cap) if minimal else "",
