@@ -46,7 +46,8 @@ print(float(y.sum()))
 
 
 @pytest.mark.parametrize("text, version", [("2.15.0", "2.15.0"), (" 2.16.0RC1 ", "2.16.0rc1"),
-                                           ("2.14.1+cpu", "2.14.1+cpu"), ("2.13.0.post1", "2.13.0.post1")])
+                                           ("2.14.1+cpu", "2.14.1+cpu"), ("2.13.0.post1", "2.13.0.post1"),
+                                           ("\u200b2.15.0", "2.15.0")])  # copied from a comment's `cpu@\u200b2.15.0`
 def test_release_versions_accepted(text, version):
     assert release_version(text) == version
 

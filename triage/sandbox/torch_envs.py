@@ -68,9 +68,14 @@ class TorchEnv:
     running: bool = False  # the installation triage itself runs with
 
 
+# Zero-width characters: triage's own comments and reports put one after every "@" (no
+# @mention), so an arm spec copied from them carries it.
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
+
+
 def release_version(text: str) -> str:
     """`text` as a torch release to install, or TorchEnvError saying what is wrong with it."""
-    version = text.strip().lower()
+    version = text.translate(_INVISIBLE).strip().lower()
     if not VERSION.fullmatch(version):
         raise TorchEnvError(f"'{text}' is not a torch release version (e.g. 2.15.0)")
     if tuple(int(n) for n in version.split(".")[:2]) < OLDEST:
