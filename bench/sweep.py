@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -60,9 +61,23 @@ def corpus(folder: Path, limit: int | None) -> list[Path]:
     return copied
 
 
+def cpu_seconds() -> float:
+    """CPU time the whole machine has been busy (user, nice, system, interrupts; /proc/stat):
+    a run's arms, Ray's daemons and workers included, which a killed sandbox or Ray's shutdown
+    would keep out of this process's rusage.  Meaningful on a quiet machine only."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+CPU: dict[str, float] = {}  # "loop", or a sweep's output folder -> CPU seconds it used
+
+
 def loop(scripts: list[Path], work: Path) -> tuple[float, dict[str, str]]:
     verdicts = {}
     start = time.monotonic()
+    cpu = cpu_seconds()
     for script in scripts:
         report = work / "report.json"
         report.unlink(missing_ok=True)
@@ -72,15 +87,18 @@ def loop(scripts: list[Path], work: Path) -> tuple[float, dict[str, str]]:
                        timeout=1800)
         key = f"{script.parent.name}/repro.py"
         verdicts[key] = json.loads(report.read_text())["verdict"]["kind"] if report.exists() else "no report"
+    CPU["loop"] = cpu_seconds() - cpu
     return time.monotonic() - start, verdicts
 
 
 def sweep(folder: Path, out: Path, cpus_per_arm: str, *extra: str) -> tuple[float, dict]:
     start = time.monotonic()
+    cpu = cpu_seconds()
     proc = subprocess.run([sys.executable, "-m", "triage", "sweep", str(folder), "--out", str(out), "--quiet",
                            "--cpus-per-arm", cpus_per_arm, *COMMON, *extra], capture_output=True, text=True,
                           timeout=7200)
     seconds = time.monotonic() - start
+    CPU[str(out)] = cpu_seconds() - cpu
     if proc.returncode != 0:
         sys.exit(f"bench/sweep.py: triage sweep exited {proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     return seconds, json.loads((out / "sweep.json").read_text())
@@ -142,6 +160,7 @@ def main() -> None:
         (tmp_path / "loop").mkdir()
         loop_s, loop_verdicts = loop(scripts, tmp_path / "loop")
         sweeps = {share: sweep(folder, tmp_path / f"out-{share}", share) for share in shares}
+        sweep_cpu = {share: CPU[str(tmp_path / f"out-{share}")] for share in shares}
         resume_s, resumed = sweep(folder, tmp_path / f"out-{shares[0]}", shares[0])
         across = sweep(folder, tmp_path / "out-releases", shares[0], "--torch", ",".join(releases)) if releases else None
     differ = sorted({f"{k} (loop {v}, sweep at {share} CPU/arm {swept.get(k)})"
@@ -154,12 +173,12 @@ def main() -> None:
     lines = [
         f"{len(scripts)} items (`--no-minimize --timeout 180`), 2 cores, torch {summary['torch_builds'][0]}:",
         "",
-        "| run | wall | vs loop | target |",
-        "|---|---|---|---|",
-        f"| loop of `triage run` | {loop_s:.0f} s | 1.00× | |",
-        *[f"| `triage sweep --cpus-per-arm {share}` (local Ray) | {seconds:.0f} s | {seconds / loop_s:.2f}× | ≤ 0.6× |"
-          for share, (seconds, _) in sweeps.items()],
-        f"| `triage sweep` again (resume) | {resume_s:.1f} s | {resume_s / loop_s:.3f}× | seconds |",
+        "| run | wall | vs loop | target | CPU busy (whole machine) |",
+        "|---|---|---|---|---|",
+        f"| loop of `triage run` | {loop_s:.0f} s | 1.00× | | {CPU['loop']:.0f} s |",
+        *[f"| `triage sweep --cpus-per-arm {share}` (local Ray) | {seconds:.0f} s | {seconds / loop_s:.2f}× | ≤ 0.6× "
+          f"| {sweep_cpu[share]:.0f} s |" for share, (seconds, _) in sweeps.items()],
+        f"| `triage sweep` again (resume) | {resume_s:.1f} s | {resume_s / loop_s:.3f}× | seconds | |",
         "",
         f"Verdicts: every sweep against the loop, {len(loop_verdicts)} items: "
         + (f"differ: {'; '.join(differ)}" if differ else "identical")
