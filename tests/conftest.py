@@ -13,6 +13,18 @@ ISSUES = FIXTURES / "issues"
 SEEDS = FIXTURES / "seeds"
 
 
+# Environment variables of the test process a sweep must not see: a token (the fake GitHub
+# needs none), CI's job summary (the sweep would append its report to the real one), and
+# Ray's own (RAY_ADDRESS: a cluster to join; RAY_AUTH_MODE and others, which an in-process
+# `ray.init` of an earlier test leaves behind).
+NOT_PASSED = ("GITHUB_TOKEN", "GH_TOKEN", "GITHUB_STEP_SUMMARY")
+
+
+def sweep_environment(environ) -> dict[str, str]:
+    """The test process's environment as a `triage sweep` subprocess gets it: as from a fresh shell."""
+    return {k: v for k, v in environ.items() if k not in NOT_PASSED and not k.startswith("RAY_")}
+
+
 def run_triage(script, arms, tmp_path, *extra, env=None, timeout=600):
     """Run the real CLI in a subprocess; returns (exit code, report dict or None, comment, output)."""
     report, comment = tmp_path / "report.json", tmp_path / "comment.md"

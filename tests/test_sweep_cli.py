@@ -25,17 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, sweep_environment
 from tests.github_server import FakeGitHub
 from triage.sweep.store import ResultStore, StoreError
 
 ARM_TIMEOUT = "20"  # seconds per arm: the hang ends after it
 SWEEP_TIMEOUT_S = 300  # of one `triage sweep` subprocess, a backstop only
 FP16 = (FIXTURES / "fp16_overflow.py").read_text()
-# Environment variables of the test process a sweep must not see: a token (the fake GitHub
-# needs none), CI's job summary (the sweep would append its report to the real one), a Ray
-# cluster to join.
-NOT_PASSED = ("GITHUB_TOKEN", "GH_TOKEN", "GITHUB_STEP_SUMMARY", "RAY_ADDRESS")
 
 
 @dataclass
@@ -46,7 +42,7 @@ class Run:
 
 
 def _env(base: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED}
+    env = sweep_environment(os.environ)
     (base / "tmp").mkdir(exist_ok=True)
     env.update(TRIAGE_TEST_ARMS="1", TMPDIR=str(base / "tmp"))
     return env
@@ -164,7 +160,7 @@ def test_folder_sweep_triages_every_item_once_and_writes_the_report(first_sweep)
     assert {key: item["verdict"] for key, item in items.items()} == {k: v for k, (_, v) in FOLDER_ITEMS.items()}
     assert all(item["outcome"] == "triaged" and item["arms"] == "cpu" and item["error"] is None
                for item in items.values()), items
-    assert summary["counts"] == {"items": 3, "ran": 3, "stored": 0, "triaged": 3, "failed": 0}
+    assert summary["counts"] == {"items": 3, "results": 3, "ran": 3, "stored": 0, "triaged": 3, "failed": 0}
     assert summary["problems"] == [f"src/{REFUSED}: not UTF-8 (byte 0xe9 at offset 23)"]
     assert f"skipped: src/{REFUSED}: not UTF-8" in run.output
     assert first_sweep.copied_summary == summary  # --json
@@ -207,14 +203,14 @@ def test_the_same_sweep_again_runs_nothing(first_sweep):
     assert again.seconds < 0.3 * first_sweep.run.seconds, (again.seconds, first_sweep.run.seconds)
     assert _rows(out / "results.sqlite") == first_sweep.rows  # not a row added or rewritten
     summary = json.loads((out / "sweep.json").read_text())
-    assert summary["counts"] == {"items": 3, "ran": 0, "stored": 3, "triaged": 3, "failed": 0}
+    assert summary["counts"] == {"items": 3, "results": 3, "ran": 0, "stored": 3, "triaged": 3, "failed": 0}
     assert {i["key"]: i["verdict"] for i in summary["items"]} == {k: v for k, (_, v) in FOLDER_ITEMS.items()}
     with ResultStore(out / "results.sqlite", readonly=True) as store:
         sweeps = store.sweeps()
     assert len(sweeps) == sweeps_before + 1
     last = sweeps[-1]
     assert last["finished_at"] is not None and last["results"] == 0
-    assert last["counts"] == {"items": 3, "ran": 0, "stored": 3, "triaged": 3, "failed": 0}
+    assert last["counts"] == {"items": 3, "results": 3, "ran": 0, "stored": 3, "triaged": 3, "failed": 0}
     assert last["sources"] == ["src"] and last["arms"] == "cpu"
     for key in FOLDER_ITEMS:  # the report is still whole
         assert key in _html_text(out / "sweep.html")
@@ -588,6 +584,31 @@ def test_post_needs_a_token_and_the_namespace_sandbox(base):
                           env=dict(_env(base), GITHUB_TOKEN="bot-token"), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "refusing to --post" in proc.stdout + proc.stderr
     assert not (base / "out").exists()
+
+
+def test_a_sweep_with_ray_token_authentication_set_in_its_environment(base):
+    """What the README tells a cluster operator to set (RAY_AUTH_MODE=token and a token file)
+    reaches Ray before Ray is imported, though triage takes it out of its environment at start:
+    the local Ray starts authenticated, the item runs, and the token reaches no arm."""
+    import secrets
+
+    (base / "src").mkdir()
+    (base / "src" / "env_probe.py").write_text(
+        "import os, torch\n"
+        "print('RAY_VARS', sorted(k for k in os.environ if k.startswith('RAY_')))\n"
+        "print(torch.ones(2).sum().item())\n")
+    token = base / "ray-token"
+    token.write_text(secrets.token_hex(32))
+    proc = subprocess.run(_argv("src", "--out", "out", "--arms", "cpu", "--no-minimize", "--json", "out.json"),
+                          cwd=base, env=dict(_env(base), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token)),
+                          capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    [item] = json.loads((base / "out.json").read_text())["items"]
+    assert item["outcome"] == "triaged", item
+    with ResultStore(base / "out" / "results.sqlite", readonly=True) as store:
+        [stored] = store.results()
+    assert "RAY_VARS []" in stored.report["arms"][0]["stdout"]
 
 
 # -- refusals ----------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def test_local_sweep_reports_every_item_once_each_in_a_fresh_worker(tmp_path):
     assert (stats.items, stats.triaged, stats.failed, stats.retried, stats.over_budget) == (6, 6, 0, 0, 0)
     assert stats.start_latency.samples == stats.collect_latency.samples == 6
     assert 0 <= stats.start_latency.median_s < stats.wall_s and 0 <= stats.collect_latency.median_s < 5
-    assert "6 items" in stats.describe()
+    assert "6 Ray tasks" in stats.describe()
     # Ray was started for the sweep, so it was shut down after it.
     assert not ray.is_initialized()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, run_triage
+from tests.conftest import FIXTURES, run_triage, sweep_environment
 from triage.arms import ArmSpecError, parse_arm, parse_arms
 from triage.minimize.standalone import script_style
 from triage.model import ArmSpec
@@ -325,9 +325,7 @@ def test_sweep_runs_every_item_on_the_release_and_keys_results_by_its_build(env_
     (src / "fp16_overflow.py").write_text((FIXTURES / "fp16_overflow.py").read_text())
     argv = [sys.executable, "-m", "triage", "sweep", "src", "--torch", RELEASE, "--arms", "cpu", "--no-minimize",
             "--timeout", "60", "--num-cpus", "2"]
-    environ = dict({k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "RAY_ADDRESS",
-                                                                     "GITHUB_STEP_SUMMARY")},
-                   TRIAGE_CACHE_DIR=str(cache), TMPDIR=str(tmp_path))
+    environ = dict(sweep_environment(os.environ), TRIAGE_CACHE_DIR=str(cache), TMPDIR=str(tmp_path))
     done = subprocess.run(argv, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"2 items on torch {env.build} (2 run now, 0 already stored)" in done.stderr

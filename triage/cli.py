@@ -362,6 +362,9 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
 
     Exit status: 0 the report was written (whatever the verdicts), 2 usage error, 3 no source
     gave an item, 4 --post could not post on some issue."""
+    # Ray's own processes (never an arm: arms get an allow-listed environment) need them to join
+    # or start an authenticated Ray, and before Ray is imported: its core reads them at import.
+    os.environ.update({name: _SECRETS[name] for name in RAY_AUTHENTICATION if name in _SECRETS})
     from rich.console import Console
 
     from triage.sweep.driver import SweepOptions, run_sweep
@@ -395,8 +398,6 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
         raise click.UsageError(f"refusing to join a Ray cluster with arms in the {how.detail}: an arm could read "
                                "the cluster's token and reach its control plane. Install bubblewrap on every node.")
     _check_output_path("--json", json_path)
-    # Ray's own processes (never an arm: arms get an allow-listed environment) need them to join.
-    os.environ.update({name: _SECRETS[name] for name in RAY_AUTHENTICATION if name in _SECRETS})
     options = SweepOptions(sources=list(sources), out_dir=out_dir, torch=releases,
                            db_path=db_path or os.path.join(out_dir, "results.sqlite"), arms=arms, limit=limit,
                            settings=ItemSettings(
