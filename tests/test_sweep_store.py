@@ -395,7 +395,10 @@ def test_kill_9_mid_write_loses_no_committed_result_and_resumes(tmp_path):
 
 def test_a_reader_in_another_process_reads_while_the_sweep_writes(tmp_path):
     path = tmp_path / "r.db"
-    proc = writer(path, 10_000)
+    # More puts than it can make before it is killed: a full pipe holds the writer within about
+    # 10,000 keys of this reader, so it is still writing at the end however fast the disk is
+    # (with 10,000 puts, CI's writer had finished before the reader's 400th key).
+    proc = writer(path, 10_000_000)
     try:
         first = proc.stdout.readline().strip()
         assert first == "k0", proc.stderr.read()
