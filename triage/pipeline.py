@@ -16,8 +16,9 @@ from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
 from triage.model import Ablation, ArmSpec, Comparison, Issue, Report, Repro
 from triage.run import Progress, RunOptions, forking_workers, run_arms
 from triage.sandbox import isolation
-from triage.sandbox.caches import compile_cache
+from triage.sandbox.caches import compile_cache, trim_compile_cache
 from triage.untrusted import remove_tree
+from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 
 
 def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
@@ -33,17 +34,20 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
         # minimizer's workers and the verification of the minimal script.
         options = dataclasses.replace(options, compile_cache=options.compile_cache
                                       or compile_cache(repro.source, options.cache_dir))
-        with forking_workers(repro, arms, options):
-            runs = run_arms(repro, arms, options, progress)
-            try:
-                comparison = compare(runs)
-                ablations, reduced = _explain(repro, comparison, arms, options, progress,
-                                              ablation or AblationOptions(enabled=False),
-                                              minimize or MinimizeOptions(enabled=False))
-            finally:
-                for run in runs:
-                    if run.graph_dir:
-                        remove_tree(os.path.dirname(run.graph_dir))
+        try:
+            with forking_workers(repro, arms, options):
+                runs = run_arms(repro, arms, options, progress)
+                try:
+                    comparison = compare(runs)
+                    ablations, reduced = _explain(repro, comparison, arms, options, progress,
+                                                  ablation or AblationOptions(enabled=False),
+                                                  minimize or MinimizeOptions(enabled=False))
+                finally:
+                    for run in runs:
+                        if run.graph_dir:
+                            remove_tree(os.path.dirname(run.graph_dir))
+        finally:
+            trim_compile_cache(options.compile_cache)
     try:
         ablations = ablations + reduced.ablations
         verdict = classify(repro, comparison, ablations)
@@ -169,6 +173,8 @@ def _run_notes(comparison, options: RunOptions, source: str) -> list[str]:  # no
                          f"every generator with {options.seed} in every arm, so all arms drew the same numbers.")
             break
     for r in comparison.arms:
+        if r.left_out and (r.left_out.get("leaves") or r.left_out.get("conditioning")):
+            notes.append(_left_out_note(r.spec, r.left_out))
         if r.exit_note:
             notes.append(f"`{r.spec}`: {r.exit_note}; the values observed up to then are compared.")
         if r.reference and r.reference.get("note"):
@@ -179,3 +185,15 @@ def _run_notes(comparison, options: RunOptions, source: str) -> list[str]:  # no
         if r.mode == "compile" and r.graph and r.graph.get("compiled_graphs") == 0 and r.completed:
             notes.append(f"`{r.spec}`: the script never called torch.compile, so this arm ran it eagerly.")
     return notes
+
+
+def _left_out_note(spec: str, left_out: dict[str, int]) -> str:
+    """What an arm's worker did not write (result.json holds at most MAX_LEAVES leaves)."""
+    parts = []
+    if left_out.get("leaves"):
+        parts.append(f"{left_out['leaves']} of its recorded leaf tensors (it keeps {MAX_LEAVES}: those the observed "
+                     "values read first, then the earliest)")
+    if left_out.get("conditioning"):
+        parts.append(f"{left_out['conditioning']} conditioning notes (it keeps {MAX_CONDITIONING})")
+    return (f"`{spec}`: the script created more than triage records per arm; left out "
+            f"{' and '.join(parts)}. Its observed values are kept and compared.")

@@ -23,6 +23,7 @@ from triage.sandbox import (
     Confinement, Isolation, Limits, ProcessOutcome, isolation, physical_memory, run_isolated, scrubbed_environment,
 )
 from triage.sandbox.caches import EnvironmentCache, collect_environment, compile_cache, inductor_default_dir
+from triage.sandbox.process import MAX_DISK_ENTRIES
 from triage.sandbox.zygote import fork_server
 from triage.untrusted import UntrustedOutput, remove_tree
 
@@ -280,16 +281,24 @@ def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunOptio
     run.elapsed_s = round(outcome.elapsed_s, 3)
     if outcome.timed_out:
         run.status = "timeout"
-        where = "while computing the float64 reference" if "script-done" in phases else "while running the script"
-        limit = options.reference_budget_s if "script-done" in phases else options.timeout_s
+        if "script-done" not in phases:
+            where, limit = "while running the script", options.timeout_s
+        elif options.reference:
+            where, limit = "while computing the float64 reference", options.reference_budget_s
+        else:
+            where, limit = "after the script had finished", _after_script_s(options)
         run.failure = f"killed after running past the {limit:.0f} s limit {where} (raise it with --timeout)"
     elif outcome.memory_exceeded:
         run.status = "crashed"
         run.failure = f"killed for using more than {memory / GiB:.1f} GiB of memory (raise it with --memory)"
     elif outcome.limit_exceeded == "processes":
         run.status = "crashed"
-        run.failure = (f"killed for running more than {PROCESS_LIMIT} processes at once (the sandbox's ceiling; "
-                       "a fork bomb, or a pool far larger than a repro needs)")
+        run.failure = (f"killed for running more than {PROCESS_LIMIT} processes and threads at once (the sandbox's "
+                       "ceiling; a fork or thread bomb, or a pool far larger than a repro needs)")
+    elif outcome.limit_exceeded == "files":
+        run.status = "crashed"
+        run.failure = (f"killed for creating more than {MAX_DISK_ENTRIES:,} files and folders in its scratch "
+                       "directory (working directory, /tmp, HOME and /dev/shm together)")
     elif outcome.limit_exceeded == "disk":
         run.status = "crashed"
         run.failure = (f"killed for writing more than {DISK_LIMIT / GiB:.0f} GiB to its scratch directory "
@@ -360,6 +369,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
     run.flags_end = result.get("flags_end")
     run.leaves = result.get("leaves", [])
     run.conditioning = result.get("conditioning", [])
+    run.left_out = result.get("left_out")
     run.graph = result.get("graph")
     run.reference = result.get("reference")
     run.random_before_seed = result.get("random_before_seed")

@@ -6,6 +6,13 @@
 - inductor's (and triton's) compile cache is one directory per script, keyed by the script's
   bytes, the interpreter, torch and the CPU capability: a later run of the *same* script
   reuses it, so a script can only poison its own later results — which it can forge anyway.
+  What an arm may write there is never trusted outside an arm: the folder triage mounts
+  (`<key>/inductor`, and `<key>/default` for inductor's default folder) are made by triage
+  in a folder no arm can write, so a script cannot swap one for a link to a host folder
+  (which bubblewrap or the fork server would then mount writable); each is checked with
+  lstat before every mount.  The caches are bounded: a script's cache above
+  COMPILE_CACHE_SCRIPT_BYTES after its run is emptied, and all of them together are kept
+  under COMPILE_CACHE_TOTAL_BYTES (least recently used first), beside the 7-day age limit.
 """
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -21,9 +29,15 @@ from pathlib import Path
 
 from triage.sandbox.environment import scrubbed_environment
 from triage.sandbox.jail import Confinement, Isolation
-from triage.sandbox.process import Limits, run_isolated
+from triage.sandbox.process import Limits, disk_usage, run_isolated
+from triage.untrusted import remove_tree
 
 COMPILE_CACHE_TTL_S = 7 * 86400
+COMPILE_CACHE_SCRIPT_BYTES = 1 << 30  # inductor's cache of one script is megabytes; more was written on purpose
+COMPILE_CACHE_TOTAL_BYTES = 4 << 30
+# Part of every cache key: a folder of an earlier layout (where the script could write the
+# folder triage mounts) is never reused; the age and size limits remove it.
+COMPILE_CACHE_LAYOUT = "2"
 COLLECT_ENV_SOURCE = "from torch.utils import collect_env\nprint(collect_env.get_pretty_env_info())"
 
 
@@ -92,36 +106,73 @@ def collect_environment(isolation: Isolation, timeout_s: float, accelerators: bo
 
 
 def compile_cache(source: str, directory: str | None = None) -> str:
-    """The compile cache directory of this script (created; old ones pruned)."""
-    key = "|".join([source, sys.executable, _torch_version(), os.environ.get("ATEN_CPU_CAPABILITY", "")])
+    """The compile cache of this script (TORCHINDUCTOR_CACHE_DIR), created; old and oversized
+    caches of other scripts pruned."""
+    key = "|".join([COMPILE_CACHE_LAYOUT, source, sys.executable, _torch_version(),
+                    os.environ.get("ATEN_CPU_CAPABILITY", "")])
     base = cache_root(directory) / "compile"
-    path = base / hashlib.sha256(key.encode()).hexdigest()[:24]
-    path.mkdir(parents=True, exist_ok=True)
-    os.utime(path)
-    _prune(base, keep=path)
-    return str(path)
+    holder = base / hashlib.sha256(key.encode()).hexdigest()[:24]
+    base.mkdir(parents=True, exist_ok=True)
+    own_directory(str(holder))
+    os.utime(holder)
+    _prune(base, keep=holder)
+    return own_directory(str(holder / "inductor"))
 
 
 def inductor_default_dir(env: dict[str, str], compiled: str) -> dict[str, str]:
     """Inductor keeps some of its cache (precompiled headers) in its default folder,
     /tmp/torchinductor_<user>, whatever TORCHINDUCTOR_CACHE_DIR says: inside the jail that
-    folder is the script's compile cache too (its /tmp is otherwise new each run)."""
+    folder is `default` beside the script's compile cache (its /tmp is otherwise new each run)."""
     user = env.get("LOGNAME") or env.get("USER") or env.get("LNAME") or env.get("USERNAME")
     if not user:
         import pwd
 
         user = pwd.getpwuid(os.getuid()).pw_name
     inside = "/tmp/torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
-    host = os.path.join(compiled, "default")
-    os.makedirs(host, exist_ok=True)
-    return {inside: host}
+    return {inside: own_directory(os.path.join(os.path.dirname(compiled), "default"))}
+
+
+def own_directory(path: str) -> str:
+    """`path` as a directory triage made: whatever else is there (a link, a file, a socket a
+    script left) is removed first.  Only for paths whose parent no arm can write, so that
+    nothing can replace it between this check and the mount."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        st = None
+    if st is None:
+        os.mkdir(path, 0o700)
+    return path
+
+
+def trim_compile_cache(compiled: str) -> None:
+    """After a run: a script's compile cache past COMPILE_CACHE_SCRIPT_BYTES is emptied (a
+    later run compiles again) — what a script wrote there does not outlive triage."""
+    holder = os.path.dirname(compiled)
+    if disk_usage([holder], COMPILE_CACHE_SCRIPT_BYTES) > COMPILE_CACHE_SCRIPT_BYTES:
+        remove_tree(holder)
 
 
 def _prune(base: Path, keep: Path) -> None:
+    """Caches older than the TTL, then the least recently used past the total bound."""
     cutoff = time.time() - COMPILE_CACHE_TTL_S
+    kept: list[tuple[float, Path]] = []
     for entry in base.iterdir():
         try:
-            if entry != keep and entry.is_dir() and not entry.is_symlink() and entry.stat().st_mtime < cutoff:
-                shutil.rmtree(entry, ignore_errors=True)
+            st = entry.lstat()
         except OSError:
             continue
+        if entry == keep:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_mtime < cutoff:
+            remove_tree(str(entry))
+        else:
+            kept.append((st.st_mtime, entry))
+    total = disk_usage([str(keep)], COMPILE_CACHE_TOTAL_BYTES)
+    for _, entry in sorted(kept, reverse=True):  # newest first: the oldest are the ones past the bound
+        total += disk_usage([str(entry)], COMPILE_CACHE_TOTAL_BYTES)
+        if total > COMPILE_CACHE_TOTAL_BYTES:
+            remove_tree(str(entry))

@@ -14,7 +14,16 @@ What the jail gives the reporter's code, and why each line is there:
 - writable: one scratch directory per process (its working directory, `/tmp`, `/dev/shm`
   and an empty HOME all live there, on disk, where the parent measures them), plus the
   directories the caller shares on purpose (the compile cache of this same script);
-- the root itself is remounted read-only, so nothing can be created anywhere else.
+- `/dev` holds the device nodes only, read-only: no file can be kept there (it would be
+  memory no limit counts);
+- the root itself is remounted read-only, so nothing can be created anywhere else;
+- every host path given to bubblewrap is checked first (`host_directory`, `host_path`): a
+  writable one must be a real directory, not a link a script left in a folder it could
+  write, and links above it are resolved before bubblewrap sees the path.
+
+Inside, the worker confines itself further before any issue code runs (sandbox/confine.py:
+Landlock, seccomp), and the parent holds its memory and tasks in a cgroup where it can
+(sandbox/cgroups.py).
 
 Where bubblewrap is missing or user namespaces are refused (`kernel.unprivileged_userns_clone`,
 AppArmor's `apparmor_restrict_unprivileged_userns`), `isolation()` says so and the caller
@@ -26,6 +35,7 @@ import functools
 import glob
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -111,19 +121,39 @@ def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
             args += ["--dev-bind-try", device, device]
     # /tmp first: the scratch directory and the shared ones usually live under the host's
     # /tmp, and a later mount on /tmp would hide them.
-    args += ["--bind", os.path.join(jail.scratch, "tmp"), "/tmp",
-             "--bind", os.path.join(jail.scratch, "shm"), "/dev/shm"]
+    args += ["--remount-ro", "/dev",
+             "--bind", host_directory(os.path.join(jail.scratch, "tmp")), "/tmp",
+             "--bind", host_directory(os.path.join(jail.scratch, "shm")), "/dev/shm"]
     for path in interpreter_paths(argv[0] if argv and argv[0] != sys.executable else None):
         args += ["--ro-bind", path, path]
     for path in jail.readable:
-        args += ["--ro-bind", path, path]
-    args += ["--bind", jail.scratch, jail.scratch]
+        args += ["--ro-bind", host_path(path), path]
+    args += ["--bind", host_directory(jail.scratch), jail.scratch]
     for path in jail.writable:
-        args += ["--bind", path, path]
+        args += ["--bind", host_directory(path), path]
     for inside, host in jail.mounts.items():
-        args += ["--bind", host, inside]
+        args += ["--bind", host_directory(host), inside]
     args += ["--remount-ro", "/", "--chdir", jail.workdir, "--info-fd", str(info_fd), "--", *argv]
     return args
+
+
+def host_directory(path: str) -> str:
+    """`path` as bubblewrap or mount(2) may take it for a writable mount: links above it
+    resolved, and the directory itself a real one — never a link, which the mount would
+    follow to wherever a script pointed it.  Raises OSError otherwise."""
+    resolved = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+    st = os.lstat(resolved)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"refusing to mount {path}: not a directory (a link or file was left there)")
+    return resolved
+
+
+def host_path(path: str) -> str:
+    """A read-only file or directory for the jail: fully resolved, so the mount reads what
+    triage checked."""
+    resolved = os.path.realpath(path)
+    os.lstat(resolved)
+    return resolved
 
 
 @functools.lru_cache(maxsize=None)

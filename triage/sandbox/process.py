@@ -7,9 +7,15 @@ print megabytes, or lie on the control pipe.  `SandboxedProcess` starts it insid
 - one deadline that only triage sets: each phase the worker announces (script started,
   script done, …) may move it, but only once per phase, in order, and never past the sum of
   the allowances triage granted up front;
-- memory is the resident size of the whole process tree (every descendant, whatever its
-  process group or session), the number of processes is capped, and the scratch directory's
-  size is measured: past any ceiling the sandbox is killed;
+- memory and tasks: where the machine gives a cgroup (sandbox/cgroups.py), the kernel holds
+  both — memory.max counts shared memory, tmpfs and memfd pages once, pids.max counts
+  threads — and the sandbox is started inside it.  Without one, the whole process tree is
+  polled (every descendant, whatever its process group or session): tasks (threads) are
+  counted, and memory is the summed resident size, confirmed by the proportional share
+  (smaps_rollup's Pss, which counts a copy-on-write page shared by a fork pool once) before
+  the sandbox is killed for it;
+- the scratch directory's size and its number of files are measured: past either ceiling
+  the sandbox is killed;
 - the control pipe is read in bounded lines; an overlong line or a flood is dropped, not kept;
 - after the worker says "done", it gets a second to exit; whatever holds it then (a thread,
   an atexit handler of the script) is killed and the result is kept.
@@ -48,7 +54,7 @@ class Limits:
     # moves the deadline once, only after the phases before it; the total is capped.
     phases: tuple[tuple[str, float], ...] = ()
     linger_s: float = 1.0  # after "done": time to exit before the rest is killed
-    max_processes: int = 512
+    max_processes: int = 512  # tasks: processes and their threads
     disk_bytes: int = 8 << 30  # scratch directory and shared writable directories together
 
 
@@ -64,7 +70,7 @@ class ProcessOutcome:
     output_dropped: int
     messages: list[dict[str, Any]]
     peak_rss_bytes: int
-    limit_exceeded: str | None = None  # "processes" or "disk": killed for that
+    limit_exceeded: str | None = None  # "processes", "disk" or "files": killed for that
 
 
 class OutputCapture:
@@ -190,11 +196,26 @@ class SandboxedProcess:
             _signal(pid)
 
     def tree(self) -> tuple[int, int]:
-        """(resident bytes, number of processes) of the whole tree under this process."""
+        """(resident bytes, number of tasks — threads included) of the whole tree under this
+        process."""
         if self.proc.pid is None:
             return 0, 0
-        pids, rss = _descendants(self.proc.pid, _process_table())
-        return rss, len(pids)
+        table = _process_table()
+        pids, rss = _descendants(self.proc.pid, table)
+        return rss, sum(table[pid][2] for pid in pids)
+
+    def proportional_memory(self) -> int:
+        """The tree's proportional set size: each shared page divided among its sharers."""
+        if self.proc.pid is None:
+            return 0
+        total = 0
+        for pid in _descendants(self.proc.pid, _process_table())[0]:
+            try:
+                with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+                    total += next((int(line.split()[1]) * 1024 for line in f if line.startswith(b"Pss:")), 0)
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
 
 
 def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str], limits: Limits,
@@ -217,18 +238,28 @@ def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str
     next_disk = start + DISK_POLL_S
     while child.proc.poll() is None:
         time.sleep(POLL_S)
-        rss, processes = child.tree()
-        peak = max(peak, rss)
+        rss, tasks = child.tree()
         now = time.monotonic()
         if rss > limits.memory_bytes:
-            memory_exceeded = True
-            break
-        if processes > limits.max_processes:
+            # Resident pages count a page shared by many processes once per process: a fork
+            # pool reading one tensor is not over the limit until its proportional share is.
+            rss = child.proportional_memory()
+            if rss > limits.memory_bytes:
+                peak = max(peak, rss)
+                memory_exceeded = True
+                break
+        peak = max(peak, rss)
+        if tasks > limits.max_processes:
             exceeded = "processes"
             break
         if now >= next_disk:
             next_disk = now + DISK_POLL_S
-            if _disk_usage([jail.scratch, *jail.writable, *jail.mounts.values()], limits.disk_bytes) > limits.disk_bytes:
+            used, entries = disk_usage_and_entries([jail.scratch, *jail.writable, *jail.mounts.values()],
+                                                   limits.disk_bytes)
+            if entries > MAX_DISK_ENTRIES:
+                exceeded = "files"
+                break
+            if used > limits.disk_bytes:
                 exceeded = "disk"
                 break
         if now > control.deadline:
@@ -314,8 +345,8 @@ def _signal(pid: int) -> None:
         pass
 
 
-def _process_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, resident bytes) for every process this user can see."""
+def _process_table() -> dict[int, tuple[int, int, int]]:
+    """pid -> (parent pid, resident bytes, threads) for every process this user can see."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -324,16 +355,17 @@ def _process_table() -> dict[int, tuple[int, int]]:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read()
             fields = stat[stat.rindex(b")") + 2:].split()
-            table[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE)  # fields 4 (ppid) and 24 (rss)
+            # fields 4 (ppid), 20 (num_threads) and 24 (rss)
+            table[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE, int(fields[17]))
         except (OSError, ValueError, IndexError):
             continue
     return table
 
 
-def _descendants(root: int, table: dict[int, tuple[int, int]]) -> tuple[list[int], int]:
+def _descendants(root: int, table: dict[int, tuple[int, int, int]]) -> tuple[list[int], int]:
     """Every process under `root` (itself included) and their resident bytes together."""
     children: dict[int, list[int]] = collections.defaultdict(list)
-    for pid, (ppid, _) in table.items():
+    for pid, (ppid, _, _) in table.items():
         children[ppid].append(pid)
     found, stack, rss = [], [root], 0
     while stack:
@@ -345,9 +377,16 @@ def _descendants(root: int, table: dict[int, tuple[int, int]]) -> tuple[list[int
     return found, rss
 
 
-def _disk_usage(roots: list[str], stop_at: int) -> int:
+def disk_usage(roots: list[str], stop_at: int) -> int:
     """Bytes under `roots` (allocated blocks, links not followed); stops counting early past
     `stop_at` or past MAX_DISK_ENTRIES entries (which counts as over)."""
+    used, entries = disk_usage_and_entries(roots, stop_at)
+    return stop_at + 1 if entries > MAX_DISK_ENTRIES else used
+
+
+def disk_usage_and_entries(roots: list[str], stop_at: int) -> tuple[int, int]:
+    """(bytes, entries) under `roots` (allocated blocks, links not followed); stops counting
+    early past `stop_at` bytes or MAX_DISK_ENTRIES entries."""
     total, entries = 0, 0
     stack = list(roots)
     while stack:
@@ -356,7 +395,7 @@ def _disk_usage(roots: list[str], stop_at: int) -> int:
                 for entry in it:
                     entries += 1
                     if entries > MAX_DISK_ENTRIES:
-                        return stop_at + 1
+                        return total, entries
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
@@ -367,8 +406,8 @@ def _disk_usage(roots: list[str], stop_at: int) -> int:
         except OSError:
             continue
         if total > stop_at:
-            return total
-    return total
+            return total, entries
+    return total, entries
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

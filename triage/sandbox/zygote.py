@@ -103,7 +103,8 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
         jail = jails.Confinement(scratch=self.root, workdir=os.path.join(self.root, "work"),
-                                 writable=[*self.hidden, *self.writable],
+                                 # the mounts' host folders too: a job's view binds them from there
+                                 writable=[*self.hidden, *self.writable, *self.mounts.values()],
                                  readable=[p for p in self.readable if not self._under_hidden(p)],
                                  mounts=dict(self.mounts), directories=[STAGE], host_proc=True)
         try:

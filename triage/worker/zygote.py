@@ -11,15 +11,21 @@ What a child shares with this process, and why that keeps isolation:
 - memory, copy-on-write: the imported modules as they were after import.  Nothing the
   zygote holds came from a script (it never runs one), and a child's writes stay its own, so
   a script that patches ``torch`` changes its own copy only;
-- no file descriptors: the child keeps only the job's (standard streams, control pipe), sent
-  with the request;
+- no file descriptors: before anything else the child closes every descriptor but the job's
+  (standard streams, control pipe, sent with the request) — the zygote holds other pending
+  jobs' pipes, which a job must not reach;
 - the zygote's namespaces until it leaves them: before anything of the job's runs, the child
   enters new user, mount, PID, network, IPC and UTS namespaces, hides every directory of the
   host's temporary folders but its own scratch directory and what the job may read, mounts a
   /proc of its own PID namespace (siblings, this process and the host are not in it), drops
   every capability (bounding set included, no_new_privs set), and its PID 1 takes the whole
-  namespace down when the job ends — what bubblewrap gives a spawned arm;
+  namespace down when the job ends — what bubblewrap gives a spawned arm.  PID 1 is not
+  dumpable (the job cannot trace it or read its memory, a copy of this process's heap), its
+  working directory is "/" (not this process's scratch folder, which `/proc/1/cwd` would
+  otherwise reach), and /dev is read-only for the job;
 - the jail's read-only system, installation and triage package, as every arm has them.
+The warm-up's probe libraries (inductor's vector-ISA checks, which a child dlopens) are built
+in this process's own folder, never in the run's compile cache, which arms write.
 The zygote itself is not dumpable and sees the host's /proc (a child can mount a /proc of its
 own only where an unobstructed one is mounted); it runs triage's code only.
 
@@ -33,6 +39,7 @@ signal, as bubblewrap reports it), and ``{"job": ID, "error": TEXT}``.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import json
@@ -127,10 +134,11 @@ class Zygote:
                     pass
                 yield module
             for module, function in WARM.get(level, ()):
-                try:
-                    getattr(importlib.import_module(module), function)()
-                except Exception:  # noqa: BLE001 - another torch, no compiler: the job's compile works it out
-                    pass
+                with _own_compile_cache():
+                    try:
+                        getattr(importlib.import_module(module), function)()
+                    except Exception:  # noqa: BLE001 - another torch, no compiler: the job's compile works it out
+                        pass
                 yield function
             self.loaded.append(level)
             self._send({"ready": level})
@@ -199,6 +207,24 @@ class Zygote:
         os._exit(0)
 
 
+@contextlib.contextmanager
+def _own_compile_cache() -> Iterator[None]:
+    """Inductor's cache folder while warming up: one in this process's HOME (its scratch
+    folder, which no job reaches), not the run's compile cache.  Arms write the latter, so a
+    probe library found there would be a script's code, loaded here, outside every arm."""
+    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    own = os.path.join(os.environ.get("HOME", "/nonexistent"), "inductor-warm-up")
+    os.environ.update(TORCHINDUCTOR_CACHE_DIR=own, TRITON_CACHE_DIR=os.path.join(own, "triton"))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def _exit_code(status: int) -> int:
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
@@ -216,7 +242,7 @@ def _child(request: dict[str, Any], fds: list[int], zygote_fd: int) -> NoReturn:
     """The forked child: confine itself, then run the job in a grandchild (PID 1 of a new
     namespace in namespace mode) and exit with its status."""
     try:
-        os.close(zygote_fd)
+        _close_all_but(fds)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         # Dumpable again, as a spawned process is: its own /proc files (uid_map among them)
@@ -228,6 +254,7 @@ def _child(request: dict[str, Any], fds: list[int], zygote_fd: int) -> NoReturn:
             _mount_view(request)
         else:
             os.setsid()
+        os.chdir("/")  # not the zygote's scratch folder, which /proc/1/cwd would show the job
         job = os.fork()
         if job == 0:
             if request["namespace"]:
@@ -257,8 +284,12 @@ def _init(request: dict[str, Any], fds: list[int]) -> NoReturn:
             _check(_libc.mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None),
                    f"read-only /proc/{entry}")
     _drop_capabilities()
+    # Not dumpable: the job (same credentials) cannot trace this process or read its memory,
+    # a copy of the zygote's heap; the job itself is made dumpable again, as a spawned one is.
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     job = os.fork()
     if job == 0:
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         _run_job(request, fds)
     for fd in fds:
         os.close(fd)
@@ -266,6 +297,19 @@ def _init(request: dict[str, Any], fds: list[int]) -> NoReturn:
         pid, status = os.wait()
         if pid == job:
             os._exit(_exit_code(status))
+
+
+def _close_all_but(fds: list[int]) -> None:
+    """Close every descriptor this process inherited from the zygote but the job's: the
+    zygote's socket and the descriptors of requests still waiting there."""
+    keep = set(fds)
+    for entry in os.listdir("/proc/self/fd"):
+        fd = int(entry)
+        if fd not in keep and fd > 2:
+            try:
+                os.close(fd)
+            except OSError:  # the directory's own descriptor, closed by now
+                pass
 
 
 def _enter_namespaces() -> None:
@@ -301,9 +345,13 @@ def _mount_view(request: dict[str, Any]) -> None:
     directories it may write, the files it may read (read-only) and nothing else.  Each is
     staged first (bound under STAGE), then every hidden root is covered (the scratch's tmp on
     /tmp, an empty read-only tmpfs on the others) and the staged entries are bound back at
-    their paths."""
+    their paths.  Which roots to cover is decided before anything is mounted, and those
+    outside /tmp are covered first: a temporary folder under /tmp (TMPDIR=/tmp/$USER) is gone
+    from view once /tmp is covered, so it is covered with it."""
     view = request["view"]  # [[host path, path inside, writable]]
     scratch = request["scratch"]
+    hidden = [root for root in request["hidden"]
+              if root != "/tmp" and not root.startswith("/tmp/") and os.path.isdir(root)]
     _check(_libc.mount(b"tmpfs", STAGE.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0700"), "stage")
     staged = []
     for i, (host, inside, writable) in enumerate(view):
@@ -314,10 +362,9 @@ def _mount_view(request: dict[str, Any]) -> None:
             open(stage, "wb").close()
         _bind(host, stage, read_only=False)
         staged.append((stage, inside, writable))
-    _bind(os.path.join(scratch, "tmp"), "/tmp", read_only=False)
-    hidden = [root for root in request["hidden"] if root != "/tmp" and os.path.isdir(root)]
     for root in hidden:
         _check(_libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755"), "hide " + root)
+    _bind(os.path.join(scratch, "tmp"), "/tmp", read_only=False)
     for stage, inside, writable in staged:
         if os.path.isdir(stage):
             os.makedirs(inside, exist_ok=True)
@@ -326,11 +373,22 @@ def _mount_view(request: dict[str, Any]) -> None:
             if not os.path.exists(inside):
                 open(inside, "wb").close()
         _bind(stage, inside, read_only=not writable)
+    _read_only("/dev")
     _bind(os.path.join(scratch, "shm"), "/dev/shm", read_only=False)
     for root in hidden:
         _check(_libc.mount(None, root.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
                "read-only " + root)
     _check(_libc.umount2(STAGE.encode(), MNT_DETACH), "unstage")
+
+
+def _read_only(path: str) -> None:
+    """Remount `path` read-only, keeping the flags the zygote's jail locked on it (a user
+    namespace may add MS_RDONLY, never drop nosuid/nodev/noexec)."""
+    flags = os.statvfs(path).f_flag
+    kept = sum(bit for bit, st in ((MS_NOSUID, os.ST_NOSUID), (MS_NODEV, os.ST_NODEV), (MS_NOEXEC, os.ST_NOEXEC))
+               if flags & st)
+    _check(_libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None),
+           f"read-only {path}")
 
 
 def _bind(source: str, target: str, read_only: bool) -> None:
