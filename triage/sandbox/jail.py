@@ -39,6 +39,7 @@ import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 NAMESPACE = "namespace"
 PROCESS = "process"
@@ -135,6 +136,19 @@ def command(argv: list[str], jail: Confinement, info_fd: int) -> list[str]:
         args += ["--bind", host_directory(host), inside]
     args += ["--remount-ro", "/", "--chdir", jail.workdir, "--info-fd", str(info_fd), "--", *argv]
     return args
+
+
+def confinement_rules(python: str | None, jail: Confinement, namespace: bool) -> dict[str, Any]:
+    """What the worker lets itself reach once it confines itself (sandbox/confine.py), before
+    any issue code runs: paths as the process sees them.  Writable: its scratch directory and
+    what the caller shares (in the jail, also where those are shown: /tmp, /dev/shm, the
+    mounts).  Readable: the system, the installation, the files it was given.  Without a
+    network namespace (process isolation) TCP is denied outright."""
+    writable = [jail.scratch, *jail.writable]
+    writable += ["/tmp", "/dev/shm", *jail.mounts] if namespace else list(jail.mounts.values())
+    readable = ["/" + entry for entry in ROOT_ENTRIES] + ["/etc", "/sys", "/proc"]
+    readable += [*interpreter_paths(python if python != sys.executable else None), *jail.readable]
+    return {"writable": writable, "readable": readable, "deny_tcp": not namespace}
 
 
 def host_directory(path: str) -> str:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from triage.sandbox import jail as jails
+from triage.sandbox.cgroups import JobCgroup
 
 POLL_S = 0.05
 DISK_POLL_S = 1.0
@@ -43,6 +44,7 @@ MAX_CONTROL_LINE = 1 << 20  # bytes; the worker's largest message (a streamed ob
 MAX_CONTROL_BYTES = 64 << 20  # all messages of one run, kept or not
 MAX_MESSAGES = 20000
 MAX_DISK_ENTRIES = 200_000
+CONFINE_ENV = "TRIAGE_CONFINE"  # the worker's rules for confining itself (sandbox/confine.py)
 
 
 @dataclass
@@ -128,10 +130,18 @@ class SandboxedProcess:
 
     def __init__(self, argv: list[str], *, jail: jails.Confinement, env: dict[str, str],
                  isolation: jails.Isolation, pass_fds: tuple[int, ...] = (),
-                 stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE, imports: str = "torch") -> None:
+                 stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE, imports: str = "torch",
+                 cgroup: JobCgroup | None = None) -> None:
+        """`cgroup`: the group the process runs in from its first instruction (sandbox/cgroups.py);
+        `kill()` then ends everything in it too."""
         from triage.sandbox import zygote
 
+        self.cgroup = cgroup
         env = dict(env, **jail.prepare())
+        if not isolation.strong:
+            # No /tmp of its own outside the jail, and the host's is not writable once confined.
+            env["TMPDIR"] = os.path.join(jail.scratch, "tmp")
+        env[CONFINE_ENV] = json.dumps(jails.confinement_rules(argv[0] if argv else None, jail, isolation.strong))
         self.namespace_pid: int | None = None  # PID 1 of the sandbox, as the host numbers it
         self.jailed = isolation.strong
         server = zygote.active(argv[0] if argv else None)
@@ -139,13 +149,15 @@ class SandboxedProcess:
                        and server.isolation == isolation and server.accepts(argv, jail, env))
         if self.forked:
             self.jailed = True  # the zygote reports a signal death as 128 + signal either way
-            self.proc = server.fork(argv, jail, env, pass_fds, imports)
+            self.proc = server.fork(argv, jail, env, pass_fds, imports, cgroup)
             return
         info_r = info_w = None
         if isolation.strong:
             info_r, info_w = os.pipe()
             argv = jails.command(argv, jail, info_w)
             pass_fds = pass_fds + (info_w,)
+        if cgroup is not None:
+            argv = cgroup.wrap(argv)
         self.proc = _SPAWNER.submit(subprocess.Popen, argv, cwd=jail.workdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=pass_fds).result()
         if info_w is not None:
@@ -176,7 +188,9 @@ class SandboxedProcess:
     def kill(self) -> None:
         """SIGKILL the sandbox: PID 1 of its namespace (the kernel then kills every process
         in it), and the session triage started it in; a forked one: the forked child and all
-        under it (its namespace's PID 1 among them)."""
+        under it (its namespace's PID 1 among them); and whatever is left in its cgroup."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
         if self.forked:
             # Once the zygote has reaped the child its pid may be another process's: no sweep
             # then.  Before that, the tree first (in process mode nothing ties the job to the
@@ -225,10 +239,22 @@ def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str
     TRIAGE_CONTROL_FD are collected (and passed to `on_message`).  Never raises for anything
     the child does."""
     isolation = isolation or jails.isolation()
+    cgroup = JobCgroup.create("job", memory_bytes=limits.memory_bytes, max_tasks=limits.max_processes)
+    try:
+        return _run_watched(argv, jail, env, limits, isolation, imports, on_message, cgroup)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+
+
+def _run_watched(argv: list[str], jail: jails.Confinement, env: dict[str, str], limits: Limits,
+                 isolation: jails.Isolation, imports: str, on_message: Callable[[dict[str, Any]], None] | None,
+                 cgroup: JobCgroup | None) -> ProcessOutcome:
     read_fd, write_fd = os.pipe()
     env = dict(env, TRIAGE_CONTROL_FD=str(write_fd))
     start = time.monotonic()
-    child = SandboxedProcess(argv, jail=jail, env=env, isolation=isolation, pass_fds=(write_fd,), imports=imports)
+    child = SandboxedProcess(argv, jail=jail, env=env, isolation=isolation, pass_fds=(write_fd,), imports=imports,
+                             cgroup=cgroup)
     os.close(write_fd)
     out, err = OutputCapture(child.proc.stdout, limits.output_bytes), OutputCapture(child.proc.stderr, limits.output_bytes)
     control = ControlChannel(read_fd, limits, start, on_message)
@@ -268,6 +294,14 @@ def run_isolated(argv: list[str], *, jail: jails.Confinement, env: dict[str, str
     child.kill()
     child.proc.wait()
     control.thread.join(timeout=2)
+    if cgroup is not None:
+        # The kernel held the limits: an allocation past memory.max was OOM-killed, a fork or
+        # thread past pids.max refused — either way the arm is over its ceiling.
+        hit = cgroup.limit_hit()
+        memory_exceeded = memory_exceeded or hit == "memory"
+        if hit == "tasks" and exceeded is None:
+            exceeded = "processes"
+        peak = max(peak, cgroup.peak_memory_bytes())
     code = child.exit_status()
     sig = signal.Signals(-code).name if code is not None and code < 0 and -code in signal.valid_signals() else None
     stdout, stderr = out.text(), err.text()

@@ -32,13 +32,14 @@ import time
 from typing import Any, Iterator
 
 from triage.sandbox import jail as jails
+from triage.sandbox.cgroups import JobCgroup
 from triage.untrusted import remove_tree
 
 ZYGOTE_MODULE = "triage.worker.zygote"
 ENTRY_MODULES = ("triage.worker", "triage.worker.serve")  # triage/worker/zygote.py ENTRY_POINTS
 STAGE = "/triage-stage"  # triage/worker/zygote.py STAGE
 FIRST_JOB_FD = 3  # triage/worker/zygote.py FIRST_JOB_FD
-PER_JOB_ENV = ("HOME", "TMPDIR")
+PER_JOB_ENV = ("HOME", "TMPDIR", "TRIAGE_CONFINE")
 CONFINABLE_MACHINES = ("x86_64", "aarch64")  # triage/worker/zygote.py SYS_CAPSET
 PID_WAIT_S = 5.0
 
@@ -57,6 +58,14 @@ class ForkedProcess:
         self.returncode: int | None = None
         self.started = threading.Event()
         self.exited = threading.Event()
+        self.hold: tuple[int, JobCgroup] | None = None  # the write end of its hold, and its group
+        self.hold_lock = threading.Lock()
+
+    def release_hold(self) -> None:
+        with self.hold_lock:
+            if self.hold is not None:
+                os.close(self.hold[0])
+                self.hold = None
 
     def poll(self) -> int | None:
         return self.returncode
@@ -73,6 +82,7 @@ class ForkedProcess:
             self.server._send({"cancel": self.job})
 
     def _exit(self, code: int) -> None:
+        self.release_hold()
         self.returncode = code
         self.started.set()
         self.exited.set()
@@ -147,8 +157,10 @@ class ForkServer:
 
     # -- forking -----------------------------------------------------------------------------
     def fork(self, argv: list[str], jail: jails.Confinement, env: dict[str, str],
-             pass_fds: tuple[int, ...], needs: str) -> ForkedProcess:
-        """Ask for a child running `argv`; its stdout and stderr are pipes to this process."""
+             pass_fds: tuple[int, ...], needs: str, cgroup: JobCgroup | None = None) -> ForkedProcess:
+        """Ask for a child running `argv`; its stdout and stderr are pipes to this process.
+        With a `cgroup`, the child waits on a pipe (the "hold") until this process has moved it
+        into the group, so that everything it starts is charged there."""
         job = str(next(self.counter))
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -162,18 +174,24 @@ class ForkServer:
         view += [[p, p, False] for p in jails.interpreter_paths(self._own_python()) if self._under_hidden(p)]
         request = {"job": job, "module": argv[3], "args": argv[4:], "env": child_env, "cwd": jail.workdir,
                    "scratch": jail.scratch, "view": view, "hidden": self.hidden,
-                   "namespace": self.isolation.strong, "needs": needs if needs in ("torch", "compile") else "torch"}
+                   "namespace": self.isolation.strong, "needs": needs if needs in ("torch", "compile") else "torch",
+                   "hold": cgroup is not None}
         child = ForkedProcess(self, job, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+        held: list[int] = []
+        if cgroup is not None:
+            hold_r, hold_w = os.pipe()
+            child.hold = (hold_w, cgroup)
+            held = [hold_r]
         with self.lock:
             self.jobs[job] = child
         try:
-            socket.send_fds(self.sock, [json.dumps(request).encode()], [out_w, err_w, *pass_fds])
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [out_w, err_w, *held, *pass_fds])
         except OSError as e:
             child._exit(71)
             os.write(err_w, f"triage's fork server is gone ({e})\n".encode())
         finally:
-            os.close(out_w)
-            os.close(err_w)
+            for fd in (out_w, err_w, *held):
+                os.close(fd)
         return child
 
     def _send(self, message: dict[str, Any]) -> None:
@@ -214,6 +232,16 @@ class ForkServer:
 
     def _resolve(self, child: ForkedProcess, pid: int) -> None:
         child.pid = self._host_pid(pid, child)
+        with child.hold_lock:
+            if child.hold is not None:
+                hold_w, cgroup = child.hold
+                # Released only once it is in its group; a child that cannot be placed is let
+                # go without the byte, and exits before running anything.
+                if child.pid is not None:
+                    cgroup.add(child.pid)
+                    if child.pid in cgroup.pids():
+                        os.write(hold_w, b"1")
+        child.release_hold()
         child.started.set()
 
     def _host_pid(self, pid: int, child: ForkedProcess) -> int | None:

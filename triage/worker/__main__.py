@@ -8,10 +8,11 @@ import sys
 import traceback
 from pathlib import Path
 
-from triage.worker.process import exit_now, limit_address_space, to_json, unbuffered_output
+from triage.worker.process import confine_self, exit_now, limit_address_space, to_json, unbuffered_output
 
 
 def main() -> int:
+    confine_self()
     unbuffered_output()
     job = json.loads(Path(sys.argv[1]).read_text())
     control = os.fdopen(int(os.environ.pop("TRIAGE_CONTROL_FD")), "w", buffering=1)

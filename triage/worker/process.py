@@ -48,6 +48,20 @@ def unbuffered_output() -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)
 
 
+def confine_self() -> None:
+    """Confine this process for good (sandbox/confine.py: Landlock, seccomp) with the rules
+    triage's parent computed for it (sandbox/jail.py `confinement_rules`), before anything
+    of the issue's runs and before any thread starts.  A mechanism the kernel has that fails
+    to apply raises: the worker then stops before the script is read."""
+    rules = os.environ.pop("TRIAGE_CONFINE", None)
+    if rules is None:
+        return  # not started by triage's sandbox (a worker run by hand); nothing to apply
+    from triage.sandbox.confine import confine
+
+    spec = json.loads(rules)
+    confine(writable=spec["writable"], readable=spec["readable"], deny_tcp=bool(spec["deny_tcp"]))
+
+
 def limit_address_space(limit: int) -> None:
     """Cap this process's address space: the arm's memory limit."""
     _, hard = resource.getrlimit(resource.RLIMIT_AS)

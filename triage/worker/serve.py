@@ -33,7 +33,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from triage.worker.process import limit_address_space, unbuffered_output
+from triage.worker.process import confine_self, limit_address_space, unbuffered_output
 from triage.worker.wire import WireError, receive, send
 
 
@@ -212,6 +212,7 @@ COMMANDS = ("prepare", "load_values", "run", "localize", "inputs", "render")
 
 
 def main() -> int:
+    confine_self()
     unbuffered_output()
     requests = os.fdopen(int(os.environ.pop("TRIAGE_REQUEST_FD")), "rb")
     replies = os.fdopen(int(os.environ.pop("TRIAGE_REPLY_FD")), "wb")

@@ -33,7 +33,8 @@ Process isolation (no bubblewrap here): the child only starts a session of its o
 spawned arm does.
 
 Wire: a SOCK_SEQPACKET socket; a request is one JSON packet with the job's descriptors
-attached (SCM_RIGHTS); replies are ``{"ready": LEVEL}``, ``{"job": ID, "pid": PID}`` when
+attached (SCM_RIGHTS: stdout, stderr, the hold pipe where the request says "hold", then the
+job's own); replies are ``{"ready": LEVEL}``, ``{"job": ID, "pid": PID}`` when
 forked, ``{"job": ID, "status": CODE}`` when the child has exited (a signal death as 128 +
 signal, as bubblewrap reports it), and ``{"job": ID, "error": TEXT}``.
 """
@@ -243,6 +244,12 @@ def _child(request: dict[str, Any], fds: list[int], zygote_fd: int) -> NoReturn:
     namespace in namespace mode) and exit with its status."""
     try:
         _close_all_but(fds)
+        if request.get("hold"):
+            # triage moves this process into the job's cgroup first (sandbox/zygote.py).
+            hold = fds.pop(2)
+            if os.read(hold, 1) != b"1":
+                os._exit(71)
+            os.close(hold)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         # Dumpable again, as a spawned process is: its own /proc files (uid_map among them)
