@@ -22,6 +22,7 @@ from triage.untrusted import (
     Check, UntrustedOutput, all_of, array, boolean, either, integer, load_npz, mapping, number, one_of, read_json,
     record, text,
 )
+from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 
 MAX_RESULT_BYTES = 64 << 20  # as large as a report `triage post` accepts, which carries most of it
 # The worker keeps at most 2,000 observables (triage/worker/observe.py); a looser cap here only
@@ -158,8 +159,10 @@ RESULT = record({
     "exit_note": text(2000, nullable=True),
     "observables": array(OBSERVABLE, MAX_OBSERVABLES),
     "observables_truncated": boolean(),
-    "leaves": array(LEAF, 100000),
-    "conditioning": array(CONDITIONING, 100000),
+    "leaves": array(LEAF, MAX_LEAVES),
+    "conditioning": array(CONDITIONING, MAX_CONDITIONING),
+    # What the worker kept out of `leaves` and `conditioning` to stay within those limits.
+    "left_out": record({"leaves": COUNT, "conditioning": COUNT}, closed=True, nullable=True),
     "graph": record({"nodes": COUNT, "leaves": COUNT, "compiled_graphs": COUNT, "stopped": NOTE,
                      "dtypes": array(DTYPE, 64), "export": NOTE}, closed=True, nullable=True),
     "reference": record({"status": one_of("off", "partial", "complete"), "seconds": number(nullable=True),

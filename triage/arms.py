@@ -42,19 +42,52 @@ def parse_arms(text: str) -> list[ArmSpec]:
     return specs
 
 
+# A torch release's numbers, ASCII only (Python's \d also matches ٢ or ２, which pip would be
+# asked for): at most 4 digits for a release number (2.15.0), 8 for the rest (a nightly's
+# .dev20250310, rc1, .post1, a local tag's cu128).
+MAX_RELEASE_DIGITS, MAX_OTHER_DIGITS = 4, 8
+_RELEASE_NUMBERS = re.compile(r"[0-9]+(?:\.[0-9]+)*", re.ASCII)
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
+_DEVICE = re.compile(r"cpu|mps|cuda(:[0-9]{1,4})?", re.ASCII)
+MAX_THREADS_DIGITS = 4
+
+
+def torch_release(text: str) -> str:
+    """`text` as a torch release to install (`release_version`), refused first where it holds
+    anything but ASCII or a number of absurd size: TorchEnvError says what is wrong."""
+    from triage.sandbox.torch_envs import _INVISIBLE, TorchEnvError, release_version
+
+    version = text.translate(_INVISIBLE).strip().lower()
+    if not version.isascii() or not version.isprintable():
+        odd = next(c for c in version if not (c.isascii() and c.isprintable()))
+        raise TorchEnvError(f"{text!r} is not a torch release version (e.g. 2.15.0): it holds {odd!r} "
+                            f"(U+{ord(odd):04X}); a version is written in ASCII digits, letters and dots")
+    numbers = _RELEASE_NUMBERS.match(version)
+    release = numbers.group(0).split(".") if numbers else []
+    checks = [(digits, MAX_RELEASE_DIGITS) for digits in release]
+    checks += [(digits, MAX_OTHER_DIGITS) for digits in _DIGITS.findall(version[len(".".join(release)):])]
+    for digits, limit in checks:
+        if len(digits) > limit:
+            raise TorchEnvError(f"'{text[:60]}' is not a torch release version (e.g. 2.15.0): the number "
+                                f"{digits[:24]}{'…' if len(digits) > 24 else ''} is longer than the {limit} digits "
+                                "a torch version has there")
+    return release_version(text)
+
+
 def parse_arm(text: str) -> ArmSpec:
     text, at, release = text.partition("@")
     torch = None
     if at:
-        from triage.sandbox.torch_envs import TorchEnvError, release_version
+        from triage.sandbox.torch_envs import TorchEnvError
 
         try:
-            torch = release_version(release)
+            torch = torch_release(release)
         except TorchEnvError as e:
-            raise ArmSpecError(f"{e} in arm '{text}@{release}'") from None
+            shown = release if len(release) <= 80 else release[:79] + "…"
+            raise ArmSpecError(f"{e} in arm '{text}@{shown}'") from None
     parts = text.split("/")
     device = parts[0].strip().lower()
-    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+    if not _DEVICE.fullmatch(device):
         raise ArmSpecError(f"unknown device '{parts[0]}' in arm '{text}' (use cpu, cuda, cuda:N or mps)")
     mode, backend, knobs = "eager", None, []
     for part in parts[1:]:
@@ -92,8 +125,10 @@ def _example(name: str) -> str:
 
 def _check_value(name: str, value: str, text: str) -> str:
     if name == "threads":
-        if not value.isdigit() or int(value) < 1:
-            raise ArmSpecError(f"threads must be a positive integer in arm '{text}', not '{value}'")
+        # ASCII digits only: str.isdigit() is true of '²', which int() then refuses.
+        if not re.fullmatch(rf"[0-9]{{1,{MAX_THREADS_DIGITS}}}", value, re.ASCII) or int(value) < 1:
+            raise ArmSpecError(f"threads must be a positive integer (at most {'9' * MAX_THREADS_DIGITS}) in arm "
+                               f"'{text}', not '{value}'")
         return str(int(value))
     if name == "fault":
         if os.environ.get(TEST_ARMS_ENV) != "1":

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import click
 
-from triage.arms import ArmSpecError, default_arms, parse_arms
+from triage.arms import ArmSpecError, default_arms, parse_arms, torch_release
 from triage.run import RunOptions
 
 EXIT_VERDICT, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_NOT_POSTED, EXIT_NOT_TESTED = 0, 2, 3, 4, 5
@@ -370,12 +370,12 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     from triage.sweep.driver import SweepOptions, run_sweep
     from triage.sweep.engine import EngineOptions
     from triage.sweep.item import ItemSettings
-    from triage.sandbox.torch_envs import TorchEnvError, release_version
+    from triage.sandbox.torch_envs import TorchEnvError
     from triage.sweep.store import StoreError
 
     err = Console(stderr=True, soft_wrap=True)
     try:
-        releases = tuple(dict.fromkeys(release_version(v) for v in (torch_releases or "").split(",") if v.strip()))
+        releases = tuple(dict.fromkeys(torch_release(v) for v in (torch_releases or "").split(",") if v.strip()))
     except TorchEnvError as e:
         raise click.UsageError(f"--torch: {e}") from None
     if torch_releases is not None and not releases:
@@ -762,10 +762,12 @@ def _write_text(path: str, text: str) -> None:
 
 def _source(path: str) -> str | None:
     """The script's text for choosing arms (None when unreadable: extract reports why)."""
+    from triage.extract import ScriptUnreadable, read_script
+
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(1 << 20)
-    except OSError:
+        # Never a plain open(): a FIFO named as the script would block it for ever.
+        return read_script(path)[1].decode("utf-8", errors="replace")
+    except ScriptUnreadable:
         return None
 
 

@@ -11,15 +11,18 @@ report without starting any arm.
 from __future__ import annotations
 
 import ast
+import errno
 import functools
 import json
 import os
 import re
 import resource
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from markdown_it import MarkdownIt
 
@@ -118,20 +121,93 @@ def _parse_in_subprocess(data: bytes, mode: str, filename: str) -> ParseProblem 
                         line if isinstance(line, int) else None)
 
 
+class ScriptUnreadable(Exception):
+    """The script path names nothing triage can read as a script; the message says why."""
+
+
+_SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: str | Path, mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return f"{path} is a directory, not a Python script"
+    kind = next((what for test, what in _SPECIAL_FILES if test(mode)), "not a regular file")
+    return f"{path} is {kind}, not a regular file; triage reads the script from a regular file"
+
+
+def read_script(path: str | Path, max_bytes: int = MAX_SOURCE_BYTES) -> tuple[str, bytes]:
+    """The script's real path and its bytes, read without trusting what the path names: only a
+    regular file (through symlinks) is opened, a FIFO cannot block the open (O_NONBLOCK), a
+    terminal is not made the controlling one (O_NOCTTY), and at most `max_bytes` + 1 bytes
+    are read (/dev/zero is refused, not read until memory runs out). Raises ScriptUnreadable
+    with the message for the user."""
+    p = Path(path).expanduser()
+    try:
+        info = os.stat(p)  # follows symlinks; stat never opens (a FIFO does not block it)
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise ScriptUnreadable(f"no such file: {path} (a symlink to {os.readlink(p)!r}, which does not "
+                                   "exist)") from None
+        raise ScriptUnreadable(f"no such file: {path}") from None
+    except OSError as e:
+        raise ScriptUnreadable(_os_problem(path, e)) from None
+    except ValueError as e:  # a NUL in the path
+        raise ScriptUnreadable(f"cannot read {path}: {e}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ScriptUnreadable(_not_regular(path, info.st_mode))
+    if info.st_size > max_bytes:
+        raise ScriptUnreadable(_too_big(path, f"{info.st_size} bytes", max_bytes))
+    try:
+        real = str(p.resolve())
+    except (OSError, RuntimeError):  # a loop made between the stat and here
+        raise ScriptUnreadable(f"{path} is a symlink loop (it never reaches a file)") from None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ScriptUnreadable(_os_problem(path, e)) from None
+    try:
+        # The name may have been replaced since the stat: what was opened is what counts.
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ScriptUnreadable(_not_regular(path, info.st_mode))
+        os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as e:
+        raise ScriptUnreadable(_os_problem(path, e)) from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise ScriptUnreadable(_too_big(path, f"more than {max_bytes} bytes", max_bytes))
+    return real, b"".join(chunks)
+
+
+def _too_big(path: str | Path, size: str, max_bytes: int) -> str:
+    return f"{path} is {size}; a repro script is expected to be under {max_bytes >> 20} MiB"
+
+
+def _os_problem(path: str | Path, e: OSError) -> str:
+    if e.errno == errno.ELOOP:
+        return f"{path} is a symlink loop (it never reaches a file)"
+    if e.errno == errno.ENOENT:
+        return f"no such file: {path}"
+    return f"cannot read {path}: {e.strerror or e}"
+
+
 def extract_repro(path: str | Path) -> Repro:
     p = Path(path).expanduser()
     name = p.name
     try:
-        p = p.resolve()
-        if p.is_dir():
-            return Repro(str(p), name, "", problem=f"{path} is a directory, not a Python script")
-        data = p.read_bytes()
-    except FileNotFoundError:
-        return Repro(str(p), name, "", problem=f"no such file: {path}")
-    except OSError as e:
-        return Repro(str(p), name, "", problem=f"cannot read {path}: {e.strerror or e}")
-    if len(data) > MAX_SOURCE_BYTES:
-        return Repro(str(p), name, "", problem=f"{path} is {len(data)} bytes; a repro script is expected to be under {MAX_SOURCE_BYTES >> 20} MiB")
+        real, data = read_script(path)
+    except ScriptUnreadable as e:
+        return Repro(os.path.abspath(p), name, "", problem=str(e))
+    p = Path(real)
     source = data.decode("utf-8", errors="replace")
     problem = compile_problem(data, str(p))
     if problem is None:
@@ -256,7 +332,45 @@ def _markdown() -> MarkdownIt:
     # prose. No link reference definitions (`[x]: url`, prose either way): on a body of `[`
     # lines their look-ahead is most of the parser's time.
     md.block.ruler.disable(["html_block", "reference"])
+    # HTML comments, though, are what GitHub hides: a fence inside `<!-- ... -->` is not
+    # shown to anyone, so it is not the reporter's repro (and could be planted to steer the
+    # verdict). Only CommonMark's HTML block of type 2 is recognized, as cmark-gfm does.
+    md.block.ruler.before("html_block", "html_comment", _html_comment,
+                          {"alt": ["paragraph", "reference", "blockquote"]})
     return md
+
+
+_COMMENT_START = re.compile(r"<!--")
+_COMMENT_END = re.compile(r"-->")
+
+
+def _html_comment(state: Any, start_line: int, end_line: int, silent: bool) -> bool:
+    """CommonMark's HTML block type 2 (a line that starts, after at most 3 spaces, with
+    `<!--`; it ends on the first line holding `-->`, or with its container or the document
+    when none does), as markdown-it's own `html_block` rule finds it, for comments only.
+    Code (a fence, an indented block) is parsed before: a `<!--` in code stays code."""
+    if state.is_code_block(start_line):
+        return False
+    pos = state.bMarks[start_line] + state.tShift[start_line]
+    maximum = state.eMarks[start_line]
+    if not _COMMENT_START.match(state.src, pos, maximum):
+        return False
+    if silent:
+        return True  # it can interrupt a paragraph
+    line = start_line + 1
+    if not _COMMENT_END.search(state.src, pos, maximum):
+        while line < end_line:
+            # An outdented line ends the container and the comment with it (a blank one does not).
+            if state.sCount[line] < state.blkIndent and not state.isEmpty(line):
+                break
+            found = _COMMENT_END.search(state.src, state.bMarks[line] + state.tShift[line], state.eMarks[line])
+            line += 1
+            if found:
+                break
+    state.line = line
+    token = state.push("html_comment", "", 0)
+    token.map = [start_line, line]
+    return True
 
 
 def _blocks(text: str) -> list[_Block]:
@@ -286,6 +400,10 @@ def _blocks(text: str) -> list[_Block]:
     for i, tok in enumerate(tokens):
         if tok.type in ("blockquote_open", "list_item_open"):
             outer.append((section, tok.map[1] if tok.map else start))
+        elif tok.type == "html_comment" and tok.map:
+            flush(tok.map[0])  # its lines are neither code nor prose: GitHub shows none of them
+            start = max(start, tok.map[1])
+            continue
         elif tok.type in ("blockquote_close", "list_item_close") and outer:
             was, end = outer.pop()
             if was != section:

@@ -120,6 +120,9 @@ class ArmRun:
     observables: list[Observable] = field(default_factory=list)
     leaves: list[dict[str, Any]] = field(default_factory=list)
     conditioning: list[dict[str, Any]] = field(default_factory=list)
+    # Leaves and conditioning notes the worker did not write, to keep within its limits (a
+    # report note says so).
+    left_out: dict[str, int] | None = field(default=None, metadata={"json": False})
     graph: dict[str, Any] | None = None
     reference: dict[str, Any] | None = None
     random_before_seed: dict[str, Any] | None = None

@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from triage.sandbox.caches import cache_root
+from triage.untrusted import UntrustedOutput, read_json
 
 # PEP 440 versions as PyPI publishes torch's (2.15.0, 2.16.0rc1, 2.15.0.post1, 2.14.1+cpu):
 # no paths, no requirement operators, nothing pip would read as an option.
@@ -129,12 +131,15 @@ def torch_env(version: str, cache_dir: str | None = None, log: Callable[[str], N
     root.mkdir(parents=True, exist_ok=True)
     folder = root / version
     with _locked(root / f"{version}.lock", log, version):
-        marker = _marker(folder)
+        marker = _environment(folder)
         if marker is None:
+            if log and os.path.lexists(folder):
+                log(f"the environment of torch {version} in {folder} is not a finished build triage can use "
+                    f"(its {MARKER} is missing, unreadable or names paths outside it); building it again")
             _build(folder, version, log)
-            marker = _marker(folder)
+            marker = _environment(folder)
         if marker is None:
-            raise TorchEnvError(f"the environment of torch {version} in {folder} has no readable {MARKER}")
+            raise TorchEnvError(f"the environment of torch {version} in {folder} has no usable {MARKER}")
         _install_worker(folder, folder / marker["purelib"])
     return TorchEnv(version=version, python=str(folder / "bin" / "python"), build=marker["build"])
 
@@ -146,15 +151,50 @@ def interpreters_for(releases: list[str | None], cache_dir: str | None = None,
     return {release: torch_env(release, cache_dir, log).python for release in dict.fromkeys(r for r in releases if r)}
 
 
+MAX_MARKER_BYTES = 64 << 10
+_BUILD_LABEL = re.compile(r"[\x20-\x7e]{1,200}")  # printable ASCII: a result key and a report field
+
+
 def _marker(folder: Path) -> dict[str, str] | None:
     """What the build recorded, None where there is no finished build (or its record is
-    unreadable: the folder is then built again)."""
+    unreadable or not what `_build` writes: the folder is then built again). The record is
+    a file in the cache, not trusted: `purelib` must be a relative path that stays inside
+    `folder` (triage writes its .pth file there), `build` a short printable label."""
     try:
-        marker = json.loads((folder / MARKER).read_text())
-        usable = isinstance(marker, dict) and all(isinstance(marker.get(k), str) for k in ("purelib", "build"))
-        return marker if usable else None
-    except (OSError, ValueError):
+        marker = read_json(folder / MARKER, MAX_MARKER_BYTES)
+    except UntrustedOutput:
         return None
+    if not isinstance(marker, dict):
+        return None
+    purelib, build = marker.get("purelib"), marker.get("build")
+    if not isinstance(purelib, str) or not isinstance(build, str) or not _BUILD_LABEL.fullmatch(build):
+        return None
+    if not purelib or "\0" in purelib or os.path.isabs(purelib) or len(purelib) > 4096:
+        return None
+    relative = os.path.normpath(purelib)
+    if relative == "." or relative.split(os.sep)[0] == os.pardir:
+        return None
+    return dict(marker, purelib=relative)
+
+
+def _environment(folder: Path) -> dict[str, str] | None:
+    """`_marker(folder)` where the folder holds what it says: a real directory (not a link),
+    its `purelib` a directory inside it once links are followed, and an interpreter."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return None
+    except OSError:
+        return None
+    marker = _marker(folder)
+    if marker is None:
+        return None
+    real = os.path.realpath(folder)
+    purelib = os.path.realpath(folder / marker["purelib"])
+    if os.path.commonpath([real, purelib]) != real or purelib == real or not os.path.isdir(purelib):
+        return None
+    if not os.access(folder / "bin" / "python", os.X_OK):
+        return None
+    return marker
 
 
 @contextlib.contextmanager

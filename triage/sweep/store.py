@@ -112,6 +112,7 @@ _FIELDS = ("key", "content_sha256", "torch_build", "arms", "kind", "title", "out
            "verdict_kind", "expected", "summary", "report", "error", "seconds", "node",
            "finished_at", "extra")
 _COLUMNS = ", ".join(_FIELDS)
+_READ = _COLUMNS + ", id"  # what a result is read from: its fields, then its row id
 
 
 class StoreError(Exception):
@@ -323,14 +324,32 @@ class ResultStore:
 
     @staticmethod
     def _result(row: sqlite3.Row | tuple) -> ItemResult:
+        """A row (its `_FIELDS`, then its id) as an ItemResult. A row whose `report` or `extra`
+        is not JSON (the file was edited, or damaged inside one cell) is read as a failed
+        result whose error names the row; the other rows are unaffected."""
         values = dict(zip(_FIELDS, row))
+        row_id = row[len(_FIELDS)] if len(row) > len(_FIELDS) else None
         for name in ("key", "content_sha256", "torch_build", "arms", "kind", "title", "outcome",
                      "url", "verdict_kind", "summary", "error", "node", "finished_at"):
             values[name] = _dec(values[name])
         values["expected"] = None if values["expected"] is None else bool(values["expected"])
-        values["report"] = None if values["report"] is None else json.loads(values["report"])
-        values["extra"] = json.loads(values["extra"])
         values["seconds"] = math.nan if values["seconds"] is None else float(values["seconds"])
+        unreadable = []
+        for name, empty in (("report", None), ("extra", {})):
+            try:
+                text = values[name]
+                values[name] = None if text is None and name == "report" else json.loads(text)
+                if not isinstance(values[name], dict if name == "extra" else (dict, type(None))):
+                    raise ValueError(f"a JSON {type(values[name]).__name__}, not an object")
+            except (TypeError, ValueError, RecursionError) as e:
+                values[name] = empty
+                unreadable.append(f"its {name} column is not a JSON object ({str(e)[:120] or type(e).__name__})")
+        if unreadable:
+            where = f"row {row_id}" if row_id is not None else "a row"
+            delete = f" (DELETE FROM results WHERE id = {row_id})" if row_id is not None else ""
+            values.update(outcome="failed", verdict_kind=None, expected=None,
+                          error=f"the stored result cannot be read: {where} of the results store: "
+                                f"{'; '.join(unreadable)}. Delete the row{delete} to run the item again.")
         return ItemResult(**values)
 
     def put(self, result: ItemResult, sweep_id: int | None = None) -> bool:
@@ -366,7 +385,7 @@ class ResultStore:
         """The stored result for one result key, or None."""
         with self._lock:
             row = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM results WHERE key = ? AND content_sha256 = ? "
+                f"SELECT {_READ} FROM results WHERE key = ? AND content_sha256 = ? "
                 f"AND torch_build = ? AND arms = ?",
                 _key_params(key, content_sha256, torch_build, arms)).fetchone()
         return None if row is None else self._result(row)
@@ -392,7 +411,7 @@ class ResultStore:
     def results(self, torch_build: str | None = None) -> list[ItemResult]:
         """Every stored result, or those of one torch build, ordered by key, torch build and
         arms (and, for one key's several content hashes, oldest first)."""
-        sql = f"SELECT {_COLUMNS} FROM results"
+        sql = f"SELECT {_READ} FROM results"
         params: tuple = ()
         if torch_build is not None:
             sql, params = sql + " WHERE torch_build = ?", (_enc(torch_build),)
@@ -406,7 +425,7 @@ class ResultStore:
         "reproduces on 2.13.0, not on 2.15.0".  Empty where the key has no result."""
         with self._lock:
             rows = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM results WHERE key = ?1 AND content_sha256 = "
+                f"SELECT {_READ} FROM results WHERE key = ?1 AND content_sha256 = "
                 f"(SELECT content_sha256 FROM results WHERE key = ?1 ORDER BY id DESC LIMIT 1) "
                 f"ORDER BY torch_build, arms", (_enc(key),)).fetchall()
         return [self._result(r) for r in rows]

@@ -67,6 +67,18 @@ def fingerprint(t: torch.Tensor) -> dict[str, Any]:
     return fp
 
 
+def readable_fingerprint(t: torch.Tensor) -> tuple[dict[str, Any] | None, str | None]:
+    """`fingerprint(t)` and None, or None and why `t` cannot be read: a meta tensor has a
+    shape and a dtype but no data, and a tensor subclass may raise anything when read. One
+    such value costs the arm that value, never the others (nor the arm itself)."""
+    try:
+        if t.is_meta:
+            return None, "a meta tensor: it has a shape and a dtype but no data to compare"
+        return fingerprint(t), None
+    except Exception as e:  # noqa: BLE001 - whatever reading the script's tensor raises
+        return None, f"cannot be read ({type(e).__name__})"
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, complex):
         return [_jsonable(v.real), _jsonable(v.imag)]
@@ -79,7 +91,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray | None:
     """An exact numpy copy (bfloat16 widened to float32, which is exact); None if impossible."""
     try:
         cpu = _plain_cpu(t)
-    except (RuntimeError, TypeError):
+    except Exception:  # noqa: BLE001 - a meta tensor, or a subclass that raises anything
         return None
     if cpu.dtype == torch.bfloat16:
         cpu = cpu.float()
@@ -89,5 +101,5 @@ def to_numpy(t: torch.Tensor) -> np.ndarray | None:
         # A copy: numpy() shares the tensor's memory, and the script may update it in place
         # later (an optimizer's step counter), which would rewrite the value observed now.
         return cpu.numpy().copy()
-    except TypeError:
+    except Exception:  # noqa: BLE001 - a dtype numpy has no counterpart for
         return None

@@ -26,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from triage.worker.fingerprint import fingerprint, to_numpy
+from triage.worker.fingerprint import fingerprint, readable_fingerprint, to_numpy
 from triage.worker.modes import Quiet, suspended_modes
 from triage.worker.opgraph import OpRecorder, RecordingBackend
 
@@ -122,11 +122,8 @@ class ObservationStore:
             return
         with self.quiet:
             index = len(self.records)
-            try:
-                fp = fingerprint(t)
-            except Exception as e:  # noqa: BLE001 - an odd tensor must not stop the script
-                fp = None
-                label = f"{label} (no fingerprint: {type(e).__name__})"
+            fp, unreadable = readable_fingerprint(t)  # an odd tensor must not stop the script
+            label = _fitted(label, f" (no values: {unreadable})" if unreadable else "")
             node = self.recorder.node_for(t) if fp is not None else None
             record = {
                 "index": index, "kind": kind, "label": label,
@@ -149,6 +146,17 @@ class ObservationStore:
         for i, t in enumerate(tensors[:MAX_TENSORS_PER_CALL]):
             suffix = f" output {i}" if len(tensors) > 1 else ""
             self.add(kind, label + suffix, t, line, module=module)
+
+
+MAX_LABEL = 300  # result.json's limit (triage/arm_output.py): a longer one would cost the arm
+
+
+def _fitted(label: str, note: str, limit: int = MAX_LABEL) -> str:
+    """`label` + `note` within `limit` characters: a module's class name is the script's to
+    choose, at any length; the note is kept whole."""
+    if len(label) + len(note) <= limit:
+        return label + note
+    return label[:limit - len(note) - 1] + "…" + note
 
 
 def _version_of(t: torch.Tensor) -> int | None:
@@ -315,7 +323,8 @@ def training_layers(module: torch.nn.Module, limit: int = 20) -> list[dict[str, 
             effect = "normalizes with the batch's own statistics and updates running_mean/running_var"
         else:
             effect = "draws a random negative slope on every call"
-        found.append({"path": path, "type": type(m).__name__, "effect": effect})
+        # Within result.json's limits (1000 and 300 characters): the names are the script's.
+        found.append({"path": _fitted(path, "", 1000), "type": _fitted(type(m).__name__, ""), "effect": effect})
         if len(found) >= limit:
             break
     return found
@@ -348,7 +357,8 @@ def _variable_of(module: torch.nn.Module, script: str) -> str | None:
         if frame.f_code.co_filename == script:
             for scope in (frame.f_locals, frame.f_globals):
                 for name, value in scope.items():
-                    if value is module and not name.startswith("_"):
+                    # A name longer than result.json takes is no name to paste: none.
+                    if value is module and not name.startswith("_") and len(name) <= MAX_LABEL:
                         return name
         frame = frame.f_back
     return None

@@ -15,6 +15,7 @@ import numpy as np
 
 from triage.worker.claims import claim_summary, is_claim
 from triage.worker.hooks import ScriptHooks, run_script
+from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 from triage.worker.process import open_file, replace_file, to_json
 
 
@@ -25,7 +26,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     from triage.worker import envinfo
     from triage.worker.collapse import DeviceCollapse, install_cuda_shims
     from triage.worker.expressions import EXPRESSION_HOOK, ExpressionObserver, compile_observing_expressions
-    from triage.worker.fingerprint import fingerprint, to_numpy
+    from triage.worker.fingerprint import readable_fingerprint, to_numpy
     from triage.worker.modes import ModeStacks
     from triage.worker.observe import (
         ObservationStore, Observer, RootCalls, final_tensors, install_assert_close,
@@ -123,13 +124,29 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     recording = recorder.finish()
     result["flags_end"] = envinfo.numerics_flags()
 
-    leaves = []
-    for leaf in recording.leaves:
-        leaves.append({"index": leaf.index, "node": leaf.node.name, "kind": leaf.kind, "op": leaf.op,
-                       "line": leaf.line, "fingerprint": fingerprint(leaf.value),
-                       "seed": leaf.seed, "call_line": leaf.call_line})
     leaf_index = {leaf.node.name: leaf.index for leaf in recording.leaves}
     by_name = {n.name: n for n in recording.graph.nodes}
+    conditioning_nodes = {c["node"]: i for i, c in enumerate(recording.conditioning)}
+    for record in store.records:
+        record["ancestors"], record["conditioning"] = _ancestry(by_name.get(record["node"]), leaf_index,
+                                                                conditioning_nodes)
+    # Within result.json's limits: the leaves (and conditioning notes) the observed values read
+    # first, then the earliest; the observables' references renumbered to the kept entries.
+    kept_leaves = _kept(len(recording.leaves), [r["ancestors"] for r in store.records], MAX_LEAVES)
+    kept_conditioning = _kept(len(recording.conditioning), [r["conditioning"] for r in store.records],
+                              MAX_CONDITIONING)
+    for record in store.records:
+        record["ancestors"] = [kept_leaves[i] for i in record["ancestors"] if i in kept_leaves]
+        record["conditioning"] = [kept_conditioning[i] for i in record["conditioning"] if i in kept_conditioning]
+    leaves = []
+    for old in kept_leaves:  # in recording order, as renumbered
+        leaf = recording.leaves[old]
+        leaves.append({"index": len(leaves), "node": leaf.node.name, "kind": leaf.kind, "op": leaf.op,
+                       "line": leaf.line, "fingerprint": readable_fingerprint(leaf.value)[0],
+                       "seed": leaf.seed, "call_line": leaf.call_line})
+    conditioning = [recording.conditioning[old] for old in kept_conditioning]
+    left_out = {"leaves": len(recording.leaves) - len(leaves),
+                "conditioning": len(recording.conditioning) - len(conditioning)}
 
     reference: dict[str, Any] = {"status": "off", "seconds": 0.0, "note": None, "approximate_ops": []}
     replay = None
@@ -145,10 +162,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
             approximate_ops=sorted(set(replay.approximate.values())),
         )
     values = dict(store.values)
-    conditioning_nodes = {c["node"]: i for i, c in enumerate(recording.conditioning)}
     for record in store.records:
         node_name = record["node"]
-        record["ancestors"], record["conditioning"] = _ancestry(by_name.get(node_name), leaf_index, conditioning_nodes)
         ref: dict[str, Any] = {"fingerprint": None, "note": None, "approximate": False}
         record["reference"] = ref
         if replay is None:
@@ -165,7 +180,10 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         if fp is None or list(value.shape) != fp["shape"]:
             ref["note"] = "the replay produced a different shape"
             continue
-        ref["fingerprint"] = fingerprint(value)
+        ref["fingerprint"], unreadable = readable_fingerprint(value)
+        if unreadable:
+            ref["note"] = f"the float64 replay's value {unreadable}"
+            continue
         ref["approximate"] = bool(replay.approximate)
         wide = to_numpy(value)
         if wide is not None and f"obs{record['index']}" in values:
@@ -184,7 +202,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         observables=store.records,
         observables_truncated=store.full,
         leaves=leaves,
-        conditioning=recording.conditioning,
+        conditioning=conditioning,
+        left_out=left_out if any(left_out.values()) else None,
         graph={"nodes": len(by_name), "leaves": len(recording.leaves),
                "compiled_graphs": recording.compiled_graphs, "stopped": recording.stopped,
                "dtypes": floating_dtypes(recording.graph)},
@@ -237,6 +256,23 @@ def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[st
     return sorted(leaves)[:256], sorted(conditioned)
 
 
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _kept(total: int, referenced: list[list[int]], limit: int) -> dict[int, int]:
+    """Which of `total` entries to keep, at most `limit`: those `referenced` first (lowest
+    first), then the earliest of the rest. {old index: new index}, in the old order."""
+    if total <= limit:
+        return {i: i for i in range(total)}
+    chosen = set(sorted({i for refs in referenced for i in refs if 0 <= i < total})[:limit])
+    for i in range(total):
+        if len(chosen) >= limit:
+            break
+        chosen.add(i)
+    return {old: new for new, old in enumerate(sorted(chosen))}
+
+
 def _modes_left_note(names: list[str], shown: int = 5) -> str:
     """The exit note for torch modes the script entered and never left (names shortened: the
     note must stay a sentence whatever the script calls its classes)."""
@@ -267,8 +303,9 @@ def _exception_info(e: BaseException, script: str, observed: bool, hooks: set[ty
         line = e.lineno
     text = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(type(e), e))
     return {
-        "type": type(e).__name__,
-        "qualified_type": f"{type(e).__module__}.{type(e).__qualname__}",
+        # The class's names are the script's, at any length: within result.json's limits.
+        "type": _shortened(type(e).__name__, 300),
+        "qualified_type": _shortened(f"{type(e).__module__}.{type(e).__qualname__}", 1000),
         "message": str(e)[:2000],
         "traceback": text[-8000:],
         "line": line,
