@@ -50,6 +50,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_GET_SECCOMP = 38, 22, 21
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+# capset(2)'s number where a process can drop its capabilities here (the fork server forks
+# jobs only there; elsewhere they are spawned in bubblewrap, which drops them itself).
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
 # Landlock's system calls have the same numbers on both architectures below (like every
 # syscall added since the tables were unified in 5.1).
@@ -186,6 +190,10 @@ def confine(*, writable: Sequence[str], readable: Sequence[str], devices: Sequen
     held, arch = _plan(deny_tcp, seccomp)
     if held.landlock_abi and held.landlock_abi < 8:
         _require_single_thread("Landlock before ABI 8 restricts the calling thread only")
+    if _capabilities() and os.uname().machine in SYS_CAPSET:
+        # Root outside a jail (the process sandbox): CAP_SYS_PTRACE would let it read other
+        # processes' memory and environment through /proc past Landlock's ptrace rule.
+        drop_capabilities()
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
     if held.filesystem:
         _landlock(held.landlock_abi, writable, readable, devices, held.network, held.scoped)
@@ -228,6 +236,38 @@ def _plan(deny_tcp: bool, seccomp: bool) -> tuple[Held, _Arch | None]:
         filtered = True
     return Held(landlock_abi=abi, filesystem=bool(abi), network=network, scoped=scoped, seccomp=filtered,
                 why_not=tuple(why_not)), arch
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """What bubblewrap does for its sandboxed process: no capability in any set, none to be
+    regained by exec (bounding set emptied, no_new_privs)."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop the bounding set")
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _check(_libc.syscall(SYS_CAPSET[os.uname().machine], ctypes.byref(header), data), "capset")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+    if any(int(status[key], 16) for key in ("CapEff", "CapPrm", "CapBnd", "CapAmb") if key in status):
+        raise OSError("capabilities were not dropped")
+
+
+def _capabilities() -> int:
+    """This process's effective capabilities (0 in any jail: bubblewrap and the fork server drop them)."""
+    with open("/proc/self/status") as f:
+        return next((int(line.split()[1], 16) for line in f if line.startswith("CapEff:")), 0)
 
 
 def _landlock_probe() -> tuple[int, str]:

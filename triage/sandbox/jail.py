@@ -50,6 +50,9 @@ ETC_ALLOWED = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "pas
                "localtime", "timezone", "hosts", "host.conf", "os-release", "lsb-release", "debian_version",
                "mime.types", "gai.conf")
 ROOT_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt")
+# Device nodes every process may open (bubblewrap's --dev makes these).
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts",
+           "/dev/ptmx")
 # Device nodes an accelerator arm needs (NVIDIA, then ROCm); absent ones are skipped.
 ACCELERATOR_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                        "/dev/nvidia-caps", "/dev/kfd", "/dev/dri")
@@ -144,11 +147,15 @@ def confinement_rules(python: str | None, jail: Confinement, namespace: bool) ->
     what the caller shares (in the jail, also where those are shown: /tmp, /dev/shm, the
     mounts).  Readable: the system, the installation, the files it was given.  Without a
     network namespace (process isolation) TCP is denied outright."""
-    writable = [jail.scratch, *jail.writable]
-    writable += ["/tmp", "/dev/shm", *jail.mounts] if namespace else list(jail.mounts.values())
-    readable = ["/" + entry for entry in ROOT_ENTRIES] + ["/etc", "/sys", "/proc"]
-    readable += [*interpreter_paths(python if python != sys.executable else None), *jail.readable]
-    return {"writable": writable, "readable": readable, "deny_tcp": not namespace}
+    writable = [jail.scratch, *jail.writable, "/dev/shm"]  # /dev/shm: POSIX semaphores (multiprocessing)
+    writable += ["/tmp", *jail.mounts] if namespace else list(jail.mounts.values())
+    readable = ["/" + entry for entry in ROOT_ENTRIES] + ["/etc/" + name for name in ETC_ALLOWED]
+    readable += ["/sys", "/proc", *interpreter_paths(python if python != sys.executable else None), *jail.readable]
+    # The nodes a program opens, by name: outside the jail /dev also holds the host's disks.
+    devices = [*DEVICES, *(ACCELERATOR_DEVICES if jail.accelerators else ())]
+    if jail.accelerators:
+        devices += sorted(glob.glob("/dev/nvidia[0-9]*"))
+    return {"writable": writable, "readable": readable, "devices": devices, "deny_tcp": not namespace}
 
 
 def host_directory(path: str) -> str:
@@ -205,13 +212,42 @@ def isolation(requested: str = "auto") -> Isolation:
     else the process sandbox, with the reason.  `requested` is auto, namespace or process."""
     if requested == PROCESS:
         return Isolation(PROCESS, "process only (asked for with --isolation process): the script runs as this user "
-                                  "with a scrubbed environment, its own process group and polled limits")
+                                  "with a scrubbed environment and its own process group; "
+                                  + kernel_mechanisms(namespace=False))
     reason = _namespace_unavailable()
     if reason is None:
         return Isolation(NAMESPACE, "bubblewrap: user, PID, network, IPC and mount namespaces; the installation "
-                                    "read-only; only a scratch directory writable; an empty HOME")
-    return Isolation(PROCESS, f"process only: {reason}; the script runs as this user and can read what this user "
-                              "can read (HOME, other processes), write where this user can, and reach the network")
+                                    "read-only; only a scratch directory writable; an empty HOME; "
+                                    + kernel_mechanisms(namespace=True))
+    return Isolation(PROCESS, f"process only: {reason}; the script runs as this user with a scrubbed environment "
+                              "and its own process group; " + kernel_mechanisms(namespace=False))
+
+
+def kernel_mechanisms(namespace: bool) -> str:
+    """What the kernel enforces in every job on this machine, beside the namespaces: the
+    worker's own confinement (sandbox/confine.py) and the cgroup (sandbox/cgroups.py) — and,
+    for each that is missing, what that leaves open."""
+    from triage.sandbox import cgroups, confine
+
+    held = confine.available(deny_tcp=not namespace)
+    parts = [f"in every job: {held.describe()}"]
+    if not held.filesystem:
+        parts.append("without Landlock " + ("the mounts alone bound what it reads and writes" if namespace
+                                            else "it can read what this user can read and write where this user can"))
+    if not namespace and not held.network:
+        parts.append("it can reach the network")
+    if not held.seccomp:
+        parts.append("no seccomp filter: only the dropped capabilities stand between it and ptrace, "
+                     "namespaces and the keyring" if namespace else "no seccomp filter")
+    support = cgroups.support()
+    if support.kind != "none":
+        parts.append(support.summary())
+    if not support.memory:
+        parts.append("memory polled, not held by a cgroup: memory in no process's pages (an unmapped memfd, "
+                     "System V shared memory) is not counted")
+    if not support.tasks:
+        parts.append("tasks (threads included) polled, not held by a cgroup")
+    return "; ".join(parts)
 
 
 def _namespace_unavailable() -> str | None:

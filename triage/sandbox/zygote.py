@@ -33,6 +33,7 @@ from typing import Any, Iterator
 
 from triage.sandbox import jail as jails
 from triage.sandbox.cgroups import JobCgroup
+from triage.sandbox.confine import SYS_CAPSET
 from triage.untrusted import remove_tree
 
 ZYGOTE_MODULE = "triage.worker.zygote"
@@ -40,7 +41,7 @@ ENTRY_MODULES = ("triage.worker", "triage.worker.serve")  # triage/worker/zygote
 STAGE = "/triage-stage"  # triage/worker/zygote.py STAGE
 FIRST_JOB_FD = 3  # triage/worker/zygote.py FIRST_JOB_FD
 PER_JOB_ENV = ("HOME", "TMPDIR", "TRIAGE_CONFINE")
-CONFINABLE_MACHINES = ("x86_64", "aarch64")  # triage/worker/zygote.py SYS_CAPSET
+CONFINABLE_MACHINES = tuple(SYS_CAPSET)  # where a forked child can drop its capabilities
 PID_WAIT_S = 5.0
 
 _active: list["ForkServer"] = []

@@ -59,7 +59,8 @@ def confine_self() -> None:
     from triage.sandbox.confine import confine
 
     spec = json.loads(rules)
-    confine(writable=spec["writable"], readable=spec["readable"], deny_tcp=bool(spec["deny_tcp"]))
+    confine(writable=spec["writable"], readable=spec["readable"], devices=spec["devices"],
+            deny_tcp=bool(spec["deny_tcp"]))
 
 
 def limit_address_space(limit: int) -> None:

@@ -52,6 +52,8 @@ import sys
 import traceback
 from typing import Any, Iterator, NoReturn
 
+from triage.sandbox.confine import drop_capabilities
+
 # Import levels, in the order they are loaded; a request names the level it needs.
 LEVELS: dict[str, tuple[str, ...]] = {
     "torch": ("torch", "numpy", "triage.worker.__main__", "triage.worker.session", "triage.worker.observe",
@@ -83,10 +85,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVA
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
 MNT_DETACH = 2
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
-PR_CAP_AMBIENT_CLEAR_ALL = 4
-# capset(2)'s number where the fork server can confine a child; elsewhere jobs are spawned.
-SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 STAGE = "/triage-stage"  # an empty directory the zygote's jail provides (sandbox/zygote.py)
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only, as bubblewrap leaves them
 
@@ -290,7 +289,7 @@ def _init(request: dict[str, Any], fds: list[int]) -> NoReturn:
             _check(_libc.mount(path, path, None, MS_BIND | MS_REC, None), f"bind /proc/{entry}")
             _check(_libc.mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None),
                    f"read-only /proc/{entry}")
-    _drop_capabilities()
+    drop_capabilities()
     # Not dumpable: the job (same credentials) cannot trace this process or read its memory,
     # a copy of the zygote's heap; the job itself is made dumpable again, as a spawned one is.
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -403,32 +402,6 @@ def _bind(source: str, target: str, read_only: bool) -> None:
     if read_only:
         _check(_libc.mount(None, target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
                            None), f"read-only {target}")
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-def _drop_capabilities() -> None:
-    """What bubblewrap does for its sandboxed process: no capability in any set, none to be
-    regained by exec (bounding set emptied, no_new_privs)."""
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last = int(f.read())
-    for cap in range(last + 1):
-        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop the bounding set")
-    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)()
-    _check(_libc.syscall(SYS_CAPSET[os.uname().machine], ctypes.byref(header), data), "capset")
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    with open("/proc/self/status") as f:
-        status = dict(line.split(":", 1) for line in f if ":" in line)
-    if any(int(status[key], 16) for key in ("CapEff", "CapPrm", "CapBnd", "CapAmb") if key in status):
-        raise OSError("capabilities were not dropped")
 
 
 def _check(result: int, what: str) -> None:
