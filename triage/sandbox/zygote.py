@@ -167,10 +167,11 @@ class ForkServer:
         err_r, err_w = os.pipe()
         renumbered = {str(fd): str(FIRST_JOB_FD + i) for i, fd in enumerate(pass_fds)}
         child_env = {k: (renumbered.get(v, v) if k.endswith("_FD") else v) for k, v in env.items()}
-        view = [[jail.scratch, jail.scratch, True]]
-        view += [[p, p, True] for p in jail.writable]
-        view += [[host, inside, True] for inside, host in jail.mounts.items()]
-        view += [[p, p, False] for p in jail.readable]
+        # Host paths checked as for bubblewrap (jail.host_directory): the child's bind follows links.
+        view = [[jails.host_directory(jail.scratch), jail.scratch, True]]
+        view += [[jails.host_directory(p), p, True] for p in jail.writable]
+        view += [[jails.host_directory(host), inside, True] for inside, host in jail.mounts.items()]
+        view += [[jails.host_path(p), p, False] for p in jail.readable]
         # The installation itself, where it lives in a temporary folder (a checkout in /tmp).
         view += [[p, p, False] for p in jails.interpreter_paths(self._own_python()) if self._under_hidden(p)]
         request = {"job": job, "module": argv[3], "args": argv[4:], "env": child_env, "cwd": jail.workdir,

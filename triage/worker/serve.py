@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from triage.worker.process import confine_self, limit_address_space, unbuffered_output
-from triage.worker.wire import WireError, receive, send
 
 
 class Server:
@@ -213,6 +212,10 @@ COMMANDS = ("prepare", "load_values", "run", "localize", "inputs", "render")
 
 def main() -> int:
     confine_self()
+    # Only now: numpy (which the wire imports) starts OpenBLAS's threads, and a process is
+    # confined before any thread runs beside it (sandbox/confine.py).
+    from triage.worker.wire import WireError, receive, send
+
     unbuffered_output()
     requests = os.fdopen(int(os.environ.pop("TRIAGE_REQUEST_FD")), "rb")
     replies = os.fdopen(int(os.environ.pop("TRIAGE_REPLY_FD")), "wb")
