@@ -416,3 +416,22 @@ def test_confinement_is_possible_in_every_job_here_or_the_report_says_what_is_mi
     support = cgroups.support()
     assert (support.summary() in detail) if support.kind != "none" else ("polled" in detail)
     assert "/sys/fs/cgroup" not in detail  # no path of this machine in a public report
+
+
+def test_the_warm_up_cache_is_copied_as_plain_files_only(tmp_path):
+    """The fork server's probe libraries are kept between runs by copying, never by mounting:
+    links (to a host file) and anything but regular files are left behind."""
+    source, target = tmp_path / "zygote-home", tmp_path / "kept"
+    (source / "ab").mkdir(parents=True)
+    (source / "ab" / "probe.so").write_bytes(b"\x7fELF")
+    (source / "ab" / "link.so").symlink_to("/etc/passwd")
+    (source / "linked-folder").symlink_to(tmp_path)
+    os.mkfifo(source / "fifo")
+    target.mkdir()
+    (target / "ab").mkdir()
+    (target / "ab" / "probe.so").write_bytes(b"kept")  # already there: not replaced
+    caches.copy_plain_tree(str(source), str(target))
+    assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == ["ab", "ab/probe.so"]
+    assert (target / "ab" / "probe.so").read_bytes() == b"kept"
+    caches.copy_plain_tree(str(source), str(tmp_path / "fresh"))
+    assert (tmp_path / "fresh" / "ab" / "probe.so").read_bytes() == b"\x7fELF"

@@ -22,7 +22,9 @@ from triage.model import ArmRun, ArmSpec, Observable, Repro
 from triage.sandbox import (
     Confinement, Isolation, Limits, ProcessOutcome, isolation, physical_memory, run_isolated, scrubbed_environment,
 )
-from triage.sandbox.caches import EnvironmentCache, collect_environment, compile_cache, inductor_default_dir
+from triage.sandbox.caches import (
+    EnvironmentCache, collect_environment, compile_cache, inductor_default_dir, warm_up_cache,
+)
 from triage.sandbox.process import MAX_DISK_ENTRIES
 from triage.sandbox.zygote import fork_server
 from triage.untrusted import UntrustedOutput, remove_tree
@@ -211,10 +213,11 @@ def forking_workers(repro: Repro, arms: list[ArmSpec], options: RunOptions) -> I
         compiles[python] = compiles.get(python, False) or a.mode == "compile"
     with contextlib.ExitStack() as servers:
         for python, with_inductor in compiles.items():
+            own = None if python == sys.executable else python
             servers.enter_context(fork_server(
                 env=env, isolation=isolation(options.isolation), writable=[compiled],
                 mounts=inductor_default_dir(env, compiled), readable=_readable(repro), compile=with_inductor,
-                python=None if python == sys.executable else python))
+                python=own, warm_cache=warm_up_cache(own, options.cache_dir) if with_inductor else None))
         yield
 
 

@@ -35,6 +35,7 @@ from triage.untrusted import remove_tree
 COMPILE_CACHE_TTL_S = 7 * 86400
 COMPILE_CACHE_SCRIPT_BYTES = 1 << 30  # inductor's cache of one script is megabytes; more was written on purpose
 COMPILE_CACHE_TOTAL_BYTES = 4 << 30
+WARM_UP_CACHE_BYTES = 64 << 20  # the probe libraries are a few hundred KiB
 # Part of every cache key: a folder of an earlier layout (where the script could write the
 # folder triage mounts) is never reused; the age and size limits remove it.
 COMPILE_CACHE_LAYOUT = "2"
@@ -154,6 +155,49 @@ def trim_compile_cache(compiled: str) -> None:
     holder = os.path.dirname(compiled)
     if disk_usage([holder], COMPILE_CACHE_SCRIPT_BYTES) > COMPILE_CACHE_SCRIPT_BYTES:
         remove_tree(holder)
+
+
+def warm_up_cache(python: str | None = None, directory: str | None = None) -> str:
+    """The fork server's own inductor cache (the vector-ISA probe libraries its warm-up builds
+    and loads), per interpreter, torch and CPU capability.  Only the parent copies it into and
+    out of a zygote's private folder (`copy_plain_tree`); no arm ever sees it, so what the
+    warm-up loads was built by triage's code.  Kept: building the probes takes seconds."""
+    own = python in (None, sys.executable)
+    key = "|".join([python or sys.executable, _torch_version() if own else "", os.uname().machine,
+                    os.environ.get("ATEN_CPU_CAPABILITY", "")])
+    path = cache_root(directory) / "warm-up" / hashlib.sha256(key.encode()).hexdigest()[:24]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return own_directory(str(path))
+
+
+def copy_plain_tree(source: str, target: str, max_bytes: int = WARM_UP_CACHE_BYTES) -> None:
+    """Copy the regular files and folders under `source` into `target` (made if missing), each
+    file atomically; links and anything else are skipped, files already in `target` kept, and
+    the copy stops past `max_bytes`.  Never raises."""
+    copied = 0
+    for folder, subfolders, files in os.walk(source):
+        relative = os.path.relpath(folder, source)
+        into = os.path.normpath(os.path.join(target, relative))
+        try:
+            os.makedirs(into, exist_ok=True)
+        except OSError:
+            continue
+        subfolders[:] = [d for d in subfolders if not os.path.islink(os.path.join(folder, d))]
+        for name in files:
+            src, dst = os.path.join(folder, name), os.path.join(into, name)
+            try:
+                st = os.lstat(src)
+                if not stat.S_ISREG(st.st_mode) or os.path.lexists(dst):
+                    continue
+                copied += st.st_size
+                if copied > max_bytes:
+                    return
+                tmp = f"{dst}.{os.getpid()}.tmp"
+                shutil.copyfile(src, tmp, follow_symlinks=False)
+                os.chmod(tmp, st.st_mode & 0o755)
+                os.replace(tmp, dst)
+            except OSError:
+                continue
 
 
 def _prune(base: Path, keep: Path) -> None:

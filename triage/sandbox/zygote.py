@@ -33,12 +33,14 @@ from typing import Any, Iterator
 
 from triage.sandbox import jail as jails
 from triage.sandbox.cgroups import JobCgroup
+from triage.sandbox.caches import copy_plain_tree
 from triage.sandbox.confine import SYS_CAPSET
 from triage.untrusted import remove_tree
 
 ZYGOTE_MODULE = "triage.worker.zygote"
 ENTRY_MODULES = ("triage.worker", "triage.worker.serve")  # triage/worker/zygote.py ENTRY_POINTS
 STAGE = "/triage-stage"  # triage/worker/zygote.py STAGE
+WARM_UP_FOLDER = "inductor-warm-up"  # triage/worker/zygote.py WARM_UP_FOLDER
 FIRST_JOB_FD = 3  # triage/worker/zygote.py FIRST_JOB_FD
 PER_JOB_ENV = ("HOME", "TMPDIR", "TRIAGE_CONFINE")
 CONFINABLE_MACHINES = tuple(SYS_CAPSET)  # where a forked child can drop its capabilities
@@ -93,9 +95,12 @@ class ForkServer:
     """One zygote: start it, ask it for children, end it (and every child) with `close`."""
 
     def __init__(self, *, env: dict[str, str], isolation: jails.Isolation, writable: list[str],
-                 mounts: dict[str, str], readable: list[str], compile: bool, python: str | None = None) -> None:
+                 mounts: dict[str, str], readable: list[str], compile: bool, python: str | None = None,
+                 warm_cache: str | None = None) -> None:
         """`python`: the interpreter it runs and forks jobs of (another torch release's
-        environment, sandbox/torch_envs.py); None: triage's own."""
+        environment, sandbox/torch_envs.py); None: triage's own.  `warm_cache`: where the
+        warm-up's probe libraries are kept between runs (caches.warm_up_cache): copied into
+        the zygote's HOME before it starts and back after it ends, never mounted."""
         from triage.sandbox.process import SandboxedProcess
 
         self.python = python or sys.executable
@@ -106,6 +111,11 @@ class ForkServer:
         self.mounts = dict(mounts)
         self.readable = [os.path.abspath(p) for p in readable]
         self.root = tempfile.mkdtemp(prefix="triage-zygote-")
+        self.warm_cache = warm_cache if compile else None
+        # worker/zygote.py _own_compile_cache: the warm-up's folder in the zygote's HOME.
+        self.warm_dir = os.path.join(self.root, "home", WARM_UP_FOLDER)
+        if self.warm_cache:
+            copy_plain_tree(self.warm_cache, self.warm_dir)
         self.jobs: dict[str, ForkedProcess] = {}
         self.ready: set[str] = set()
         self.counter = itertools.count()
@@ -278,6 +288,8 @@ class ForkServer:
             self.process.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        if self.warm_cache and "compile" in self.ready:
+            copy_plain_tree(self.warm_dir, self.warm_cache)
         remove_tree(self.root)
 
 
@@ -299,11 +311,12 @@ def active(python: str | None = None) -> ForkServer | None:
 
 @contextlib.contextmanager
 def fork_server(*, env: dict[str, str], isolation: jails.Isolation, writable: list[str], mounts: dict[str, str],
-                readable: list[str], compile: bool, python: str | None = None) -> Iterator[ForkServer]:
+                readable: list[str], compile: bool, python: str | None = None,
+                warm_cache: str | None = None) -> Iterator[ForkServer]:
     """Within the block, `SandboxedProcess` forks the worker entry points of interpreter
     `python` from this zygote wherever that isolates them as a spawned process would."""
     server = ForkServer(env=env, isolation=isolation, writable=writable, mounts=mounts, readable=readable,
-                        compile=compile, python=python)
+                        compile=compile, python=python, warm_cache=warm_cache)
     with _active_lock:
         _active.append(server)
     try:

@@ -87,6 +87,9 @@ MNT_DETACH = 2
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 STAGE = "/triage-stage"  # an empty directory the zygote's jail provides (sandbox/zygote.py)
+# Its HOME's folder for the warm-up's inductor cache; triage copies the kept one in before it
+# starts and out after it ends (sandbox/zygote.py, caches.warm_up_cache).
+WARM_UP_FOLDER = "inductor-warm-up"
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only, as bubblewrap leaves them
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -213,7 +216,7 @@ def _own_compile_cache() -> Iterator[None]:
     folder, which no job reaches), not the run's compile cache.  Arms write the latter, so a
     probe library found there would be a script's code, loaded here, outside every arm."""
     saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    own = os.path.join(os.environ.get("HOME", "/nonexistent"), "inductor-warm-up")
+    own = os.path.join(os.environ.get("HOME", "/nonexistent"), WARM_UP_FOLDER)
     os.environ.update(TORCHINDUCTOR_CACHE_DIR=own, TRITON_CACHE_DIR=os.path.join(own, "triton"))
     try:
         yield
