@@ -262,8 +262,13 @@ def _run_watched(argv: list[str], jail: jails.Confinement, env: dict[str, str], 
     exceeded: str | None = None
     peak = 0
     next_disk = start + DISK_POLL_S
-    while child.proc.poll() is None:
-        time.sleep(POLL_S)
+    while True:
+        # Waiting on the process, not sleeping: its exit is seen at once, not at the next poll.
+        try:
+            child.proc.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            pass
         rss, tasks = child.tree()
         now = time.monotonic()
         if rss > limits.memory_bytes:
