@@ -3,10 +3,14 @@
     jail.py         the namespace sandbox (bubblewrap): what a jailed process sees and may write;
                     `isolation()` says whether this machine has it, or why not
     process.py      starting a jailed process and watching it: one deadline only triage sets,
-                    memory and processes of the whole tree, disk, bounded control pipe, kill
+                    memory and tasks of the whole tree, disk, bounded control pipe, kill
+    confine.py      what a job applies to itself before any issue code runs: Landlock (files,
+                    TCP, signals, abstract sockets) and a seccomp deny list; irrevocable
+    cgroups.py      a memory and pids cgroup per job, joined before its first instruction
     environment.py  secrets: the allow-listed environment of an arm, and triage's own scrub
-    caches.py       what outlives a run (collect_env text, the compile cache), kept where arms
-                    cannot write it, or scoped to the one script that may poison it
+    caches.py       what outlives a run (collect_env text, the compile cache, the fork server's
+                    warm-up probes), kept where arms cannot write it, or scoped to the one
+                    script that may poison it and never mounted from a folder it can write
     zygote.py       the fork server: arms forked from a jailed process that imported torch
     torch_envs.py   other torch releases (`cpu/compile@2.15.0`, `sweep --torch`): one cached
                     venv per release, with a copy of this triage's worker; mounted read-only
