@@ -25,13 +25,13 @@ from triage.sandbox import (
 from triage.sandbox.caches import (
     EnvironmentCache, collect_environment, compile_cache, inductor_default_dir, warm_up_cache,
 )
-from triage.sandbox.process import MAX_DISK_ENTRIES
+from triage.sandbox.process import MAX_DISK_ENTRIES, MAX_TASKS
 from triage.sandbox.zygote import fork_server
 from triage.untrusted import UntrustedOutput, remove_tree
 
 GiB = 1 << 30
 INPUTS_FILE = "minimal_inputs.pt"  # triage.worker.render.SIDE_FILE (that module imports torch)
-PROCESS_LIMIT = 512  # processes of one arm at once
+PROCESS_LIMIT = MAX_TASKS  # processes and threads of one arm at once
 DISK_LIMIT = 8 * GiB  # bytes one arm may write (scratch directory and its compile cache)
 STARTUP_S = 120.0  # the worker's own start (interpreter, torch import) before the script begins
 WORKER_ERROR_STATUS = 70  # triage/worker/__main__.py exits with it when run_job raised

@@ -20,6 +20,8 @@ import numpy as np
 from triage.arm_output import reply_problem
 from triage.model import ArmSpec
 from triage.sandbox.caches import inductor_default_dir
+from triage.sandbox.cgroups import JobCgroup
+from triage.sandbox.process import MAX_TASKS
 from triage.sandbox import Confinement, OutputCapture, SandboxedProcess, isolation as isolation_of, scrubbed_environment
 from triage.untrusted import remove_tree
 from triage.worker.wire import WireError, receive, send
@@ -52,6 +54,7 @@ class ArmWorker:
         self.refused: str | None = None  # why the worker's last reply was refused
         self.proc: subprocess.Popen | None = None
         self.sandboxed: SandboxedProcess | None = None
+        self.cgroup: JobCgroup | None = None
         self.isolation = isolation_of(isolation)
         self.workdir = tempfile.mkdtemp(prefix="triage-warm-")
         cache = compile_dir or os.path.join(self.workdir, "compile")
@@ -66,6 +69,7 @@ class ArmWorker:
             self._start()
         except BaseException:
             self._kill()
+            self._release_cgroup()
             remove_tree(self.workdir)
             raise
 
@@ -75,9 +79,13 @@ class ArmWorker:
         rep_r, rep_w = os.pipe()
         env = dict(scrubbed_environment(), TRIAGE_REQUEST_FD=str(req_r), TRIAGE_REPLY_FD=str(rep_w),
                    **self.compile_env)
+        # Its own cgroup, as an arm has (sandbox/cgroups.py): the graph it replays is the script's.
+        self._release_cgroup()
+        self.cgroup = JobCgroup.create("warm", memory_bytes=self.memory_bytes, max_tasks=MAX_TASKS)
         self.sandboxed = SandboxedProcess([self.python, "-I", "-m", "triage.worker.serve"], jail=self.jail,
                                           env=env, isolation=self.isolation, pass_fds=(req_r, rep_w),
-                                          imports="compile" if self.arm.mode == "compile" else "torch")
+                                          imports="compile" if self.arm.mode == "compile" else "torch",
+                                          cgroup=self.cgroup)
         self.proc = self.sandboxed.proc
         os.close(req_r)
         os.close(rep_w)
@@ -134,12 +142,20 @@ class ArmWorker:
         code = self.sandboxed.exit_status() if self.sandboxed else None
         tail = self.stderr.text().strip().splitlines()[-1:] if self.proc else []
         how = f"signal {-code}" if code is not None and code < 0 else f"status {code}"
+        if self.cgroup is not None and self.cgroup.limit_hit() == "memory":
+            how += f", past its {self.memory_bytes / (1 << 30):.1f} GiB of memory"
         return f"the worker died ({how}){': ' + tail[0][:200] if tail else ''}"
 
     def _kill(self) -> None:
         if self.sandboxed is not None:
             self.sandboxed.kill()
             self.sandboxed.proc.wait()
+
+    def _release_cgroup(self) -> None:
+        """Remove the last process's group, once what it says (an OOM kill) has been read."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
 
     # -- requests -------------------------------------------------------------------------
     def request(self, header: dict[str, Any], timeout_s: float, keep_state: bool = False,
@@ -172,5 +188,6 @@ class ArmWorker:
             except subprocess.TimeoutExpired:
                 pass
         self._kill()
+        self._release_cgroup()
         # Whatever the worker left there (directories, FIFOs, links) goes, never followed.
         remove_tree(self.workdir)

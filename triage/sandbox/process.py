@@ -44,6 +44,7 @@ MAX_CONTROL_LINE = 1 << 20  # bytes; the worker's largest message (a streamed ob
 MAX_CONTROL_BYTES = 64 << 20  # all messages of one run, kept or not
 MAX_MESSAGES = 20000
 MAX_DISK_ENTRIES = 200_000
+MAX_TASKS = 512  # processes and their threads, of one sandbox at once
 CONFINE_ENV = "TRIAGE_CONFINE"  # the worker's rules for confining itself (sandbox/confine.py)
 
 
@@ -56,7 +57,7 @@ class Limits:
     # moves the deadline once, only after the phases before it; the total is capped.
     phases: tuple[tuple[str, float], ...] = ()
     linger_s: float = 1.0  # after "done": time to exit before the rest is killed
-    max_processes: int = 512  # tasks: processes and their threads
+    max_processes: int = MAX_TASKS
     disk_bytes: int = 8 << 30  # scratch directory and shared writable directories together
 
 
