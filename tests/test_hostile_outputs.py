@@ -444,7 +444,7 @@ def test_case_041_what_a_process_leaves_in_the_warm_scratch_folder_is_removed(tm
 
     worker = ArmWorker.__new__(ArmWorker)  # its process parts are the sandbox's; close() is the point
     worker.workdir = str(tmp_path / "triage-warm-x")
-    worker.requests, worker.proc, worker.sandboxed = io.BytesIO(), None, None
+    worker.requests, worker.proc, worker.sandboxed, worker.cgroup = io.BytesIO(), None, None, None
     trap = Path(worker.workdir) / "trap" / "deeper"
     trap.mkdir(parents=True)
     os.mkfifo(Path(worker.workdir) / "fifo")

@@ -1,0 +1,399 @@
+"""One command for a lent GPU machine (issue 29): everything CUDA that triage promises, in one run.
+
+    PYTHONUNBUFFERED=1 python bench/gpu_check.py            # writes under $OUT (or --out DIR)
+    python bench/gpu_check.py --dry-run --out /tmp/gc       # here, without CUDA: every step, CUDA ones skipped
+
+Steps, in order, each with its own time cap so that the whole run fits in `--budget` seconds
+(default 450, inside the 8 minutes a GPU session can spare):
+
+  a. wheels: `.whl/*.whl` (if the folder exists) installed with `pip install --no-index --no-deps
+     --target` into a private folder, put first on PYTHONPATH (with the repo root) for every
+     subprocess; then `import triage` is checked;
+  b. facts: `nvidia-smi` and torch's CUDA facts (version, CUDA, device, capability, TF32
+     defaults, cuDNN), from a subprocess — absent ones are recorded, never fatal;
+  c. `python -m pytest -m cuda -q tests/`, its summary line kept;
+  d. triage on every corpus case whose meta.json says `needs_cuda`, and on the CUDA seeds
+     (`fixtures/seeds/`), each `python -m triage run ... --isolation process` with a per-case
+     cap, several at once; each case's report, comment and minimal repro go into
+     `cases.tar.gz`;
+  e. `gpu_check.json` and `gpu_check.md` (a table: case, arms, verdict, arm statuses, seconds,
+     what meta.json expected) under the output folder.
+
+A failing case or test is a result, not an error: the exit status is non-zero only when the
+check itself broke.  `--dry-run` (or a machine without CUDA together with `--dry-run`) runs
+steps a, b and e for real, and lists the steps and cases that need CUDA as skipped, with why.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ISSUES = ROOT / "fixtures" / "issues"
+SEEDS = ROOT / "fixtures" / "seeds"
+
+# The seed scripts issue 29 names, with the arms and what each should come to on one GPU.
+SEED_CASES = [
+    ("logdet_cpu_vs_cuda.py", "cpu,cuda", None),
+    ("weights_to_gpu.py", "cpu,cuda", None),
+    ("training_loop.py", "cpu,cuda", None),
+    ("ddp_two_gpus.py", "cpu,cuda", "could-not-run naming the missing second GPU"),
+]
+
+FACTS_SCRIPT = r"""
+import json, sys
+facts = {"python": sys.version.split()[0]}
+try:
+    import torch
+except Exception as e:
+    facts["torch_error"] = f"{type(e).__name__}: {e}"
+    print(json.dumps(facts)); raise SystemExit(0)
+facts["torch"] = torch.__version__
+facts["torch_cuda"] = torch.version.cuda
+try:
+    facts["cuda_available"] = bool(torch.cuda.is_available())
+    facts["device_count"] = torch.cuda.device_count()
+except Exception as e:
+    facts["cuda_available"] = False
+    facts["cuda_error"] = f"{type(e).__name__}: {e}"
+if facts.get("cuda_available"):
+    try:
+        facts["devices"] = [{"name": torch.cuda.get_device_name(i),
+                             "capability": list(torch.cuda.get_device_capability(i)),
+                             "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1)}
+                            for i in range(torch.cuda.device_count())]
+    except Exception as e:
+        facts["devices_error"] = f"{type(e).__name__}: {e}"
+try:
+    facts["tf32_matmul_default"] = torch.backends.cuda.matmul.allow_tf32
+    facts["tf32_cudnn_default"] = torch.backends.cudnn.allow_tf32
+    facts["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    facts["fp16_reduced_precision_reduction"] = torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+except Exception as e:
+    facts["tf32_error"] = f"{type(e).__name__}: {e}"
+try:
+    facts["cudnn_available"] = torch.backends.cudnn.is_available()
+    facts["cudnn_version"] = torch.backends.cudnn.version() if facts["cudnn_available"] else None
+except Exception as e:
+    facts["cudnn_error"] = f"{type(e).__name__}: {e}"
+print(json.dumps(facts))
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_capped(argv, *, timeout, env=None, cwd=ROOT, echo: str | None = None):
+    """Run argv in its own process group, killed whole at `timeout`; returns a dict, never raises.
+    With `echo`, each line of its output is printed as it comes, behind that prefix."""
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env, cwd=cwd, start_new_session=True, errors="replace")
+    except OSError as e:
+        return {"rc": None, "error": f"{type(e).__name__}: {e}", "output": "", "seconds": 0.0, "timed_out": False}
+    lines: list[str] = []
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if echo is not None:
+                print(f"{echo}{line.rstrip()}", flush=True)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=max(1.0, timeout))
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        timed_out = True
+    reader.join(timeout=10)
+    return {"rc": proc.returncode, "output": "".join(lines), "seconds": round(time.monotonic() - t0, 1),
+            "timed_out": timed_out}
+
+
+def tail(text: str, n: int = 40) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+# --- a. wheels and `import triage` ----------------------------------------------------------
+
+def step_wheels(env: dict, site: Path, cap: float) -> dict:
+    wheels = sorted(glob.glob(str(ROOT / ".whl" / "*.whl")))
+    result: dict = {"wheels": [Path(w).name for w in wheels], "site": str(site)}
+    if wheels:
+        log(f"a. installing {len(wheels)} wheel(s) from .whl/ into {site}")
+        r = run_capped([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--no-cache-dir", "--upgrade", "--target", str(site), *wheels], timeout=cap)
+        result["pip"] = {"rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"], "output": tail(r["output"])}
+        if r["rc"] != 0:
+            log(f"a. pip install failed (rc {r['rc']}): {tail(r['output'], 5)}")
+    else:
+        log("a. no .whl/ wheels to install")
+    paths = ([str(site)] if wheels else []) + [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    r = run_capped([sys.executable, "-c", "import triage, torch, numpy; print(triage.__file__)"], timeout=cap, env=env)
+    result["import_triage"] = {"ok": r["rc"] == 0, "output": tail(r["output"], 10), "seconds": r["seconds"]}
+    log(f"a. import triage: {'ok' if r['rc'] == 0 else 'FAILED'} ({tail(r['output'], 1)})")
+    return result
+
+
+# --- b. facts ------------------------------------------------------------------------------
+
+def step_facts(env: dict, cap: float) -> dict:
+    result: dict = {}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        r = run_capped([smi], timeout=cap, env=env)
+        result["nvidia_smi"] = r["output"] if r["rc"] == 0 else f"rc {r['rc']}: {r['output']}"
+    else:
+        result["nvidia_smi"] = None
+        result["nvidia_smi_note"] = "nvidia-smi not found on PATH"
+    log("b. nvidia-smi:\n" + (result["nvidia_smi"] or result.get("nvidia_smi_note", "")))
+    r = run_capped([sys.executable, "-c", FACTS_SCRIPT], timeout=cap, env=env)
+    try:
+        result["torch"] = json.loads(r["output"].strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        result["torch"] = {"error": f"rc {r['rc']}, timed out {r['timed_out']}: {tail(r['output'], 10)}"}
+    log("b. torch facts: " + json.dumps(result["torch"]))
+    return result
+
+
+# --- c. pytest -m cuda -----------------------------------------------------------------------
+
+SUMMARY = re.compile(r"^=*\s*(?:\d+ (?:passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)[ ,]*)+.*$")
+
+
+def step_pytest(env: dict, cap: float, skip_reason: str | None) -> dict:
+    if skip_reason:
+        log(f"c. pytest -m cuda: skipped ({skip_reason})")
+        return {"status": "skipped", "reason": skip_reason}
+    argv = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rfEs", "-p", "no:cacheprovider",
+            # a test module whose imports are missing there (no wheel carried) must not stop the CUDA tests
+            "--continue-on-collection-errors"]
+    probe = run_capped([sys.executable, "-c", "import xdist"], timeout=30, env=env)
+    if probe["rc"] == 0:  # pytest-xdist there: the CUDA tests (each a few triage runs) side by side
+        argv += ["-n", "4"]
+    argv.append("tests/")
+    log(f"c. {' '.join(argv[1:])} (cap {cap:.0f} s)")
+    r = run_capped(argv, timeout=cap, env=env, echo="   pytest| ")
+    lines = [l for l in r["output"].splitlines() if SUMMARY.match(l.strip())]
+    summary = lines[-1].strip("= ") if lines else ("timed out" if r["timed_out"] else "no summary line")
+    log(f"c. pytest -m cuda: rc {r['rc']}, {summary} ({r['seconds']} s)")
+    return {"status": "timed-out" if r["timed_out"] else "ran", "rc": r["rc"], "summary": summary,
+            "command": " ".join(argv[1:]),
+            "seconds": r["seconds"], "output_tail": tail(r["output"], 80)}
+
+
+# --- d. the CUDA cases -------------------------------------------------------------------------
+
+def cuda_cases() -> list[dict]:
+    """The CUDA seeds issue 29 names (first: they run before the budget can run out), then every
+    corpus case whose meta.json says `needs_cuda`."""
+    cases = []
+    for name, arms, expected in SEED_CASES:
+        path = SEEDS / name
+        if path.exists():
+            cases.append({"case": f"seeds/{name}", "script": str(path.relative_to(ROOT)), "arms": arms,
+                          "expected": expected})
+        else:
+            cases.append({"case": f"seeds/{name}", "script": None, "arms": arms, "expected": expected,
+                          "status": "skipped", "reason": f"fixtures/seeds/{name} is not in this checkout"})
+    for meta_path in sorted(ISSUES.glob("*/meta.json")):
+        try:
+            meta = json.loads(meta_path.read_text())
+        except ValueError as e:
+            cases.append({"case": meta_path.parent.name, "script": None, "error": f"meta.json unreadable: {e}"})
+            continue
+        if not meta.get("needs_cuda"):
+            continue
+        script = meta_path.parent / "repro.py"
+        # The reporter compared eager with compiled: both on the GPU; otherwise the CPU against the GPU.
+        compiled = any("compile" in str(a).lower() for a in meta.get("arms") or [])
+        cases.append({"case": meta_path.parent.name, "script": str(script.relative_to(ROOT)),
+                      "arms": "cuda,cuda/compile" if compiled else "cpu,cuda",
+                      "expected": meta.get("classification_expected"),
+                      "meta_arms": meta.get("arms"), "observed_status_cpu": meta.get("observed_status")})
+    return cases
+
+
+SECOND_GPU = re.compile(r"(two|2|second|several|multiple|more than one|world.?size)[^.\n]{0,60}(gpu|cuda device|device)"
+                        r"|(gpu|cuda device|device)[^.\n]{0,60}(two|2|second|several|more than one)", re.I)
+
+
+def run_case(case: dict, work: Path, env: dict, cap: float, arm_timeout: float, memory: str | None = None) -> dict:
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", case["case"])
+    report, comment, minimal = work / f"{stem}.json", work / f"{stem}.md", work / f"{stem}.minimal.py"
+    budget = max(10, int(cap * 0.25))
+    argv = [sys.executable, "-m", "triage", "run", case["script"], "--arms", case["arms"],
+            "--json", str(report), "--comment", str(comment), "--minimal", str(minimal),
+            "--isolation", "process", "--timeout", str(int(arm_timeout)), "--jobs", "2",
+            "--minimize-budget", str(budget), "--rounding-budget", str(budget), "--ablate-budget", str(budget),
+            "--quiet"] + (["--memory", memory] if memory else [])
+    r = run_capped(argv, timeout=cap, env=env)
+    (work / f"{stem}.log").write_text(r["output"])
+    out = {"rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"], "command": " ".join(argv[1:])}
+    data = None
+    if report.exists():
+        try:
+            data = json.loads(report.read_text())
+        except ValueError as e:
+            out["report_error"] = str(e)
+    if data:
+        verdict = data.get("verdict") or {}
+        out["verdict"] = verdict.get("kind")
+        out["verdict_expected"] = verdict.get("expected")
+        out["summary"] = verdict.get("summary")
+        out["arms_status"] = {a.get("spec"): a.get("status") for a in data.get("arms") or []}
+        out["arm_failures"] = {a.get("spec"): a.get("failure") for a in data.get("arms") or [] if a.get("failure")}
+        out["ablations"] = [(a.get("switch"), a.get("outcome")) for a in data.get("ablations") or []]
+        minimal = data.get("minimal") if isinstance(data.get("minimal"), dict) else {}
+        out["minimal_ops"] = minimal.get("ops")
+        out["minimal_verified"] = minimal.get("verified")
+        out["isolation"] = (data.get("isolation") or {}).get("kind")
+    else:
+        out["verdict"] = "timed-out" if r["timed_out"] else "no-report"
+        out["output_tail"] = tail(r["output"], 20)
+    if case.get("expected") == "could-not-run naming the missing second GPU":
+        text = " ".join([str(out.get("summary") or "")] + [str(v) for v in (out.get("arm_failures") or {}).values()])
+        out["expectation_met"] = out.get("verdict") == "could-not-run" and bool(SECOND_GPU.search(text))
+    return out
+
+
+def step_cases(cases: list[dict], env: dict, work: Path, deadline: float, case_cap: float, jobs: int,
+               skip_reason: str | None, memory: str | None = None) -> list[dict]:
+    runnable = [c for c in cases if c.get("script") and c.get("status") != "skipped"]
+    if skip_reason:
+        for c in runnable:
+            c.update(status="skipped", reason=skip_reason)
+        log(f"d. {len(runnable)} CUDA case(s) listed, all skipped ({skip_reason})")
+        return cases
+    log(f"d. {len(runnable)} CUDA case(s), {jobs} at once, at most {case_cap:.0f} s each")
+
+    def one(case):
+        left = deadline - time.monotonic()
+        if left < 15:
+            case.update(status="skipped", reason="the check's time budget ran out before this case started")
+            log(f"d. {case['case']}: skipped (out of time)")
+            return
+        cap = min(case_cap, left)
+        log(f"d. {case['case']} --arms {case['arms']} (cap {cap:.0f} s) ...")
+        try:
+            case.update(status="ran", **run_case(case, work, env, cap, arm_timeout=max(10, cap * 0.4), memory=memory))
+        except Exception as e:  # a bug in the check for this case: recorded, the others go on
+            case.update(status="check-error", reason=f"{type(e).__name__}: {e}")
+        log(f"d. {case['case']}: {case.get('verdict', case.get('status'))}, arms {case.get('arms_status')},"
+            f" {case.get('seconds')} s")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, runnable))
+    return cases
+
+
+# --- e. the outputs ----------------------------------------------------------------------------
+
+def markdown(result: dict) -> str:
+    facts = result["facts"].get("torch", {})
+    dev = (facts.get("devices") or [{}])[0]
+    lines = ["# GPU check", "",
+             f"- mode: {'dry run' if result['dry_run'] else 'real run'}; host {result['host']}; {result['seconds']} s",
+             f"- torch {facts.get('torch')}, CUDA {facts.get('torch_cuda')}, cuda available {facts.get('cuda_available')}, "
+             f"device {dev.get('name')} (capability {dev.get('capability')}), cuDNN {facts.get('cudnn_version')}, "
+             f"TF32 matmul default {facts.get('tf32_matmul_default')}, cudnn {facts.get('tf32_cudnn_default')}",
+             f"- import triage: {'ok' if result['wheels']['import_triage']['ok'] else 'FAILED'}; "
+             f"wheels: {len(result['wheels']['wheels'])}",
+             f"- pytest -m cuda: {result['pytest'].get('summary') or result['pytest'].get('status')}"
+             + (f" ({result['pytest']['reason']})" if result['pytest'].get('reason') else ""),
+             "", "| case | arms | verdict | arm statuses | seconds | expected (meta.json) |",
+             "|---|---|---|---|---|---|"]
+    for c in result["cases"]:
+        if c.get("status") == "ran":
+            verdict = str(c.get("verdict"))
+            if "expectation_met" in c:
+                verdict += " (as expected)" if c["expectation_met"] else " (NOT as expected)"
+            statuses = ", ".join(f"{k}: {v}" for k, v in (c.get("arms_status") or {}).items()) or "—"
+            secs = c.get("seconds")
+        else:
+            verdict = f"{c.get('status')}: {c.get('reason') or c.get('error')}"
+            statuses, secs = "—", "—"
+        cells = [c["case"], c.get("arms") or "—", verdict, statuses, secs, c.get("expected") or "—"]
+        lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu_check_out"),
+                   help="output folder (default $OUT, else ./gpu_check_out)")
+    p.add_argument("--dry-run", action="store_true", help="skip the CUDA steps (listed as skipped), exit 0")
+    p.add_argument("--budget", type=float, default=450, help="seconds for the whole check (default 450)")
+    p.add_argument("--pytest-timeout", type=float, default=150)
+    p.add_argument("--case-timeout", type=float, default=150)
+    p.add_argument("--jobs", type=int, default=6, help="cases at once (default 6)")
+    p.add_argument("--memory", default=None,
+                   help="triage's --memory per arm (default: triage's own, a share of RAM; gh-36582's "
+                        "154M-element tensor needed more than 7.1 GiB on an 8 GiB machine)")
+    p.add_argument("--site", default=None, help="where the wheels go (default /tmp/site, a temp folder in a dry run)")
+    args = p.parse_args(argv)
+
+    t0 = time.monotonic()
+    deadline = t0 + args.budget
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gpu_check_cases_"))
+    site = Path(args.site or (tempfile.mkdtemp(prefix="gpu_check_site_") if args.dry_run else "/tmp/site"))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    log(f"start: {'dry run' if args.dry_run else 'real run'}, output to {out}, budget {args.budget:.0f} s")
+
+    wheels = step_wheels(env, site, cap=120)
+    facts = step_facts(env, cap=30)
+    torch_facts = facts.get("torch", {})
+    skip = None
+    if args.dry_run:
+        skip = "dry run" + ("" if torch_facts.get("cuda_available") else ": no CUDA device on this machine")
+    elif not wheels["import_triage"]["ok"]:
+        skip = "import triage failed (step a)"
+    elif not torch_facts.get("cuda_available"):
+        log("WARNING: torch sees no CUDA device; the CUDA steps run anyway and will report could-not-run")
+
+    pytest_cap = max(10.0, min(args.pytest_timeout, deadline - time.monotonic() - 60))
+    pytest_result = step_pytest(env, pytest_cap, skip)
+    cases = step_cases(cuda_cases(), env, work, deadline, args.case_timeout, args.jobs, skip, args.memory)
+    archive = None
+    if any(work.iterdir()):
+        archive = out / "cases.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(work, arcname="cases")
+    shutil.rmtree(work, ignore_errors=True)
+
+    result = {"dry_run": args.dry_run, "host": os.uname().nodename, "seconds": round(time.monotonic() - t0, 1),
+              "budget_s": args.budget, "wheels": wheels, "facts": facts, "pytest": pytest_result, "cases": cases,
+              "cases_archive": archive.name if archive else None}
+    (out / "gpu_check.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / "gpu_check.md").write_text(markdown(result))
+    log(f"done in {result['seconds']} s: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}")
+    print(markdown(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""`bench/gpu_check.py --dry-run` (issue 29): the one-call GPU check runs every step here, lists the
+CUDA cases as skipped with a reason, writes its JSON and markdown, and exits 0 — so it cannot rot
+between the rare sessions that have a GPU."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from conftest import ISSUES, ROOT, SEEDS
+
+CUDA_SEEDS = ("logdet_cpu_vs_cuda.py", "weights_to_gpu.py", "training_loop.py", "ddp_two_gpus.py")
+
+
+def test_gpu_check_dry_run(tmp_path):
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--dry-run", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert seconds < 60, f"the dry run took {seconds:.0f} s"
+
+    result = json.loads((out / "gpu_check.json").read_text())
+    assert result["dry_run"] is True
+    assert result["wheels"]["import_triage"]["ok"], result["wheels"]
+    assert "torch" in result["facts"]["torch"], result["facts"]
+    assert result["pytest"]["status"] == "skipped" and result["pytest"]["reason"]
+
+    cases = {c["case"]: c for c in result["cases"]}
+    expected = {f"seeds/{name}" for name in CUDA_SEEDS if (SEEDS / name).exists()}
+    expected |= {m.parent.name for m in ISSUES.glob("*/meta.json") if json.loads(m.read_text()).get("needs_cuda")}
+    assert expected and expected <= set(cases), sorted(expected - set(cases))
+    for name in expected:
+        case = cases[name]
+        assert case["status"] == "skipped" and case["reason"], case
+        assert case["arms"] and "cuda" in case["arms"], case
+    assert cases["seeds/ddp_two_gpus.py"]["expected"].startswith("could-not-run")
+
+    table = (out / "gpu_check.md").read_text()
+    assert "| case | arms | verdict | arm statuses | seconds | expected (meta.json) |" in table
+    for name in expected:
+        assert f"| {name} |" in table
+    assert "[gpu_check" in proc.stdout and "done in" in proc.stdout
