@@ -31,11 +31,11 @@ import pytest
 from tests.conftest import run_triage
 from triage.arms import parse_arm
 from triage.model import Repro
-from triage.run import RunOptions, run_arm
+from triage.run import RunOptions, _arm_run, run_arm
 from triage.sandbox import cgroups, confine, isolation
 from triage.sandbox import caches
 from triage.sandbox.jail import host_directory
-from triage.sandbox.process import MAX_DISK_ENTRIES, disk_usage_and_entries
+from triage.sandbox.process import MAX_DISK_ENTRIES, ProcessOutcome, disk_usage_and_entries
 
 ARMS_ONLY = ("--minimal", "-", "--no-minimize", "--no-ablate", "--no-reference", "--quiet")
 GiB = 1 << 30
@@ -309,11 +309,17 @@ def test_threads_count_against_the_task_ceiling(tmp_path):
 
 
 def test_a_flood_of_empty_files_is_named_as_files_not_bytes(tmp_path):
+    """Counted as entries, not bytes, and the arm's failure says files (it said "8 GiB")."""
     for i in range(50):
         (tmp_path / f"f{i}").touch()
     used, entries = disk_usage_and_entries([str(tmp_path)], 1 << 30)
     assert entries == 50 and used < 1 << 20
-    assert MAX_DISK_ENTRIES >= 100_000
+    outcome = ProcessOutcome(exit_code=None, signal="SIGKILL", timed_out=False, memory_exceeded=False,
+                             elapsed_s=1.0, stdout="", stderr="", output_dropped=0, messages=[],
+                             peak_rss_bytes=0, limit_exceeded="files")
+    run = _arm_run(parse_arm("cpu"), outcome, tmp_path, RunOptions(), 4 * GiB)
+    assert run.status == "crashed"
+    assert f"{MAX_DISK_ENTRIES:,} files" in run.failure and "GiB" not in run.failure, run.failure
 
 
 # -- the compile cache ---------------------------------------------------------------------------
