@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[list[str], Path]] = {
                      ROOT / "fixtures/fp16_intermediate_compile.py"),
     "gh-183768": (["run", "fixtures/issues/gh-183768/repro.py", "--arms", "cpu,cpu/compile"],
                   ROOT / "fixtures/issues/gh-183768/repro.py"),
+    "different-functions": (["run", "fixtures/judge/unbiased_std_vs_batch_norm.py", "--arms", "cpu"],
+                            ROOT / "fixtures/judge/unbiased_std_vs_batch_norm.py"),
+    "inconclusive": (["run", "fixtures/judge/expected_constant.py", "--arms", "cpu"],
+                     ROOT / "fixtures/judge/expected_constant.py"),
 }
 BLOCK = re.compile(r"(<!-- output: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /output -->)", re.S)
 

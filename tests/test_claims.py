@@ -100,7 +100,7 @@ def test_the_summary_says_the_scripts_check_failed(tmp_path):
 
 
 def observed_checks(source: str, tmp_path) -> list[tuple[str, int]]:
-    """(label, line) of the readbacks recorded while `source` runs under the Observer."""
+    """(label, line) of the readbacks and claims recorded while `source` runs under the Observer."""
     path = tmp_path / "repro.py"
     path.write_text(textwrap.dedent(source))
     site = script_site(str(path))
@@ -110,7 +110,7 @@ def observed_checks(source: str, tmp_path) -> list[tuple[str, int]]:
             exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), {"__name__": "__main__"})
         except AssertionError:
             pass
-    return [(r["label"], r["line"]) for r in store.records if r["kind"] == "readback"]
+    return [(r["label"], r["line"]) for r in store.records if r["kind"] in ("readback", "claim")]
 
 
 def test_compared_tensors_are_observed_when_the_script_checks_them(tmp_path):
@@ -123,8 +123,7 @@ def test_compared_tensors_are_observed_when_the_script_checks_them(tmp_path):
             pass
         c = a * 2
         assert (a - c).abs().max() < 1e-6
-    """, tmp_path) == [("`==` operand 1 in a check", 5), ("`==` operand 2 in a check", 5),
-                       ("`<` operand in a check", 8)]
+    """, tmp_path) == [("== operand 1", 5), ("== operand 2", 5), ("`<` operand in a check", 8)]
 
 
 def test_a_checked_comparison_is_recorded_once(tmp_path):
@@ -139,7 +138,7 @@ def test_a_checked_comparison_is_recorded_once(tmp_path):
             pass
         if not (a != b.sin()).any():         # `a` is recorded already, unchanged
             pass
-    """, tmp_path) == [("`==` operand 1 in a check", 4), ("`==` operand 2 in a check", 4),
+    """, tmp_path) == [("== operand 1", 4), ("== operand 2", 4),  # an equality check is a claim
                        ("`!=` operand 1 in a check", 7), ("`!=` operand 2 in a check", 7),
                        ("`!=` operand 2 in a check", 9)]
 
@@ -192,6 +191,8 @@ def test_a_failing_assert_close_is_a_claim_and_its_operands_are_compared(triage,
     operands = [o for o in report["observables"] if o["kind"] == "claim"]
     assert [o["label"] for o in operands] == ["torch.testing.assert_close operand 1",
                                               "torch.testing.assert_close operand 2"]
+    # Shown by the script's own expressions, not "operand 1/2".
+    assert [o["name"] for o in operands] == ["`a`", "`b`"]
     assert [o["fingerprint"]["sample"] for o in operands] == [[1.0, 2.0, 3.0], [2.0, 3.0, 4.0]]
 
 

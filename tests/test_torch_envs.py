@@ -101,7 +101,7 @@ def test_release_pairs_are_their_own_kind():
 def test_the_verdict_names_each_arms_release_where_they_differ():
     """The summary says which release each arm ran (from its own collect_env), where they differ."""
     from triage.model import ArmRun, Comparison
-    from triage.pipeline import _releases_sentence
+    from triage.classify import _releases_sentence
 
     def run(spec, version):
         return ArmRun(spec=spec, device="cpu", mode="compile", status="ok",

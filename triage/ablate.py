@@ -152,6 +152,8 @@ def _explained(d: Divergence, comparison: Comparison) -> bool:
 
         if distinct_draws(comparison, d):  # the script compares two separate random draws
             return True
+    if d.how == "rerun":  # each run drew its own random numbers: no switch changes that
+        return True
     if d.how == "repeat":
         run = next(r for r in comparison.arms if r.spec == d.a.arm)
         modules = [o.module or {} for o in run.observables if o.index in (d.a.observable, d.b.observable)]

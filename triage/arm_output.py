@@ -90,6 +90,7 @@ MODULE = record({
                                  required=("path", "type", "effect"), closed=True), 64),
     "inputs": array(text(64, pattern=r"[0-9a-f]+", nullable=True), 10000),
     "weights_version": COUNT,
+    "buffers": mapping(text(24, pattern=r"[0-9a-fv?-]+"), 64),
     "settings": flat(),
 }, required=("instance",), closed=True, nullable=True)
 
@@ -104,6 +105,7 @@ STREAMED_OBSERVABLE = record(OBSERVABLE_FIELDS, required=tuple(OBSERVABLE_FIELDS
 OBSERVABLE = record({
     **OBSERVABLE_FIELDS,
     "node": OPTIONAL_NAME,
+    "call_line": LINE,
     "claim": record({"id": COUNT, "func": text(300), "operand": one_of(0, 1), "holds": boolean(nullable=True)},
                     required=("id", "func", "operand"), closed=True, nullable=True),
     "module": MODULE,
@@ -164,7 +166,9 @@ RESULT = record({
     # What the worker kept out of `leaves` and `conditioning` to stay within those limits.
     "left_out": record({"leaves": COUNT, "conditioning": COUNT}, closed=True, nullable=True),
     "graph": record({"nodes": COUNT, "leaves": COUNT, "compiled_graphs": COUNT, "stopped": NOTE,
-                     "dtypes": array(DTYPE, 64), "export": NOTE}, closed=True, nullable=True),
+                     "dtypes": array(DTYPE, 64), "export": NOTE,
+                     "backends": array(record({"name": text(200), "line": LINE}, required=("name",), closed=True),
+                                       16)}, closed=True, nullable=True),
     "reference": record({"status": one_of("off", "partial", "complete"), "seconds": number(nullable=True),
                          "note": NOTE, "approximate_ops": array(NAME, 1000)}, required=("status",), closed=True,
                         nullable=True),

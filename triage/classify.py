@@ -3,16 +3,18 @@ section of PyTorch's numerical accuracy note it rests on and suggests labels (ne
 ``high priority``, never a close)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from triage import policy
+from triage.audit import Evidence, audit, inconclusive
 from triage.compare import summarize
-from triage.model import Ablation, ArmRun, Comparison, Divergence, Observable, Repro, Side, Verdict
+from triage.model import Ablation, ArmRun, Comparison, Divergence, Observable, Repro, Side, Verdict, compared_runs
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
-         "expected-rounding", "expected-precision-mode", "expected-ill-conditioned", "likely-bug")
+         "expected-rounding", "expected-precision-mode", "expected-ill-conditioned", "likely-bug", "inconclusive")
 
 
 def _verdict(kind: str, expected: bool | None, section: policy.Section, labels: list[str],
@@ -21,14 +23,52 @@ def _verdict(kind: str, expected: bool | None, section: policy.Section, labels: 
                    labels=[policy.LABELS[k] for k in labels], summary=summary, evidence=evidence or [])
 
 
-def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablation] | None = None) -> Verdict:
-    verdict = _ladder(repro, comparison, ablations or [])
-    for a in ablations or []:
-        if a.supports == "evidence" and a.outcome in ("agree-bitwise", "within-tolerance"):
-            op = a.switch.partition("=")[2]
-            verdict.evidence.append(f"with `aten.{op}` alone computed in float64 on both arms the divergence disappears "
-                                    f"({a.detail}): it starts in that op's {_precision_of(comparison)} arithmetic")
-    return verdict
+def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablation] | None = None,
+             replay: dict[str, Any] | None = None) -> Verdict:
+    """The ladder's verdict with everything it rests on, then audited against the raw
+    evidence (triage/audit.py): a verdict that conflicts with it becomes `inconclusive`.
+    `replay`: the minimizer's replay of the recorded op graph on the two arms, if it ran."""
+    ablations = ablations or []
+    verdict = _ladder(repro, comparison, ablations)
+    upcast = [f"with `aten.{a.switch.partition('=')[2]}` alone computed in float64 on both arms the divergence "
+              f"disappears ({a.detail}): it starts in that op's {_precision_of(comparison)} arithmetic"
+              for a in ablations if a.supports == "evidence" and a.outcome in ("agree-bitwise", "within-tolerance")]
+    verdict = dataclasses.replace(verdict, evidence=verdict.evidence + upcast,
+                                  summary=verdict.summary + _stopped_sentence(comparison)
+                                  + _releases_sentence(comparison))
+    conflicts = audit(verdict, Evidence(comparison, replay)) if comparison is not None else []
+    return inconclusive(verdict, conflicts) if conflicts else verdict
+
+
+def _stopped_sentence(comparison: Comparison | None) -> str:
+    """Where every arm raised after producing values, the verdict is on those values, and
+    says where the script stopped."""
+    runs = [r for r in (comparison.arms if comparison else []) if r.status != "unavailable"]
+    if not runs or any(r.completed for r in runs) or not all(r.raised_after_values for r in runs):
+        return ""
+    first = runs[0]
+    n = sum(1 for o in first.observables if o.kind != "final")
+    return (f" The script did not finish: {'every arm' if len(runs) > 1 else f'`{first.spec}`'} stopped with "
+            f"{first.failure}, after producing {n} value{'s' if n != 1 else ''}; those values are what is judged here.")
+
+
+def _releases_sentence(comparison: Comparison | None) -> str:
+    """Which torch each arm ran, where the arms ran different releases: said in the verdict's
+    summary, since what a release changed is the point of such a comparison."""
+    if comparison is None:
+        return ""
+    releases = {r.spec: torch_of(r) for r in comparison.arms}
+    if len(set(releases.values())) < 2:
+        return ""
+    return " Torch releases: " + ", ".join(f"`{spec}` ran {version}" for spec, version in releases.items()) + "."
+
+
+def torch_of(run: ArmRun) -> str:
+    """The torch version the arm's collect_env names, else its spec's release, else "this"."""
+    from triage.extract import parse_environment
+
+    found = parse_environment(run.environment).get("PyTorch version") if run.environment else None
+    return found or (run.spec.partition("@")[2] or "the running release")
 
 
 def _precision_of(comparison: Comparison | None) -> str:
@@ -63,8 +103,8 @@ def _not_tested(missing: list[ArmRun], ran: list[ArmRun], partial: Verdict) -> V
 
 
 def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablation], runs: list[ArmRun]) -> Verdict:
-    completed = [r for r in runs if r.completed]
-    failed = [r for r in runs if not r.completed]
+    completed = compared_runs(runs)
+    failed = [r for r in runs if r not in completed]
     if not completed:
         return _could_not_run(failed)
     if failed:
@@ -75,7 +115,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     # Randomness is not rounding: a switch that makes the draws agree explains a divergence
     # whatever the judge would say of the values.
     random_agree = [a for a in agree if a.supports == "nondeterministic"]
-    rung = (_repeated_call(comparison, d, agree) or _nondeterministic(comparison, d)
+    rung = (_repeated_call(comparison, d, agree) or _rerun(comparison, d) or _nondeterministic(comparison, d)
             or _ablated(comparison, d, random_agree))
     if rung is not None:
         return rung
@@ -204,7 +244,7 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     draws = [leaf for leaf in run_a.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors]
     calls = sorted({leaf.get("call_line") for leaf in draws if leaf.get("call_line") is not None})
     if not draws or len(calls) < 2:
-        return None
+        return _different_functions(d, ra, rb, both, spreads)
     first = next((leaf for leaf in draws if leaf.get("op") == "randperm"), draws[0])
     how = (" — a `DataLoader(shuffle=True)` draws it for every pass over the data" if first.get("op") == "randperm"
            else "")
@@ -219,6 +259,72 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
                     [spreads]
                     + [f"random draw `aten.{x.get('op')}` line {x.get('line')}, for the call at line {x.get('call_line')}"
                        for x in draws[:4]])
+
+
+def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np.ndarray, spreads: str) -> Verdict:
+    """Two values the script compares whose float64 replays differ beyond both spreads, with
+    no random draw between them: the two paths compute different functions.  Said with the
+    float64 difference, its shape (a constant factor, a constant offset) and where the two
+    computations part in the op graph.  A side that is a constant (the value the script
+    expects) is the one case this cannot settle: the float64 replay runs the same kernels as
+    the arm, so a kernel wrong in every precision agrees with itself."""
+    a64, b64 = ra.astype(np.float64)[both], rb.astype(np.float64)[both]
+    gap = float(np.abs(a64 - b64).max())
+    paths = d.paths or {}
+    names = (d.a.label, d.b.label)
+    shape = _difference_shape(a64, b64, names)
+    if paths.get("constant_a") or paths.get("constant_b"):
+        computed, fixed = (d.b, d.a) if paths.get("constant_a") else (d.a, d.b)
+        return _verdict("inconclusive", None, policy.NONE, ["review"],
+                        f"{_where(d)}: {computed.label} differs from the value the script expects ({fixed.label}) "
+                        f"by {gap:.3g}, and its float64 replay differs from it just as much{shape}: not rounding. "
+                        "But the float64 reference runs the same kernels as the arm, so triage cannot tell whether "
+                        "the kernel is wrong in every precision or the expected value is; a maintainer should "
+                        "check the expected value.", [spreads])
+    return _verdict("likely-bug", False, policy.NONE, ["review"],
+                    f"{_where(d)}: the two sides compute different functions, not one quantity rounded twice — "
+                    f"replayed in float64 they still differ by up to {gap:.3g}{shape}, far beyond both rounding "
+                    f"spreads. Rounding does not explain it: one of the two paths computes something else "
+                    f"(a different formula, a wrong constant or gradient, a custom kernel).{_parting_text(paths, names)}",
+                    [spreads] + [f"only in {name}: {_ops_text(paths[key], paths.get(key + '_count'))}"
+                                 for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
+
+
+def _difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> str:
+    """A constant factor or a constant offset between the float64 values, where there is one."""
+    if a.size >= 2:
+        nonzero = (np.abs(b) > 0) & (np.abs(a) > 0)
+        if nonzero.sum() >= 2:
+            ratio = a[nonzero] / b[nonzero]
+            mid = float(np.median(ratio))
+            if abs(mid - 1) > 1e-3 and np.all(np.abs(ratio - mid) <= 1e-3 * abs(mid)):
+                return (f", by a constant factor: {names[0]} = {mid:.6g} × {names[1]} in every element"
+                        if np.all(np.abs(ratio - mid) <= 1e-9 * abs(mid)) else
+                        f", by a nearly constant factor: {names[0]} ≈ {mid:.6g} × {names[1]} "
+                        f"({float(ratio.min()):.8g}–{float(ratio.max()):.8g})")
+        offset = a - b
+        mid = float(np.median(offset))
+        if mid != 0 and np.all(np.abs(offset - mid) <= 1e-6 * max(abs(mid), 1e-300)):
+            return f", by a constant offset: {names[0]} = {names[1]} + {mid:.6g} in every element"
+    return ""
+
+
+def _parting_text(paths: dict[str, Any], names: tuple[str, str]) -> str:
+    if not paths:
+        return ""
+    parts = []
+    for key, name in (("only_a", names[0]), ("only_b", names[1])):
+        if paths.get(key):
+            parts.append(f"{name} computes {_ops_text(paths[key], paths.get(key + '_count'), 3)}")
+    text = (" Where they part: " + "; ".join(parts) + ", with no counterpart on the other side.") if parts else ""
+    hints = paths.get("hints") or []
+    return text + "".join(f" {h}." for h in hints)
+
+
+def _ops_text(ops: list[dict[str, Any]] | None, count: int | None, limit: int = 6) -> str:
+    listed = ", ".join(f"`{o['op']}` (line {o['line']})" for o in (ops or [])[:limit])
+    more = (count or 0) - min(len(ops or []), limit)
+    return listed + (f" and {more} more" if more > 0 else "")
 
 
 def _unit_roundoff(dtype: str) -> float:
@@ -452,6 +558,10 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
                         f"differently in training mode — {listing}.{modes} This is the model's mode, not numerics. "
                         f"Fix: call `{name}.eval()` before comparing outputs (and use `torch.no_grad()`).",
                         evidence + [f"train-mode layer `{x['path']}`: {x['type']}" for x in layers[:8]])
+    moved = [name for name, version in (ma.get("buffers") or {}).items()
+             if (mb.get("buffers") or {}).get(name, version) != version]
+    if moved:
+        return _state_changed(run, first, later, name, moved, evidence)
     sa, sb = ma.get("settings") or {}, mb.get("settings") or {}
     changed = [k for k in sa if sa.get(k) != sb.get(k)]
     if changed:
@@ -475,6 +585,53 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
                     "numerics settings are the same and no layer depends on training mode: a kernel is "
                     "nondeterministic run to run. Re-run with `torch.use_deterministic_algorithms(True)` "
                     "(arm knob `deterministic=on`) to find it.", evidence)
+
+
+def _rerun(c: Comparison, d: Divergence | None) -> Verdict | None:
+    """The script runs one computation twice (compare._reruns) and the runs differ: each drew
+    random numbers of its own, and nothing else differs between them."""
+    if d is None or d.how != "rerun":
+        return None
+    run = next(r for r in c.arms if r.spec == d.a.arm)
+    first = next(o for o in run.observables if o.index == d.a.observable)
+    later = next(o for o in run.observables if o.index == d.b.observable)
+    draws = [leaf for leaf in run.leaves if leaf.get("kind") == "random"
+             and leaf.get("call_line") in (first.call_line, later.call_line)]
+    shuffled = next((leaf for leaf in draws if leaf.get("op") == "randperm"), None)
+    top = shuffled or draws[0]
+    how = (" — a `DataLoader(shuffle=True)` draws a new order of the data for every pass" if shuffled else "")
+    ops = ", ".join(sorted({f"`aten.{x.get('op')}` (line {x.get('line')})" for x in draws})[:4])
+    return _verdict("nondeterministic", True, policy.GENERAL, ["random", "reproducibility"],
+                    f"The script runs the same computation twice — the calls at lines {first.call_line} and "
+                    f"{later.call_line} — from the same inputs and weights, and {first.shown} (line {first.line}) "
+                    f"differs between them ({d.a.summary} vs {d.b.summary}): each run consumes fresh random numbers "
+                    f"from the global generator, `aten.{top.get('op')}` at line {top.get('line')}{how}. A "
+                    "testing-method problem, not a numerical one. Fix: seed each run identically "
+                    "(`torch.manual_seed(…)` before each, or a seeded `generator=` for the DataLoader and samplers).",
+                    _evidence(d) + [f"random ops drawn in both runs: {ops}",
+                                    "both runs read the same leaf tensors (inputs, weights)"])
+
+
+def _state_changed(run: ArmRun, first: Observable, later: Observable, name: str, moved: list[str],
+                   evidence: list[str]) -> Verdict:
+    """Same module, same weights, same input — but its buffers (BatchNorm's running
+    statistics) were updated in between, by a call in training mode: the module's state
+    changed, so the second call computes with other statistics."""
+    instance = (first.module or {}).get("instance")
+    between = [o for o in run.observables if first.index < o.index < later.index and o.kind == "call"
+               and (o.module or {}).get("instance") == instance and (o.module or {}).get("training")]
+    shown = [b for b in moved if not b.endswith("num_batches_tracked")] or moved
+    buffers = ", ".join(f"`{name}.{b}`" for b in shown[:4])
+    cause = (f"the training-mode call {between[0].label} at line {between[0].line} updated {buffers}"
+             f" (`torch.no_grad()` does not stop that: running statistics are buffers, not gradients)"
+             if between else f"{buffers} changed between the calls")
+    return _verdict("nondeterministic", True, policy.GENERAL, ["reproducibility"],
+                    f"`{name}` gives different outputs for the same input and weights in {first.label} (line "
+                    f"{first.line}) and {later.label} (line {later.line}) because its state changed in between: "
+                    f"{cause}. The module computes with other statistics, not other rounding. Fix: keep `{name}` in "
+                    "`eval()` for extra forward passes, or save and restore its `state_dict()` around them.",
+                    evidence + [f"buffers changed between the calls: {', '.join(moved[:8])}"]
+                    + [f"training-mode call between them: {o.label} (line {o.line})" for o in between[:2]])
 
 
 CAUSES = {
@@ -573,7 +730,7 @@ def _printed_mix(run: ArmRun, usual: set[int], odd: set[int]) -> str:
     """A value the script prints that depends on both kinds of draw, when ancestry shows one."""
     for o in run.observables:
         if o.kind in ("readback", "claim") and set(o.ancestors) & usual and set(o.ancestors) & odd:
-            return f" ({o.label} at line {o.line} compares the two)"
+            return f" ({o.shown} at line {o.line} compares the two)"
     return ""
 
 
@@ -614,7 +771,7 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
         run, o = nonfinite_ok[0]
         note = singular[0]
         return _verdict("expected-ill-conditioned", True, policy.LINALG, ["numerical", "linalg"],
-                        f"Only `{run.spec}` could run here. Its {o.label} (line {o.line}) is {summarize(o.fingerprint)}, which agrees "
+                        f"Only `{run.spec}` could run here. Its {o.shown} (line {o.line}) is {summarize(o.fingerprint)}, which agrees "
                         f"with the float64 reference: the matrix fed to `{note['op']}` at line {note['line']} is singular "
                         f"({_cond_text(note)}). A finite value from another device is rounding noise.",
                         [_cond_text(note, full=True)])
@@ -623,7 +780,7 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
         return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                         f"Only `{completed[0].spec}` ran. Every one of its {n} observed values agrees with the float64 "
                         f"reference and no comparison the script makes fails: nothing diverges here.{same}")
-    checks = [r for r in completed if r.exception and r.exception.get("claim") and r.exit_note]
+    checks = [r for r in completed if r.exception and r.exception.get("claim")]
     if not checks:
         return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                         f"The arms agree bitwise on all {c.aligned} aligned observables and every comparison the "
@@ -633,8 +790,13 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
     which = "every arm" if len(checks) == len(completed) else ", ".join(f"`{r.spec}`" for r in checks)
     return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                     f"The arms agree bitwise on all {c.aligned} aligned observables, but the script's own check "
-                    f"fails on {which} ({checks[0].exit_note}): what it asserts holds for neither arm's values here. "
+                    f"fails on {which} ({_check_note(checks[0])}): what it asserts holds for neither arm's values here. "
                     "Where it asserts the reported wrong result, the reported divergence does not reproduce here.")
+
+
+def _check_note(run: ArmRun) -> str:
+    e = run.exception or {}
+    return run.exit_note or f"{e.get('type')} at line {e.get('line')}"
 
 
 def _identical_copies(run: ArmRun) -> str:

@@ -16,13 +16,17 @@ from typing import Any
 import numpy as np
 
 from triage import policy
-from triage.model import ArmRun, Comparison, Divergence, DivergenceKind, Judgement, Observable, Side
+from triage.model import ArmRun, Comparison, Divergence, DivergenceKind, Judgement, Observable, Side, compared_runs
 
 SUMMARY_VALUES = 4
 
 
-def compare(runs: list[ArmRun]) -> Comparison:
-    completed = [r for r in runs if r.completed]
+def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
+    """`source`: the script's text, to name the values it compares by its own expressions."""
+    completed = compared_runs(runs)
+    if source:
+        for run in completed:
+            _name_from_source(run, source)
     aligned, alignment_note = _align(completed)
     leaves_identical, leaves_note = _leaves(completed)
     candidates: list[Divergence] = []
@@ -38,7 +42,9 @@ def compare(runs: list[ArmRun]) -> Comparison:
         for x, y, how in _claim_pairs(run):
             d = pair_divergence("claim", run, x, run, y)
             d.how = how
-            claims.append({"arm": run.spec, "how": how, "a": x.label, "b": y.label, "line": x.line,
+            if x.name and y.name and how not in ("implicit", "repeat", "rerun"):
+                d.observable_label = f"{x.name} vs {y.name} (`{how}`)"
+            claims.append({"arm": run.spec, "how": how, "a": x.shown, "b": y.shown, "line": x.line,
                            "holds": (x.claim or {}).get("holds"), "bitwise_equal": d.bitwise_equal,
                            "within_tolerance": d.within_tolerance,
                            "a_agrees_with_reference": d.a.agrees_with_reference,
@@ -47,7 +53,7 @@ def compare(runs: list[ArmRun]) -> Comparison:
             same_values = (d.max_abs_diff == 0 and d.nonfinite_mismatch == 0 and d.bit_difference is None
                            and (x.fingerprint or {}).get("dtype") != (y.fingerprint or {}).get("dtype"))
             if not d.bitwise_equal and not same_values and (
-                    how in ("implicit", "repeat") or (x.claim or {}).get("holds") is False):
+                    how in ("implicit", "repeat", "rerun") or (x.claim or {}).get("holds") is False):
                 claim_divs.append(d)
     # Against float64 alone only when there is no second arm: where arms agree with each other,
     # the reporter's divergence did not reproduce, and float64 findings are notes, not verdicts.
@@ -62,6 +68,14 @@ def compare(runs: list[ArmRun]) -> Comparison:
     for d in judged:
         d.judgements = _judgements(completed, d)
     headline = min(range(len(judged)), key=lambda i: _headline_rank(judged[i], i)) if judged else None
+    if headline is not None and judged[headline].source == "claim" and judged[headline].how != "repeat":
+        # The script compares two calls of one module on one input: the pair of calls knows why
+        # they differ (the module's mode, its state, a setting), the comparison does not.
+        same = _values_of(completed, judged[headline])
+        headline = next((i for i, d in enumerate(judged) if d.how == "repeat" and _values_of(completed, d) == same),
+                        headline)
+    if headline is not None:
+        judged[headline].paths = _paths(completed, judged[headline])
     shown = _values_of(completed, judged[headline]) if headline is not None else set()
     conditioning = [dict(c, arm=r.spec) for r in completed for c in r.conditioning]
     return Comparison(
@@ -73,6 +87,22 @@ def compare(runs: list[ArmRun]) -> Comparison:
     )
 
 
+def _name_from_source(run: ArmRun, source: str) -> None:
+    """Claim operands and readbacks named by the script's own expressions (`mine`, not
+    `torch.testing.assert_close operand 1`), where its source says so unambiguously."""
+    from triage.operands import operand_names, readback_name
+
+    for o in run.observables:
+        if o.kind == "claim" and o.claim and o.claim.get("operand") in (0, 1):
+            names = operand_names(source, o.line, str(o.claim.get("func", "")))
+            if names:
+                o.name = f"`{names[o.claim['operand']]}`"
+        elif o.kind == "readback":
+            name = readback_name(source, o.line, o.label)
+            if name:
+                o.name = f"`{name}{o.label}`" if o.label.startswith(".") else f"`{name}`"
+
+
 def _values_of(runs: list[ArmRun], d: Divergence) -> set[tuple]:
     """(arm, op-graph node) of each side: two observables of one tensor are one value."""
     by_spec = {r.spec: r for r in runs}
@@ -82,6 +112,29 @@ def _values_of(runs: list[ArmRun], d: Divergence) -> set[tuple]:
         o = next((o for o in run.observables if o.index == s.observable), None) if run else None
         out.add((s.arm, o.node or f"observable{o.index}") if o is not None else (None, None))
     return out
+
+
+def _paths(runs: list[ArmRun], d: Divergence) -> dict[str, Any] | None:
+    """Where a claim's two sides part in the arm's op graph (None without a graph)."""
+    if d.source != "claim" or d.b is None:
+        return None
+    run = next((r for r in runs if r.spec == d.a.arm), None)
+    if run is None or not run.graph_dir:
+        return None
+    nodes = [next((o.node for o in run.observables if o.index == s.observable), None) for s in (d.a, d.b)]
+    if None in nodes:
+        return None
+    from triage.minimize.graph import OpGraph
+    from triage.paths import part_ways
+    from triage.untrusted import UntrustedOutput
+
+    try:
+        graph = OpGraph(run.graph_dir)
+        if any(n not in graph.by_name for n in nodes):
+            return None
+        return part_ways(graph, nodes[0], nodes[1])
+    except (UntrustedOutput, OSError, KeyError, ValueError):
+        return None  # an unreadable graph loses this detail, never the comparison
 
 
 # What the script itself is about ranks first: its own checks, then what it prints, then
@@ -124,7 +177,7 @@ def _judgements(runs: list[ArmRun], d: Divergence) -> list:
         try:
             out.append(judge_observable(run, o))
         except Exception as e:  # noqa: BLE001 - a judge failure loses the judgement, never the report
-            out.append(Judgement(arm=run.spec, observable=o.index, label=o.label, line=o.line,
+            out.append(Judgement(arm=run.spec, observable=o.index, label=o.shown, line=o.line,
                                  dtype=(o.fingerprint or {}).get("dtype", "?"), status="not-judged",
                                  reason=f"triage's judge failed on it ({type(e).__name__}: {str(e)[:120]})"))
     return out
@@ -305,6 +358,7 @@ def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
         if first is not o and _bits(first) != _bits(o):
             pairs.append((first, o, "repeat"))
             repeated.add(o.index)
+    pairs += _reruns(run)
     # Implicit claims: two observed values with the same float64 value but different bits
     # are the same quantity computed two ways (fp16 vs fp32, eager vs compiled, cpu vs "gpu").
     seen: dict[tuple, Observable] = {}
@@ -323,13 +377,47 @@ def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
     return pairs
 
 
+def _reruns(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
+    """One computation run twice inside the script: a function called from two top-level
+    lines (`run1 = train(...)`, `run2 = train(...)`) whose last value at one line of it, read
+    back, differs between the two calls although both read the same inputs and weights — and
+    each call drew random numbers of its own (a shuffling DataLoader, dropout, an unseeded
+    generator).  Calls on different inputs are different computations and pair with nothing."""
+    drawn_in = {leaf.get("call_line") for leaf in run.leaves if leaf.get("kind") == "random"}
+    last: dict[tuple, dict[int, Observable]] = {}
+    for o in run.observables:
+        if o.kind != "readback" or o.call_line is None or o.call_line == o.line or not o.fingerprint:
+            continue
+        key = (o.line, o.label, tuple(o.fingerprint.get("shape") or ()), o.fingerprint.get("dtype"))
+        last.setdefault(key, {})[o.call_line] = o
+    pairs = []
+    for calls in last.values():
+        lines = sorted(calls)
+        for first_line, later_line in zip(lines, lines[1:]):
+            x, y = calls[first_line], calls[later_line]
+            if (_inputs_of(run, x) == _inputs_of(run, y) and _bits(x) != _bits(y)
+                    and {first_line, later_line} <= drawn_in):
+                pairs.append((x, y, "rerun"))
+    return pairs[:MAX_RERUNS]
+
+
+MAX_RERUNS = 8
+
+
+def _inputs_of(run: ArmRun, o: Observable) -> set[tuple]:
+    """The leaves a value reads, by what they hold: each call's own `torch.zeros(4)` at one
+    line is the same input, whichever leaf recorded it."""
+    return {(leaf.get("kind"), leaf.get("op"), leaf.get("line")) + _leaf_bits(leaf)
+            for i in o.ancestors if i < len(run.leaves) for leaf in (run.leaves[i],)}
+
+
 # -- measurements -------------------------------------------------------------------------
 def side_of(run: ArmRun, o: Observable) -> Side:
     """One observed value measured against its float64 reference."""
     fp = o.fingerprint or {}
     dtype = fp.get("dtype", "?")
     ref_fp = (o.reference or {}).get("fingerprint")
-    side = Side(arm=run.spec, observable=o.index, label=o.label, line=o.line, dtype=dtype,
+    side = Side(arm=run.spec, observable=o.index, label=o.shown, line=o.line, dtype=dtype,
                 summary=summarize(fp), reference_summary=summarize(ref_fp) if ref_fp else None, kind=o.kind)
     if ref_fp is None:
         return side
@@ -367,7 +455,7 @@ def side_of(run: ArmRun, o: Observable) -> Side:
 def _single(run: ArmRun, o: Observable, side: Side) -> Divergence:
     fp = o.fingerprint or {}
     return Divergence(
-        source="reference", observable_label=o.label, line=o.line, a=side, b=None,
+        source="reference", observable_label=o.shown, line=o.line, a=side, b=None,
         dtype=side.dtype, bitwise_equal=False, within_tolerance=False,
         rtol=policy.reference_tolerance(side.dtype), atol=policy.reference_tolerance(side.dtype),
         max_abs_diff=side.max_abs_error, nonfinite_mismatch=side.nonfinite_vs_reference,
@@ -383,7 +471,7 @@ def pair_divergence(source: str, ra: ArmRun, x: Observable, rb: ArmRun, y: Obser
     # Comparing two dtypes (fp16 vs fp32): the looser tolerance applies.
     dtype = max(dtypes, key=lambda d: policy.tolerance(d)[0])
     rtol, atol = policy.tolerance(dtype)
-    d = Divergence(source=source, observable_label=x.label if x.label == y.label else f"{x.label} vs {y.label}",
+    d = Divergence(source=source, observable_label=x.shown if x.shown == y.shown else f"{x.shown} vs {y.shown}",
                    line=x.line, a=sa, b=sb, dtype=dtype, bitwise_equal=_bits(x)[2] == _bits(y)[2] and fa.get("dtype") == fb.get("dtype"),
                    within_tolerance=False, rtol=rtol, atol=atol, max_abs_diff=None,
                    nonfinite_mismatch=0, numel=fa.get("numel", 0),

@@ -84,6 +84,10 @@ class Observable:
     conditioning: list[int] = field(default_factory=list)  # ArmRun.conditioning indices upstream
     claim: dict[str, Any] | None = None
     node: str | None = None  # the op-graph node that computed it (arm's own recording)
+    call_line: int | None = None  # the top-level script line whose call led to it
+    # The script's own expression for the value (`mine`, `x.mean().item()`: triage/operands.py),
+    # where its source says so unambiguously; `label` stays the worker's (the alignment key).
+    name: str | None = None
     # Root module calls: which module instance (and the script's name for it), its training
     # flag and train-mode layers, input digests, and the numerics settings at the call.
     module: dict[str, Any] | None = None
@@ -93,6 +97,11 @@ class Observable:
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     spread: dict[str, np.ndarray] | None = field(default=None, repr=False, metadata={"json": False})
+
+    @property
+    def shown(self) -> str:
+        """What people read for this value: the script's name for it, else triage's label."""
+        return self.name or self.label
 
 
 @dataclass
@@ -135,6 +144,22 @@ class ArmRun:
     def completed(self) -> bool:
         """The script ran to its end, or stopped on its own check (an assert that failed)."""
         return self.status == "ok" or (self.status == "raised" and bool(self.exception and self.exception.get("claim")))
+
+    @property
+    def raised_after_values(self) -> bool:
+        """The script raised (a typo on its last line, an error after its prints) once it had
+        produced values: those values are a result, whatever came after."""
+        return self.status == "raised" and any(o.kind != "final" for o in self.observables)
+
+
+def compared_runs(runs: list[ArmRun]) -> list[ArmRun]:
+    """The arms whose values are compared: those that completed, or — where none did and
+    every arm raised after producing values — all of them, as far as they got."""
+    completed = [r for r in runs if r.completed]
+    if completed:
+        return completed
+    ran = [r for r in runs if r.status != "unavailable"]
+    return ran if ran and all(r.raised_after_values for r in ran) else []
 
 
 @dataclass
@@ -208,9 +233,14 @@ class Divergence:
     numel: int
     fp64_rule: str | None = None
     ancestors: list[dict[str, Any]] = field(default_factory=list)
-    how: str | None = None  # claims: the script's function, "implicit", or "repeat" (one module called twice)
+    # claims: the script's function, "implicit", "repeat" (one module called twice on one input)
+    # or "rerun" (one function of the script called twice from the top level, compare._reruns)
+    how: str | None = None
     bit_difference: str | None = None  # equal values, different bits: "signed-zero" or "nan-bits"
     judgements: list[Judgement] = field(default_factory=list)  # each side against its own rounding
+    # Two values of one arm: the ops of each side's computation with no counterpart in the
+    # other's (triage/paths.py), where the arm's op graph was recorded.
+    paths: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -278,6 +308,9 @@ class Verdict:
     labels: list[str]
     summary: str
     evidence: list[str] = field(default_factory=list)
+    # An inconclusive verdict (triage/audit.py): what conflicts, and the kind it withdrew.
+    conflicts: list[str] = field(default_factory=list)
+    withdrawn: str | None = None
 
 
 @dataclass

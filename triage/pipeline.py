@@ -9,7 +9,7 @@ import time
 from triage import __version__
 from triage.ablate import AblationOptions, ablate
 from triage.arms import calls_compile
-from triage.classify import classify
+from triage.classify import classify, torch_of
 from triage.compare import compare
 from triage.extract import extract_repro
 from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
@@ -38,7 +38,7 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
             with forking_workers(repro, arms, options):
                 runs = run_arms(repro, arms, options, progress)
                 try:
-                    comparison = compare(runs)
+                    comparison = compare(runs, repro.source)
                     ablations, reduced = _explain(repro, comparison, arms, options, progress,
                                                   ablation or AblationOptions(enabled=False),
                                                   minimize or MinimizeOptions(enabled=False))
@@ -50,9 +50,7 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
             trim_compile_cache(options.compile_cache)
     try:
         ablations = ablations + reduced.ablations
-        verdict = classify(repro, comparison, ablations)
-        if comparison is not None:
-            verdict.summary += _releases_sentence(comparison)
+        verdict = classify(repro, comparison, ablations, reduced.replay)
         report_notes = list(notes or [])
         if comparison is not None:
             report_notes.extend(_run_notes(comparison, options, repro.source))
@@ -76,10 +74,10 @@ def _explain(repro: Repro, comparison: Comparison, arms: list[ArmSpec], options:
     (a fresh arm's start, the slower arm, a compile) that the other can use."""
     if (options.jobs or os.cpu_count() or 1) < 2:
         return (ablate(repro, comparison, options, ablation, progress),
-                minimize_divergence(comparison, arms, options, minimize, progress))
+                minimize_divergence(comparison, arms, options, minimize, progress, repro.source))
     with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="triage-explain") as pool:
         ablating = pool.submit(ablate, repro, comparison, options, ablation, progress)
-        minimizing = pool.submit(minimize_divergence, comparison, arms, options, minimize, progress)
+        minimizing = pool.submit(minimize_divergence, comparison, arms, options, minimize, progress, repro.source)
         concurrent.futures.wait([ablating, minimizing])
     if ablating.exception() is not None and minimizing.exception() is None:
         # No report will carry the minimal script's directory to the caller that removes it.
@@ -129,30 +127,13 @@ def _environment_notes(reporter: dict[str, str], comparison) -> list[str]:  # no
     return ["The reporter's environment differs from triage's — " + "; ".join(differ) + "."] if differ else []
 
 
-def _releases_sentence(comparison: Comparison) -> str:
-    """Which torch each arm ran, where the arms ran different releases: said in the verdict's
-    summary, since what a release changed is the point of such a comparison."""
-    releases = {r.spec: _torch_of(r) for r in comparison.arms}
-    if len(set(releases.values())) < 2:
-        return ""
-    return " Torch releases: " + ", ".join(f"`{spec}` ran {version}" for spec, version in releases.items()) + "."
-
-
-def _torch_of(run) -> str:  # noqa: ANN001 - ArmRun
-    """The torch version the arm's collect_env names, else its spec's release, else "this"."""
-    from triage.extract import parse_environment
-
-    found = parse_environment(run.environment).get("PyTorch version") if run.environment else None
-    return found or (run.spec.partition("@")[2] or "the running release")
-
-
 def _run_notes(comparison, options: RunOptions, source: str) -> list[str]:  # noqa: ANN001 - Comparison
     notes = []
     if calls_compile(source) and not any(r.mode == "compile" for r in comparison.arms):
         notes.append("The script calls `torch.compile`, but no arm compiles (no `/compile` arm was asked for): on "
                      f"{', '.join(f'`{r.spec}`' for r in comparison.arms)} every `torch.compile` call returned the "
                      "function itself, so the compiled code ran eagerly. Add `cpu/compile` to compare it.")
-    if len({_torch_of(r) for r in comparison.arms}) > 1:
+    if len({torch_of(r) for r in comparison.arms}) > 1:
         notes.append("The arms ran different torch releases (another release runs from its own environment, built "
                       "with venv + pip). The accuracy note does not promise bitwise-equal results across releases: a "
                       "difference inside both arms' rounding spreads is expected; one beyond them means the "

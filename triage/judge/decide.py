@@ -82,9 +82,9 @@ def judge_observable(run: ArmRun, o: Observable) -> Judgement:
     spread = RoundingSpread.of(o)
     if spread is None or o.value is None:
         why = (o.rounding or {}).get("reason") or _why_not(run, o)
-        return Judgement(arm=run.spec, observable=o.index, label=o.label, line=o.line,
+        return Judgement(arm=run.spec, observable=o.index, label=o.shown, line=o.line,
                          dtype=(o.fingerprint or {}).get("dtype", "?"), status="not-judged", reason=why)
-    return judge_value(o.value, spread, run.spec, o.index, o.label, o.line)
+    return judge_value(o.value, spread, run.spec, o.index, o.shown, o.line)
 
 
 def _why_not(run: ArmRun, o: Observable) -> str:

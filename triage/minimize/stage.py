@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from triage import policy
 from triage.minimize import standalone
+from triage.minimize.backend_source import backend_definitions
 from triage.compare import divergence_kind
 from triage.minimize.graph import OpGraph
 from triage.minimize.data import DataReduction, reduce_data
@@ -54,10 +55,15 @@ class MinimizeResult:
     notes: list[str] = field(default_factory=list)
     script_dir: str | None = None
     ablations: list[Ablation] = field(default_factory=list)  # float64 upcasts of the minimal graph's ops
+    # The whole cone replayed on both arms' workers before reducing: {"arms", "hits", "runs",
+    # "seen", "failed", "script_backend"} — whether the recorded op graph itself diverges.
+    replay: dict[str, Any] | None = None
 
 
 def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_options: RunOptions,
-                        options: MinimizeOptions, progress: Progress | None = None) -> MinimizeResult:
+                        options: MinimizeOptions, progress: Progress | None = None,
+                        source: str | None = None) -> MinimizeResult:
+    """`source`: the script's text, for a compile arm that used the script's own backend."""
     result = MinimizeResult()
     notify = (lambda event, details: progress("minimize", event, details)) if progress else (lambda e, d: None)
     if not options.enabled or comparison is None or comparison.divergence is None:
@@ -67,6 +73,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         result.notes.append(f"Not minimized: {chosen}.")
         return result
     run_a, spec_a, spec_b, obs_a, obs_b = chosen
+    script_backend = _script_backend(comparison, spec_b, source)
     dtype = (obs_a.fingerprint or {}).get("dtype", "?")
     target = divergence_kind(obs_a.value, obs_b.value, dtype)
     try:
@@ -93,7 +100,8 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             futures = [pool.submit(ArmWorker, spec, run_a.graph_dir, options.memory_bytes, shared=[str(scratch)],
                                    isolation=run_options.isolation, compile_dir=run_options.compile_cache,
-                                   python=worker_python(spec, run_options))
+                                   python=worker_python(spec, run_options),
+                                   script_backend=script_backend if spec is spec_b else None)
                        for spec in (spec_a, spec_b)]
             for f in futures:
                 try:
@@ -113,14 +121,17 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         notify("reliability", {})
         hits, outcomes = reliability(problem, cone)
         lap("reliability")
+        seen = sorted({k.describe() for o in outcomes for k in o.kinds.values() if k is not None})
+        failure = next((o.failure for o in outcomes if o.failure), None)
+        result.replay = {"arms": [spec_a.spec, spec_b.spec], "hits": hits, "runs": RELIABILITY_RUNS,
+                         "seen": seen, "failed": failure is not None,
+                         "script_backend": bool(_script_backends(comparison, spec_b))}
         if hits < RELIABILITY_RUNS:
-            seen = sorted({k.describe() for o in outcomes for k in o.kinds.values() if k is not None})
-            failure = next((o.failure for o in outcomes if o.failure), None)
             shown = failure or (", ".join(seen) if seen else "bitwise-equal values")
             result.notes.append(
                 f"Not minimized: replaying the recorded op graph on {spec_a.spec} and {spec_b.spec} showed "
                 f"{target.describe()} in {hits} of {RELIABILITY_RUNS} runs (otherwise: {shown})"
-                + ("; the divergence is flaky." if hits else "; the divergence needs something the op graph does not capture."))
+                + ("; the divergence is flaky." if hits else _uncaptured(comparison, spec_b, script_backend)))
             return result
         notify("localize", {})
         result.localization, note = localize(problem, cone, compiled=spec_b.mode == "compile")
@@ -158,7 +169,8 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         # moves the script and its inputs file out, regular files only.
         rendered = scratch / "render"
         rendered.mkdir()
-        error, reply = standalone.render(a, plan.request(), spec_a, spec_b, target, rendered, options.query_timeout_s,
+        error, reply = standalone.render(a, plan.request(script_backend=script_backend), spec_a, spec_b, target,
+                                         rendered, options.query_timeout_s,
                                          problem.overrides_for(plan))
         if error:
             result.notes.append(f"Minimized to {len(ops)} op(s), but writing the script failed: {error}.")
@@ -234,6 +246,41 @@ def _set_float64_lines(ablations: list[Ablation], ops: list[str], lines: dict[st
     recorded call and run once by arm A's worker.  An op with no such line that runs shows none."""
     for ablation, op in zip(ablations, ops):
         ablation.setting = lines.get(op, "")
+
+
+def _script_backends(comparison: Comparison, spec: ArmSpec) -> list[dict[str, Any]]:
+    run = next((r for r in comparison.arms if r.spec == spec.spec), None)
+    return ((run.graph or {}).get("backends") or []) if run is not None and spec.mode == "compile" else []
+
+
+def _script_backend(comparison: Comparison, spec: ArmSpec, source: str | None) -> dict[str, str] | None:
+    """The script's own compile backend, as definitions the compile worker can run: candidates
+    then compile with the very function the arm used, not with inductor."""
+    backends = _script_backends(comparison, spec)
+    if len(backends) != 1 or not source:
+        return None  # none, or several: which one made the divergence is not known
+    definitions = backend_definitions(source, backends[0]["name"])
+    return {"name": backends[0]["name"], "definitions": definitions} if definitions else None
+
+
+def _uncaptured(comparison: Comparison, spec_b: ArmSpec, loaded: dict[str, str] | None) -> str:
+    """Why a divergence the arms show does not appear when the graph is replayed: a compile
+    arm that used the script's own backend, which the workers could not load, or which does
+    something to the whole program that a candidate's graph does not show."""
+    backends = _script_backends(comparison, spec_b)
+    if not backends:
+        return "; the divergence needs something the op graph does not capture."
+    b = backends[0]
+    where = f" (defined at line {b['line']})" if b.get("line") else ""
+    if loaded:
+        return (f"; `{spec_b.spec}` compiled with the script's own backend `{b['name']}`{where}, and the candidates "
+                f"compiled with it too do not diverge: `{b['name']}` depends on more than the op graph (the "
+                "script's state, the whole program's graph). Start there.")
+    why = ("the script passes several backends" if len(backends) > 1 else
+           f"its definition could not be taken from the script (`{b['name']}` is not a top-level function there)")
+    return (f". `{spec_b.spec}` compiled with the script's own backend `{b['name']}`{where}, which the minimizer's "
+            f"workers could not load — {why} — so they compiled each candidate with inductor, where the divergence "
+            f"is not there. It lives in what `{b['name']}` does to the graph: start there.")
 
 
 def _choose(comparison: Comparison, arms: list[ArmSpec]) -> tuple | str:

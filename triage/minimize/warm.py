@@ -38,12 +38,14 @@ class WorkerFailed(Exception):
 class ArmWorker:
     def __init__(self, arm: ArmSpec, graph_dir: str, memory_bytes: int, startup_timeout_s: float = 180.0,
                  shared: list[str] | None = None, isolation: str = "auto", compile_dir: str | None = None,
-                 python: str | None = None) -> None:
+                 python: str | None = None, script_backend: dict[str, str] | None = None) -> None:
         """`shared`: directories the worker may write (values passed between the two arms'
         workers); it reads `graph_dir` and writes its own scratch directory, nothing else, but
         for `compile_dir`, the triage run's compile cache (the arms' own, so a compile arm's
-        worker starts warm).  `python`: the arm's interpreter (run.worker_python)."""
+        worker starts warm).  `python`: the arm's interpreter (run.worker_python).
+        `script_backend`: {"name", "definitions"} of the script's own compile backend."""
         self.arm = arm
+        self.script_backend = script_backend
         self.python = python or sys.executable
         self.graph_dir = graph_dir
         self.memory_bytes = memory_bytes
@@ -94,7 +96,7 @@ class ArmWorker:
         self.stdout = OutputCapture(self.proc.stdout, 64 * 1024)
         self.stderr = OutputCapture(self.proc.stderr, 64 * 1024)
         threading.Thread(target=self._read, args=(os.fdopen(rep_r, "rb"), self.replies), daemon=True).start()
-        setup = {"arm": self.arm.to_job(), "graph_dir": self.graph_dir,
+        setup = {"arm": self.arm.to_job(), "graph_dir": self.graph_dir, "script_backend": self.script_backend,
                  "address_space_limit": self.memory_bytes + 8 * GiB if self.arm.device == "cpu" else None}
         header, _ = self._exchange(setup, self.startup_timeout_s)
         if not header.get("ok"):

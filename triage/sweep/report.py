@@ -42,7 +42,7 @@ __all__ = ["BucketRows", "BuildChange", "CouldNotRun", "Row", "SweepReport", "Ve
 # The verdicts a triager acts on first (not explained by the accuracy note), then the expected
 # ones in the ladder's order, then those with nothing to look at; a kind this triage does not
 # know (a newer one's store) comes last.
-_FIRST = ("likely-bug", "nonfinite-flip", "crash-one-arm", "nondeterministic")
+_FIRST = ("likely-bug", "nonfinite-flip", "crash-one-arm", "inconclusive", "nondeterministic")
 _LAST = ("not-reproduced", "could-not-run")
 VERDICT_ORDER = _FIRST + tuple(k for k in KINDS if k not in _FIRST + _LAST) + _LAST
 # The markdown's caps, tried in turn until it fits its limit: characters of a title or summary

@@ -163,9 +163,12 @@ class LoadedGraph:
         return env
 
     def to_module(self, plan: list[str], input_names: list[str], outputs: list[str],
-                  device: torch.device, upcast: frozenset[str] = frozenset()) -> fx.GraphModule:
+                  device: torch.device, upcast: frozenset[str] = frozenset(),
+                  torch_level: bool = False) -> fx.GraphModule:
         """The plan as an FX GraphModule taking `input_names` and returning `outputs` (a tuple);
-        ops in `upcast` run in float64."""
+        ops in `upcast` run in float64.  `torch_level`: each aten op that has a `torch.<name>`
+        function is called through it, so a compile backend sees the graph the script's own
+        `torch.compile` gave it (`torch.expm1`, not `aten.expm1.default`)."""
         graph = fx.Graph()
         env: dict[str, Any] = {name: graph.placeholder(_py_name(name)) for name in input_names}
         for name in plan:
@@ -178,9 +181,19 @@ class LoadedGraph:
                 if name in upcast:
                     env[name] = graph.call_function(in_float64, (self.ops[name], *args), kwargs)
                 else:
-                    env[name] = graph.call_function(self.ops[name], tuple(args), kwargs)
+                    op = torch_function(self.ops[name]) if torch_level else self.ops[name]
+                    env[name] = graph.call_function(op, tuple(args), kwargs)
         graph.output(tuple(env[name] for name in outputs))
         return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def torch_function(op: Callable) -> Callable:
+    """`torch.<name>` for the aten op `aten.<name>.<overload>` where torch has that function
+    (the overloads are its signatures), else the aten op itself."""
+    packet = getattr(op, "overloadpacket", None)
+    name = getattr(packet, "__name__", "")
+    fn = getattr(torch, name, None) if name and not name.startswith("_") else None
+    return fn if callable(fn) and not isinstance(fn, type) else op
 
 
 def in_float64(fn: Callable, *args: Any, **kwargs: Any) -> Any:

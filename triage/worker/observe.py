@@ -15,6 +15,7 @@ whose float64 replay is its reference.  Observables of two arms align by program
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import os
 import sys
@@ -81,6 +82,8 @@ CHECK_FOLDS = {
 }
 CHECK_CONVERSIONS = {torch.Tensor.__bool__, torch.Tensor.item}
 MAX_CHECKS_PER_VALUE = 8
+MAX_BUFFERS = 64  # result.json's limit on a module call's buffers (triage/arm_output.py)
+MAX_BUFFER_BYTES = 1 << 20
 
 
 class Comparison:
@@ -128,6 +131,7 @@ class ObservationStore:
             record = {
                 "index": index, "kind": kind, "label": label,
                 "line": line if line is not None else self.site(),
+                "call_line": self.recorder.outer_site() if kind != "final" else None,
                 "fingerprint": fp, "node": node.name if node is not None else None,
                 "claim": claim, "module": module,
             }
@@ -183,6 +187,9 @@ class Observer(TorchFunctionMode):
         out = func(*args, **kwargs)
         if func in READBACKS and args and isinstance(args[0], torch.Tensor):
             self.store.add("readback", READBACKS[func], args[0])
+            if args[0] in self.comparisons:
+                # `print(a == b)`: what the script looks at is the comparison of a and b.
+                self._record_checked(args[0])
         elif func in CLAIMS and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
             record_claim(self.store, CLAIMS[func], args[0], args[1], _claim_result(out))
         if func in COMPARISONS or func in CHECK_FOLDS:
@@ -215,11 +222,32 @@ class Observer(TorchFunctionMode):
             if comparison.recorded:
                 continue
             comparison.recorded = True
+            if comparison.symbol == "==" and len(comparison.operands) == 2 and _same_shape(*comparison.operands):
+                # `assert (a == b).all()`, `print(a == b)`: the script claims two values are equal.
+                a, b = comparison.operands
+                with self.store.quiet, torch._C.DisableTorchFunction():
+                    holds = bool(torch.equal(a, b))
+                record_claim(self.store, "==", a, b, holds)
+                continue
             numbered = len(comparison.operands) > 1
             for i, operand in enumerate(comparison.operands):
                 if not self.store.holds_current(operand):
                     which = f" {i + 1}" if numbered else ""
                     self.store.add("readback", f"`{comparison.symbol}` operand{which} in a check", operand)
+
+
+def _buffer_digest(t: torch.Tensor) -> str:
+    try:
+        if t.device.type == "meta" or t.numel() * t.element_size() > MAX_BUFFER_BYTES:
+            return f"v{_version_of(t)}"
+        data = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        return hashlib.blake2b(data, digest_size=8).hexdigest()
+    except Exception:  # noqa: BLE001 - an odd buffer only means its state is not compared
+        return "?"
+
+
+def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype.is_floating_point and b.dtype.is_floating_point
 
 
 def _claim_result(out: Any) -> Any:
@@ -301,9 +329,14 @@ class RootCalls:
         # In-place updates (optimizer.step, load_state_dict) bump a parameter's version: equal
         # sums mean the same weights, so two calls on one input should give one answer.
         weights = sum(p._version for p in itertools.islice(inner.parameters(), 10000))
+        # Buffers are state too (BatchNorm's running statistics): a train-mode forward moves
+        # them without touching a parameter, and the next eval call answers differently.
+        # Kernels update them in place without moving a version counter, so their bytes are
+        # what tells (a large buffer, a positional table, is told by its version instead).
+        buffers = {name[:200]: _buffer_digest(b) for name, b in itertools.islice(inner.named_buffers(), MAX_BUFFERS)}
         return {"instance": instance, "variable": _variable_of(inner, self.script), "training": inner.training,
                 "train_layers": training_layers(inner), "inputs": digests, "weights_version": weights,
-                "settings": numerics_settings()}
+                "buffers": buffers, "settings": numerics_settings()}
 
 
 TRAIN_MODE_LAYERS = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm, torch.nn.RReLU)
@@ -373,6 +406,19 @@ def compile_backend(name_or_fn: Any, mode: Any, options: Any, dynamic: Any) -> C
     return torch._TorchCompileWrapper(name_or_fn, mode, options, dynamic)
 
 
+MAX_SCRIPT_BACKENDS = 16
+
+
+def _note_script_backend(recorder: OpRecorder, backend: Callable) -> None:
+    """A backend the script passes as a callable (its own function): named with the line it
+    is defined on, for the minimizer's note (its workers compile with inductor only)."""
+    code = getattr(backend, "__code__", None) or getattr(type(backend).__call__, "__code__", None)
+    entry = {"name": str(getattr(backend, "__name__", type(backend).__name__))[:200],
+             "line": getattr(code, "co_firstlineno", None)}
+    if entry not in recorder.script_backends and len(recorder.script_backends) < MAX_SCRIPT_BACKENDS:
+        recorder.script_backends.append(entry)
+
+
 def install_compile(store: ObservationStore, recorder: OpRecorder, compile_arm: bool,
                     arm_backend: str | None) -> None:
     """Replace `torch.compile`: eager arms return the callable itself; compile arms compile it
@@ -391,6 +437,8 @@ def install_compile(store: ObservationStore, recorder: OpRecorder, compile_arm: 
             target = model
         else:
             real = compile_backend(arm_backend or backend, mode, options, dynamic)
+            if arm_backend is None and callable(backend):
+                _note_script_backend(recorder, backend)
             target = real_compile(model, fullgraph=fullgraph, dynamic=dynamic,
                                   backend=RecordingBackend(real, recorder), **rest)
         if isinstance(model, torch.nn.Module):

@@ -166,6 +166,7 @@ class OpRecorder(TriageDispatchMode):
         self.random_before_seed: dict[str, Any] | None = None
         self.seed_state: dict[str, Any] = {"line": None, "value": None, "draws": 0}
         self.compiled_graphs = 0
+        self.script_backends: list[dict[str, Any]] = []  # backends the script passes as callables
         self.compiled_random_ops: list[str] = []
 
     # -- the dispatch hook -------------------------------------------------------------

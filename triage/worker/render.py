@@ -83,6 +83,10 @@ def render_script(server: Any, request: dict[str, Any], overrides: dict[str, tor
         text += ["from pathlib import Path", ""]
         text += [f'inputs = torch.load(Path(__file__).with_name("{SIDE_FILE}"))']
         torch.save(side, Path(request["dir"]) / SIDE_FILE)
+    script_backend = request.get("script_backend")
+    if request["style"] == "compile" and script_backend:
+        text += ["", "", "# The script's own compile backend, as the script defines it:",
+                 *(line for line in script_backend["definitions"].rstrip("\n").splitlines() if line != "import torch")]
     text += ["", "", *definition, "", ""] + SHOW + ["", ""]
     text += values + ["", "torch.set_printoptions(precision=10)"]
     text += _epilogue(request, params, len(outputs), exact)
@@ -159,9 +163,10 @@ def _epilogue(request: dict[str, Any], params: str, outputs: int, exact: bool) -
     lines: list[str]
     shown: list[tuple[str, str]]
     if style == "compile":
-        backend = request.get("backend") or "inductor"
+        script_backend = request.get("script_backend")
+        backend = script_backend["name"] if script_backend else f'"{request.get("backend") or "inductor"}"'
         lines = [f"eager = f({params})",
-                 f'compiled = torch.compile(f, backend="{backend}", fullgraph=True)({params})']
+                 f"compiled = torch.compile(f, backend={backend}, fullgraph=True)({params})"]
         shown = [("eager", "eager"), ("compiled", "compiled")]
     elif style == "settings":
         lines, shown = _settings_lines(request, params)

@@ -21,7 +21,10 @@ limit), that loads the recorded op graph once and then answers requests read fro
 some inputs' recorded values (the minimizer's data reduction: fewer elements, plainer values),
 cast back to the recorded dtype.
 
-The worker runs no code from the reporter's script: only aten ops named in the recording.
+The worker runs no code from the reporter's script but one: where the compile arm used the
+script's own backend function, that function's definitions (cut out of the script by
+`triage.minimize.backend_source`) are run once at setup, inside this worker's jail, so that
+candidates compile with it.  Everything else is aten ops named in the recording.
 """
 from __future__ import annotations
 
@@ -34,6 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from triage.worker.process import confine_self, limit_address_space, unbuffered_output
+
+
+def _script_backend(spec: dict[str, Any]) -> Any:
+    """The script's backend callable, from its definitions (imports, the function, what it
+    names), run in a module namespace of their own."""
+    namespace: dict[str, Any] = {"__name__": "__triage_script_backend__"}
+    exec(compile(spec["definitions"], "<the script's backend definitions>", "exec", dont_inherit=True), namespace)
+    backend = namespace.get(spec["name"])
+    if not callable(backend):
+        raise TypeError(f"the script's backend {spec['name']!r} is not callable")
+    return backend
 
 
 class Server:
@@ -53,6 +67,11 @@ class Server:
         envinfo.apply_knobs(knobs)
         self.compile = arm["mode"] == "compile"
         self.backend = arm.get("backend") or "inductor"
+        # The script's own backend sees torch-level graphs from dynamo, so candidates are built
+        # from torch functions for it (graphio.torch_function).
+        self.torch_level = bool(self.compile and setup.get("script_backend"))
+        if self.torch_level:
+            self.backend = _script_backend(setup["script_backend"])
         self.graph = LoadedGraph(Path(setup["graph_dir"]))
         self.recorded: dict[str, Any] = {}
         self.compiled: dict[str, Any] = {}
@@ -105,7 +124,7 @@ class Server:
         key = request["key"] + ("|float64:" + ",".join(sorted(upcast)) if upcast else "") + f"|{shapes}"
         fn = self.compiled.get(key)
         if fn is None:
-            gm = self.graph.to_module(plan, input_names, outputs, self.device, upcast)
+            gm = self.graph.to_module(plan, input_names, outputs, self.device, upcast, torch_level=self.torch_level)
             from triage.worker.observe import compile_backend
 
             fn = self.torch.compile(gm, backend=compile_backend(self.backend, None, None, False),

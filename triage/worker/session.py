@@ -206,7 +206,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         left_out=left_out if any(left_out.values()) else None,
         graph={"nodes": len(by_name), "leaves": len(recording.leaves),
                "compiled_graphs": recording.compiled_graphs, "stopped": recording.stopped,
-               "dtypes": floating_dtypes(recording.graph)},
+               "dtypes": floating_dtypes(recording.graph), "backends": recorder.script_backends},
         reference=reference,
         random_before_seed=recording.random_before_seed,
         compiled_random_ops=recording.compiled_random_ops,

@@ -1,0 +1,129 @@
+"""The evidence audit (triage/audit.py): each invariant on hand-built evidence, and the
+inconclusive verdict a conflict turns a verdict into."""
+import numpy as np
+
+from test_ladder import REPRO, arm, obs
+from triage import audit
+from triage.classify import classify
+from triage.compare import compare
+from triage.audit import Evidence
+from triage.model import Judgement, Verdict
+
+
+def verdict_of(*runs):
+    return classify(REPRO, compare(list(runs)))
+
+
+def plain(kind: str, expected=True) -> Verdict:
+    return Verdict(kind=kind, expected=expected, policy_section="", policy_url="", labels=[], summary="s")
+
+
+# -- printed numbers ------------------------------------------------------------------------
+def test_numbers_the_arms_print_differently_withdraw_not_reproduced():
+    a = arm("cpu", [obs(0, [1.0], [1.0])])
+    b = arm("cpu/compile", [obs(0, [1.0], [1.0])], mode="compile")
+    a.stdout, b.stdout = "max_diff: 0.0\n", "max_diff: 1.97\n"
+    v = verdict_of(a, b)
+    assert (v.kind, v.expected, v.withdrawn) == ("inconclusive", None, "not-reproduced")
+    assert v.labels == ["triage review"]
+    assert "`cpu` prints `max_diff: 0.0` where `cpu/compile` prints `max_diff: 1.97`" in v.summary
+    assert v.conflicts and all(c in " ".join(v.evidence) for c in v.conflicts)
+
+
+def test_timings_and_equal_numbers_printed_by_the_arms_are_no_conflict():
+    a = arm("cpu", [obs(0, [1.0], [1.0])])
+    b = arm("cpu/compile", [obs(0, [1.0], [1.0])], mode="compile")
+    a.stdout = "eager took 0.51 s\nresult: 3.25\nloss 1e-3\n"
+    b.stdout = "eager took 0.77 s\nresult: 3.25\nloss 0.001\n"
+    assert verdict_of(a, b).kind == "not-reproduced"
+
+
+def test_the_script_printing_its_own_comparison_false_withdraws_not_reproduced():
+    run = arm("cpu", [obs(0, [1.0], [1.0])])
+    run.stdout = "final loss run 1: 0.1201\nfinal loss run 2: 0.1160\nreproducible: False\n"
+    v = verdict_of(run)
+    assert v.kind == "inconclusive" and "prints `reproducible: False`" in v.summary
+
+
+def test_a_failed_check_of_one_arm_is_never_every_comparison_holds():
+    exc = {"type": "AssertionError", "message": "Expected rank 2, but got 0", "claim": True, "line": 9, "traceback": ""}
+    run = arm("cpu", [obs(0, [1.0], [1.0])], status="raised", exception=exc)
+    run.exit_note = "the script's own check failed at line 9 (AssertionError: Expected rank 2, but got 0)"
+    v = verdict_of(run)
+    assert v.kind == "inconclusive" and "Expected rank 2, but got 0" in v.summary
+    assert "same kernels" in v.summary and v.withdrawn == "not-reproduced"
+
+
+# -- the figures a sentence rests on --------------------------------------------------------
+def _claim_comparison(gap: float, sigma: float):
+    a = obs(0, [1.0, 2.0], [1.0, 2.0], kind="claim", label="`mine`",
+            claim={"id": 0, "func": "torch.allclose", "operand": 0, "holds": False})
+    b = obs(1, [1.0 + gap, 2.0], [1.0 + gap, 2.0], kind="claim", label="`theirs`",
+            claim={"id": 0, "func": "torch.allclose", "operand": 1, "holds": False})
+    for o in (a, b):
+        o.spread = {"sig": np.full(2, sigma)}
+    c = compare([arm("cpu", [a, b])])
+    c.divergence.judgements = [Judgement(arm="cpu", observable=i, label=lab, line=10, dtype="float32",
+                                         status="judged", zone="inside") for i, lab in ((0, "`mine`"), (1, "`theirs`"))]
+    return Evidence(c)
+
+
+def test_rounding_must_reach_the_difference_it_explains():
+    found = audit.rounding_explains_difference(plain("expected-rounding"), _claim_comparison(0.025, 1e-7))
+    assert len(found) == 1 and "differ by 0.025 at element 0" in found[0] and "±1e-07" in found[0]
+
+
+def test_a_difference_inside_the_spreads_is_no_conflict():
+    assert audit.rounding_explains_difference(plain("expected-rounding"), _claim_comparison(0.025, 0.01)) == []
+    # Other kinds do not say "rounding gives differences this large".
+    assert audit.rounding_explains_difference(plain("likely-bug", False), _claim_comparison(0.025, 1e-7)) == []
+
+
+def _judged(**kw) -> Judgement:
+    base = dict(arm="cpu", observable=0, label=".item()", line=5, dtype="float16", status="judged")
+    return Judgement(**{**base, **kw})
+
+
+def _with_judgement(j: Judgement):
+    c = compare([arm("cpu", [obs(0, [1.5], [1.0])])])
+    c.divergence.judgements = [j]
+    return Evidence(c)
+
+
+def test_finite_where_every_rounding_is_not_contradicts_an_unstable_decision():
+    j = _judged(zone="outside", nonfinite="outside: 1 element(s) finite where every rounding of this computation is not",
+                unstable=["1 element(s) are finite under some roundings and not under others"])
+    found = audit.finite_claim_consistent(plain("nonfinite-flip", False), _with_judgement(j))
+    assert len(found) == 1 and "finite under some roundings" in found[0]
+    j.unstable = []
+    assert audit.finite_claim_consistent(plain("nonfinite-flip", False), _with_judgement(j)) == []
+
+
+def test_outside_a_spread_without_digits_or_margin_is_no_finding():
+    noise = _judged(zone="outside", digits=0.3, statistic=40.0, max_sample_stat=3.0, p=0.03, samples=29)
+    assert "rounding noise" in audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(noise))[0]
+    thin = _judged(zone="outside", digits=6.0, statistic=3.59, max_sample_stat=3.09, p=0.03, samples=29)
+    assert "seed can move" in audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(thin))[0]
+    near = _judged(zone="outside", digits=6.0, statistic=6.6, max_sample_stat=3.09, p=0.03, samples=29)
+    assert "model of each op's error" in audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(near))[0]
+    clear = _judged(zone="outside", digits=6.0, statistic=40.0, max_sample_stat=3.09, p=0.03, samples=29)
+    assert audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(clear)) == []
+
+
+def test_every_invariant_is_listed_once():
+    names = [f.__name__ for f in audit.INVARIANTS]
+    assert len(names) == len(set(names)) == 6
+
+
+def test_a_divergence_the_replayed_graph_does_not_show_is_not_blamed_on_an_arm():
+    c = compare([arm("cpu", [obs(0, [1.0, 2.0], [1, 2])]), arm("cpu/threads=2", [obs(0, [1.5, 2.0], [1, 2])])])
+    blamed = plain("likely-bug", False)
+    quiet = {"arms": ["cpu", "cpu/threads=2"], "hits": 0, "runs": 3, "seen": [], "failed": False,
+             "script_backend": False}
+    found = audit.replay_shows_the_divergence(blamed, Evidence(c, quiet))
+    assert len(found) == 1 and "bitwise-equal values in every one of 3 runs" in found[0]
+    assert audit.replay_shows_the_divergence(blamed, Evidence(c, dict(quiet, hits=3))) == []
+    assert audit.replay_shows_the_divergence(blamed, Evidence(c, dict(quiet, failed=True))) == []
+    assert audit.replay_shows_the_divergence(blamed, Evidence(c, None)) == []
+    v = classify(REPRO, c, replay=quiet)
+    assert (v.kind, v.withdrawn) == ("inconclusive", "likely-bug")

@@ -1,0 +1,146 @@
+"""What the script computes, compares and prints, judged as such (issue: a verdict never
+contradicts its own evidence).  Each script diverges by construction, on any machine."""
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def write(tmp_path, source: str):
+    script = tmp_path / "repro.py"
+    script.write_text(textwrap.dedent(source))
+    return script
+
+
+def test_two_paths_that_compute_different_functions_are_not_rounding(triage, tmp_path):
+    # Unbiased std against batch norm's biased statistics: a formula difference, not rounding.
+    script = write(tmp_path, """\
+        import torch
+        import torch.nn.functional as F
+        torch.manual_seed(3)
+        x = torch.randn(16, 5)
+        by_hand = (x - x.mean(0)) / x.std(0)
+        builtin = F.batch_norm(x, None, None, training=True, eps=1e-6)
+        torch.testing.assert_close(by_hand, builtin)
+    """)
+    code, report, comment, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("likely-bug", False), v["summary"]
+    assert "`by_hand` vs `builtin`" in v["summary"] and "compute different functions" in v["summary"]
+    assert "nearly constant factor" in v["summary"] or "constant factor" in v["summary"]
+    assert "unbiased estimate" in v["summary"] and "line 5" in v["summary"]
+    paths = report["comparison"]["divergence"]["paths"]
+    assert any(op["op"].startswith("aten.std") for op in paths["only_a"])
+    assert any("batch_norm" in op["op"] for op in paths["only_b"])
+    assert "module: numerical-stability" not in v["labels"]
+
+
+def test_a_constant_factor_between_two_formulas_is_named(triage, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        x = torch.randn(4, 32)
+        rms = x / x.pow(2).mean(-1, keepdim=True).sqrt()
+        unit = x / x.norm(dim=-1, keepdim=True)
+        print(torch.allclose(rms, unit))
+    """)
+    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert v["kind"] == "likely-bug", v["summary"]
+    assert "`rms` = 5.65685 × `unit`" in v["summary"]  # √32
+
+
+def test_a_value_the_script_expects_that_float64_also_misses_is_inconclusive(triage, tmp_path):
+    # The float64 replay runs the same kernel: it cannot say whether the kernel or the
+    # expectation is wrong.
+    script = write(tmp_path, """\
+        import torch
+        got = torch.tensor([1.0, 2.0, 3.0]).cumsum(0)
+        torch.testing.assert_close(got, torch.tensor([1.0, 3.0, 7.0]))
+    """)
+    code, report, comment, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("inconclusive", None), v["summary"]
+    assert "the value the script expects" in v["summary"] and v["labels"] == ["triage review"]
+    assert "inconclusive" in comment
+
+
+def test_a_train_mode_call_between_two_eval_calls_changes_the_modules_state(triage, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.BatchNorm1d(6))
+        x = torch.randn(8, 6)
+        net.eval()
+        with torch.no_grad():
+            first = net(x)
+        net.train()
+        with torch.no_grad():
+            net(torch.randn(32, 6) * 3 + 2)
+        net.eval()
+        with torch.no_grad():
+            second = net(x)
+        print(torch.equal(first, second))
+    """)
+    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
+    assert "`net.1.running_mean`" in v["summary"] and "line 10" in v["summary"]
+    assert "eval()" in v["summary"]
+
+
+def test_a_printed_equality_is_judged_through_its_operands(triage, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        x = torch.linspace(0, 1, 5)
+        exact = x.exp()
+        taylor = 1 + x + x * x / 2
+        print(exact == taylor)
+    """)
+    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    claims = [o for o in report["observables"] if o["kind"] == "claim"]
+    assert [(o["label"], o["name"]) for o in claims] == [("== operand 1", "`exact`"), ("== operand 2", "`taylor`")]
+    assert report["verdict"]["kind"] == "likely-bug", report["verdict"]["summary"]
+    assert "`exact` vs `taylor` (`==`)" in report["verdict"]["summary"]
+
+
+def test_one_function_run_twice_with_fresh_random_draws_is_nondeterministic(triage, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        data = torch.randn(64, 4)
+        def run():
+            w = torch.zeros(4)
+            for i in torch.randperm(64).tolist()[:32]:
+                w = w * 0.9 + data[i]
+            return w.sum().item()
+        first = run()
+        second = run()
+        print("same result:", first == second)
+    """)
+    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
+    assert "the calls at lines 9 and 10" in v["summary"] and "`aten.randperm` at line 6" in v["summary"]
+    assert "seed each run identically" in v["summary"]
+
+
+def test_a_script_that_raises_after_producing_values_is_judged_on_them(triage, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        terms = torch.tensor([1e8, 1.0, -1e8])
+        print(terms.sum())
+        print(undefined_name)
+    """)
+    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
+    assert "did not finish" in v["summary"] and "NameError" in v["summary"]

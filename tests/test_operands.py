@@ -1,0 +1,103 @@
+"""The script's own names for compared values (triage/operands.py), where two compared values'
+op graphs part (triage/paths.py), and the script's backend cut out of its source
+(triage/minimize/backend_source.py): all read, never run."""
+import json
+import textwrap
+
+from triage.minimize.backend_source import backend_definitions
+from triage.minimize.graph import OpGraph
+from triage.operands import operand_names, readback_name
+from triage.paths import part_ways
+
+SOURCE = textwrap.dedent("""\
+    import torch
+    mine = torch.ones(3)
+    theirs = torch.ones(3) * 2
+    torch.testing.assert_close(mine, theirs)
+    print(mine.allclose(theirs), torch.equal(mine, theirs))
+    assert (mine == theirs).all()
+    print(mine.sum().item())
+    print("a", mine, theirs)
+    torch.allclose(mine, theirs); torch.allclose(theirs, mine)
+""")
+
+
+def test_compared_values_are_named_by_the_scripts_expressions():
+    assert operand_names(SOURCE, 4, "torch.testing.assert_close") == ("mine", "theirs")
+    assert operand_names(SOURCE, 5, "Tensor.allclose") == ("mine", "theirs")
+    assert operand_names(SOURCE, 5, "torch.equal") == ("mine", "theirs")
+    assert operand_names(SOURCE, 6, "==") == ("mine", "theirs")
+    assert readback_name(SOURCE, 7, ".item()") == "mine.sum()"
+
+
+def test_an_ambiguous_line_names_nothing():
+    assert operand_names(SOURCE, 9, "torch.allclose") is None  # two calls, other orders
+    assert readback_name(SOURCE, 8, "print/repr") is None  # two tensors printed at once
+    assert operand_names("this is not python(", 1, "torch.equal") is None
+
+
+def _graph(tmp_path, nodes):
+    (tmp_path / "graph.json").write_text(json.dumps({"nodes": nodes}))
+    return OpGraph(tmp_path)
+
+
+def call(name, target, args, line, **kwargs):
+    return {"name": name, "op": "call", "target": target, "args": args, "kwargs": {"dict": kwargs},
+            "line": line, "dtype": "float32"}
+
+
+def test_two_paths_part_where_their_ops_have_no_counterpart(tmp_path):
+    x = {"name": "x", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"}
+    graph = _graph(tmp_path, [
+        x,
+        call("mean", "aten.mean.dim", [{"node": "x"}, [-1], True], 7),
+        call("centred_a", "aten.sub.Tensor", [{"node": "x"}, {"node": "mean"}], 9),
+        call("var", "aten.var.correction", [{"node": "x"}, [-1]], 8, correction=1, keepdim=True),
+        call("norm_a", "aten.div.Tensor", [{"node": "centred_a"}, {"node": "var"}], 9),
+        call("mean_b", "aten.mean.dim", [{"node": "x"}, [-1], True], 12),
+        call("centred_b", "aten.sub.Tensor", [{"node": "x"}, {"node": "mean_b"}], 12),
+        call("var_b", "aten.var.correction", [{"node": "x"}, [-1]], 13, correction=0, keepdim=True),
+        call("norm_b", "aten.div.Tensor", [{"node": "centred_b"}, {"node": "var_b"}], 13),
+    ])
+    parted = part_ways(graph, "norm_a", "norm_b")
+    # The mean and the centring are the same computation on both sides: not listed.
+    assert [o["op"] for o in parted["only_a"]] == ["aten.var.correction", "aten.div.Tensor"]
+    assert [o["line"] for o in parted["only_b"]] == [13, 13]
+    assert not parted["constant_a"] and not parted["constant_b"]
+    assert any("the constant 1 at line 8 where the other side has 0" in h for h in parted["hints"])
+    assert any("unbiased estimate" in h for h in parted["hints"])
+
+
+def test_one_computation_reached_twice_does_not_part(tmp_path):
+    graph = _graph(tmp_path, [
+        {"name": "x", "op": "leaf", "line": 1, "dtype": "float32"},
+        call("a", "aten.exp.default", [{"node": "x"}], 2),
+        call("b", "aten.exp.default", [{"node": "x"}], 3),
+    ])
+    assert part_ways(graph, "a", "b") is None
+
+
+def test_the_backend_is_cut_out_with_what_it_needs():
+    source = textwrap.dedent("""\
+        import torch
+        SCALE = 2.0
+        def helper(node):
+            return node.target is torch.expm1
+        def unrelated():
+            raise SystemExit
+        def my_backend(gm, example_inputs):
+            for node in gm.graph.nodes:
+                if helper(node):
+                    node.args = (node.args[0] * SCALE,)
+            return gm.forward
+        x = torch.ones(3)
+        torch.compile(lambda t: t.expm1(), backend=my_backend)(x)
+    """)
+    text = backend_definitions(source, "my_backend")
+    assert text.splitlines()[0] == "import torch"
+    assert "SCALE = 2.0" in text and "def helper(node):" in text and "def my_backend" in text
+    assert "unrelated" not in text and "torch.compile" not in text and "x = torch.ones" not in text
+    namespace = {}
+    exec(compile(text, "<definitions>", "exec"), namespace)
+    assert callable(namespace["my_backend"])
+    assert backend_definitions(source, "missing") is None and backend_definitions(source, "SCALE") is None

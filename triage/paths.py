@@ -1,0 +1,214 @@
+"""Where two values of one arm stop being one computation (stage 3, from the recorded op graph).
+
+When a script compares two of its own values and their float64 replays differ beyond both
+rounding spreads, the two are different functions, not one quantity rounded twice.  What a
+maintainer needs next is *where* they part: the ops of each value's cone that have no
+counterpart in the other's.  A counterpart is the same op, on counterpart inputs, with the
+same constants; structure is compared bottom-up, so a shared input (the same leaf, or the
+same op applied to it on both sides) cancels out and only the ops that differ remain.
+
+Two readings follow from those ops, each a fact of the graph rather than a guess about the
+script: ops in the same order on both sides that differ only in a constant (a typo'd
+coefficient, `correction=1` against `correction=0`), and the well-known pairings that compute
+different statistics under similar names (an unbiased `var`/`std` against a normalization
+layer's biased one).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from triage.minimize.graph import OpGraph
+
+MAX_LISTED = 6
+# Normalization kernels that divide the variance by n (biased), where `x.var()`/`x.std()`
+# divide by n - 1 unless told otherwise.
+BIASED_NORMS = ("native_layer_norm", "native_batch_norm", "_native_batch_norm_legit",
+                "native_group_norm", "instance_norm", "rms_norm", "_fused_rms_norm")
+VARIANCE_OPS = ("var", "std", "var_mean", "std_mean")
+BOOKKEEPING = {"detach", "alias", "view", "_unsafe_view", "expand", "clone", "contiguous", "t", "transpose",
+               "permute", "reshape", "squeeze", "unsqueeze", "ones_like", "zeros_like", "lift_fresh", "_to_copy",
+               "copy_", "slice", "select", "as_strided", "new_ones", "new_zeros", "empty_like"}
+TORCH_NAMESPACES = {"aten", "prims", "quantized", "_quantized", "torchvision", "inductor", "higher_order"}
+
+
+def part_ways(graph: OpGraph, node_a: str, node_b: str) -> dict[str, Any] | None:
+    """The ops computing `node_a` with no counterpart among those computing `node_b`, and
+    the other way round (execution order, at most MAX_LISTED each), with what they tell."""
+    cone_a, cone_b = graph.cone(node_a), graph.cone(node_b)
+    if not cone_a and not cone_b:
+        return None
+    keys: dict[str, str] = {}
+    keys_a = {_key(graph, op, keys) for op in cone_a}
+    keys_b = {_key(graph, op, keys) for op in cone_b}
+    only_a = [op for op in graph.ordered(cone_a) if keys[op] not in keys_b and not _bookkeeping(graph, op)]
+    only_b = [op for op in graph.ordered(cone_b) if keys[op] not in keys_a and not _bookkeeping(graph, op)]
+    if not only_a and not only_b:
+        return None
+    return {"only_a": [_describe(graph, op) for op in only_a[:MAX_LISTED]], "only_a_count": len(only_a),
+            "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
+            "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
+            "hints": (_constants(graph, only_a, only_b) + _variance_hints(graph, only_a, only_b)
+                      + _custom_ops(graph, only_a + only_b))}
+
+
+def _constant(graph: OpGraph, cone: frozenset[str]) -> bool:
+    """A value no op computes: data the script wrote down (`torch.tensor([1.0, 3.0])`)."""
+    return all(_bookkeeping(graph, op) for op in cone)
+
+
+def _bookkeeping(graph: OpGraph, op: str) -> bool:
+    """Ops that move or relabel values without computing (views, detach, copies, autograd's
+    seed): listing them would bury the ops that compute."""
+    return _op_name(graph.by_name[op]) in BOOKKEEPING
+
+
+def _custom_ops(graph: OpGraph, ops: list[str]) -> list[str]:
+    """Ops outside PyTorch's own namespaces: the script's (or a library's) torch.library ops,
+    whose kernel and registered gradient are code PyTorch does not test."""
+    seen = []
+    for op in ops:
+        target = str(graph.by_name[op].get("target", ""))
+        namespace = target.split(".")[0]
+        if namespace not in TORCH_NAMESPACES and target not in seen:
+            seen.append(target)
+    return [f"`{t}` is a custom op (`torch.library`): its kernel and its registered autograd formula are the "
+            "script's own code, the first place to look" for t in seen[:1]]
+
+
+def _key(graph: OpGraph, name: str, keys: dict[str, str]) -> str:
+    """A structural hash: the op's target, its constants, and its inputs' keys (a leaf is
+    itself).  Iterative, since a long chain would exhaust Python's recursion."""
+    stack = [name]
+    while stack:
+        current = stack[-1]
+        if current in keys:
+            stack.pop()
+            continue
+        node = graph.by_name[current]
+        if node["op"] == "getitem":
+            deps = [node["of"]]
+        elif node["op"] == "call":
+            deps = _refs(node["args"]) + _refs(node["kwargs"])
+        else:
+            keys[current] = "leaf:" + current
+            stack.pop()
+            continue
+        missing = [d for d in deps if d not in keys and d in graph.by_name]
+        if missing:
+            stack.extend(missing)
+            continue
+        if node["op"] == "getitem":
+            text = f"item:{keys.get(node['of'], node['of'])}:{node.get('index')}"
+        else:
+            text = json.dumps([node["target"], _shape(node["args"], keys), _shape(node["kwargs"], keys)],
+                              sort_keys=True, default=str)
+        keys[current] = hashlib.sha256(text.encode()).hexdigest()[:24]
+        stack.pop()
+    return keys[name]
+
+
+def _refs(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        if set(value) == {"node"}:
+            return [value["node"]]
+        return [r for v in value.values() for r in _refs(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in _refs(v)]
+    return []
+
+
+def _shape(value: Any, keys: dict[str, str]) -> Any:
+    """The argument with each node reference replaced by that node's key."""
+    if isinstance(value, dict):
+        if set(value) == {"node"}:
+            return {"node": keys.get(value["node"], value["node"])}
+        return {k: _shape(v, keys) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v, keys) for v in value]
+    return value
+
+
+def _op_name(node: dict[str, Any]) -> str:
+    """`aten.var.correction` -> `var`."""
+    return str(node.get("target", "")).split(".")[1] if "." in str(node.get("target", "")) else str(node.get("target"))
+
+
+def _constants_of(node: dict[str, Any]) -> dict[str, Any]:
+    """The op's non-tensor arguments, by position and keyword."""
+    out: dict[str, Any] = {}
+    for i, arg in enumerate(node.get("args") or []):
+        if not _refs(arg):
+            out[f"arg{i}"] = arg
+    for k, v in ((node.get("kwargs") or {}).get("dict") or {}).items():
+        if not _refs(v):
+            out[k] = v
+    return out
+
+
+def _describe(graph: OpGraph, op: str) -> dict[str, Any]:
+    node = graph.by_name[op]
+    return {"op": str(node.get("target")), "line": node.get("line"),
+            "constants": {k: v[:100] if isinstance(v, str) else v for k, v in list(_constants_of(node).items())[:16]
+                          if isinstance(v, (int, float, str, bool))}}
+
+
+def _constants(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:
+    """The same ops in the same order on both sides, differing only in a constant."""
+    if not only_a or len(only_a) != len(only_b):
+        return []
+    na = [graph.by_name[x] for x in only_a]
+    nb = [graph.by_name[x] for x in only_b]
+    if [n["target"] for n in na] != [n["target"] for n in nb]:
+        return []
+    hints = []
+    for x, y in zip(na, nb):
+        cx, cy = _constants_of(x), _constants_of(y)
+        for k in sorted(set(cx) | set(cy)):
+            if cx.get(k) != cy.get(k):
+                hints.append(f"`{x['target']}` takes the constant {cx.get(k)!r} at line {x.get('line')} where the "
+                             f"other side has {cy.get(k)!r} (line {y.get('line')})")
+    return hints[:3]
+
+
+def _variance_hints(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:
+    """An unbiased variance on one side, a biased one (a normalization layer, or `var` with
+    correction 0) on the other."""
+    def unbiased(ops: list[str]) -> dict[str, Any] | None:
+        for op in ops:
+            node = graph.by_name[op]
+            if _op_name(node) in VARIANCE_OPS and _divides_by_n_minus_one(node):
+                return node
+        return None
+
+    def biased(ops: list[str]) -> dict[str, Any] | None:
+        for op in ops:
+            node = graph.by_name[op]
+            name = _op_name(node)
+            kwargs = (node.get("kwargs") or {}).get("dict") or {}
+            if name in BIASED_NORMS or (name in VARIANCE_OPS and kwargs.get("correction") in (0, 0.0)):
+                return node
+        return None
+
+    hints = []
+    for ops, others in ((only_a, only_b), (only_b, only_a)):
+        u, b = unbiased(ops), biased(others)
+        if u is not None and b is not None:
+            hints.append(f"`{u['target']}` at line {u.get('line')} is the unbiased estimate (its variance divides "
+                         "by n − 1: `x.var()` and `x.std()` default to `correction=1`), while "
+                         f"`{b['target']}` at line {b.get('line')} uses the biased variance (divides by n). "
+                         "Pass `correction=0` (`unbiased=False`) to compute the same statistic")
+    return hints[:1]
+
+
+def _divides_by_n_minus_one(node: dict[str, Any]) -> bool:
+    kwargs = (node.get("kwargs") or {}).get("dict") or {}
+    if "correction" in kwargs:
+        return kwargs["correction"] is None or kwargs["correction"] != 0  # None: torch's default, 1
+    if "unbiased" in kwargs:
+        return bool(kwargs["unbiased"])
+    args = node.get("args") or []
+    if len(args) > 2 and isinstance(args[2], bool):  # aten.var.dim(self, dim, unbiased, keepdim)
+        return args[2]
+    return True
