@@ -112,7 +112,7 @@ def test_outside_a_spread_without_digits_or_margin_is_no_finding():
 
 def test_every_invariant_is_listed_once():
     names = [f.__name__ for f in audit.INVARIANTS]
-    assert len(names) == len(set(names)) == 6
+    assert len(names) == len(set(names)) == 7
 
 
 def test_a_divergence_the_replayed_graph_does_not_show_is_not_blamed_on_an_arm():
@@ -127,3 +127,18 @@ def test_a_divergence_the_replayed_graph_does_not_show_is_not_blamed_on_an_arm()
     assert audit.replay_shows_the_divergence(blamed, Evidence(c, None)) == []
     v = classify(REPRO, c, replay=quiet)
     assert (v.kind, v.withdrawn) == ("inconclusive", "likely-bug")
+
+
+def test_blame_without_a_reference_or_a_simulation_is_not_a_finding():
+    def no_reference(i, value):
+        o = obs(i, value, value)
+        o.reference, o.reference_value = None, None
+        return o
+
+    c = compare([arm("cpu", [no_reference(0, [1.0, 2.0])]), arm("cpu/compile", [no_reference(0, [1.5, 2.0])],
+                                                                  mode="compile")])
+    v = classify(REPRO, c)
+    assert (v.kind, v.withdrawn) == ("inconclusive", "likely-bug") and "no float64 reference" in v.summary
+    # With references, the same difference is a finding.
+    measured = compare([arm("cpu", [obs(0, [1.0, 2.0], [1, 2])]), arm("cuda", [obs(0, [1.5, 2.0], [1, 2])])])
+    assert audit.blame_rests_on_a_measurement(classify(REPRO, measured), Evidence(measured)) == []

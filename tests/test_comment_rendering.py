@@ -306,6 +306,21 @@ def test_a_full_comment_renders_cleanly():
     assert "the two arms' outputs are bit-identical" in text and "RuntimeError | no deterministic kernel" in text
 
 
+def test_an_inconclusive_verdict_renders_its_conflicts_and_validates():
+    from triage.audit import Conflict, inconclusive
+
+    report = _elu_report()
+    report.verdict = inconclusive(report.verdict, [Conflict("printed_differences_accounted",
+                                                             "`cuda` prints `max_diff: 0.0` where `cuda/compile` "
+                                                             "prints `max_diff: 1.97`")])
+    data = report_json(report)
+    assert validate_report(data) == []
+    assert data["verdict"]["withdrawn"] == "expected-precision-mode" and len(data["verdict"]["conflicts"]) == 1
+    text = visible_text(assert_renders_cleanly(render_comment(data)).root)
+    assert "triage: inconclusive" in text and "triage is not sure" in text
+    assert "conflict: `cuda` prints `max_diff: 0.0`".replace("`", "") in text.replace("`", "")
+
+
 def test_each_installation_shows_its_own_environment():
     """Arms on another torch release ran another installation: one collect_env block per
     distinct environment, naming the arms that ran it."""

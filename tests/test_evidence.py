@@ -13,6 +13,13 @@ def write(tmp_path, source: str):
     return script
 
 
+def judged(triage, script):
+    """(report, verdict) of a one-arm run without the minimizer and ablations, which exits 0."""
+    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    return report, report["verdict"]
+
+
 def test_two_paths_that_compute_different_functions_are_not_rounding(triage, tmp_path):
     # Unbiased std against batch norm's biased statistics: a formula difference, not rounding.
     script = write(tmp_path, """\
@@ -24,9 +31,7 @@ def test_two_paths_that_compute_different_functions_are_not_rounding(triage, tmp
         builtin = F.batch_norm(x, None, None, training=True, eps=1e-6)
         torch.testing.assert_close(by_hand, builtin)
     """)
-    code, report, comment, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
-    assert code == 0, out
-    v = report["verdict"]
+    report, v = judged(triage, script)
     assert (v["kind"], v["expected"]) == ("likely-bug", False), v["summary"]
     assert "`by_hand` vs `builtin`" in v["summary"] and "compute different functions" in v["summary"]
     assert "nearly constant factor" in v["summary"] or "constant factor" in v["summary"]
@@ -46,9 +51,7 @@ def test_a_constant_factor_between_two_formulas_is_named(triage, tmp_path):
         unit = x / x.norm(dim=-1, keepdim=True)
         print(torch.allclose(rms, unit))
     """)
-    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
-    assert code == 0, out
-    v = report["verdict"]
+    report, v = judged(triage, script)
     assert v["kind"] == "likely-bug", v["summary"]
     assert "`rms` = 5.65685 × `unit`" in v["summary"]  # √32
 
@@ -61,12 +64,10 @@ def test_a_value_the_script_expects_that_float64_also_misses_is_inconclusive(tri
         got = torch.tensor([1.0, 2.0, 3.0]).cumsum(0)
         torch.testing.assert_close(got, torch.tensor([1.0, 3.0, 7.0]))
     """)
-    code, report, comment, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
-    assert code == 0, out
-    v = report["verdict"]
+    report, v = judged(triage, script)
     assert (v["kind"], v["expected"]) == ("inconclusive", None), v["summary"]
     assert "the value the script expects" in v["summary"] and v["labels"] == ["triage review"]
-    assert "inconclusive" in comment
+    assert v["withdrawn"] is None and v["conflicts"] == []  # decided by the ladder, not withdrawn by the audit
 
 
 def test_a_train_mode_call_between_two_eval_calls_changes_the_modules_state(triage, tmp_path):
@@ -86,9 +87,7 @@ def test_a_train_mode_call_between_two_eval_calls_changes_the_modules_state(tria
             second = net(x)
         print(torch.equal(first, second))
     """)
-    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
-    assert code == 0, out
-    v = report["verdict"]
+    report, v = judged(triage, script)
     assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
     assert "`net.1.running_mean`" in v["summary"] and "line 10" in v["summary"]
     assert "eval()" in v["summary"]
@@ -102,12 +101,10 @@ def test_a_printed_equality_is_judged_through_its_operands(triage, tmp_path):
         taylor = 1 + x + x * x / 2
         print(exact == taylor)
     """)
-    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
-    assert code == 0, out
+    report, v = judged(triage, script)
     claims = [o for o in report["observables"] if o["kind"] == "claim"]
     assert [(o["label"], o["name"]) for o in claims] == [("== operand 1", "`exact`"), ("== operand 2", "`taylor`")]
-    assert report["verdict"]["kind"] == "likely-bug", report["verdict"]["summary"]
-    assert "`exact` vs `taylor` (`==`)" in report["verdict"]["summary"]
+    assert v["kind"] == "likely-bug" and "`exact` vs `taylor` (`==`)" in v["summary"], v["summary"]
 
 
 def test_one_function_run_twice_with_fresh_random_draws_is_nondeterministic(triage, tmp_path):
@@ -124,9 +121,7 @@ def test_one_function_run_twice_with_fresh_random_draws_is_nondeterministic(tria
         second = run()
         print("same result:", first == second)
     """)
-    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
-    assert code == 0, out
-    v = report["verdict"]
+    report, v = judged(triage, script)
     assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
     assert "the calls at lines 9 and 10" in v["summary"] and "`aten.randperm` at line 6" in v["summary"]
     assert "seed each run identically" in v["summary"]
@@ -139,8 +134,6 @@ def test_a_script_that_raises_after_producing_values_is_judged_on_them(triage, t
         print(terms.sum())
         print(undefined_name)
     """)
-    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
-    assert code == 0, out
-    v = report["verdict"]
+    report, v = judged(triage, script)
     assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
     assert "did not finish" in v["summary"] and "NameError" in v["summary"]

@@ -198,9 +198,25 @@ def replay_shows_the_divergence(verdict: Verdict, e: Evidence) -> list[str]:
             "(the script's own code acting on one arm) does"]
 
 
+def blame_rests_on_a_measurement(verdict: Verdict, e: Evidence) -> list[str]:
+    """"Neither rounding nor an ill-conditioned input explains it" needs something that
+    measured rounding: a float64 reference for some side, or a rounding judgement.  Without
+    either (`--no-reference`, an arm that could not replay), two sides beyond the dtype's
+    tolerance say only that they differ."""
+    d = e.comparison.divergence
+    if d is None or verdict.expected is not False or verdict.kind != "likely-bug":
+        return []
+    sides = [s for s in (d.a, d.b) if s is not None]
+    if any(s.agrees_with_reference is not None for s in sides) or any(j.status == "judged" for j in d.judgements):
+        return []
+    return [f"{' and '.join(f'`{s.arm}`' for s in sides)} differ beyond {d.dtype} tolerance, but no float64 reference "
+            "and no rounding simulation measured either side, so nothing says which, if either, computes the "
+            "wrong thing (re-run without `--no-reference`)"]
+
+
 INVARIANTS: tuple[Callable[[Verdict, Evidence], list[str]], ...] = (
     printed_differences_accounted, failed_check_reported, rounding_explains_difference, finite_claim_consistent,
-    outside_is_meaningful, replay_shows_the_divergence)
+    outside_is_meaningful, replay_shows_the_divergence, blame_rests_on_a_measurement)
 
 
 # -- helpers ------------------------------------------------------------------------------
