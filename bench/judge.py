@@ -406,9 +406,11 @@ def detection_table(results: list[Result]) -> None:
     print("*outside*: the judge says not rounding (the target). *or envelope*: outside the random spread at all. "
           "*effective*: injections whose float64 effect on the output is ≥ ε/10 normwise (the rest the model "
           "itself erases).\n")
+    print("*a finding*: outside by more than the audit's margin (`triage/audit.py` FRAGILE_MARGIN × the samples' "
+          "largest statistic), which a `likely-bug` verdict needs; nearer is `inconclusive`.\n")
     print("| family | ε | injections | outside | outside or envelope | effective | outside, effective "
-          "| outside or envelope, effective |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| outside or envelope, effective | a finding, effective |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for family in FAMILIES + ["**all but sdpa**"]:
         for eps in EPSILONS:
             inj = [i for r in results for i in r.injections
@@ -419,7 +421,16 @@ def detection_table(results: list[Result]) -> None:
             out = lambda xs: sum(1 for i in xs if i["judgement"].zone == "outside")  # noqa: E731
             oe = lambda xs: sum(1 for i in xs if i["judgement"].zone != "inside")  # noqa: E731
             print(f"| {family} | {eps:g} | {len(inj)} | {pct(out(inj), len(inj))} | {pct(oe(inj), len(inj))} | "
-                  f"{len(eff)} | {pct(out(eff), len(eff))} | {pct(oe(eff), len(eff))} |")
+                  f"{len(eff)} | {pct(out(eff), len(eff))} | {pct(oe(eff), len(eff))} | "
+                  f"{pct(sum(1 for i in eff if _a_finding(i['judgement'])), len(eff))} |")
+
+
+def _a_finding(j) -> bool:  # noqa: ANN001 - Judgement
+    """Outside, and far enough out that the evidence audit lets a likely-bug stand."""
+    from triage.audit import FRAGILE_MARGIN
+
+    return (j.zone == "outside" and j.statistic is not None and bool(j.max_sample_stat)
+            and j.statistic > FRAGILE_MARGIN * j.max_sample_stat)
 
 
 def reduction_detection_table(results: list[Result]) -> None:

@@ -319,6 +319,10 @@ def test_an_inconclusive_verdict_renders_its_conflicts_and_validates():
     text = visible_text(assert_renders_cleanly(render_comment(data)).root)
     assert "triage: inconclusive" in text and "triage is not sure" in text
     assert "conflict: `cuda` prints `max_diff: 0.0`".replace("`", "") in text.replace("`", "")
+    # A report written before the audit existed (a sweep's stored result) still validates.
+    older = report_json(_elu_report())
+    del older["verdict"]["conflicts"], older["verdict"]["withdrawn"]
+    assert validate_report(older) == []
 
 
 def test_each_installation_shows_its_own_environment():
