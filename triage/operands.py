@@ -12,28 +12,36 @@ import ast
 import functools
 
 MAX_NAME = 40  # longer expressions make worse names than triage's own labels
+MAX_SPAN = 20  # lines a call may span and still name the values compared on one of them
+MAX_NODES_PER_LINE = 200
 
 
 @functools.lru_cache(maxsize=8)
-def _tree(source: str) -> ast.Module | None:
+def _by_line(source: str) -> dict[int, list[ast.AST]] | None:
+    """The script's calls and comparisons by each line they span, parsed once: a script may be
+    thousands of lines with thousands of observed values."""
     try:
-        return ast.parse(source)
+        tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    index: dict[int, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Call, ast.Compare)):
+            for line in range(node.lineno, min(node.end_lineno or node.lineno, node.lineno + MAX_SPAN) + 1):
+                index.setdefault(line, []).append(node)
+    return index
 
 
 def operand_names(source: str, line: int | None, func: str) -> tuple[str, str] | None:
     """The source text of the two values compared by the call to `func` (a dotted name such
     as `torch.testing.assert_close`, or `==` for an operator) at `line`; None where the line
     holds no such call, or several that disagree."""
-    tree = _tree(source) if line is not None else None
-    if tree is None:
+    index = _by_line(source) if line is not None else None
+    if index is None:
         return None
     last = func.rsplit(".", 1)[-1]
     found: set[tuple[str, str]] = set()
-    for node in ast.walk(tree):
-        if getattr(node, "lineno", None) is None or not (node.lineno <= line <= (node.end_lineno or node.lineno)):
-            continue
+    for node in index.get(line, [])[:MAX_NODES_PER_LINE]:
         pair = None
         if isinstance(node, ast.Call) and _called_name(node.func) == last:
             args = list(node.args)
@@ -45,10 +53,24 @@ def operand_names(source: str, line: int | None, func: str) -> tuple[str, str] |
                 and _symbol(node.ops[0]) == func:
             pair = (node.left, node.comparators[0])
         if pair is not None:
-            texts = tuple(ast.get_source_segment(source, x) or "" for x in pair)
+            texts = tuple(_segment(source, x) for x in pair)
             if all(texts) and all(len(t) <= MAX_NAME and "\n" not in t for t in texts):
                 found.add(texts)  # type: ignore[arg-type]
     return found.pop() if len(found) == 1 else None
+
+
+@functools.lru_cache(maxsize=8)
+def _lines(source: str) -> list[bytes]:
+    return [line.encode() for line in source.splitlines()]
+
+
+def _segment(source: str, node: ast.AST) -> str:
+    """The node's source text on one line ('' across lines): `ast.get_source_segment` splits
+    the whole source on every call, which a long script with many values cannot afford."""
+    lines = _lines(source)
+    if node.lineno != node.end_lineno or not 0 < node.lineno <= len(lines):
+        return ""
+    return lines[node.lineno - 1][node.col_offset:node.end_col_offset].decode(errors="replace")
 
 
 def _called_name(func: ast.expr) -> str | None:
@@ -79,21 +101,21 @@ def readback_name(source: str, line: int | None, label: str) -> str | None:
     """The expression whose value the readback labelled `label` (`.item()`, `print/repr`…)
     reads at `line`: the receiver of the one `.item()` call there, the one tensor argument
     of the one `print(...)`; None where the line is ambiguous."""
-    tree = _tree(source) if line is not None else None
-    if tree is None or (label not in METHOD_READBACKS and label not in CALL_READBACKS):
+    index = _by_line(source) if line is not None else None
+    if index is None or (label not in METHOD_READBACKS and label not in CALL_READBACKS):
         return None
     found = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or getattr(node, "lineno", None) != line:
+    for node in index.get(line, [])[:MAX_NODES_PER_LINE]:
+        if not isinstance(node, ast.Call) or node.lineno != line:
             continue
         if label in METHOD_READBACKS and isinstance(node.func, ast.Attribute) \
                 and node.func.attr == METHOD_READBACKS[label] and not node.args:
-            found.add(ast.get_source_segment(source, node.func.value) or "")
+            found.add(_segment(source, node.func.value))
         elif label in CALL_READBACKS and _called_name(node.func) == CALL_READBACKS[label]:
             values = [a for a in node.args if not (isinstance(a, ast.Constant) and isinstance(a.value, str))
                       and not isinstance(a, ast.JoinedStr)]
             if len(values) == 1:
-                found.add(ast.get_source_segment(source, values[0]) or "")
+                found.add(_segment(source, values[0]))
             else:
                 found.add("")  # several values printed at once: which one is this?
     name = found.pop() if len(found) == 1 else ""
