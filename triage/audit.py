@@ -148,8 +148,8 @@ def finite_claim_consistent(verdict: Verdict, e: Evidence) -> list[str]:
     on the same value."""
     c = e.comparison
     d = c.divergence
-    if d is None:
-        return []
+    if d is None or verdict.kind != "nonfinite-flip" or verdict.expected is not False:
+        return []  # only that verdict rests on "finite where every rounding is not"
     out = []
     for j in d.judgements:
         if j.nonfinite and j.nonfinite.startswith("outside") and any("finite" in u for u in j.unstable):
