@@ -134,7 +134,7 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
     width = np.sqrt(sa.astype(np.float64) ** 2 + sb.astype(np.float64) ** 2)
     both = np.isfinite(va) & np.isfinite(vb) & np.isfinite(width)
     gap = np.abs(va - vb)
-    beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * _unit(d.dtype) * np.abs(va))
+    beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * policy.unit_roundoff(d.dtype) * np.abs(va))
     if not beyond.any():
         return []
     i = int(np.flatnonzero(beyond)[np.argmax(gap[beyond])])
@@ -262,8 +262,3 @@ def _observables(c: Comparison, d: Divergence):  # noqa: ANN202 - ((ArmRun, Obse
             return None
         out.append((run, o))
     return out
-
-
-def _unit(dtype: str) -> float:
-    bits, _ = policy.FLOAT_FORMATS.get(dtype, (24, 0.0))
-    return 2.0 ** -bits

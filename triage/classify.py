@@ -232,7 +232,7 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
         # Between arms the references are replays of two recorded graphs, which may carry a
         # rounding of the working precision (a constant or an input captured at float32): a
         # gap counts only past 16 units of that precision too.
-        unit = max(_unit_roundoff(j.dtype) for j in d.judgements)
+        unit = max(policy.unit_roundoff(j.dtype) for j in d.judgements)
         limit = np.maximum(limit, 16 * unit * np.abs(ra)[both])
     if not (gap > limit).any():
         return None
@@ -325,11 +325,6 @@ def _ops_text(ops: list[dict[str, Any]] | None, count: int | None, limit: int = 
     listed = ", ".join(f"`{o['op']}` (line {o['line']})" for o in (ops or [])[:limit])
     more = (count or 0) - min(len(ops or []), limit)
     return listed + (f" and {more} more" if more > 0 else "")
-
-
-def _unit_roundoff(dtype: str) -> float:
-    bits, _ = policy.FLOAT_FORMATS.get(dtype, (24, 0.0))  # unknown: float32's
-    return 2.0 ** -bits
 
 
 def _arms_differ(run_a: ArmRun, run_b: ArmRun, d: Divergence, gap: float, spreads: str) -> Verdict:

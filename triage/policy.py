@@ -70,6 +70,12 @@ FLOAT_FORMATS: dict[str, tuple[int, float]] = {
 DYNAMO_TOL = 1e-3
 
 
+def unit_roundoff(dtype: str) -> float:
+    """2**-p for the dtype's p-bit significand (an unknown dtype: float32's)."""
+    bits, _ = FLOAT_FORMATS.get(dtype, (24, 0.0))
+    return 2.0 ** -bits
+
+
 def tolerance(dtype: str) -> tuple[float, float]:
     return TOLERANCES.get(dtype, (0.0, 0.0))
 
