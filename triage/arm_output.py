@@ -80,6 +80,7 @@ OBSERVABLE_ROUNDING = record({
                                    "digits_lost": number(), "hint": text(2000, nullable=True)},
                                   required=("op", "digits_lost"), closed=True), 16),
     "precision": text(40, nullable=True),
+    "unmeasured": array(OP, 64),
 }, required=("status",), closed=True, nullable=True)
 
 MODULE = record({
@@ -155,7 +156,8 @@ RESULT = record({
     "flags_start": flat(nullable=True),
     "flags_end": flat(nullable=True),
     "elapsed_s": number(nullable=True),
-    "rounding": record({"seconds": number(nullable=True), "samples": integer(0, nullable=True), "note": NOTE},
+    "rounding": record({"seconds": number(nullable=True), "samples": integer(0, nullable=True), "note": NOTE,
+                        "kernels": text(300, nullable=True)},
                        closed=True, nullable=True),
     "exception": EXCEPTION,
     "exit_note": text(2000, nullable=True),

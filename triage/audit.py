@@ -34,12 +34,7 @@ MAX_PRINTED_LINES = 2000
 # How far two sides may lie apart, in units of their combined rounding spread, before "the
 # rounding of this computation gives differences this large" is false.
 SPREAD_MULTIPLE = 16.0
-# An "outside" decision whose statistic is within this factor of the largest simulated
-# rounding is not evidence of another computation: the simulation models each op's error (a
-# library function as a few ulps; a vectorized exp reaches 25), and the largest of K samples
-# is itself a noisy tail estimate that triage's own seed moves.  Real formula and compiler
-# bugs sit orders of magnitude out.
-FRAGILE_MARGIN = 4.0
+FRAGILE_MARGIN = policy.FRAGILE_MARGIN
 
 
 @dataclasses.dataclass(frozen=True)

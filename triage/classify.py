@@ -168,7 +168,7 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     js = d.judgements
     outside = [j for j in js if j.zone == "outside"]
     # The judgements themselves are the report's rounding table; the evidence adds what they do not say.
-    evidence = _unstable_lines(js) + _evidence(d, sides=False)
+    evidence = _unstable_lines(js) + _unmeasured_lines(js) + _evidence(d, sides=False)
     redrawn = _different_computations(c, d)
     if redrawn is not None:
         return redrawn
@@ -183,6 +183,12 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     if d.nonfinite_mismatch > 0:
         return _nonfinite_inside(c, d, evidence)
     wide = [j for j in js if j.wide]
+    if not wide and _matrix_upstream(c, d):
+        # An ill-conditioned matrix upstream (close eigenvalues, near-singular) whose figure
+        # shows in some elements of the value, though not in a typical one: those elements
+        # carry no digits to be rounding-accurate in. (A cancelling matmul element is not
+        # one: every model has a few.)
+        wide = [j for j in js if j.poorly_determined]
     if wide:
         return _ill_conditioned(c, d, wide, evidence, cancels)
     envelope = [j for j in js if j.zone == "envelope"]
@@ -404,9 +410,13 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
     if j.computational_zero:
         state = (f"`{j.arm}` {j.label} is a computational zero at {j.dtype}: its simulated roundings scatter "
                  f"around 0 by ±{j.sigma:.2g}, so every digit of it is rounding noise")
-    else:
+    elif j.wide:
         state = (f"its rounding spread is wide — `{j.arm}` {j.label} keeps only {j.digits:.1f} significant digits "
                  f"at {j.dtype} (±{j.sigma:.2g})")
+    else:
+        state = (f"{j.poorly_determined} of the {j.numel} elements of `{j.arm}` {j.label} keep almost none of "
+                 f"{j.dtype}'s digits (the fewest: {j.fewest_digits or 0:.1f}), though a typical element keeps "
+                 f"{j.digits or 0:.1f}")
     behind = _ill_conditioning(c, d) or _cancellation_site(c, d)
     figure = f" The figure behind it: {behind}." if behind else ""
     return _verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
@@ -449,6 +459,18 @@ def _cancellation_hint(c: Comparison, d: Divergence) -> str:
 
 def _unstable_lines(js: list) -> list[str]:
     return [f"decision unstable under rounding (`{j.arm}` {j.label}): {u}" for j in js for u in j.unstable][:4]
+
+
+def _unmeasured_lines(js: list) -> list[str]:
+    """The library ops whose kernel error no measurement covers: the spread used the
+    conservative bound for them, which a verdict resting on it must say."""
+    ops = sorted({op for j in js for op in j.unmeasured})
+    if not ops:
+        return []
+    shown = ", ".join(f"`{op}`" for op in ops[:6]) + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")
+    return [f"no measured kernel error for {shown} at this release, device and dtype: the simulation gave "
+            f"{'it' if len(ops) == 1 else 'them'} a conservative {policy.UNMEASURED_U:g} u bound (`triage calibrate` "
+            "measures the kernels of this machine)"]
 
 
 def _digits_text(js: list) -> str:
@@ -896,6 +918,11 @@ def _singular_upstream(c: Comparison, d: Divergence) -> dict[str, Any] | None:
     # A singular matrix explains more than a cancelling sum does; both more than nothing.
     ranked = sorted(_notes_upstream(c, d), key=lambda n: (not n.get("singular"), "figure" in n))
     return next((n for n in ranked if n.get("singular") or n.get("ill_conditioned")), None)
+
+
+def _matrix_upstream(c: Comparison, d: Divergence) -> bool:
+    return any((n.get("singular") or n.get("ill_conditioned")) and
+               ("figure" not in n or str(n.get("kind", "")).startswith("close-")) for n in _notes_upstream(c, d))
 
 
 def _hazards(c: Comparison, d: Divergence) -> list[str]:

@@ -475,6 +475,48 @@ def _post_swept(results: list[Any], github: Any, err: Any) -> int:
     return unposted
 
 
+@main.command("calibrate")
+@click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
+              help="Measure the kernels of this device (cpu, cuda).")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["float32", "float16", "bfloat16"]),
+              default=("float32", "float16", "bfloat16"), show_default=True, help="Dtypes to measure (repeatable).")
+@click.option("--op", "ops", multiple=True, metavar="NAME",
+              help="Only these OpInfo entries (e.g. softmax, nn.functional.gelu); repeatable. Default: all.")
+@click.option("--table", "table_path", default=None, metavar="PATH",
+              help="The table to add this machine's entry to. Default: the one shipped in the package.")
+def calibrate_command(device: str, dtypes: tuple[str, ...], ops: tuple[str, ...], table_path: str | None) -> None:
+    """Measure every aten kernel's error on PyTorch's own op database (OpInfo) and add this
+    machine's entry (torch release, device, CPU capability) to the kernel error table the
+    rounding simulation reads. Runs PyTorch's sample inputs only, never a script; needs the
+    `expecttest` package (OpInfo imports it)."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from triage.worker import kernel_errors
+
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        import expecttest  # noqa: F401
+    except ImportError:
+        raise click.ClickException("OpInfo needs the expecttest package: pip install expecttest") from None
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.ClickException(f"--device {device}: no CUDA device on this machine")
+    with err.status("measuring kernels") as status:
+        entry = kernel_errors.measure(device, dtypes, ops or None, progress=lambda name: status.update(f"measuring {name}"))
+    path = Path(table_path) if table_path else kernel_errors.TABLE
+    try:
+        kernel_errors.write(entry, path)
+    except OSError as e:
+        raise click.ClickException(f"cannot write the table {path}: {e.strerror}") from None
+    measured = sum(len(per) for per in entry["ops"].values())
+    click.echo(f"{len(entry['ops'])} aten ops, {measured} op × dtype measured on torch {entry['torch']} "
+               f"{entry['device']} {entry['capability']} in {entry['seconds']:.0f} s: {path}")
+
+
 @main.command("post")
 @click.option("--report", "report_path", required=True, metavar="PATH", help="report.json from `triage issue`.")
 @click.option("--repo", envvar="GITHUB_REPOSITORY", default=None, metavar="OWNER/REPO",

@@ -203,11 +203,14 @@ class Judgement:
     reference: float | None = None
     sigma: float | None = None
     envelope: list[float] | None = None  # directed replays at that element
-    digits: float | None = None  # fewest significant digits at the arm's precision
+    digits: float | None = None  # significant digits of a typical element at the arm's precision
+    fewest_digits: float | None = None  # of the element with the fewest
     computational_zero: bool = False
     zeros: int = 0
     numel: int = 0
     wide: bool = False  # the computation itself loses most of the precision
+    poorly_determined: int = 0  # elements that keep too few digits (WIDE_DIGITS_LOST lost), zeros included
+    unmeasured: list[str] = field(default_factory=list)  # library ops with no measured kernel error
     nonfinite: str | None = None
     unstable: list[str] = field(default_factory=list)
     strip: str = ""

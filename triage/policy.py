@@ -101,3 +101,17 @@ LABELS = {
     "reproducibility": "module: numerical-reproducibility",
     "compile": "oncall: pt2",
 }
+
+
+# A library kernel no measurement covers (`triage calibrate`) is taken to be within this many
+# units of roundoff of its correctly rounded result, and the verdict names it.
+UNMEASURED_U = 16.0
+# The Monte Carlo test of "inside its own rounding spread": p > ALPHA is inside.
+ALPHA = 0.05
+# An "outside" decision whose statistic is within this factor of the largest simulated
+# rounding is not evidence of another computation: the simulation's model of each op's error
+# is measured on a finite set of inputs, and the largest of K samples is itself a noisy tail
+# estimate that triage's own seed moves. The worker samples such a value further (up to 199
+# replays); the audit still withholds a bug verdict. Real formula and compiler bugs sit
+# orders of magnitude out.
+FRAGILE_MARGIN = 4.0

@@ -11,13 +11,19 @@ from triage.judge.describe import strip
 from triage.judge.spread import RoundingSpread
 from triage.model import ArmRun, Judgement, Observable
 
-ALPHA = 0.05
+ALPHA = policy.ALPHA
 
 
-def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray) -> tuple[float, int | None]:
+def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray,
+                   noise: np.ndarray | None = None) -> tuple[float, int | None]:
     """T = max over elements finite in both of |value − ref| / σ (the worker's samples were
-    scored the same way), and the element where it is reached."""
+    scored the same way), and the element where it is reached. Elements in `noise`
+    (computational zeros: the spread is as wide as the value) are left out: every value is
+    consistent with a spread that keeps no digit, so none can be "outside" it. The samples'
+    statistics include them, which only makes the test more conservative."""
     both = np.isfinite(value) & np.isfinite(ref)
+    if noise is not None:
+        both = both & ~noise.reshape(both.shape)
     if not both.any():
         return 0.0, None
     dev = np.abs(value - ref)
@@ -43,8 +49,11 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
     j.zeros = int(zeros.sum())
     j.computational_zero = bool(zeros.all()) and v.size > 0
     j.wide = spread.wide()
+    j.fewest_digits = spread.fewest_digits()
+    j.poorly_determined = spread.poorly_determined()
+    j.unmeasured = list(spread.unmeasured)
     j.nonfinite, offending = _nonfinite(v, spread)
-    t, at = deviation_stat(v, spread.reference, spread.sigma)
+    t, at = deviation_stat(v, spread.reference, spread.sigma, zeros)
     j.statistic = t
     j.p = (1 + int((spread.sample_stats >= t).sum())) / (spread.samples + 1)
     finite_stats = spread.sample_stats[np.isfinite(spread.sample_stats)]

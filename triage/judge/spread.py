@@ -31,6 +31,7 @@ class RoundingSpread:
     nonfinite: np.ndarray  # uint8 bits per element over the random replays: 1 finite, 2 +inf, 4 -inf, 8 nan
     flips: list[dict[str, Any]] = field(default_factory=list)
     precision: str | None = None  # the least precise dtype the computation ran in
+    unmeasured: list[str] = field(default_factory=list)  # library ops modelled by the conservative bound
 
     @classmethod
     def of(cls, o: Observable) -> "RoundingSpread | None":
@@ -47,7 +48,7 @@ class RoundingSpread:
         return cls(dtype=(o.fingerprint or {}).get("dtype", "float32"), samples=int(r.get("samples", 0)),
                    sample_stats=stats, reference=ref, sigma=s["sig"], up=s["up"], down=s["dn"], mean=s["mu"],
                    sd=s["sd"], nonfinite=s["nf"], flips=list(r.get("flips") or []),
-                   precision=r.get("precision") or None)
+                   precision=r.get("precision") or None, unmeasured=list(r.get("unmeasured") or []))
 
     @classmethod
     def of_simulation(cls, spread: Any, reference: np.ndarray, dtype: str) -> "RoundingSpread":
@@ -98,6 +99,13 @@ class RoundingSpread:
         d = self.digits()
         all_zero = bool(self.computational_zeros().all()) and self.sd.size > 0
         return all_zero or (d is not None and d <= self.dtype_digits - WIDE_DIGITS_LOST)
+
+    def poorly_determined(self) -> int:
+        """Elements whose computation loses most of the dtype's digits (computational zeros
+        included): an eigenvector pair of close eigenvalues in an otherwise accurate result."""
+        d = self.element_digits()
+        return int((np.isnan(d) & self.computational_zeros()).sum()
+                   + (np.isfinite(d) & (d <= self.dtype_digits - WIDE_DIGITS_LOST)).sum())
 
     def unstable_nonfinite(self) -> int:
         """Elements that some replays make finite and others not, or nonfinite differently."""

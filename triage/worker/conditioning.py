@@ -19,7 +19,15 @@ LINALG_OPS = {
     "linalg_lu_factor_ex", "linalg_lu", "cholesky", "linalg_cholesky_ex", "linalg_lstsq",
     "linalg_pinv", "triangular_solve", "linalg_solve_triangular", "cholesky_solve",
     "lu_solve", "linalg_lu_solve", "cholesky_inverse", "_linalg_svd", "linalg_svd", "linalg_svdvals",
+    "_linalg_eigh", "linalg_eigh", "linalg_eig",
 }
+# Eigen- and singular-vector problems: a vector's error is about u·‖A‖/gap, with gap the
+# distance from its eigenvalue (singular value) to the nearest other one — however well
+# conditioned the matrix is for solving (Golub & Van Loan §8.1.2, Stewart & Sun).
+VECTOR_OPS = {"_linalg_eigh": "eigenvalue", "linalg_eigh": "eigenvalue", "linalg_eig": "eigenvalue",
+              "_linalg_svd": "singular value", "linalg_svd": "singular value"}
+# Past this error the vectors keep fewer than 3 correct digits: named as ill-conditioned.
+VECTOR_SENSITIVITY_NOTED = 1e-3
 MAX_ORDER = 1024
 MAX_BATCH = 256
 
@@ -49,6 +57,10 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
     worst = int(torch.argmax(torch.nan_to_num(cond, posinf=float("1e308"))))
     c = float(cond[worst])
     rank = int(ranks.min())
+    if op in VECTOR_OPS and m == n:
+        note = _vector_sensitivity(op, wide, a.dtype, s, list(a.shape))
+        if note is not None:
+            return note
     exact = exact_singular(a) if op in DET_OPS else None
     exact_rank_ = exact_rank(a) if op in SVD_OPS else None
     if exact_rank_ is not None:
@@ -68,6 +80,35 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
         "ill_conditioned": c * eps > 1e-2 or rank < k or bool(exact),
         "eps": eps,
     }
+
+
+def _vector_sensitivity(op: str, wide: torch.Tensor, dtype: torch.dtype, s: torch.Tensor,
+                        shape: list[int]) -> dict[str, Any] | None:
+    """The smallest gap between two of the matrix's eigenvalues (singular values), worst
+    over a batch, and the vectors' error it allows, u·‖A‖₂/gap."""
+    what = VECTOR_OPS[op]
+    if what == "eigenvalue":
+        values = (torch.linalg.eigvalsh(wide) if op != "linalg_eig" else torch.linalg.eigvals(wide).real)
+    else:
+        values = s
+    values = values.sort(dim=-1).values
+    if values.shape[-1] < 2:
+        return None
+    gaps = values.diff(dim=-1).abs().amin(dim=-1)
+    norm = s[:, 0]
+    u = torch.finfo(dtype).eps / 2
+    sensitivity = torch.where(gaps > 0, u * norm / gaps, torch.full_like(gaps, math.inf))
+    worst = int(torch.argmax(torch.nan_to_num(sensitivity, posinf=1e308)))
+    figure, gap = float(sensitivity[worst]), float(gaps[worst])
+    if figure <= VECTOR_SENSITIVITY_NOTED:
+        return None
+    shown = "∞" if math.isinf(figure) else f"{figure:.2g}"
+    return {"op": op, "kind": "close-" + what.replace(" ", "-") + "s", "shape": shape, "dtype": str(dtype).replace("torch.", ""),
+            "singular": False, "ill_conditioned": True, "cond": None, "rank": None, "order": int(values.shape[-1]),
+            "eps": torch.finfo(dtype).eps, "gap": gap, "sensitivity": figure,
+            "figure": f"two {what}s lie {gap:.3g} apart (‖A‖₂ = {float(norm[worst]):.3g}), so their vectors are "
+                      f"determined only to u·‖A‖₂/gap ≈ {shown} at {str(dtype).replace('torch.', '')}, whatever "
+                      f"cond(A) is"}
 
 
 EXACT_MAX_ORDER = 12

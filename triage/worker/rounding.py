@@ -14,15 +14,21 @@ round-to-nearest). Per op class:
   results (``x - x``, ``abs``, views, ``max``) are never perturbed, a narrowing cast
   (``.half()`` mid-graph) rounds where the program says it does, and values beyond the
   dtype's range become ``±inf`` as on the arm;
-* library functions (``exp``, ``tanh``, ``erf``, ``pow`` …) may be a few ulps off before
-  that rounding;
+* library functions (``exp``, ``tanh``, ``erf``, ``pow`` …) are some units of roundoff off
+  before that rounding: as many as the kernel measured on PyTorch's own op database
+  (`triage.worker.kernel_errors`, twice the largest error seen, at least 4 u), or a
+  conservative 16 u for an op the table has not measured (named in the spread); an op
+  assumed correctly rounded whose kernel measured more than one rounding is treated the same;
 * reductions and contractions accumulate many roundings inside one op: their internal
   error is added as a random walk over a sequential order,
   σ = u·√(n/3)·√(S²/3 + Σt²/2) (S the sum, t the terms, (A∘A)@(B∘B) for matmul);
 * backward-stable linalg (``solve``, ``svd``, ``det`` …) gets its input perturbed by
   √n·u and is re-run in float64, so conditioning shows up by itself;
 * composite ops (softmax, layer norm, variance, attention) are replayed through their
-  decompositions, so each of their sums and exps is rounded where it happens;
+  decompositions, so each of their sums and exps is rounded where it happens, at the
+  kernel's opmath (fp16/bf16 inputs computed in float32 unless the table measured
+  otherwise), their sums walked as a fused kernel's vector lanes add (`lane_walk`), plus the
+  error the whole kernel measured;
 * random ops are leaves (their recorded values); compiled regions are replayed op by op.
 
 The result per observed node is a `NodeSpread`: the per-element RMS deviation of the
@@ -32,6 +38,7 @@ the samples reached, the statistic T of every sample (for a Monte Carlo p-value,
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import random
@@ -45,6 +52,8 @@ from torch._decomp import decomposition_table
 from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from triage import policy
+from triage.worker.kernel_errors import UNMEASURED_U, WELL_CONDITIONED, KernelTable, input_magnitude, input_sensitivity
 from triage.worker.reference import EXACT_OPS, cone, last_uses, release, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
@@ -63,7 +72,10 @@ UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.flo
 LIBRARY_ULPS = 4.0
 LIBRARY_ULPS_WIDE = {"pow": 8.0, "lgamma": 8.0, "digamma": 8.0, "polygamma": 8.0, "erfinv": 8.0,
                      "special_i0e": 8.0, "special_i1": 8.0, "special_i1e": 8.0, "i0": 8.0}
-# Correctly rounded by IEEE 754: only the rounding to the dtype.
+# Correctly rounded by IEEE 754: only the rounding to the dtype (a measured error above one
+# rounding, CORRECTLY_ROUNDED_U, makes the op a library function: a vectorized division by
+# reciprocal, say).
+CORRECTLY_ROUNDED_U = 1.05
 CORRECTLY_ROUNDED = {"add", "sub", "rsub", "mul", "div", "true_divide", "sqrt", "reciprocal", "square",
                      "neg", "abs", "fmod", "_to_copy", "to", "copy", "copy_", "clone", "fill", "fill_",
                      "addcmul", "addcdiv", "lerp", "hypot", "remainder", "fma"}
@@ -112,6 +124,9 @@ DECOMPOSED = {"_softmax", "_log_softmax", "softmax", "log_softmax", "native_laye
 @dataclass
 class SimulationOptions:
     samples: int = 29  # K random replays; the smallest Monte Carlo p is 1/(K+1)
+    # An arm value near the Monte Carlo floor after K samples gets more, up to this many,
+    # before "outside" is believed: at p ≈ 1/(K+1) one more exceeding sample flips it.
+    max_samples: int = 199
     seed: int = 0
     budget_s: float = 60.0
     matmul_tf32: bool = False  # the arm's fp32 matmuls read TF32 inputs
@@ -119,6 +134,19 @@ class SimulationOptions:
     reduced_precision: bool = False  # fp16/bf16 GEMMs may accumulate in reduced precision
     min_samples: int = 9
     memory_bytes: int = 512 << 20
+    kernels: KernelTable = field(default_factory=lambda: cpu_kernels())  # the arm's device's measured errors
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_table(device: str) -> KernelTable:
+    """The measured kernel errors of this torch release on `device` (cpu: this CPU's
+    capability; cuda: this GPU)."""
+    capability = torch.cuda.get_device_name() if device == "cuda" else torch.backends.cpu.get_cpu_capability()
+    return KernelTable.load(device, capability, torch.__version__)
+
+
+def cpu_kernels() -> KernelTable:
+    return kernel_table("cpu")
 
 
 @dataclass
@@ -138,6 +166,7 @@ class NodeSpread:
     flips: list[dict[str, Any]] = field(default_factory=list)
     cancellations: list[dict[str, Any]] = field(default_factory=list)  # where digits are lost upstream
     precision: str | None = None  # the least precise dtype any op of the cone computed in
+    unmeasured: list[str] = field(default_factory=list)  # library ops given the conservative bound
 
 
 @dataclass
@@ -208,8 +237,14 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     for direction in (1, -1):
         directed[direction] = _replay(order, set(live), RoundingMode(options, cache, direction=direction,
                                                                     generator=None))
-    samples = []
-    for i in range(k):
+    samples: list[_Replayed] = []
+    # More samples where the arm's value sits near the Monte Carlo floor, within the time and
+    # memory budgets: K per replay's cost, and never past max_samples.
+    ceiling = min(max(k, options.max_samples), k + max(0, int((options.budget_s - (time.monotonic() - start))
+                                                                / per_replay) - 2 - k),
+                  max(0, options.memory_bytes // max(1, numel * 8) - 2))
+    i = 0
+    while i < k:
         g = torch.Generator().manual_seed(options.seed * 1_000_003 + i)
         rep = _replay(order, set(live), RoundingMode(options, cache, direction=0, generator=g))
         if rep.failed:
@@ -217,8 +252,11 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
                 spreads[w] = NodeSpread(status="not-judged", reason=rep.failed)
             return Simulation(spreads, time.monotonic() - start, i)
         samples.append(rep)
+        i += 1
         if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes):
             break
+        if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes):
+            k = min(ceiling, k + EXTENSION)
     k = len(samples)
     # The statistics are a few passes over K × numel values: there threads pay.
     torch.set_num_threads(threads)
@@ -230,6 +268,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         spreads[w].flips = _flips(center, samples + [directed[1], directed[-1]], by_name[w])
         upstream = _cone_names(by_name[w])
         spreads[w].precision = working_precision([by_name[x] for x in upstream], dtype)
+        spreads[w].unmeasured = sorted(set().union(*(center.unmeasured.get(x, set()) for x in upstream)))
         spreads[w].cancellations = sorted((dict(site, node=name) for name, site in cancellations.items()
                                            if name in upstream), key=lambda x: -x["digits_lost"])[:3]
     return Simulation(spreads, time.monotonic() - start, k)
@@ -240,6 +279,12 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
 # least (1 + EARLY_EXCEEDING)/(K + 1) > 0.05 however the remaining samples fall.
 CHECKPOINTS = (9, 19)
 EARLY_EXCEEDING = 2
+# Near the floor: fewer than this many samples score as far out as the arm's value, yet the
+# value lies within FRAGILE_MARGIN times the samples' largest score (farther out, more samples
+# would not change the call). Sampling then goes on EXTENSION at a time until at least
+# ALPHA·(K+1) samples exceed it (certainly inside) or max_samples is reached.
+NEAR_FLOOR_EXCEEDING = 2
+EXTENSION = 10
 
 
 def _certainly_inside(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
@@ -259,6 +304,28 @@ def _certainly_inside(live: dict[str, torch.Tensor], samples: list["_Replayed"],
         if sum(1 for x in partial.sample_stats if x >= t) < EARLY_EXCEEDING:
             return False
     return True
+
+
+def _near_floor(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
+                out_dtypes: dict[str, torch.dtype]) -> bool:
+    """Some observed value's Monte Carlo p-value rests on one or two samples: one more sample
+    at least as far out would turn "outside" into "inside" (or back)."""
+    k = len(samples)
+    for w, ref in live.items():
+        value = arm_values.get(w)
+        if value is None or ref.is_complex() or value.shape != ref.shape:
+            continue
+        dtype = out_dtypes.get(w, torch.float32)
+        partial = _spread(ref, [_stored(s.values[w], dtype) for s in samples], ref, ref)
+        t = deviation_stat(value.double(), ref, partial.sigma)
+        stats = [x for x in partial.sample_stats if math.isfinite(x)]
+        if not stats or not math.isfinite(t):
+            continue
+        exceeding = sum(1 for x in stats if x >= t)
+        needed = math.ceil(policy.ALPHA * (k + 1))
+        if exceeding < max(NEAR_FLOOR_EXCEEDING, needed) and t <= policy.FRAGILE_MARGIN * max(stats):
+            return True
+    return False
 
 
 # -- the statistic ------------------------------------------------------------------------
@@ -369,6 +436,7 @@ class _Replayed:
     nodes: dict[str, fx.Node]
     failed: str | None = None
     cancellations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unmeasured: dict[str, set[str]] = field(default_factory=dict)  # node -> library ops with no measurement
 
 
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
@@ -403,6 +471,7 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
                     env[n] = leaves[n]
                     env[n]._arm_dtype = n.meta["leaf"].value.dtype
                 elif n.op == "call_function":
+                    mode.unmeasured = set()
                     args = fx.node.map_arg(n.args, lambda a: env[a])
                     kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
                     try:
@@ -425,6 +494,8 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
                         result.failed = f"{_op_name(n.target)} could not be replayed: {type(e).__name__}: {str(e)[:160]}"
                         return result
                     out = env[n]
+                    if mode.unmeasured:
+                        result.unmeasured[n.name] = mode.unmeasured
                     if center:
                         site = cancellation_at(n, args, out)
                         if site is not None:
@@ -494,6 +565,7 @@ class _CallCache:
     def __init__(self) -> None:
         self.dtypes: dict[tuple, Any] = {}
         self.magnitudes: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
+        self.ill_conditioned: dict[int, tuple[Any, torch.Tensor | None]] = {}
 
 
 def _dtypes(func: Any, stand_ins: list, spec: Any, device: torch.device) -> list:
@@ -523,6 +595,7 @@ class RoundingMode(TriageDispatchMode):
         # Inside a decomposition, its code reads the float64 stand-ins' dtype: a cast "to
         # float64" there means "to the computation dtype" of the decomposed op's arm dtype.
         self.inner_dtype: list[torch.dtype] = []
+        self.unmeasured: set[str] = set()  # library ops of the current node with no measured error
 
     def vdtype(self, t: torch.Tensor) -> torch.dtype:
         """The dtype the value has on the arm: an attribute on the float64 stand-in (set on
@@ -569,11 +642,15 @@ class RoundingMode(TriageDispatchMode):
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
             out = self._round_all(out, out_vd, library=0.0)
-        elif kind == "correctly-rounded":
+        elif kind == "correctly-rounded" and not self._measured_beyond_rounding(name, out_vd):
             out = self._round_all(func(*args, **kwargs), out_vd, library=0.0)
         else:
-            out = self._round_all(func(*args, **kwargs), out_vd,
-                                  library=LIBRARY_ULPS_WIDE.get(name.rstrip("_"), LIBRARY_ULPS))
+            backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
+            out = func(*args, **kwargs)
+            if backward and (self.generator is not None or self.direction) and isinstance(out, torch.Tensor):
+                out = self._noise_where_ill_conditioned(call, func, args, kwargs, out,
+                                                        backward * UNIT_ROUNDOFF.get(out_vd[0], 2.0 ** -53))
+            out = self._round_all(out, out_vd, library=self._library_u(name, out_vd))
         if written and isinstance(out, torch.Tensor) and out is not written[0]:
             # An in-place op: later reads of its target must see the rounded value.
             written[0].copy_(out)
@@ -581,22 +658,96 @@ class RoundingMode(TriageDispatchMode):
             return written[0]
         return out
 
+    def _noise_where_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
+                                     bound: float) -> torch.Tensor:
+        """A pointwise kernel's measured error where the function is ill-conditioned
+        (Σ|xᵢ ∂f/∂xᵢ| > WELL_CONDITIONED·|f|, found once per call by central differences and
+        kept for every replay): `bound`·Σ|xᵢ| added to the result there (`bound` in absolute
+        units: the measured multiple of u times u); elsewhere the forward bound holds."""
+        cached = self.cache.ill_conditioned.get(call)
+        if cached is None or cached[0] is not func:
+            try:
+                sens = input_sensitivity(func, args, kwargs, torch.float64, out.shape)
+                magnitude = input_magnitude(args, torch.float64, out.shape)
+                ill = None if sens is None else ~(sens <= WELL_CONDITIONED * out.abs()) | ((sens == 0) & (magnitude > 0))
+                cached = (func, None if ill is None or not bool(ill.any()) else torch.where(ill, magnitude, 0.0))
+            except Exception:  # noqa: BLE001 - no sensitivity: the forward bound alone
+                cached = (func, None)
+            self.cache.ill_conditioned[call] = cached
+        scale = cached[1]
+        if scale is None or scale.shape != out.shape:
+            return out
+        if self.direction:
+            return out + self.direction * bound * scale
+        delta = (torch.rand(out.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
+        return out + delta * scale
+
+    def _library_u(self, name: str, out_vd: list) -> float:
+        """Units of roundoff a library kernel may be off before its result is rounded: the
+        measured bound, else the conservative one (and the op is noted as unmeasured)."""
+        op = name.rstrip("_")
+        d = out_vd[0] if out_vd else None
+        measured = self.options.kernels.library_u(op, d) if d is not None else None
+        if measured is not None:
+            return measured
+        self.unmeasured.add(f"aten.{op}")
+        return max(UNMEASURED_U, LIBRARY_ULPS_WIDE.get(op, LIBRARY_ULPS))
+
+    def _measured_beyond_rounding(self, name: str, out_vd: list) -> bool:
+        """An op assumed correctly rounded whose kernel measured more than one rounding off."""
+        e = self.options.kernels.get(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] is not None else None
+        return e is not None and e.max_u > CORRECTLY_ROUNDED_U
+
     def _decompose(self, func: Any, args: tuple, kwargs: dict, in_vd: list, out_vd: list) -> Any:
-        """Replay a composite op through its decomposition, each inner op rounded; the
-        outputs rounded to the op's own arm dtypes (the decomposition casts back to the
-        stand-in's float64)."""
+        """Replay a composite op through its decomposition, each inner op rounded, at the
+        kernel's opmath: fp16/bf16 inputs are computed in float32 (their stand-ins tagged so)
+        where the table measured the kernel doing so, else at their own dtype (wider, so
+        safer: a flash attention kernel rounds its probabilities to bf16 between its GEMMs). The outputs are rounded to
+        the op's own arm dtypes (the decomposition casts back to the stand-in's float64), with
+        the whole kernel's measured error added before that rounding."""
         from torch._prims_common import get_computation_dtype
 
+        name = func.overloadpacket.__name__
         working = [d for d in in_vd if isinstance(d, torch.dtype) and d.is_floating_point]
         least = max(working, key=lambda d: UNIT_ROUNDOFF.get(d, 0.0)) if working else torch.float32
-        self.inner_dtype.append(get_computation_dtype(least))
+        computation = get_computation_dtype(least)
+        measured = self.options.kernels.get(name, least)
+        if computation != least and measured is not None and measured.float32_opmath:
+            args = tree_map(lambda a: self._retagged(a, computation, least), args)
+            kwargs = tree_map(lambda a: self._retagged(a, computation, least), kwargs)
+        self.inner_dtype.append(computation)
         try:
             with self:
                 out = (decomposition_table[func](*args, **kwargs) if func in decomposition_table
                        else func.decompose(*args, **kwargs))
         finally:
             self.inner_dtype.pop()
+        d = out_vd[0] if out_vd else None
+        fused = self.options.kernels.fused_u(name, d) if d is not None else None
+        if fused and isinstance(out, torch.Tensor) and out.is_floating_point() and d in UNIT_ROUNDOFF:
+            out = self._scaled_noise(out, fused * UNIT_ROUNDOFF[d])
         return self._round_all(out, out_vd, library=0.0)
+
+    def _retagged(self, a: Any, computation: torch.dtype, least: torch.dtype) -> Any:
+        if isinstance(a, torch.Tensor) and a.is_floating_point() and self.vdtype(a) == least:
+            a = a.clone()
+            a._arm_dtype = computation  # fp16 values are exact in float32: only the tag changes
+        return a
+
+    def _scaled_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
+        """Noise of `bound` times the output's scale, max(|y|, rms y), as the kernel's error
+        was measured: a normalized output near zero keeps the error of its neighbours."""
+        finite = torch.isfinite(t)
+        if not bool(finite.any()):
+            return t
+        rms = float(t[finite].square().mean().sqrt())
+        scale = t.abs().clamp(min=rms)
+        if self.direction:
+            return t + self.direction * bound * scale
+        if self.generator is None:
+            return t
+        delta = (torch.rand(t.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
+        return t + delta * scale
 
     def _tf32(self, name: str, out_vd: list) -> bool:
         if not out_vd or out_vd[0] != torch.float32:
@@ -716,7 +867,7 @@ class RoundingMode(TriageDispatchMode):
         cached = self.cache.magnitudes.get(call)
         if cached is None or cached[0] is not func:
             try:
-                cached = (func,) + _magnitudes(name, func, args, kwargs, out)
+                cached = (func,) + _magnitudes(name, func, args, kwargs, out, fused=bool(self.inner_dtype))
             except Exception:  # noqa: BLE001 - no model for this call: its output rounding only
                 cached = (func, None, None)
             self.cache.magnitudes[call] = cached
@@ -739,16 +890,22 @@ class RoundingMode(TriageDispatchMode):
         return out + u * walk * torch.randn(out.shape, generator=self.generator, dtype=torch.float64)
 
     def _perturb_matrices(self, args: tuple) -> tuple:
-        """Backward stability: the op is exact for an input within √n·u of the arm's."""
+        """Backward stability: the op is exact for an input within √n·u of the arm's, in norm
+        (LAPACK's guarantee is ‖E‖ ≤ p(n)·u·‖A‖, not per element): each element moves by
+        √n·u of itself plus √n·u of the matrix's largest element, so a small entry next to a
+        large one (an eigenvector problem's near-degenerate pair) moves as far as LAPACK's
+        own error lets it."""
         if self.generator is None:
             return args
         out = []
         for a in args:
-            if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.is_floating_point():
+            if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.is_floating_point() and a.numel():
                 u = UNIT_ROUNDOFF.get(self.vdtype(a), 2.0 ** -53)
                 c = math.sqrt(max(a.shape[-1], a.shape[-2]))
-                delta = (torch.rand(a.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * c * u
-                a = a * (1 + delta)
+                largest = torch.nan_to_num(a.abs(), posinf=0.0).amax(dim=(-2, -1), keepdim=True)
+                relative = (torch.rand(a.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * c * u
+                normwise = (torch.rand(a.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * c * u
+                a = a * (1 + relative) + normwise * largest
             out.append(a)
         return tuple(out)
 
@@ -846,10 +1003,12 @@ def _less_precise(a: torch.dtype, b: torch.dtype) -> bool:
     return UNIT_ROUNDOFF.get(a, 0.0) > UNIT_ROUNDOFF.get(b, 0.0)
 
 
-def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
+                fused: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(random-walk σ/u, pairwise bound/u) of one reduction or contraction call, per output
     element: contractions σ = √(n/3)·√(S²/3 + Σt²/2) (a sequential order: GEMM kernels
-    accumulate along k), reductions the blocked walk; bound = ⌈log2 n⌉·Σ|t|."""
+    accumulate along k), reductions the blocked walk, or inside a fused kernel (`fused`: a
+    decomposed op's sum) the lane walk; bound = ⌈log2 n⌉·Σ|t|."""
     if name in CONTRACTIONS:
         squares = _same_contraction(name, func, args, kwargs, lambda x: x * x)
         absolute = _same_contraction(name, func, args, kwargs, torch.abs)
@@ -875,7 +1034,7 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         absolute = torch.sum(x.abs(), dims, keepdim=keepdim)
         s = torch.sum(torch.nan_to_num(x), dims, keepdim=keepdim)
         scale = 1.0 / n if name == "mean" else 1.0
-        walk = blocked_walk(n, s, squares) * scale
+        walk = (lane_walk(n, s, squares) if fused else blocked_walk(n, s, squares)) * scale
         return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute * scale).reshape(out.shape)
     walk = math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
     return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute).reshape(out.shape)
@@ -909,6 +1068,21 @@ def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtyp
 # Reduction kernels (ATen's CPU cascade sum, CUDA's per-thread runs then a tree) add runs of
 # at most this many terms in order, then combine the runs pairwise.
 SEQUENTIAL_RUN = 256
+
+
+# A fused kernel (softmax's, layer norm's, a norm's) sums in one vector register of this many
+# lanes, each lane adding its n/L terms in order: the fewest lanes any CPU capability has
+# (AVX2's 8 floats; AVX-512's 16 err less), so the walk errs wide.
+LANES = 8
+
+
+def lane_walk(n: int, s: torch.Tensor, squares: torch.Tensor) -> torch.Tensor:
+    """σ/u of a sum of n terms added in LANES sequential lanes of n/L terms each, then
+    combined: L walks of n/L roundings over partial sums growing to S/L,
+    √(n/3L)·√(S²/3L + Σt²/2)."""
+    if n <= LANES:
+        return math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
+    return math.sqrt(n / (3 * LANES)) * (s.square() / (3 * LANES) + squares / 2).sqrt()
 
 
 def blocked_walk(n: int, s: torch.Tensor, squares: torch.Tensor) -> torch.Tensor:
@@ -1012,7 +1186,8 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         conv_tf32=cuda and bool(flags.get("cudnn_allow_tf32")),
         reduced_precision=cuda and bool(flags.get("allow_fp16_reduced_precision_reduction")),
         memory_bytes=int(settings.get("memory_bytes", 512 << 20)),
-        min_samples=min(9, int(settings.get("samples", 29))))
+        min_samples=min(9, int(settings.get("samples", 29))),
+        kernels=kernel_table("cuda" if cuda else "cpu"))
     wanted: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for r in records:
@@ -1032,7 +1207,8 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
             continue
         r["rounding"] = {"status": spread.status, "reason": spread.reason, "samples": spread.samples,
                          "sample_stats": spread.sample_stats, "flips": spread.flips,
-                         "cancellations": spread.cancellations, "precision": spread.precision}
+                         "cancellations": spread.cancellations, "precision": spread.precision,
+                         "unmeasured": spread.unmeasured}
         if spread.status != "judged":
             continue
         arrays = {"sig": spread.sigma, "up": spread.up, "dn": spread.down, "mu": spread.mean, "sd": spread.sd,
@@ -1044,4 +1220,5 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         budget -= size
         for key, a in arrays.items():
             values[f"{key}{r['index']}"] = a.numpy()
-    return {"seconds": round(sim.seconds, 3), "samples": sim.samples, "note": sim.note}
+    return {"seconds": round(sim.seconds, 3), "samples": sim.samples, "note": sim.note,
+            "kernels": options.kernels.source}

@@ -1,0 +1,87 @@
+"""The judge where rounding alone decides little: eigenvectors of close eigenvalues (the
+gap, not cond(A)), a spread as wide as the value (a computational zero is never "outside"),
+and an "outside" at the Monte Carlo floor sampled further before it is believed."""
+import numpy as np
+import torch
+
+from triage.judge import RoundingSpread, judge_value
+from triage.judge.decide import deviation_stat
+from triage.worker.conditioning import condition_of
+from triage.worker.opgraph import OpRecorder
+from triage.worker.reference import replay_fp64
+from triage.worker.rounding import SimulationOptions, simulate_rounding
+
+
+def _close_pair(gap=1e-6, seed=3):
+    torch.manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(5, 5, dtype=torch.float64))
+    lam = torch.tensor([0.5, 1.0, 1.0 + gap, 2.0, 4.0], dtype=torch.float64)
+    s = ((q * lam) @ q.T).float()
+    return (s + s.T) / 2
+
+
+def test_close_eigenvalues_are_named_with_the_gap_not_the_condition_number():
+    note = condition_of("_linalg_eigh", _close_pair())
+    assert note["kind"] == "close-eigenvalues" and note["ill_conditioned"]
+    assert 0.05 < note["sensitivity"] < 1.0  # u·‖A‖/gap ≈ 0.24
+    assert "gap" in note["figure"] or "apart" in note["figure"]
+    well_separated = condition_of("_linalg_eigh", _close_pair(gap=0.5))
+    assert well_separated.get("kind") != "close-eigenvalues"
+
+
+def _eigenvectors_spread(s, samples=29, seed=0):
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        _, v = torch.linalg.eigh(s)
+        v = v * torch.sign(v[0:1, :])  # fix the signs as a script would
+    recording = recorder.finish()
+    node = recorder.lookup(v)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=samples, seed=seed),
+                            {node.name: torch.float32}, {node.name: v.detach()})
+    return v, RoundingSpread.of_simulation(sim.spreads[node.name], reference.numpy(), "float32"), sim
+
+
+def test_eigenvectors_of_a_close_pair_are_inside_a_spread_that_reaches_lapacks_own_error():
+    """LAPACK's backward error is normwise (‖E‖ ≤ p(n)·u·‖A‖): a perturbation relative to each
+    element alone leaves the close pair's vectors far too still, and the real kernel outside."""
+    v, spread, _ = _eigenvectors_spread(_close_pair())
+    j = judge_value(v.double().numpy(), spread, "cpu", 0, "v", None)
+    assert j.zone == "inside", (j.statistic, j.max_sample_stat)
+    assert j.poorly_determined >= 2  # the pair's vector elements keep almost no digits
+
+
+def test_a_computational_zero_is_never_outside():
+    ref = np.array([1.0, 1e-9])
+    sigma = np.array([1e-7, 1e-7])
+    noise = np.array([False, True])  # the second element's spread is wider than its value
+    t, at = deviation_stat(np.array([1.0 + 1e-7, 5e-7]), ref, sigma, noise)
+    assert at == 0 and t < 2
+    t_all, at_all = deviation_stat(np.array([1.0 + 1e-7, 5e-7]), ref, sigma)
+    assert at_all == 1 and t_all > t
+
+
+def test_a_decision_at_the_monte_carlo_floor_gets_more_samples():
+    """A value as far out as the largest of 29 samples: p ≈ 1/30, which one more sample
+    flips; the simulation keeps sampling (up to 199) before the call is made."""
+    x = torch.randn(257, generator=torch.Generator().manual_seed(1))
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = torch.exp(x).sum()
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    first = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
+                              {node.name: torch.float32})
+    spread = first.spreads[node.name]
+    # The arm's value: at the largest sample's deviation, a hair farther out.
+    sigma = float(spread.sigma)
+    t_max = max(spread.sample_stats)
+    arm = torch.tensor(float(reference) + 1.01 * t_max * sigma, dtype=torch.float64)
+    again = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
+                              {node.name: torch.float32}, {node.name: arm})
+    assert again.samples > 29
+    far = torch.tensor(float(reference) + 100 * t_max * sigma, dtype=torch.float64)
+    clear = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
+                              {node.name: torch.float32}, {node.name: far})
+    assert clear.samples == 29  # far beyond every sample: more would not change the call

@@ -1,0 +1,165 @@
+"""The measured kernel error table (triage/worker/kernel_errors.py): the probe that measures an
+aten kernel against float64 on PyTorch's OpInfo samples, the table's lookup, and the
+simulation reading it. Every large error here is made on purpose (a custom op whose float32
+kernel computes in float16)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from triage.judge import RoundingSpread
+from triage.worker import kernel_errors
+from triage.worker.kernel_errors import KernelTable, _Probe, measure, write
+from triage.worker.opgraph import OpRecorder
+from triage.worker.reference import replay_fp64
+from triage.worker.rounding import SimulationOptions, cpu_kernels, simulate_rounding
+
+LIB = torch.library.Library("triage_kernel_test", "DEF")  # noqa: TOR901 - a test-only namespace
+LIB.define("sloppy_exp(Tensor x) -> Tensor")
+
+
+def _sloppy_exp(x: torch.Tensor) -> torch.Tensor:
+    # float32 inputs computed in float16 (about 2^13 u off); float64 exact: a kernel bug on purpose.
+    return torch.exp(x.half()).to(x.dtype) if x.dtype == torch.float32 else torch.exp(x)
+
+
+LIB.impl("sloppy_exp", _sloppy_exp, "CPU")
+
+
+def test_the_probe_measures_a_kernel_against_float64_and_finds_an_injected_error():
+    probe = _Probe()
+    x = torch.linspace(-3, 3, 1001)
+    with torch.no_grad(), probe:
+        torch.exp(x)
+        torch.ops.triage_kernel_test.sloppy_exp(x)
+    assert probe.seen["exp"]["float32"]["max_u"] < 8  # a faithful libm on every CPU capability
+    assert probe.seen["sloppy_exp"]["float32"]["max_u"] > 1000
+
+
+def test_opmath_is_read_off_the_fp16_results():
+    probe = _Probe()
+    x = (torch.rand(4096) * 8 - 4).half()
+    with torch.no_grad(), probe:
+        torch.softmax(x, 0)  # CPU softmax of half accumulates in float32
+    entry = kernel_errors._rounded(probe.seen["_softmax"]["float16"])
+    assert entry["float32_opmath"] is True
+
+
+def test_pointwise_backward_error_is_separated_from_the_forward_error():
+    """gelu's x·(1 + erf(x/√2))/2 cancels for x ≪ 0 (the float32 kernel returns 0 at -6): a
+    large error relative to the result where the function is ill-conditioned is measured
+    relative to the input, and the forward error stays that of a faithful kernel."""
+    probe = _Probe()
+    x = torch.linspace(-7, 4, 4001)
+    with torch.no_grad(), probe:
+        torch.nn.functional.gelu(x)
+    entry = probe.seen["gelu"]["float32"]
+    assert entry["max_u"] < 64
+    assert 0 < entry["backward_u"] < 16
+
+
+def test_measure_runs_opinfo_samples_and_the_table_round_trips(tmp_path):
+    pytest.importorskip("expecttest")
+    entry = measure(dtypes=("float32", "float16"), only=["exp", "softmax"], samples_per_op=4)
+    assert entry["device"] == "cpu" and entry["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert {"exp", "_softmax"} <= set(entry["ops"])
+    assert entry["ops"]["exp"]["float32"]["elements"] > 0
+    path = tmp_path / "table.json"
+    write(entry, path)
+    write(entry, path)  # the same release, device and capability: replaced, not appended
+    assert len(json.loads(path.read_text())["tables"]) == 1
+    table = KernelTable.load("cpu", entry["capability"], torch.__version__, path)
+    assert table.get("exp", torch.float32) is not None
+    assert table.get("exp", torch.bfloat16) is None  # not measured: the simulation's conservative bound
+
+
+def _table(tmp_path, *entries):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": 1, "tables": list(entries)}))
+    return path
+
+
+def _entry(capability, max_u, torch_version="2.13.0", device="cpu", **extra):
+    return {"torch": torch_version, "device": device, "capability": capability,
+            "ops": {"erf": {"float32": {"max_u": max_u, "elements": 10, "calls": 1, "backward_u": 0.5, **extra}},
+                    "upsample_bilinear2d": {"float32": {"max_u": 5000.0, "elements": 10, "calls": 1}},
+                    "_softmax": {"float32": {"max_u": 3.0, "elements": 10, "calls": 1}}}}
+
+
+def test_the_table_of_this_release_and_capability_is_chosen_else_the_largest_error(tmp_path):
+    path = _table(tmp_path, _entry("AVX2", 3.0), _entry("AVX512", 12.0))
+    exact = KernelTable.load("cpu", "AVX2", "2.13.0+cpu", path)
+    assert exact.get("erf", torch.float32).max_u == 3.0
+    other = KernelTable.load("cpu", "DEFAULT", "2.13.0+cpu", path)
+    assert other.get("erf", torch.float32).max_u == 12.0 and "largest" in other.source
+    assert KernelTable.load("cuda", "H100", "2.13.0", path).ops == {}
+    assert "no measurement for device cuda" in KernelTable.load("cuda", "H100", "2.13.0", path).source
+
+
+def test_bounds_floor_margin_and_caps(tmp_path):
+    table = KernelTable.load("cpu", "AVX2", "2.13.0", _table(tmp_path, _entry("AVX2", 1.0)))
+    assert table.library_u("erf", torch.float32) == kernel_errors.LIBRARY_FLOOR_U
+    assert table.input_u("erf", torch.float32) == 0.0  # backward 0.5 u: within one rounding
+    # A non-pointwise op's huge measurement met an ill-conditioned sample: capped.
+    assert table.library_u("upsample_bilinear2d", torch.float32) == kernel_errors.MARGIN * kernel_errors.FUSED_CAP
+    assert table.fused_u("_softmax", torch.float32) == kernel_errors.MARGIN * 3.0
+    assert table.library_u("lgamma", torch.float32) is None
+
+
+def test_a_missing_or_broken_table_leaves_every_op_unmeasured(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert KernelTable.load("cpu", "AVX2", "2.13.0", broken).ops == {}
+    assert KernelTable.load("cpu", "AVX2", "2.13.0", tmp_path / "absent.json").ops == {}
+
+
+def test_the_shipped_table_measures_this_release_on_cpu():
+    table = KernelTable.load("cpu", None, torch.__version__)
+    assert table.get("exp", torch.float32) is not None
+    assert table.get("_softmax", torch.float16).float32_opmath is True
+
+
+# -- the simulation reading the table -----------------------------------------------------------
+def _spread(fn, x, kernels):
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = fn(x)
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29, kernels=kernels),
+                            {node.name: out.dtype})
+    return sim.spreads[node.name], RoundingSpread.of_simulation(sim.spreads[node.name], reference.numpy(), "float32")
+
+
+def test_an_unmeasured_library_op_gets_the_conservative_bound_and_is_named():
+    x = torch.linspace(0.5, 2.0, 64)
+    raw, spread = _spread(torch.erf, x, KernelTable({}, "no measured table"))
+    assert raw.unmeasured == ["aten.erf"]
+    measured = KernelTable({"erf": {"float32": kernel_errors.KernelError(0.6, 100, 1, None, 0.0)}}, "test")
+    raw_measured, narrow = _spread(torch.erf, x, measured)
+    assert raw_measured.unmeasured == []
+    assert float(np.median(narrow.sigma / spread.sigma)) < 0.5  # 4 u instead of 16 u
+
+
+def test_a_measured_opmath_keeps_an_fp16_norm_finite():
+    """linalg.vector_norm of half inputs accumulates in float32 on CPU: 300² overflows fp16
+    but not the kernel, so the simulation must not overflow either."""
+    x = torch.full((10,), 300.0, dtype=torch.float16)
+    spread, _ = _spread(torch.linalg.vector_norm, x, cpu_kernels())
+    assert spread.status == "judged"
+    assert int(spread.nonfinite) == 1  # every replay finite
+
+
+def test_calibrate_command_writes_this_machines_entry(tmp_path):
+    pytest.importorskip("expecttest")
+    table = tmp_path / "kernels.json"
+    done = subprocess.run([sys.executable, "-m", "triage", "calibrate", "--op", "exp", "--dtype", "float32",
+                           "--table", str(table)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "aten ops" in done.stdout
+    entry = json.loads(table.read_text())["tables"][0]
+    assert "exp" in entry["ops"] and entry["torch"] == torch.__version__

@@ -1,0 +1,356 @@
+"""Measured kernel errors: how far each aten op's real kernel lands from float64, per dtype.
+
+The rounding simulation (`triage.worker.rounding`) rounds every op's float64 result to the
+arm's dtype. A library kernel (``exp``, ``tanh``, ``erf``, softmax's fused loop, …) is also
+some units of roundoff off *before* that rounding, and how many is a property of the kernel
+on a device and CPU capability, not of the script: SLEEF's ``expf`` is within 1 ulp, the
+vectorized ``exp_u20`` of softmax within about 20, ``lgamma`` far more near its zeros.
+Guessing that per op class called correct kernels bugs; so it is measured.
+
+`measure` runs PyTorch's own op database (``op_db`` from OpInfo: every op PyTorch tests, on
+the sample inputs it tests them with) under a dispatch mode that re-runs every aten call on
+float64 copies of its inputs. The inputs are exactly representable in float64, so the
+difference is the kernel's own error, in units u·scale (u the dtype's unit roundoff; scale
+|y| for a pointwise op, max(|y|, rms y) for any other, so a normalized output near zero is
+not scored by its own tiny magnitude). For fp16/bf16 calls it also notes whether the result
+is the float32 computation rounded once (the kernel's opmath is float32).
+
+The table ships with the package (``kernel_errors.json``), one entry per torch release,
+device type and CPU capability; ``triage calibrate`` regenerates the entry for this machine.
+`KernelTable.load` picks the entry of the arm's own release, device and capability, else the
+largest error any entry for the device measured. An op the table has no measurement for gets
+`UNMEASURED_U` and the verdict says which ops those were.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import warnings
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from triage import policy
+
+TABLE = Path(__file__).with_name("kernel_errors.json")
+FORMAT = 1
+# The largest error over a finite set of samples underestimates the kernel's; the bound the
+# simulation uses is this multiple of it, and never below the unmeasured library default.
+MARGIN = 2.0
+LIBRARY_FLOOR_U = 4.0
+UNMEASURED_U = policy.UNMEASURED_U
+# A non-pointwise kernel measured beyond this many u of its output's scale met an
+# ill-conditioned sample (a layer norm of a nearly constant row), not a kernel error.
+FUSED_CAP = 64.0
+SAMPLES_PER_OP = 12
+
+
+@dataclass(frozen=True)
+class KernelError:
+    """One op at one dtype: the largest forward error seen (units of u·scale; for a pointwise
+    op where it is well conditioned), the largest error where it is not (units of u·Σ|xᵢ|,
+    pointwise ops only: `backward_u`), how many elements and calls they rest on, and whether the fp16/bf16
+    results are the float32 computation rounded once (None: float32 and wider)."""
+
+    max_u: float
+    elements: int
+    calls: int
+    float32_opmath: bool | None = None
+    backward_u: float | None = None  # None: not a pointwise op
+
+    @property
+    def pointwise(self) -> bool:
+        return self.backward_u is not None
+
+
+class KernelTable:
+    """Per op and dtype, the measured error of the kernel (``None``: not measured)."""
+
+    def __init__(self, ops: dict[str, dict[str, KernelError]], source: str) -> None:
+        self.ops = ops
+        self.source = source
+
+    @classmethod
+    def load(cls, device: str, capability: str | None, torch_version: str, path: Path = TABLE) -> "KernelTable":
+        try:
+            tables = json.loads(path.read_text())["tables"]
+        except (OSError, ValueError, KeyError):
+            return cls({}, "no measured table")
+        release = _release(torch_version)
+        same_device = [t for t in tables if t.get("device") == device]
+        exact = [t for t in same_device if _release(t.get("torch", "")) == release
+                 and (capability is None or t.get("capability") == capability)]
+        chosen = exact[:1] or same_device
+        if not chosen:
+            return cls({}, f"no measurement for device {device}")
+        ops: dict[str, dict[str, KernelError]] = {}
+        for t in chosen:
+            for op, per_dtype in t.get("ops", {}).items():
+                for dtype, e in per_dtype.items():
+                    seen = ops.setdefault(op, {}).get(dtype)
+                    here = KernelError(float(e["max_u"]), int(e["elements"]), int(e["calls"]),
+                                       e.get("float32_opmath"), e.get("backward_u"))
+                    if seen is not None:  # several entries: the larger error of each kind
+                        here = KernelError(max(here.max_u, seen.max_u), max(here.elements, seen.elements),
+                                           max(here.calls, seen.calls),
+                                           here.float32_opmath if here.float32_opmath == seen.float32_opmath else None,
+                                           None if here.backward_u is None or seen.backward_u is None
+                                           else max(here.backward_u, seen.backward_u))
+                    ops[op][dtype] = here
+        names = ", ".join(sorted({f"torch {t.get('torch')} {t.get('capability') or device}" for t in chosen}))
+        return cls(ops, f"measured on {names}" + ("" if exact else " (the largest error of each op)"))
+
+    def get(self, op: str, dtype: Any) -> KernelError | None:
+        return self.ops.get(op, {}).get(_dtype_name(dtype))
+
+    def library_u(self, op: str, dtype: Any) -> float | None:
+        """The forward error bound (units of u) the simulation applies to the result before
+        rounding it to `dtype` (a non-pointwise op's measurement past FUSED_CAP met an
+        ill-conditioned sample: capped there, since the replay carries conditioning itself)."""
+        e = self.get(op, dtype)
+        if e is None:
+            return None
+        measured = e.max_u if e.pointwise else min(e.max_u, FUSED_CAP)
+        return max(LIBRARY_FLOOR_U, MARGIN * measured)
+
+    def input_u(self, op: str, dtype: Any) -> float:
+        """The error bound (units of u·Σ|xᵢ|) the simulation adds to a pointwise op's result
+        where the function is ill-conditioned: a formula that cancels there (1 + erf(x)) is
+        accurate relative to its inputs, not to its result."""
+        e = self.get(op, dtype)
+        return 0.0 if e is None or not e.backward_u or e.backward_u <= 1.0 else MARGIN * e.backward_u
+
+    def fused_u(self, op: str, dtype: Any) -> float | None:
+        """A fused kernel's measured error (units of u of its output's scale) beyond its
+        decomposition, where the measurement is an error at all: past FUSED_CAP the samples
+        were ill-conditioned and the decomposition's replay models them better."""
+        e = self.get(op, dtype)
+        return None if e is None or e.max_u > FUSED_CAP else MARGIN * e.max_u
+
+
+def _release(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+# -- measuring ------------------------------------------------------------------------------
+def measure(device: str = "cpu", dtypes: Iterable[str] = ("float32", "float16", "bfloat16"),
+            only: Iterable[str] | None = None, samples_per_op: int = SAMPLES_PER_OP,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Measure every aten call the OpInfo database's samples make (`only`: OpInfo names) on
+    `device`; returns one table entry (``torch``/``device``/``capability``/``ops``)."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db  # needs expecttest
+
+    warnings.simplefilter("ignore")  # OpInfo's samples exercise every deprecated overload
+    wanted = [getattr(torch, d) for d in dtypes]
+    keep = set(only) if only else None
+    probe = _Probe()
+    start = time.monotonic()
+    for info in op_db:
+        if keep is not None and info.name not in keep and f"{info.name}.{info.variant_test_name}" not in keep:
+            continue
+        if progress:
+            progress(info.name)
+        for dtype in wanted:
+            if dtype not in info.supported_dtypes(device):
+                continue
+            try:
+                # reference_inputs: the samples plus the extremal and large inputs PyTorch
+                # checks its kernels' numerics with (a unary ufunc's values over its domain).
+                samples = info.reference_inputs(device, dtype, requires_grad=False)
+                for i, sample in enumerate(samples):
+                    if i >= samples_per_op:
+                        break
+                    with torch.no_grad(), probe:
+                        try:
+                            info(sample.input, *sample.args, **sample.kwargs)
+                        except Exception:  # noqa: BLE001 - a sample the op rejects measures nothing
+                            pass
+            except Exception:  # noqa: BLE001 - an op whose samples cannot be built on this device
+                continue
+    capability = torch.backends.cpu.get_cpu_capability() if device == "cpu" else \
+        torch.cuda.get_device_name() if device.startswith("cuda") else device
+    return {"torch": torch.__version__, "device": device.split(":")[0], "capability": capability,
+            "machine": platform.processor() or platform.machine(), "seconds": round(time.monotonic() - start, 1),
+            "ops": {op: {d: _rounded(e) for d, e in sorted(per.items())} for op, per in sorted(probe.seen.items())}}
+
+
+def write(entry: dict[str, Any], path: Path = TABLE) -> None:
+    """Add `entry` to the table at `path`, replacing the one of the same release, device and
+    capability."""
+    try:
+        tables = json.loads(path.read_text())["tables"]
+    except (OSError, ValueError, KeyError):
+        tables = []
+    key = (_release(entry["torch"]), entry["device"], entry["capability"])
+    tables = [t for t in tables if (_release(t.get("torch", "")), t.get("device"), t.get("capability")) != key]
+    tables.append(entry)
+    tables.sort(key=lambda t: (t.get("device", ""), t.get("torch", ""), t.get("capability", "")))
+    path.write_text(json.dumps({"format": FORMAT, "tables": tables}, indent=1, sort_keys=True) + "\n")
+
+
+def _rounded(e: dict[str, Any]) -> dict[str, Any]:
+    out = {"max_u": float(f"{e['max_u']:.3g}"), "elements": e["elements"], "calls": e["calls"]}
+    if "backward_u" in e:
+        out["backward_u"] = float(f"{e['backward_u']:.3g}")
+    if e["compared"]:
+        out["float32_opmath"] = e["agreeing"] >= OPMATH_SHARE * e["compared"]
+    return out
+
+
+class _Probe(TorchDispatchMode):
+    """Runs every aten call as it comes and, beside it, the same call on float64 (and, for
+    fp16/bf16, float32) copies of its inputs; keeps the largest error per op and dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            self._record(func, args, kwargs, out)
+        except Exception:  # noqa: BLE001 - a call the float64 copy cannot make measures nothing
+            pass
+        return out
+
+    def _record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        import torch
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        from triage.worker.rounding import EXACT, UNIT_ROUNDOFF
+
+        name = func.overloadpacket.__name__
+        if name in EXACT or func._schema.is_mutable or torch.Tag.nondeterministic_seeded in func.tags:
+            return
+        inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        dtypes = {a.dtype for a in inputs}
+        if len(dtypes) != 1:
+            return
+        dtype = dtypes.pop()
+        if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            return
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if not outs or any(t.dtype != dtype for t in outs if t.is_floating_point()):
+            return
+
+        def widened(to: Any) -> Callable[[Any], Any]:
+            return lambda a: (a.to(to) if isinstance(a, torch.Tensor) and a.dtype == dtype
+                              else to if a is dtype else a)
+
+        reference = [t for t in tree_flatten(func(*tree_map(widened(torch.float64), args),
+                                                  **tree_map(widened(torch.float64), kwargs)))[0]
+                     if isinstance(t, torch.Tensor)]
+        single = None
+        if dtype != torch.float32:
+            single = [t for t in tree_flatten(func(*tree_map(widened(torch.float32), args),
+                                                   **tree_map(widened(torch.float32), kwargs)))[0]
+                      if isinstance(t, torch.Tensor)]
+        u = UNIT_ROUNDOFF[dtype]
+        tiny = torch.finfo(dtype).tiny
+        pointwise = torch.Tag.pointwise in func.tags and len(outs) == 1
+        sensitivity = input_sensitivity(func, args, kwargs, dtype, outs[0].shape) if pointwise else None
+        magnitude = input_magnitude(args, dtype, outs[0].shape) if pointwise else None
+        forward, backward, elements, agreeing, compared = 0.0, 0.0, 0, 0, 0
+        for i, (y, r) in enumerate(zip(outs, reference)):
+            if not y.is_floating_point() or y.shape != r.shape or y.numel() == 0:
+                continue
+            y, r = y.detach().double().cpu(), r.detach().double().cpu()
+            # Normal results only: a subnormal has fewer digits than the dtype, so its relative
+            # error says nothing about the kernel.
+            ok = torch.isfinite(y) & torch.isfinite(r) & torch.isfinite(r.to(dtype)) & (r.abs() >= tiny)
+            if not bool(ok.any()):
+                continue
+            scale = r.abs()
+            if not pointwise:
+                scale = scale.clamp(min=float(r[ok].square().mean().sqrt()))
+            err = (y - r).abs()
+            relative = err / (u * scale.clamp(min=tiny))
+            if sensitivity is not None:
+                # Forward error where the function is well conditioned (any kernel is accurate
+                # relative to its result there). Elsewhere a formula that cancels (gelu's
+                # x·(1 + erf(x/√2))/2 for x ≪ 0) is accurate relative to its inputs, not its
+                # result: that error is measured in units of u·Σ|xᵢ|. A zero slope at a nonzero
+                # value is float64 itself quantized there (1 + erf moves in steps of 1e-16): no
+                # figure, so not calm either.
+                calm = ok & (sensitivity <= WELL_CONDITIONED * scale) & ((sensitivity > 0) | (magnitude == 0))
+                if bool(calm.any()):
+                    forward = max(forward, float(relative[calm].max()))
+                rough = ok & ~calm
+                if bool(rough.any()):
+                    beyond = (err - 2 * u * scale).clamp(min=0) / (u * magnitude.clamp(min=tiny))
+                    backward = max(backward, float(beyond[rough].max()))
+            else:
+                forward = max(forward, float(relative[ok].max()))
+            elements += int(ok.sum())
+            if single is not None and i < len(single):
+                rounded = single[i].detach().cpu().to(dtype).double()
+                spacing = 2 * u * rounded.abs().clamp(min=tiny)
+                agree = ((y - rounded).abs() <= spacing) | (~torch.isfinite(y) & (y.isnan() == rounded.isnan()))
+                agreeing += int(agree.sum())
+                compared += agree.numel()
+        if not elements:
+            return
+        entry = self.seen.setdefault(name, {}).setdefault(_dtype_name(dtype), {
+            "max_u": 0.0, "elements": 0, "calls": 0, "agreeing": 0, "compared": 0})
+        entry["max_u"] = max(entry["max_u"], forward)
+        if sensitivity is not None:
+            entry["backward_u"] = max(entry.get("backward_u", 0.0), backward)
+        entry["elements"] += elements
+        entry["calls"] += 1
+        entry["agreeing"] += agreeing
+        entry["compared"] += compared
+
+
+# An element is well conditioned where Σ|xᵢ ∂f/∂xᵢ| ≤ this multiple of |f|.
+WELL_CONDITIONED = 4.0
+# fp16/bf16 results that are the float32 computation rounded once, within one ulp, on at
+# least this share of elements: the kernel's opmath is float32 (ill-conditioned samples
+# differ either way).
+OPMATH_SHARE = 0.99
+
+
+def input_magnitude(args: tuple, dtype: Any, shape: Any) -> Any:
+    """Σ|xᵢ| per element over a pointwise op's tensor inputs of `dtype` (broadcast to `shape`)."""
+    import torch
+
+    total = torch.zeros(shape, dtype=torch.float64)
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.dtype == dtype:
+            total = total + a.detach().double().cpu().abs().expand(shape)
+    return total
+
+
+def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: Any) -> Any:
+    """Σ|xᵢ·∂f/∂xᵢ| per element of a pointwise op's result, by central differences in
+    float64 over each input of the result's shape (None where there is none)."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    wide = tree_map(lambda a: a.double() if isinstance(a, torch.Tensor) and a.dtype == dtype else
+                    torch.float64 if a is dtype else a, args)
+    wide_kwargs = tree_map(lambda a: torch.float64 if a is dtype else a, kwargs)
+    total = None
+    for j, a in enumerate(wide):
+        if not isinstance(a, torch.Tensor) or a.dtype != torch.float64 or a.shape != shape:
+            continue
+        # A coarse step: float64 itself is quantized where the formula cancels (1 + erf(x) at
+        # x = -7 moves in steps of 4e-5 of itself), and an order of magnitude is all the
+        # conditioning test needs.
+        h = (a.abs() * 1e-3).clamp(min=1e-300)
+        moved = [list(wide), list(wide)]
+        moved[0][j], moved[1][j] = a + h, a - h
+        slope = (func(*moved[0], **wide_kwargs) - func(*moved[1], **wide_kwargs)) / (2 * h)
+        term = (a * slope).abs()
+        term = torch.where(torch.isfinite(term), term, torch.full_like(term, math.inf))
+        total = term if total is None else total + term
+    return total
