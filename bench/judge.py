@@ -3,6 +3,7 @@
     python bench/judge.py            # full run (about 15 minutes on 2 cores)
     python bench/judge.py --quick    # a few minutes
     python bench/judge.py --fixtures # also time `triage run` on every bundled fixture
+    python bench/judge.py --opinfo   # instead: every OpInfo op and sample (bench/opinfo_judge.py)
 
 The judge (`triage.worker.rounding` + `triage.judge`) calls a value "outside" when no
 simulated rounding of its own recorded computation, at the arm's precision, explains it. Two
@@ -363,14 +364,25 @@ def ms(x: float) -> str:
     return f"{1000 * x:.3g}" if x < 1 else f"{1000 * x:.0f}"
 
 
+def table_head(title: str, columns: list[str]) -> None:
+    """A markdown section title and table header."""
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
+def grouped(items: list[Any], key: Callable[[Any], tuple[str, str]]) -> dict[tuple[str, str], list[Any]]:
+    groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    return groups
+
+
 def false_alarm_table(results: list[Result]) -> None:
-    print("\n### False alarms (real arms judged against the eager recording's spread, K = 29)\n")
-    print("| family | dtype | cases | not judged | eager outside | threads=1 outside | compile outside "
-          "| any arm in envelope |")
-    print("|---|---|---|---|---|---|---|---|")
-    groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
-    for r in results:
-        groups[(r.case.family, r.case.dtype)].append(r)
+    table_head("False alarms (real arms judged against the eager recording's spread, K = 29)",
+               ["family", "dtype", "cases", "not judged", "eager outside", "threads=1 outside", "compile outside",
+                "any arm in envelope"])
+    groups = grouped(results, lambda r: (r.case.family, r.case.dtype))
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
     def row(label: str, dtype: str, rs: list[Result], count: bool = True) -> None:
@@ -426,11 +438,19 @@ def detection_table(results: list[Result]) -> None:
 
 
 def _a_finding(j) -> bool:  # noqa: ANN001 - Judgement
-    """Outside, and far enough out that the evidence audit lets a likely-bug stand."""
+    """Outside, and far enough out that the evidence audit lets a bug verdict stand (its
+    `outside_is_meaningful`): a nonfinite value no rounding gives always does; a finite one
+    needs digits and more than FRAGILE_MARGIN × the samples' largest statistic."""
     from triage.audit import FRAGILE_MARGIN
 
-    return (j.zone == "outside" and j.statistic is not None and bool(j.max_sample_stat)
-            and j.statistic > FRAGILE_MARGIN * j.max_sample_stat)
+    if j.zone != "outside":
+        return False
+    if j.nonfinite and j.nonfinite.startswith("outside"):
+        return True
+    if j.computational_zero or (j.digits is not None and j.digits < 1):
+        return False
+    return not (j.statistic is not None and j.max_sample_stat and math.isfinite(j.statistic)
+                and j.statistic <= FRAGILE_MARGIN * j.max_sample_stat)
 
 
 def reduction_detection_table(results: list[Result]) -> None:
@@ -574,7 +594,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few cases per family (a few minutes)")
     parser.add_argument("--fixtures", action="store_true", help="also time triage run on every bundled fixture")
     parser.add_argument("--no-fixtures", action="store_true", help="skip the fixture table in the full run")
+    parser.add_argument("--opinfo", action="store_true",
+                        help="instead: every OpInfo op on CPU (bench/opinfo_judge.py; needs expecttest)")
+    parser.add_argument("--opinfo-samples", type=int, default=3, help="samples per op and dtype (--opinfo)")
+    parser.add_argument("--opinfo-compile", type=int, default=0, metavar="N",
+                        help="also judge the inductor value of N random ops' first float32 sample (--opinfo)")
+    parser.add_argument("--opinfo-op", action="append", default=None, metavar="NAME", help="only these OpInfo names")
     args = parser.parse_args()
+    if args.opinfo:
+        import opinfo_judge
+
+        print(f"## Rounding judge on OpInfo\n\n`python bench/judge.py --opinfo` — {machine()}; "
+              f"{args.opinfo_samples} samples per op and dtype, compiled on {args.opinfo_compile} ops.")
+        crashed = opinfo_judge.main(args.opinfo_samples, args.opinfo_compile, args.opinfo_op)
+        if crashed:
+            sys.exit(f"bench/judge.py --opinfo: {len(crashed)} op(s) crashed the bench: {', '.join(crashed[:20])}")
+        return
     per, sdpa_per, compile_per, sweep_per = (3, 2, 1, 1) if args.quick else (20, 6, 3, 3)
     start = time.monotonic()
     print(f"## Rounding judge calibration\n\n`python bench/judge.py{' --quick' if args.quick else ''}` — {machine()}.")

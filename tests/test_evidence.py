@@ -137,3 +137,22 @@ def test_a_script_that_raises_after_producing_values_is_judged_on_them(triage, t
     report, v = judged(triage, script)
     assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
     assert "did not finish" in v["summary"] and "NameError" in v["summary"]
+
+
+@pytest.mark.parametrize("literal, rounding", [("0.3", True), ("0.31", False)])
+def test_an_exact_equality_fails_by_rounding_only_against_the_true_answer(triage, tmp_path, literal, rounding):
+    # float32(0.1)·3 is 0.30000001192 under IEEE rounding on any machine; float64 of the same
+    # computation is 0.30000000447, within rounding of 0.3 and far from 0.31.
+    script = write(tmp_path, f"""\
+        import torch
+        x = torch.tensor(0.1) * 3
+        print(x.item())
+        assert x.item() == {literal}, "not {literal}"
+    """)
+    _, v = judged(triage, script)
+    if not rounding:
+        assert v["kind"] != "expected-rounding", v["summary"]
+        return
+    assert (v["kind"], v["expected"]) == ("expected-rounding", True), v["summary"]
+    assert "`x.item()` with the literal 0.3 using `==`" in v["summary"]
+    assert "line 4" in v["summary"] and "isclose" in v["summary"]

@@ -85,3 +85,44 @@ def test_a_decision_at_the_monte_carlo_floor_gets_more_samples():
     clear = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
                               {node.name: torch.float32}, {node.name: far})
     assert clear.samples == 29  # far beyond every sample: more would not change the call
+
+
+def test_equality_checks_are_read_off_the_failing_line():
+    from triage.classify import equality_checks
+
+    source = "import torch\nx = 1\nassert x.item() == 1.0, 'no'\nassert -2 != y.sum().item()\nassert a == b\n"
+    assert equality_checks(source, 3) == [("x.item()", 1.0, True)]
+    assert equality_checks(source, 4) == [("y.sum().item()", -2.0, False)]
+    assert equality_checks(source, 5) == []
+    assert equality_checks("def (:\n", 1) == []
+
+
+def _judged(fn, *inputs, dtype=torch.float32):
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with torch.no_grad(), recorder:
+        out = fn(*inputs)
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
+                            {node.name: dtype}, {node.name: out.detach().double()})
+    spread = RoundingSpread.of_simulation(sim.spreads[node.name], reference.numpy(), str(dtype)[6:])
+    return judge_value(out.detach().double().numpy(), spread, "cpu", 0, "out", None)
+
+
+def test_a_dtype_lattice_op_is_computed_on_the_arms_lattice():
+    """nextafter steps to the next float32, which a float64 replay would not."""
+    x = torch.linspace(-2, 2, 33)
+    j = _judged(lambda t: torch.nextafter(t, t + 1), x)
+    assert j.zone == "inside"  # was 5e8 σ out when replayed in float64
+
+
+def test_a_fourier_transform_errs_in_norm_not_per_element():
+    """irfft's outputs near zero carry the transform's absolute error, u·log2 n of its scale."""
+    x = torch.randn(2, 33, generator=torch.Generator().manual_seed(4))
+    assert _judged(lambda t: torch.fft.irfft(torch.fft.rfft(t) * 0.5), x).zone == "inside"
+
+
+def test_an_average_pool_of_cancelling_terms_keeps_its_neighbours_error():
+    x = torch.randn(1, 2, 6, 6, 6, generator=torch.Generator().manual_seed(5))
+    assert _judged(lambda t: torch.nn.functional.avg_pool3d(t, 3, stride=1), x).zone == "inside"

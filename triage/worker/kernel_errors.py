@@ -52,7 +52,7 @@ SAMPLES_PER_OP = 12
 @dataclass(frozen=True)
 class KernelError:
     """One op at one dtype: the largest forward error seen (units of u·scale; for a pointwise
-    op where it is well conditioned), the largest error where it is not (units of u·Σ|xᵢ|,
+    op where it is well conditioned), the largest error where it is not (units of u·max(Σ|xᵢ|, |f|),
     pointwise ops only: `backward_u`), how many elements and calls they rest on, and whether the fp16/bf16
     results are the float32 computation rounded once (None: float32 and wider)."""
 
@@ -118,11 +118,13 @@ class KernelTable:
         return max(LIBRARY_FLOOR_U, MARGIN * measured)
 
     def input_u(self, op: str, dtype: Any) -> float:
-        """The error bound (units of u·Σ|xᵢ|) the simulation adds to a pointwise op's result
+        """The error bound (units of u·max(Σ|xᵢ|, |f|)) the simulation adds to a pointwise op's result
         where the function is ill-conditioned: a formula that cancels there (1 + erf(x)) is
         accurate relative to its inputs, not to its result."""
         e = self.get(op, dtype)
-        return 0.0 if e is None or not e.backward_u or e.backward_u <= 1.0 else MARGIN * e.backward_u
+        # Any error left after two roundings of the result is the formula's (a correctly
+        # rounded kernel leaves none): lerp's a + w·(b − a) is 0.35 u·Σ|xᵢ| off where it cancels.
+        return 0.0 if e is None or not e.backward_u else MARGIN * e.backward_u
 
     def fused_u(self, op: str, dtype: Any) -> float | None:
         """A fused kernel's measured error (units of u of its output's scale) beyond its
@@ -279,7 +281,9 @@ class _Probe(TorchDispatchMode):
                 # Forward error where the function is well conditioned (any kernel is accurate
                 # relative to its result there). Elsewhere a formula that cancels (gelu's
                 # x·(1 + erf(x/√2))/2 for x ≪ 0) is accurate relative to its inputs, not its
-                # result: that error is measured in units of u·Σ|xᵢ|. A zero slope at a nonzero
+                # result: that error is measured in units of u·max(Σ|xᵢ|, |f|) (the larger, so a
+                # function growing far faster than its input, erfcx, is still scored relative to
+                # its result). A zero slope at a nonzero
                 # value is float64 itself quantized there (1 + erf moves in steps of 1e-16): no
                 # figure, so not calm either.
                 calm = ok & (sensitivity <= WELL_CONDITIONED * scale) & ((sensitivity > 0) | (magnitude == 0))
@@ -287,7 +291,7 @@ class _Probe(TorchDispatchMode):
                     forward = max(forward, float(relative[calm].max()))
                 rough = ok & ~calm
                 if bool(rough.any()):
-                    beyond = (err - 2 * u * scale).clamp(min=0) / (u * magnitude.clamp(min=tiny))
+                    beyond = (err - 2 * u * scale).clamp(min=0) / (u * torch.maximum(magnitude, scale).clamp(min=tiny))
                     backward = max(backward, float(beyond[rough].max()))
             else:
                 forward = max(forward, float(relative[ok].max()))

@@ -108,7 +108,14 @@ LINALG = {"_linalg_det", "linalg_det", "det", "_linalg_slogdet", "linalg_slogdet
           "linalg_lu_factor_ex", "linalg_lu", "linalg_cholesky_ex", "cholesky", "linalg_lstsq", "triangular_solve",
           "linalg_solve_triangular", "cholesky_solve", "lu_solve", "linalg_lu_solve", "cholesky_inverse",
           "_linalg_svd", "linalg_svd", "_linalg_eigh", "linalg_eigh", "linalg_eig", "_linalg_eigvals",
-          "linalg_qr", "geqrf", "linalg_householder_product", "ormqr", "_linalg_check_errors"}
+          "linalg_qr", "geqrf", "linalg_householder_product", "ormqr", "_linalg_check_errors",
+          "linalg_matrix_exp", "matrix_exp", "linalg_ldl_factor_ex", "linalg_ldl_factor", "linalg_ldl_solve"}
+# Results defined by the dtype's own lattice (the next representable value): computed at the
+# arm's dtype itself, where a float64 replay would step to a float64 neighbour instead.
+LATTICE_OPS = {"nextafter"}
+# Discrete Fourier transforms: a fast transform's error is normwise, about u·log2(n) of the
+# output's scale per element (Higham §24.1), not relative to each output element.
+FFT_PREFIX = "_fft_"
 # Composite ops replayed through their decompositions, so the sums and exps inside them round
 # where they happen (softmax's denominator, layer norm's variance, attention's two matmuls).
 DECOMPOSED = {"_softmax", "_log_softmax", "softmax", "log_softmax", "native_layer_norm", "native_group_norm",
@@ -622,6 +629,13 @@ class RoundingMode(TriageDispatchMode):
         kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
                       else _map(widen, v) if isinstance(v, (list, tuple)) else widen(v)) for k, v in kwargs.items()}
         kind = op_class(func)
+        if name in LATTICE_OPS and out_vd and out_vd[0] in FORMATS:
+            lattice = out_vd[0]
+            out = func(*[a.to(lattice) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                         for a in args], **kwargs)
+            return self._tag(out.to(torch.float64), out_vd)
+        if name.startswith(FFT_PREFIX):
+            return self._transform(func, args, kwargs, out_vd)
         if kind == "decomposed":
             return self._decompose(func, args, kwargs, in_vd, out_vd)
         if kind == "linalg":
@@ -650,7 +664,16 @@ class RoundingMode(TriageDispatchMode):
             if backward and (self.generator is not None or self.direction) and isinstance(out, torch.Tensor):
                 out = self._noise_where_ill_conditioned(call, func, args, kwargs, out,
                                                         backward * UNIT_ROUNDOFF.get(out_vd[0], 2.0 ** -53))
-            out = self._round_all(out, out_vd, library=self._library_u(name, out_vd))
+            if torch.Tag.pointwise in func.tags or not isinstance(out, torch.Tensor) or not out.is_floating_point():
+                out = self._round_all(out, out_vd, library=self._library_u(name, out_vd))
+            else:
+                # A non-pointwise kernel (pooling, interpolation, grid sampling) errs relative to
+                # its output's scale, max(|y|, rms y), as it was measured, not to each element:
+                # an average of cancelling terms near 0 keeps its neighbours' absolute error.
+                d = out_vd[0] if out_vd and out_vd[0] in UNIT_ROUNDOFF else None
+                if d is not None:
+                    out = self._scaled_noise(out, self._library_u(name, out_vd) * UNIT_ROUNDOFF[d])
+                out = self._round_all(out, out_vd, library=0.0)
         if written and isinstance(out, torch.Tensor) and out is not written[0]:
             # An in-place op: later reads of its target must see the rounded value.
             written[0].copy_(out)
@@ -662,7 +685,7 @@ class RoundingMode(TriageDispatchMode):
                                      bound: float) -> torch.Tensor:
         """A pointwise kernel's measured error where the function is ill-conditioned
         (Σ|xᵢ ∂f/∂xᵢ| > WELL_CONDITIONED·|f|, found once per call by central differences and
-        kept for every replay): `bound`·Σ|xᵢ| added to the result there (`bound` in absolute
+        kept for every replay): `bound`·max(Σ|xᵢ|, |f|) added to the result there (`bound` in absolute
         units: the measured multiple of u times u); elsewhere the forward bound holds."""
         cached = self.cache.ill_conditioned.get(call)
         if cached is None or cached[0] is not func:
@@ -670,7 +693,8 @@ class RoundingMode(TriageDispatchMode):
                 sens = input_sensitivity(func, args, kwargs, torch.float64, out.shape)
                 magnitude = input_magnitude(args, torch.float64, out.shape)
                 ill = None if sens is None else ~(sens <= WELL_CONDITIONED * out.abs()) | ((sens == 0) & (magnitude > 0))
-                cached = (func, None if ill is None or not bool(ill.any()) else torch.where(ill, magnitude, 0.0))
+                cached = (func, None if ill is None or not bool(ill.any())
+                          else torch.where(ill, torch.maximum(magnitude, out.abs()), 0.0))
             except Exception:  # noqa: BLE001 - no sensitivity: the forward bound alone
                 cached = (func, None)
             self.cache.ill_conditioned[call] = cached
@@ -694,9 +718,34 @@ class RoundingMode(TriageDispatchMode):
         return max(UNMEASURED_U, LIBRARY_ULPS_WIDE.get(op, LIBRARY_ULPS))
 
     def _measured_beyond_rounding(self, name: str, out_vd: list) -> bool:
-        """An op assumed correctly rounded whose kernel measured more than one rounding off."""
+        """An op assumed correctly rounded whose kernel measured more than one rounding off,
+        where well conditioned or where not (`lerp`'s formula cancels)."""
         e = self.options.kernels.get(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] is not None else None
-        return e is not None and e.max_u > CORRECTLY_ROUNDED_U
+        return e is not None and (e.max_u > CORRECTLY_ROUNDED_U or (e.backward_u or 0.0) > CORRECTLY_ROUNDED_U)
+
+    def _reduced_accumulation(self, name: str, dtype: torch.dtype) -> bool:
+        """The table measured this fp16/bf16 contraction not computing in float32 opmath (the
+        CPU's addbmm adds each batch's product into the half output; a transposed convolution
+        scatters its columns in half)."""
+        e = self.options.kernels.get(name, dtype)
+        return e is not None and e.float32_opmath is False
+
+    def _transform(self, func: Any, args: tuple, kwargs: dict, out_vd: list) -> Any:
+        """A discrete Fourier transform: computed in float64, plus normwise noise of
+        max(4, 2·log2 n)·u of the output's scale, then rounded to the arm's dtype."""
+        out = func(*args, **kwargs)
+        x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        d = out_vd[0] if out_vd else None
+        if not isinstance(out, torch.Tensor) or x is None or d is None:
+            return self._round_all(out, out_vd, library=0.0)
+        real = {torch.complex64: torch.float32, torch.complex32: torch.float16}.get(d, d)
+        bound = max(4.0, 2 * math.log2(max(2, x.numel()))) * UNIT_ROUNDOFF.get(real, 2.0 ** -53)
+        if out.is_complex():
+            parts = self._scaled_noise(torch.view_as_real(out).contiguous(), bound)
+            out = torch.view_as_complex(parts.contiguous())
+        else:
+            out = self._scaled_noise(out, bound)
+        return self._round_all(out, out_vd, library=0.0)
 
     def _decompose(self, func: Any, args: tuple, kwargs: dict, in_vd: list, out_vd: list) -> Any:
         """Replay a composite op through its decomposition, each inner op rounded, at the
@@ -877,7 +926,8 @@ class RoundingMode(TriageDispatchMode):
         d = out_vd[0] if out_vd else torch.float32
         # fp16/bf16 reductions and GEMMs accumulate in fp32 (reduced-precision GEMMs where allowed).
         acc = d if (d in (torch.float16, torch.bfloat16) and name in CONTRACTIONS
-                    and self.options.reduced_precision) else (torch.float32 if d in FORMATS else d)
+                    and (self.options.reduced_precision or self._reduced_accumulation(name, d))) \
+            else (torch.float32 if d in FORMATS else d)
         u = UNIT_ROUNDOFF.get(acc, 2.0 ** -53)
         if self.direction and name in ("sum", "mean", "nansum") and acc in FORMATS:
             directed = _directed_pairwise_sum(name, args, kwargs, acc, self.direction)

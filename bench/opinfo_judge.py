@@ -1,0 +1,247 @@
+"""The rounding judge on PyTorch's own op database: `python bench/judge.py --opinfo`.
+
+Every OpInfo entry of `op_db` (the ops PyTorch tests, on the sample inputs it tests them
+with) on CPU at float32, float16 and bfloat16, up to `--opinfo-samples` samples each:
+
+(a) the real eager kernel's value judged against the rounding spread of its own recorded
+    computation (K = 29, sampled further at the Monte Carlo floor as `triage run` does):
+    "outside" is a false alarm, and one outside by more than the audit's margin is a false
+    `likely-bug` (nearer, triage says `inconclusive`);
+(b) with `--opinfo-compile N`, the inductor-compiled value of the first float32 sample of N
+    ops judged against the same spread: "outside" is a false alarm;
+(c) float32 only: the recorded graph re-run with one op's output × (1 + ε), ε = 1e-4 and 1e-5,
+    judged against the unperturbed spread; "effective" injections are those whose float64
+    effect on the output is at least ε/10 normwise (an exact op downstream can erase one).
+
+Ops that draw random numbers, return no floating tensor, or whose samples the recorder or
+the float64 replay cannot take are counted as not judged, with the reason. The table is per
+op family (unary, binary, reduction, linalg, nn.functional, special, other).
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+import judge as bench  # noqa: E402 - bench/judge.py, run as a script from bench/
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class OpResult:
+    op: str
+    family: str
+    dtype: str
+    judged: int = 0
+    not_judged: Counter = field(default_factory=Counter)
+    outside: list[str] = field(default_factory=list)  # eager false alarms (sample index: statistic)
+    findings: int = 0  # of those, far enough out for a likely-bug (the audit's margin)
+    compiled: int = 0
+    compiled_outside: list[str] = field(default_factory=list)
+    injections: list[dict[str, Any]] = field(default_factory=list)
+
+
+def family(info: Any) -> str:
+    from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, UnaryUfuncInfo
+
+    name = info.name
+    if name.startswith("linalg.") or name in ("det", "inverse", "pinverse", "svd", "qr", "cholesky", "lu",
+                                               "matrix_exp", "logdet", "slogdet", "triangular_solve", "lu_solve",
+                                               "cholesky_solve", "cholesky_inverse", "geqrf", "ormqr", "eig", "symeig"):
+        return "linalg"
+    if name.startswith("special.") or name in ("lgamma", "digamma", "polygamma", "mvlgamma", "erfinv", "i0", "igamma",
+                                                 "igammac"):
+        return "special"
+    if name.startswith("nn.functional."):
+        return "nn.functional"
+    if isinstance(info, UnaryUfuncInfo):
+        return "unary"
+    if isinstance(info, BinaryUfuncInfo):
+        return "binary"
+    if isinstance(info, ReductionOpInfo) or name in ("sum", "mean", "prod", "cumsum", "cumprod", "var", "std",
+                                                      "logsumexp", "norm", "nansum", "var_mean", "std_mean"):
+        return "reduction"
+    return "other"
+
+
+def as_case(info: Any, sample: Any) -> tuple[Callable, tuple] | None:
+    """The sample as `fn(*tensors)`: every tensor of (input, args, kwargs) a leaf."""
+    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    slots = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
+    if not slots:
+        return None
+    tensors = tuple(flat[i] for i in slots)
+
+    def fn(*ts: torch.Tensor) -> torch.Tensor:
+        full = list(flat)
+        for i, t in zip(slots, ts):
+            full[i] = t
+        x, args, kwargs = tree_unflatten(full, spec)
+        out = info(x, *args, **kwargs)
+        floats = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        if not floats:
+            raise TypeError("no floating output")
+        return floats[0]
+
+    return fn, tensors
+
+
+def simulate(graph: Any, node: Any, ref: torch.Tensor, dt: torch.dtype, value: torch.Tensor
+             ) -> tuple[Any, str | None]:
+    """The spread as `triage run` computes it for this arm: K = 29, given the arm's own value,
+    so a decision at the Monte Carlo floor is sampled further (up to 199)."""
+    sim = bench.simulate_rounding(graph, {node.name: ref}, bench.SimulationOptions(samples=bench.K_DEFAULT),
+                                  {node.name: dt}, {node.name: value.detach().double()})
+    spread = sim.spreads[node.name]
+    if spread.status != "judged":
+        return None, spread.reason
+    return bench.RoundingSpread.of_simulation(spread, ref.numpy(), str(dt).removeprefix("torch.")), None
+
+
+def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.Random) -> OpResult:
+    result = OpResult(info.name + (f".{info.variant_test_name}" if info.variant_test_name else ""), family(info), dtype)
+    dt = DTYPES[dtype]
+    try:
+        inputs = list(info.sample_inputs("cpu", dt, requires_grad=False))[:samples]
+    except Exception as e:  # noqa: BLE001 - an op whose samples cannot be built
+        result.not_judged[f"samples: {type(e).__name__}"] += 1
+        return result
+    for index, sample in enumerate(inputs):
+        case = as_case(info, sample)
+        if case is None:
+            result.not_judged["no tensor input"] += 1
+            continue
+        fn, tensors = case
+        try:
+            graph, node, out = bench.record(fn, tensors)
+        except Exception as e:  # noqa: BLE001 - the op rejects its own sample, or the recorder cannot take it
+            result.not_judged[f"record: {type(e).__name__}"] += 1
+            continue
+        if node is None or not isinstance(out, torch.Tensor) or out.dtype != dt or out.numel() == 0:
+            result.not_judged["output not of the sample's dtype"] += 1
+            continue
+        try:
+            ref = bench.replay_fp64(graph, {node.name}, 60).values[node.name]
+            spread, why = simulate(graph, node, ref, dt, out)
+        except Exception as e:  # noqa: BLE001
+            result.not_judged[f"simulate: {type(e).__name__}: {str(e)[:40]}"] += 1
+            continue
+        if spread is None:
+            result.not_judged[f"not judged: {(why or '?')[:60]}"] += 1
+            continue
+        result.judged += 1
+        j = bench.judge(out, spread, "eager")
+        if j.zone == "outside":
+            result.outside.append(f"sample {index}: {j.statistic:.3g}σ (samples {j.max_sample_stat or 0:.3g}σ, "
+                                  f"K = {j.samples}){'' if bench._a_finding(j) else ', fragile'}")
+            result.findings += bench._a_finding(j)
+        if compile_this and index == 0 and dtype == "fp32":
+            try:
+                value, _ = bench.compiled_value(fn, tensors)
+                result.compiled += 1
+                jc = bench.judge(value, spread, "compile")
+                if jc.zone == "outside":
+                    result.compiled_outside.append(f"{jc.statistic:.3g}σ (samples {jc.max_sample_stat or 0:.3g}σ)")
+            except Exception:  # noqa: BLE001 - an op inductor cannot compile is not a judge result
+                pass
+        if dtype != "fp32":
+            continue
+        order = bench.cone(node)
+        base = bench.rerun(order, wide=False)
+        sites = bench.injection_sites(order, base)
+        if not sites:
+            continue
+        # The eager value's spread may have stopped early (that value certainly inside): an
+        # injected value is judged against the full K = 29, as an arm's own value would be.
+        spread, _, why = bench.simulate(graph, node, ref, dt, bench.K_DEFAULT)
+        if spread is None:
+            continue
+        site = rng.choice(sites)
+        wide_base = bench.rerun(order, wide=True)[node]
+        for eps in bench.EPSILONS:
+            value = bench.rerun(order, wide=False, inject=site, eps=eps)[node]
+            effect = bench.normwise(bench.rerun(order, wide=True, inject=site, eps=eps)[node], wide_base)
+            ji = bench.judge(value, spread, "injected")
+            result.injections.append({"eps": eps, "effective": effect >= eps / 10, "zone": ji.zone,
+                                      "finding": bench._a_finding(ji)})
+    return result
+
+
+def report(results: list[OpResult], seconds: float) -> None:
+    bench.table_head("OpInfo: the real eager kernel against its own spread (false alarms), K = 29",
+                     ["family", "dtype", "ops", "samples judged", "not judged", "eager outside",
+                      "eager outside by the audit's margin (a likely-bug)", "compiled outside"])
+    groups = bench.grouped(results, lambda r: (r.family, r.dtype))
+    total = [0, 0, 0, 0, 0, 0]
+    for (fam, dtype) in sorted(groups):
+        rs = groups[(fam, dtype)]
+        judged = sum(r.judged for r in rs)
+        nj = sum(sum(r.not_judged.values()) for r in rs)
+        out = sum(len(r.outside) for r in rs)
+        comp = sum(r.compiled for r in rs)
+        comp_out = sum(len(r.compiled_outside) for r in rs)
+        found = sum(r.findings for r in rs)
+        total = [total[0] + judged, total[1] + nj, total[2] + out, total[3] + comp, total[4] + comp_out, total[5] + found]
+        print(f"| {fam} | {dtype} | {len(rs)} | {judged} | {nj} | {bench.pct(out, judged)} | {bench.pct(found, judged)} "
+              f"| {bench.pct(comp_out, comp)} |")
+    print(f"| **all** | all | {len(results)} | {total[0]} | {total[1]} | **{bench.pct(total[2], total[0])}** | "
+          f"**{bench.pct(total[5], total[0])}** | **{bench.pct(total[4], total[3])}** |")
+    bench.table_head("OpInfo: detection of an injected error (float32; one op's output × (1 + ε))",
+                     ["family", "ε", "injections", "effective", "outside, effective", "a finding, effective"])
+    for fam in sorted({r.family for r in results}):
+        for eps in bench.EPSILONS:
+            inj = [i for r in results if r.family == fam for i in r.injections if i["eps"] == eps]
+            eff = [i for i in inj if i["effective"]]
+            print(f"| {fam} | {eps:g} | {len(inj)} | {len(eff)} | "
+                  f"{bench.pct(sum(i['zone'] == 'outside' for i in eff), len(eff))} | "
+                  f"{bench.pct(sum(i['finding'] for i in eff), len(eff))} |")
+    for eps in bench.EPSILONS:
+        eff = [i for r in results for i in r.injections if i["eps"] == eps and i["effective"]]
+        print(f"| **all** | {eps:g} | | {len(eff)} | **{bench.pct(sum(i['zone'] == 'outside' for i in eff), len(eff))}** | "
+              f"**{bench.pct(sum(i['finding'] for i in eff), len(eff))}** |")
+    alarms = [(r, s) for r in results for s in r.outside]
+    if alarms:
+        print("\nFalse alarms (op, dtype, sample: statistic):\n")
+        for r, s in alarms[:60]:
+            print(f"- `{r.op}` {r.dtype} {s}")
+        if len(alarms) > 60:
+            print(f"- … and {len(alarms) - 60} more")
+    reasons = Counter()
+    for r in results:
+        reasons.update(r.not_judged)
+    print("\nNot judged, by reason: " + "; ".join(f"{k} ({v})" for k, v in reasons.most_common(8)))
+    print(f"\nOpInfo wall time: {seconds:.0f} s.")
+
+
+def main(samples: int, compile_ops: int, only: list[str] | None) -> list[str]:
+    """Run the OpInfo bench; returns the ops that crashed the bench itself."""
+    warnings.simplefilter("ignore")
+    from torch.testing._internal.common_methods_invocations import op_db  # needs expecttest
+
+    start = time.monotonic()
+    rng = random.Random(26)
+    infos = [i for i in op_db if not only or i.name in only]
+    compile_names = {i.name for i in rng.sample(infos, min(compile_ops, len(infos)))}
+    results, crashed = [], []
+    for n, info in enumerate(infos):
+        for dtype, dt in DTYPES.items():
+            if dt not in info.supported_dtypes("cpu"):
+                continue
+            try:
+                results.append(run_op(info, dtype, samples, info.name in compile_names, rng))
+            except Exception:  # noqa: BLE001 - the bench names what it could not run
+                crashed.append(f"{info.name} {dtype}")
+                print(f"CRASH {info.name} {dtype}:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        if (n + 1) % 50 == 0:
+            print(f"  … {n + 1}/{len(infos)} ops, {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    report(results, time.monotonic() - start)
+    return crashed
