@@ -205,10 +205,15 @@ def record(fn: Callable, inputs: tuple) -> tuple[fx.Graph, fx.Node, torch.Tensor
     return rec.finish().graph, node, out
 
 
-def simulate(graph: fx.Graph, node: fx.Node, ref: torch.Tensor, dt: torch.dtype, samples: int
-             ) -> tuple[RoundingSpread | None, float, str | None]:
+def simulate(graph: fx.Graph, node: fx.Node, ref: torch.Tensor, dt: torch.dtype, samples: int, seed: int = 0,
+             value: torch.Tensor | None = None) -> tuple[RoundingSpread | None, float, str | None]:
+    """The spread at K = `samples`; given the arm's `value`, as `triage run` simulates it for
+    that arm (sampling stops early once the value is certainly inside, and goes on at the
+    Monte Carlo floor): a spread to judge that value with, and no other."""
     start = time.perf_counter()
-    sim = simulate_rounding(graph, {node.name: ref}, SimulationOptions(samples=samples), {node.name: dt})
+    arm = {node.name: value.detach().double()} if value is not None else None
+    sim = simulate_rounding(graph, {node.name: ref}, SimulationOptions(samples=samples, seed=seed), {node.name: dt},
+                            arm)
     seconds = time.perf_counter() - start
     spread = sim.spreads[node.name]
     if spread.status != "judged":

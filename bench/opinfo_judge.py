@@ -95,18 +95,6 @@ def as_case(info: Any, sample: Any) -> tuple[Callable, tuple] | None:
     return fn, tensors
 
 
-def simulate(graph: Any, node: Any, ref: torch.Tensor, dt: torch.dtype, value: torch.Tensor
-             ) -> tuple[Any, str | None]:
-    """The spread as `triage run` computes it for this arm: K = 29, given the arm's own value,
-    so a decision at the Monte Carlo floor is sampled further (up to 199)."""
-    sim = bench.simulate_rounding(graph, {node.name: ref}, bench.SimulationOptions(samples=bench.K_DEFAULT),
-                                  {node.name: dt}, {node.name: value.detach().double()})
-    spread = sim.spreads[node.name]
-    if spread.status != "judged":
-        return None, spread.reason
-    return bench.RoundingSpread.of_simulation(spread, ref.numpy(), str(dt).removeprefix("torch.")), None
-
-
 def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.Random) -> OpResult:
     result = OpResult(info.name + (f".{info.variant_test_name}" if info.variant_test_name else ""), family(info), dtype)
     dt = DTYPES[dtype]
@@ -131,7 +119,7 @@ def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.
             continue
         try:
             ref = bench.replay_fp64(graph, {node.name}, 60).values[node.name]
-            spread, why = simulate(graph, node, ref, dt, out)
+            spread, _, why = bench.simulate(graph, node, ref, dt, bench.K_DEFAULT, value=out)
         except Exception as e:  # noqa: BLE001
             result.not_judged[f"simulate: {type(e).__name__}: {str(e)[:40]}"] += 1
             continue

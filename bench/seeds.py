@@ -21,13 +21,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import judge as bench  # noqa: E402
 
-from triage.judge import RoundingSpread  # noqa: E402
-from triage.worker.rounding import SimulationOptions, simulate_rounding  # noqa: E402
 
 SEEDS = range(10)
 
@@ -41,14 +38,11 @@ def decision(j) -> str:  # noqa: ANN001 - a Judgement
 def decisions(graph, node, ref, dt, value) -> tuple[list[str], list[int]]:  # noqa: ANN001
     out, samples = [], []
     for seed in SEEDS:
-        sim = simulate_rounding(graph, {node.name: ref}, SimulationOptions(samples=bench.K_DEFAULT, seed=seed),
-                                {node.name: dt}, {node.name: value.detach().double()})
-        spread = sim.spreads[node.name]
-        if spread.status != "judged":
+        spread, _, _ = bench.simulate(graph, node, ref, dt, bench.K_DEFAULT, seed=seed, value=value)
+        if spread is None:
             return [], []
-        rs = RoundingSpread.of_simulation(spread, ref.numpy(), str(dt).removeprefix("torch."))
-        out.append(decision(bench.judge(value, rs, "arm")))
-        samples.append(sim.samples)
+        out.append(decision(bench.judge(value, spread, "arm")))
+        samples.append(spread.samples)
     return out, samples
 
 

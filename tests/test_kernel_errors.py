@@ -15,7 +15,7 @@ from triage.worker import kernel_errors
 from triage.worker.kernel_errors import KernelTable, _Probe, measure, write
 from triage.worker.opgraph import OpRecorder
 from triage.worker.reference import replay_fp64
-from triage.worker.rounding import SimulationOptions, cpu_kernels, simulate_rounding
+from triage.worker.rounding import SimulationOptions, kernel_table, simulate_rounding
 
 LIB = torch.library.Library("triage_kernel_test", "DEF")  # noqa: TOR901 - a test-only namespace
 LIB.define("sloppy_exp(Tensor x) -> Tensor")
@@ -150,7 +150,7 @@ def test_a_measured_opmath_keeps_an_fp16_norm_finite():
     """linalg.vector_norm of half inputs accumulates in float32 on CPU: 300² overflows fp16
     but not the kernel, so the simulation must not overflow either."""
     x = torch.full((10,), 300.0, dtype=torch.float16)
-    spread, _ = _spread(torch.linalg.vector_norm, x, cpu_kernels())
+    spread, _ = _spread(torch.linalg.vector_norm, x, kernel_table("cpu"))
     assert spread.status == "judged"
     assert int(spread.nonfinite) == 1  # every replay finite
 

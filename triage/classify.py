@@ -12,7 +12,7 @@ import numpy as np
 
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
-from triage.compare import summarize
+from triage.compare import summarize, ulp
 from triage.model import Ablation, ArmRun, Comparison, Divergence, Observable, Repro, Side, Verdict, compared_runs
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
@@ -803,8 +803,7 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
             if (value == literal) == equal or abs(literal - j.reference) > reach:
                 continue
             op = "==" if equal else "!="
-            spacing = math.ldexp(2 * policy.unit_roundoff(j.dtype), math.frexp(literal)[1] - 1) if literal else 0.0
-            ulps = abs(value - literal) / spacing if spacing else float("inf")
+            ulps = abs(value - literal) / float(ulp(np.float64(literal), j.dtype)) if literal else math.inf
             return _verdict(
                 "expected-rounding", True, policy.GENERAL, ["numerical"],
                 f"The script's own check fails on `{run.spec}` at line {e['line']}: it compares `{text}` with the "

@@ -104,8 +104,7 @@ class RoundingSpread:
         """Elements whose computation loses most of the dtype's digits (computational zeros
         included): an eigenvector pair of close eigenvalues in an otherwise accurate result."""
         d = self.element_digits()
-        return int((np.isnan(d) & self.computational_zeros()).sum()
-                   + (np.isfinite(d) & (d <= self.dtype_digits - WIDE_DIGITS_LOST)).sum())
+        return int(self.computational_zeros().sum() + (np.isfinite(d) & (d <= self.dtype_digits - WIDE_DIGITS_LOST)).sum())
 
     def unstable_nonfinite(self) -> int:
         """Elements that some replays make finite and others not, or nonfinite differently."""

@@ -26,13 +26,15 @@ from __future__ import annotations
 import json
 import math
 import platform
-import warnings
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
 
 from triage import policy
 
@@ -148,14 +150,24 @@ def measure(device: str = "cpu", dtypes: Iterable[str] = ("float32", "float16", 
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measure every aten call the OpInfo database's samples make (`only`: OpInfo names) on
     `device`; returns one table entry (``torch``/``device``/``capability``/``ops``)."""
-    import torch
     from torch.testing._internal.common_methods_invocations import op_db  # needs expecttest
 
-    warnings.simplefilter("ignore")  # OpInfo's samples exercise every deprecated overload
     wanted = [getattr(torch, d) for d in dtypes]
     keep = set(only) if only else None
     probe = _Probe()
     start = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # OpInfo's samples exercise every deprecated overload
+        _run_samples(op_db, wanted, keep, device, samples_per_op, probe, progress)
+    capability = torch.backends.cpu.get_cpu_capability() if device == "cpu" else \
+        torch.cuda.get_device_name() if device.startswith("cuda") else device
+    return {"torch": torch.__version__, "device": device.split(":")[0], "capability": capability,
+            "machine": platform.processor() or platform.machine(), "seconds": round(time.monotonic() - start, 1),
+            "ops": {op: {d: _rounded(e) for d, e in sorted(per.items())} for op, per in sorted(probe.seen.items())}}
+
+
+def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, samples_per_op: int,
+                 probe: "_Probe", progress: Callable[[str], None] | None) -> None:
     for info in op_db:
         if keep is not None and info.name not in keep and f"{info.name}.{info.variant_test_name}" not in keep:
             continue
@@ -178,11 +190,6 @@ def measure(device: str = "cpu", dtypes: Iterable[str] = ("float32", "float16", 
                             pass
             except Exception:  # noqa: BLE001 - an op whose samples cannot be built on this device
                 continue
-    capability = torch.backends.cpu.get_cpu_capability() if device == "cpu" else \
-        torch.cuda.get_device_name() if device.startswith("cuda") else device
-    return {"torch": torch.__version__, "device": device.split(":")[0], "capability": capability,
-            "machine": platform.processor() or platform.machine(), "seconds": round(time.monotonic() - start, 1),
-            "ops": {op: {d: _rounded(e) for d, e in sorted(per.items())} for op, per in sorted(probe.seen.items())}}
 
 
 def write(entry: dict[str, Any], path: Path = TABLE) -> None:
@@ -226,10 +233,7 @@ class _Probe(TorchDispatchMode):
         return out
 
     def _record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        import torch
-        from torch.utils._pytree import tree_flatten, tree_map
-
-        from triage.worker.rounding import EXACT, UNIT_ROUNDOFF
+        from triage.worker.rounding import EXACT, UNIT_ROUNDOFF  # rounding imports this module
 
         name = func.overloadpacket.__name__
         if name in EXACT or func._schema.is_mutable or torch.Tag.nondeterministic_seeded in func.tags:
@@ -282,11 +286,9 @@ class _Probe(TorchDispatchMode):
                 # relative to its result there). Elsewhere a formula that cancels (gelu's
                 # x·(1 + erf(x/√2))/2 for x ≪ 0) is accurate relative to its inputs, not its
                 # result: that error is measured in units of u·max(Σ|xᵢ|, |f|) (the larger, so a
-                # function growing far faster than its input, erfcx, is still scored relative to
-                # its result). A zero slope at a nonzero
-                # value is float64 itself quantized there (1 + erf moves in steps of 1e-16): no
-                # figure, so not calm either.
-                calm = ok & (sensitivity <= WELL_CONDITIONED * scale) & ((sensitivity > 0) | (magnitude == 0))
+                # function growing far faster than its input, erfcx, is still scored relative
+                # to its result).
+                calm = ok & well_conditioned(sensitivity, magnitude, scale)
                 if bool(calm.any()):
                     forward = max(forward, float(relative[calm].max()))
                 rough = ok & ~calm
@@ -317,6 +319,13 @@ class _Probe(TorchDispatchMode):
 
 # An element is well conditioned where Σ|xᵢ ∂f/∂xᵢ| ≤ this multiple of |f|.
 WELL_CONDITIONED = 4.0
+
+
+def well_conditioned(sensitivity: torch.Tensor, magnitude: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Elements where Σ|xᵢ ∂f/∂xᵢ| ≤ WELL_CONDITIONED·|f|. A zero slope at nonzero inputs is
+    float64 itself quantized there (1 + erf moves in steps of 1e-16): no figure, so not
+    well conditioned either."""
+    return (sensitivity <= WELL_CONDITIONED * value) & ((sensitivity > 0) | (magnitude == 0))
 # fp16/bf16 results that are the float32 computation rounded once, within one ulp, on at
 # least this share of elements: the kernel's opmath is float32 (ill-conditioned samples
 # differ either way).
@@ -325,8 +334,6 @@ OPMATH_SHARE = 0.99
 
 def input_magnitude(args: tuple, dtype: Any, shape: Any) -> Any:
     """Σ|xᵢ| per element over a pointwise op's tensor inputs of `dtype` (broadcast to `shape`)."""
-    import torch
-
     total = torch.zeros(shape, dtype=torch.float64)
     for a in args:
         if isinstance(a, torch.Tensor) and a.dtype == dtype:
@@ -337,9 +344,6 @@ def input_magnitude(args: tuple, dtype: Any, shape: Any) -> Any:
 def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: Any) -> Any:
     """Σ|xᵢ·∂f/∂xᵢ| per element of a pointwise op's result, by central differences in
     float64 over each input of the result's shape (None where there is none)."""
-    import torch
-    from torch.utils._pytree import tree_map
-
     wide = tree_map(lambda a: a.double() if isinstance(a, torch.Tensor) and a.dtype == dtype else
                     torch.float64 if a is dtype else a, args)
     wide_kwargs = tree_map(lambda a: torch.float64 if a is dtype else a, kwargs)

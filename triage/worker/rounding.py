@@ -53,7 +53,8 @@ from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from triage import policy
-from triage.worker.kernel_errors import UNMEASURED_U, WELL_CONDITIONED, KernelTable, input_magnitude, input_sensitivity
+from triage.worker.kernel_errors import (UNMEASURED_U, KernelTable, input_magnitude, input_sensitivity,
+                                         well_conditioned)
 from triage.worker.reference import EXACT_OPS, cone, last_uses, release, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
@@ -67,11 +68,6 @@ FORMATS = {
 UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
                  torch.bfloat16: 2.0 ** -8}
 
-# Library functions: vendor libm / SLEEF / CUDA math are faithful to a few ulps, not correctly
-# rounded. Multiples of the unit roundoff, applied before the rounding to the dtype.
-LIBRARY_ULPS = 4.0
-LIBRARY_ULPS_WIDE = {"pow": 8.0, "lgamma": 8.0, "digamma": 8.0, "polygamma": 8.0, "erfinv": 8.0,
-                     "special_i0e": 8.0, "special_i1": 8.0, "special_i1e": 8.0, "i0": 8.0}
 # Correctly rounded by IEEE 754: only the rounding to the dtype (a measured error above one
 # rounding, CORRECTLY_ROUNDED_U, makes the op a library function: a vectorized division by
 # reciprocal, say).
@@ -141,7 +137,7 @@ class SimulationOptions:
     reduced_precision: bool = False  # fp16/bf16 GEMMs may accumulate in reduced precision
     min_samples: int = 9
     memory_bytes: int = 512 << 20
-    kernels: KernelTable = field(default_factory=lambda: cpu_kernels())  # the arm's device's measured errors
+    kernels: KernelTable = field(default_factory=lambda: kernel_table("cpu"))  # the arm's device's measured errors
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,10 +146,6 @@ def kernel_table(device: str) -> KernelTable:
     capability; cuda: this GPU)."""
     capability = torch.cuda.get_device_name() if device == "cuda" else torch.backends.cpu.get_cpu_capability()
     return KernelTable.load(device, capability, torch.__version__)
-
-
-def cpu_kernels() -> KernelTable:
-    return kernel_table("cpu")
 
 
 @dataclass
@@ -247,9 +239,9 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     samples: list[_Replayed] = []
     # More samples where the arm's value sits near the Monte Carlo floor, within the time and
     # memory budgets: K per replay's cost, and never past max_samples.
-    ceiling = min(max(k, options.max_samples), k + max(0, int((options.budget_s - (time.monotonic() - start))
-                                                                / per_replay) - 2 - k),
-                  max(0, options.memory_bytes // max(1, numel * 8) - 2))
+    fits_time = int((options.budget_s - (time.monotonic() - start)) / per_replay) - 2
+    fits_memory = options.memory_bytes // max(1, numel * 8) - 2
+    ceiling = max(k, min(options.max_samples, fits_time, fits_memory))
     i = 0
     while i < k:
         g = torch.Generator().manual_seed(options.seed * 1_000_003 + i)
@@ -302,15 +294,19 @@ def _certainly_inside(live: dict[str, torch.Tensor], samples: list["_Replayed"],
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
             return False
-        dtype = out_dtypes.get(w, torch.float32)
-        partial = _spread(ref, [_stored(s.values[w], dtype) for s in samples], ref, ref)
-        arm = value.double()
-        if bool((~torch.isfinite(arm)).any()) or bool((partial.nonfinite != 1).any()):
+        partial, t = _scored(w, ref, value, samples, out_dtypes)
+        if bool((~torch.isfinite(value)).any()) or bool((partial.nonfinite != 1).any()):
             return False
-        t = deviation_stat(arm, ref, partial.sigma)
         if sum(1 for x in partial.sample_stats if x >= t) < EARLY_EXCEEDING:
             return False
     return True
+
+
+def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list["_Replayed"],
+            out_dtypes: dict[str, torch.dtype]) -> tuple["NodeSpread", float]:
+    """The spread of the samples so far, and the arm's value's statistic against it."""
+    partial = _spread(ref, [_stored(s.values[w], out_dtypes.get(w, torch.float32)) for s in samples], ref, ref)
+    return partial, deviation_stat(value.double(), ref, partial.sigma)
 
 
 def _near_floor(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
@@ -322,9 +318,7 @@ def _near_floor(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_v
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
             continue
-        dtype = out_dtypes.get(w, torch.float32)
-        partial = _spread(ref, [_stored(s.values[w], dtype) for s in samples], ref, ref)
-        t = deviation_stat(value.double(), ref, partial.sigma)
+        partial, t = _scored(w, ref, value, samples, out_dtypes)
         stats = [x for x in partial.sample_stats if math.isfinite(x)]
         if not stats or not math.isfinite(t):
             continue
@@ -684,7 +678,7 @@ class RoundingMode(TriageDispatchMode):
     def _noise_where_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
                                      bound: float) -> torch.Tensor:
         """A pointwise kernel's measured error where the function is ill-conditioned
-        (Σ|xᵢ ∂f/∂xᵢ| > WELL_CONDITIONED·|f|, found once per call by central differences and
+        (`well_conditioned` false, found once per call by central differences and
         kept for every replay): `bound`·max(Σ|xᵢ|, |f|) added to the result there (`bound` in absolute
         units: the measured multiple of u times u); elsewhere the forward bound holds."""
         cached = self.cache.ill_conditioned.get(call)
@@ -692,7 +686,7 @@ class RoundingMode(TriageDispatchMode):
             try:
                 sens = input_sensitivity(func, args, kwargs, torch.float64, out.shape)
                 magnitude = input_magnitude(args, torch.float64, out.shape)
-                ill = None if sens is None else ~(sens <= WELL_CONDITIONED * out.abs()) | ((sens == 0) & (magnitude > 0))
+                ill = None if sens is None else ~well_conditioned(sens, magnitude, out.abs())
                 cached = (func, None if ill is None or not bool(ill.any())
                           else torch.where(ill, torch.maximum(magnitude, out.abs()), 0.0))
             except Exception:  # noqa: BLE001 - no sensitivity: the forward bound alone
@@ -701,10 +695,7 @@ class RoundingMode(TriageDispatchMode):
         scale = cached[1]
         if scale is None or scale.shape != out.shape:
             return out
-        if self.direction:
-            return out + self.direction * bound * scale
-        delta = (torch.rand(out.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
-        return out + delta * scale
+        return self._absolute_noise(out, scale, bound)
 
     def _library_u(self, name: str, out_vd: list) -> float:
         """Units of roundoff a library kernel may be off before its result is rounded: the
@@ -715,7 +706,7 @@ class RoundingMode(TriageDispatchMode):
         if measured is not None:
             return measured
         self.unmeasured.add(f"aten.{op}")
-        return max(UNMEASURED_U, LIBRARY_ULPS_WIDE.get(op, LIBRARY_ULPS))
+        return UNMEASURED_U
 
     def _measured_beyond_rounding(self, name: str, out_vd: list) -> bool:
         """An op assumed correctly rounded whose kernel measured more than one rounding off,
@@ -751,9 +742,9 @@ class RoundingMode(TriageDispatchMode):
         """Replay a composite op through its decomposition, each inner op rounded, at the
         kernel's opmath: fp16/bf16 inputs are computed in float32 (their stand-ins tagged so)
         where the table measured the kernel doing so, else at their own dtype (wider, so
-        safer: a flash attention kernel rounds its probabilities to bf16 between its GEMMs). The outputs are rounded to
-        the op's own arm dtypes (the decomposition casts back to the stand-in's float64), with
-        the whole kernel's measured error added before that rounding."""
+        safer: a flash attention kernel rounds its probabilities to bf16 between its GEMMs).
+        The outputs are rounded to the op's own arm dtypes (the decomposition casts back to the
+        stand-in's float64), with the whole kernel's measured error added before that rounding."""
         from torch._prims_common import get_computation_dtype
 
         name = func.overloadpacket.__name__
@@ -790,7 +781,11 @@ class RoundingMode(TriageDispatchMode):
         if not bool(finite.any()):
             return t
         rms = float(t[finite].square().mean().sqrt())
-        scale = t.abs().clamp(min=rms)
+        return self._absolute_noise(t, t.abs().clamp(min=rms), bound)
+
+    def _absolute_noise(self, t: torch.Tensor, scale: torch.Tensor, bound: float) -> torch.Tensor:
+        """`t` moved by up to `bound`·`scale`: all the way up or down in a directed replay,
+        uniformly at random in a sampled one, not at all in the centre replay."""
         if self.direction:
             return t + self.direction * bound * scale
         if self.generator is None:
@@ -1086,7 +1081,7 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         scale = 1.0 / n if name == "mean" else 1.0
         walk = (lane_walk(n, s, squares) if fused else blocked_walk(n, s, squares)) * scale
         return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute * scale).reshape(out.shape)
-    walk = math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
+    walk = sequential_walk(n, s, squares)
     return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute).reshape(out.shape)
 
 
@@ -1120,6 +1115,11 @@ def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtyp
 SEQUENTIAL_RUN = 256
 
 
+def sequential_walk(n: int, s: Any, squares: Any) -> Any:
+    """σ/u of n terms added one after another (sum S, Σt² `squares`): √(n/3)·√(S²/3 + Σt²/2)."""
+    return math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
+
+
 # A fused kernel (softmax's, layer norm's, a norm's) sums in one vector register of this many
 # lanes, each lane adding its n/L terms in order: the fewest lanes any CPU capability has
 # (AVX2's 8 floats; AVX-512's 16 err less), so the walk errs wide.
@@ -1131,7 +1131,7 @@ def lane_walk(n: int, s: torch.Tensor, squares: torch.Tensor) -> torch.Tensor:
     combined: L walks of n/L roundings over partial sums growing to S/L,
     √(n/3L)·√(S²/3L + Σt²/2)."""
     if n <= LANES:
-        return math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
+        return sequential_walk(n, s, squares)
     return math.sqrt(n / (3 * LANES)) * (s.square() / (3 * LANES) + squares / 2).sqrt()
 
 
@@ -1140,7 +1140,7 @@ def blocked_walk(n: int, s: torch.Tensor, squares: torch.Tensor) -> torch.Tensor
     combined pairwise: per rounding u²/3 times the partial sum², summed over the order,
     ≈ (S²·(2 + L²/3n) + Σt²·(L/2 + log2(n/L)))/3; a plain sequential walk up to L terms."""
     if n <= SEQUENTIAL_RUN:
-        return math.sqrt(n / 3) * (s.square() / 3 + squares / 2).sqrt()
+        return sequential_walk(n, s, squares)
     run = SEQUENTIAL_RUN
     return ((s.square() * (2 + run * run / (3 * n)) + squares * (run / 2 + math.log2(n / run))) / 3).sqrt()
 
