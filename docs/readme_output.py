@@ -34,6 +34,9 @@ COMMANDS: dict[str, tuple[list[str], Path]] = {
                             ROOT / "fixtures/judge/unbiased_std_vs_batch_norm.py"),
     "inconclusive": (["run", "fixtures/judge/expected_constant.py", "--arms", "cpu"],
                      ROOT / "fixtures/judge/expected_constant.py"),
+    "reported-logdet": (["run", "fixtures/seeds/logdet_cpu_vs_cuda.py", "--reported",
+                         "fixtures/seeds/logdet_reported.txt", "--no-minimize"],
+                        ROOT / "fixtures/seeds/logdet_reported.txt"),
 }
 BLOCK = re.compile(r"(<!-- output: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /output -->)", re.S)
 

@@ -398,3 +398,18 @@ class _Page(HTMLParser):
     def handle_data(self, data: str) -> None:
         if not self._raw:
             self._chunks.append(data)
+
+
+def test_items_judged_from_posted_numbers_have_their_own_column():
+    """An item whose CUDA side was judged from what its reporter posted says so in its row; an
+    item whose arms all ran here shows a dash."""
+    posted = _report(sorted(p.stem for p in DATA.glob("*.json"))[0])
+    posted["reported"] = {"values": [{"printed": "-108.3", "judgement": {"status": "judged", "zone": "inside"}},
+                                     {"printed": "5.5", "judgement": None}]}
+    plain = _result(sorted(p.stem for p in DATA.glob("*.json"))[1])
+    report = _sweep([_result("x", key="posted.py", report=posted), plain])
+    rows = {r.key: r for g in report.groups for r in g.rows}
+    assert rows["posted.py"].reported == "1 of 2 posted values judged" and rows[plain.key].reported == "—"
+    markdown = render_markdown(report)
+    assert "| reported arm |" in markdown and "1 of 2 posted values judged" in markdown
+    assert "1 of 2 posted values judged" in render_html(report)

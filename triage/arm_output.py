@@ -81,6 +81,7 @@ OBSERVABLE_ROUNDING = record({
                                   required=("op", "digits_lost"), closed=True), 16),
     "precision": text(40, nullable=True),
     "unmeasured": array(OP, 64),
+    "order_dependent": array(OP, 64),
 }, required=("status",), closed=True, nullable=True)
 
 MODULE = record({

@@ -13,7 +13,9 @@ import numpy as np
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
 from triage.compare import summarize, ulp
-from triage.model import Ablation, ArmRun, Comparison, Divergence, Observable, Repro, Side, Verdict, compared_runs
+from triage.model import (Ablation, ArmRun, Comparison, Divergence, Observable, ReportedArm, ReportedValue, Repro, Side,
+                          Verdict, compared_runs)
+from triage.reported import reported_judgement, reported_lines
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
          "expected-rounding", "expected-precision-mode", "expected-ill-conditioned", "likely-bug", "inconclusive")
@@ -26,12 +28,13 @@ def _verdict(kind: str, expected: bool | None, section: policy.Section, labels: 
 
 
 def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablation] | None = None,
-             replay: dict[str, Any] | None = None) -> Verdict:
+             replay: dict[str, Any] | None = None, reported: ReportedArm | None = None) -> Verdict:
     """The ladder's verdict with everything it rests on, then audited against the raw
     evidence (triage/audit.py): a verdict that conflicts with it becomes `inconclusive`.
-    `replay`: the minimizer's replay of the recorded op graph on the two arms, if it ran."""
+    `replay`: the minimizer's replay of the recorded op graph on the two arms, if it ran;
+    `reported`: the reporter's posted values, judged (they stand in for an arm not run here)."""
     ablations = ablations or []
-    verdict = _ladder(repro, comparison, ablations)
+    verdict = _ladder(repro, comparison, ablations, reported)
     upcast = [f"with `aten.{a.switch.partition('=')[2]}` alone computed in float64 on both arms the divergence "
               f"disappears ({a.detail}): it starts in that op's {_precision_of(comparison)} arithmetic"
               for a in ablations if a.supports == "evidence" and a.outcome in ("agree-bitwise", "within-tolerance")]
@@ -78,7 +81,8 @@ def _precision_of(comparison: Comparison | None) -> str:
     return d.dtype if d else "working-precision"
 
 
-def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablation]) -> Verdict:
+def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablation],
+            reported: ReportedArm | None = None) -> Verdict:
     if repro.problem is not None or comparison is None:
         return _verdict("could-not-run", None, policy.NONE, ["repro"],
                         f"triage could not run the script: {repro.problem}.")
@@ -87,9 +91,104 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
         why = "; ".join(f"{r.spec}: {r.failure}" for r in comparison.arms)
         return _verdict("could-not-run", None, policy.NONE, ["repro"], f"No arm could run on this machine ({why}).")
     missing = [r for r in comparison.arms if r.status == "unavailable"]
-    if missing:
-        return _not_tested(missing, runs, _ladder_of_runs(repro, comparison, ablations, runs))
-    return _ladder_of_runs(repro, comparison, ablations, runs)
+    partial = _ladder_of_runs(repro, comparison, ablations, runs)
+    judged = _with_reported(partial, reported) if reported is not None else None
+    if judged is not None:
+        return dataclasses.replace(judged, summary=judged.summary + _device_disagreement(reported))
+    verdict = _not_tested(missing, runs, partial) if missing else partial
+    return dataclasses.replace(verdict, evidence=verdict.evidence + reported_lines(reported)) if reported else verdict
+
+
+# What the runs here decided that a posted value cannot overturn: the script did not run, one
+# arm crashed, or it disagrees with itself (a posted value of a random program is one draw).
+_RUNS_DECIDE = {"could-not-run", "crash-one-arm", "nondeterministic", "inconclusive"}
+
+
+def _with_reported(here: Verdict, reported: ReportedArm) -> Verdict | None:
+    """The verdict with the reporter's posted values as an arm (None: none could be judged,
+    or what ran here decides alone). A value this machine printed too is the runs' business.
+    Outside every rounding of the computation: on their GPU, a bug to confirm on that
+    hardware; on their CPU, where this CPU is inside, a difference of release or build (fixed
+    since, or never in this build). Inside: the explanation of the runs here, which ran the
+    same computation, holds for their numbers too."""
+    judged = reported.judged
+    if not judged or here.kind in _RUNS_DECIDE:
+        return None
+    evidence = reported_lines(reported) + here.evidence
+    basis = f"Judged from the numbers the reporter posted ({reported.source}), not re-run on their hardware: "
+    differ = [v for v in judged if not v.same_as_here]
+    outside = [v for v in differ if v.judgement.zone == "outside"]
+    # A value the output does not place (a CPU tensor may hold what their GPU computed) counts
+    # as their GPU's where the script uses one: the bug, if any, is to confirm there.
+    on_gpu = [v for v in outside if v.device == "cuda" or (v.device is None and reported.device == "cuda")]
+    racy = [v for v in on_gpu if v.order_dependent]
+    if racy:
+        v = racy[0]
+        ops = ", ".join(f"`{op}`" for op in v.order_dependent)
+        return _verdict("nondeterministic", True, policy.GENERAL, ["reproducibility", "gpu_confirmation"],
+                        basis + f"{_posted(v)} is outside every rounding of this computation on their GPU as modelled "
+                        f"here ({reported_judgement(v.judgement)}), and the computation goes through {ops}, whose CUDA "
+                        "kernels add or write in an order the hardware picks (with repeated indices the result "
+                        "changes from run to run): a testing-method problem, not a numerical one. To tell, run it "
+                        "on their GPU twice, and with `torch.use_deterministic_algorithms(True)`.", evidence)
+    if on_gpu:
+        v = on_gpu[0]
+        return _verdict("likely-bug", False, policy.NONE, ["silent", "review", "gpu_confirmation"],
+                        basis + f"{_posted(v)} is outside every rounding of this computation on their GPU as "
+                        f"modelled here ({reported_judgement(v.judgement)}). Unless their build or settings differ "
+                        "from the script's, their GPU computed something else; confirm it there: "
+                        "`triage run repro.py --arms cpu,cuda`.", evidence)
+    if outside and here.kind != "likely-bug":
+        v = outside[0]
+        release = (f"their torch {reported.torch}, here {reported.here_torch or 'this release'}" if reported.torch
+                   else "their collect_env is not in the report")
+        return _verdict("not-reproduced", None, policy.NONE, ["repro"],
+                        basis + f"{_posted(v)} is outside every rounding of this computation "
+                        f"({reported_judgement(v.judgement)}), but the CPU here computes it inside its spread: the "
+                        f"difference does not reproduce on this release and build ({release}); it was fixed since, "
+                        "or comes from their build. " + here.summary, evidence)
+    if here.kind == "likely-bug" or not differ:
+        why = ("the posted values are inside their spread, but the run here is not" if here.kind == "likely-bug"
+               else "the posted values are the ones printed here")
+        return dataclasses.replace(here, summary=basis + why + ". " + here.summary, evidence=evidence)
+    v = differ[0]
+    device = {"cuda": "GPU", "cpu": "CPU"}.get(v.device or reported.device, "machine")
+    inside = (f"{_posted(v)} is inside the rounding spread of this computation on their {device} as modelled here"
+              f"{f' (and {len(differ) - 1} more)' if len(differ) > 1 else ''}. ")
+    if any(x.nonfinite_flip for x in differ):
+        # inf/nan on one machine only, and the posted value inside its spread: the ladder's
+        # non-finite rung, explained as the runs here explain the computation.
+        labels = list(dict.fromkeys(here.labels + [policy.LABELS["nonfinite"]]))
+        return dataclasses.replace(here, kind="nonfinite-flip", expected=True, labels=labels, evidence=evidence,
+                                   summary=basis + inside + here.summary)
+    if here.kind == "not-reproduced":
+        wide = [x for x in differ if x.judgement.wide or x.judgement.computational_zero]
+        if wide:
+            return _verdict("expected-ill-conditioned", True, policy.GENERAL, ["numerical"],
+                            basis + inside + f"The computation itself keeps few digits of {wide[0].label} "
+                            f"({reported_judgement(wide[0].judgement)}): another device's rounding moves it that far.",
+                            evidence)
+        return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+                        basis + inside + "It differs from the value printed here only as another device's rounding "
+                        "of the same computation does, which the accuracy note does not guarantee bitwise.", evidence)
+    return dataclasses.replace(here, summary=basis + inside + here.summary, evidence=evidence)
+
+
+def _device_disagreement(reported: ReportedArm) -> str:
+    """Where an arm of the reporter's device ran here too: the posted values it does not
+    reproduce (a bug fixed since, another build) — evidence in itself."""
+    differ = [v for v in reported.values if v.device_agrees is False]
+    if not differ:
+        return ""
+    v = differ[0]
+    return (f" The {reported.device} arm here prints `{v.device_here}` where they posted `{v.printed}`"
+            f"{f' (and {len(differ) - 1} more)' if len(differ) > 1 else ''}: a bug fixed since, or another build "
+            f"or device{f' (their torch {reported.torch})' if reported.torch else ''}.")
+
+
+def _posted(v: ReportedValue) -> str:
+    where = f" (line {v.line})" if v.line else ""
+    return f"{v.label or 'the value'}{where} = `{v.printed}` on their side (`{v.here}` here)"
 
 
 def _not_tested(missing: list[ArmRun], ran: list[ArmRun], partial: Verdict) -> Verdict:

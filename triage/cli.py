@@ -155,8 +155,11 @@ def _github(api_url: str, bot_login: str | None, allowed_labels: str | None, tri
               help="Write the GitHub comment (markdown) here; '-' to skip.")
 @click.option("--minimal", "minimal_path", default="minimal.py", show_default=True, metavar="PATH",
               help="Write the minimal repro script here (its inputs file, if any, beside it); '-' to skip.")
+@click.option("--reported", "reported_path", default=None, metavar="PATH",
+              help="What the script printed on the reporter's machine (and their collect_env, if any): each "
+                   "value is judged against this computation's rounding on their device.")
 def run_command(script: str, script_args: tuple[str, ...], json_path: str | None, comment_path: str,
-                minimal_path: str, **run: Any) -> None:
+                minimal_path: str, reported_path: str | None, **run: Any) -> None:
     """Run SCRIPT on isolated arms, judge it against the accuracy policy, write the comment.
 
     ARGS after `--` are the script's sys.argv[1:] in every arm, exactly as given.
@@ -169,10 +172,30 @@ def run_command(script: str, script_args: tuple[str, ...], json_path: str | None
     _check_script_args(script_args)
     for option, path in (("--json", json_path), ("--comment", comment_path), ("--minimal", minimal_path)):
         _check_output_path(option, path)
+    posted = _reported_file(reported_path) if reported_path is not None else None
     report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_script(
-        script, arms, options, progress, notes, minimize, ablation), run, _source(script), script_args)
+        script, arms, options, progress, notes, minimize, ablation, posted), run, _source(script), script_args)
     _, unwritten = _finish(report, json_path, comment_path, minimal_path, run["quiet"])
     sys.exit(EXIT_NOT_WRITTEN if unwritten else _exit_code(report))
+
+
+MAX_REPORTED_BYTES = 1 << 20
+
+
+def _reported_file(path: str) -> Any:
+    """--reported: the reporter's printed output as text (a usage error when it is unreadable)."""
+    from triage.extract import parse_environment
+    from triage.model import ReporterOutput
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_REPORTED_BYTES + 1)
+    except OSError as e:
+        raise click.UsageError(f"--reported {path}: cannot read it ({e.strerror})") from None
+    if len(data) > MAX_REPORTED_BYTES:
+        raise click.UsageError(f"--reported {path}: over {MAX_REPORTED_BYTES >> 20} MiB; paste the printed lines only")
+    text = data.decode("utf-8", errors="replace")
+    return ReporterOutput(text=text, source=f"`{os.path.basename(path)}`", environment=parse_environment(text))
 
 
 def _check_script_args(args: tuple[str, ...]) -> None:

@@ -26,7 +26,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
     completed = compared_runs(runs)
     if source:
         for run in completed:
-            _name_from_source(run, source)
+            name_from_source(run, source)
     aligned, alignment_note = _align(completed)
     leaves_identical, leaves_note = _leaves(completed)
     candidates: list[Divergence] = []
@@ -87,7 +87,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
     )
 
 
-def _name_from_source(run: ArmRun, source: str) -> None:
+def name_from_source(run: ArmRun, source: str) -> None:
     """Claim operands and readbacks named by the script's own expressions (`mine`, not
     `torch.testing.assert_close operand 1`), where its source says so unambiguously."""
     from triage.operands import operand_names, readback_name

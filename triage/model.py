@@ -349,6 +349,62 @@ class Minimal:
 
 
 @dataclass
+class ReporterOutput:
+    """What the reporter posted that their machine printed, to be judged as an arm."""
+
+    text: str
+    source: str  # "the issue body", or the file's name
+    environment: dict[str, str] = field(default_factory=dict)  # their collect_env's fields
+
+
+@dataclass
+class ReportedValue:
+    """One value the reporter posted, lined up with the value this machine's run printed in
+    the same place, and judged against that value's rounding spread under the reporter's
+    device model (triage/reported/)."""
+
+    printed: str  # the reporter's text for the value
+    record: str  # the reporter's line it is on
+    here: str | None = None  # the same value as this machine's run printed it
+    observable: int | None = None  # what computed it, in the model arm's run
+    label: str | None = None
+    line: int | None = None
+    numbers: int = 0  # printed numbers in it
+    how: str | None = None  # line | segment | order: how it was lined up
+    same_as_here: bool = False  # every printed number equals this machine's
+    nonfinite_flip: bool = False  # inf/nan on one side only, element for element
+    device: str | None = None  # where the reporter's machine computed it, where their output says: cpu | cuda
+    order_dependent: list[str] = field(default_factory=list)  # its ops whose CUDA kernels are order-dependent
+    # Where an arm of the reporter's device ran here too (a lent GPU): what it printed in its place.
+    device_here: str | None = None
+    device_agrees: bool | None = None
+    judgement: Judgement | None = None
+    why: str | None = None  # not lined up, or not judged: why
+
+
+@dataclass
+class ReportedArm:
+    """The numbers a reporter posted, as an arm: judged from what was posted, not re-run on
+    the reporter's hardware."""
+
+    source: str  # "the issue body", or the file given with --reported
+    device: str  # the reporter's device: cuda | cpu
+    device_evidence: str  # why triage thinks so
+    model: str  # the rounding model the values were judged under, in words
+    torch: str | None = None  # the reporter's torch, from their collect_env
+    gpu: str | None = None
+    kernels: str | None = None  # where the model's per-op errors come from
+    here_torch: str | None = None  # the torch release the model arm ran here
+    values: list[ReportedValue] = field(default_factory=list)
+    status: str = "judged"  # judged | not-judged (the model arm failed: `why`)
+    why: str | None = None
+
+    @property
+    def judged(self) -> list[ReportedValue]:
+        return [v for v in self.values if v.judgement is not None and v.judgement.status == "judged"]
+
+
+@dataclass
 class Report:
     repro: Repro
     arms_requested: list[str]
@@ -364,6 +420,7 @@ class Report:
     ablations: list[Ablation] = field(default_factory=list)
     # How the arms were isolated: {"kind": "namespace" | "process", "detail": what enforces it}.
     isolation: dict[str, str] | None = None
+    reported: ReportedArm | None = None  # what the reporter posted, judged (triage/reported/)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -8,12 +8,14 @@ import time
 
 from triage import __version__
 from triage.ablate import AblationOptions, ablate
-from triage.arms import calls_compile
+from triage.arms import calls_compile, cuda_present, mentions_cuda
 from triage.classify import classify, torch_of
-from triage.compare import compare
+from triage.compare import compare, name_from_source
 from triage.extract import extract_repro
 from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
-from triage.model import Ablation, ArmSpec, Comparison, Issue, Report, Repro
+from triage.model import (Ablation, ArmRun, ArmSpec, Comparison, Issue, IssueRepro, Report, ReportedArm, ReporterOutput,
+                          Repro)
+from triage.reported import judge_reported, reporter_device
 from triage.run import Progress, RunOptions, forking_workers, run_arms
 from triage.sandbox import isolation
 from triage.sandbox.caches import compile_cache, trim_compile_cache
@@ -23,12 +25,15 @@ from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 
 def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
                   progress: Progress | None = None, notes: list[str] | None = None,
-                  minimize: MinimizeOptions | None = None, ablation: AblationOptions | None = None) -> Report:
+                  minimize: MinimizeOptions | None = None, ablation: AblationOptions | None = None,
+                  posted: ReporterOutput | None = None) -> Report:
+    """`posted`: what the reporter's machine printed, judged as the reported arm."""
     start = time.monotonic()
     repro = extract_repro(path)
     comparison = None
     reduced = MinimizeResult()
     ablations = []
+    reported = None
     if repro.problem is None:
         # One compile cache for the whole run: what the arms compiled warms the ablations, the
         # minimizer's workers and the verification of the minimal script.
@@ -36,7 +41,7 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
                                       or compile_cache(repro.source, options.cache_dir))
         try:
             with forking_workers(repro, arms, options):
-                runs = run_arms(repro, arms, options, progress)
+                runs, reported = _run_with_reported(repro, arms, options, progress, posted)
                 try:
                     comparison = compare(runs, repro.source)
                     ablations, reduced = _explain(repro, comparison, arms, options, progress,
@@ -50,7 +55,7 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
             trim_compile_cache(options.compile_cache)
     try:
         ablations = ablations + reduced.ablations
-        verdict = classify(repro, comparison, ablations, reduced.replay)
+        verdict = classify(repro, comparison, ablations, reduced.replay, reported)
         report_notes = list(notes or [])
         if comparison is not None:
             report_notes.extend(_run_notes(comparison, options, repro.source))
@@ -58,12 +63,33 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
         return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=comparison, verdict=verdict,
                       triage_version=__version__, seconds=round(time.monotonic() - start, 3), notes=report_notes,
                       minimal=reduced.minimal, localization=reduced.localization,
-                      minimal_dir=reduced.script_dir, ablations=ablations, isolation=_isolation(options))
+                      minimal_dir=reduced.script_dir, ablations=ablations, isolation=_isolation(options),
+                      reported=reported)
     except BaseException:
         # No report will carry the minimal script's directory to the caller that removes it.
         if reduced.script_dir and not (minimize and minimize.directory):
             remove_tree(reduced.script_dir)
         raise
+
+
+def _run_with_reported(repro: Repro, arms: list[ArmSpec], options: RunOptions, progress: Progress | None,
+                       posted: ReporterOutput | None) -> tuple[list[ArmRun], ReportedArm | None]:
+    """The arms, and beside them (where the reporter posted output) the CPU arm whose rounding
+    is simulated as the reporter's device rounds: the reported arm is judged on its spreads."""
+    if posted is None or not posted.text.strip():
+        return run_arms(repro, arms, options, progress), None
+    device, evidence = reporter_device(posted.text, posted.environment, repro.source)
+    modelled = dataclasses.replace(options, rounding_model=device, export_graphs=False)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="triage-reported") as pool:
+        model_run = pool.submit(run_arms, repro, [ArmSpec("cpu")], modelled, None)
+        runs = run_arms(repro, arms, options, progress)
+        model = model_run.result()[0]
+    if model.graph_dir:
+        remove_tree(os.path.dirname(model.graph_dir))
+    name_from_source(model, repro.source)
+    same_device = next((r for r in runs if r.device.startswith(device) and r.mode == "eager" and r.completed), None)
+    return runs, judge_reported(model, posted.text, posted.source, device, evidence, posted.environment,
+                                same_device)
 
 
 def _explain(repro: Repro, comparison: Comparison, arms: list[ArmSpec], options: RunOptions,
@@ -104,11 +130,26 @@ def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOp
     path = os.path.join(workdir, "repro.py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(extraction.script.rstrip("\n") + "\n")
-    report = triage_script(path, arms, options, progress, report_notes, minimize, ablation)
+    report = triage_script(path, arms, options, progress, report_notes, minimize, ablation,
+                           _posted_for_missing_arms(extraction, arms))
     report.issue = issue
     if report.comparison is not None:
         report.notes.extend(_environment_notes(extraction.environment_fields, report.comparison))
     return report
+
+
+def _posted_for_missing_arms(extraction: IssueRepro, arms: list[ArmSpec]) -> ReporterOutput | None:
+    """The output the reporter posted, to be judged as their arm, where the script runs on a
+    device this machine lacks (its CUDA calls collapse onto the CPU here, or a requested CUDA
+    arm cannot run)."""
+    if not extraction.observed:
+        return None
+    uses_missing = (mentions_cuda(extraction.script) or any(a.device.startswith("cuda") for a in arms)) \
+        and not cuda_present()
+    if not uses_missing:
+        return None
+    return ReporterOutput(text="\n".join(extraction.observed), source="the issue body",
+                          environment=extraction.environment_fields)
 
 
 def _isolation(options: RunOptions) -> dict[str, str]:

@@ -100,6 +100,7 @@ LABELS = {
     "random": "module: random",
     "reproducibility": "module: numerical-reproducibility",
     "compile": "oncall: pt2",
+    "gpu_confirmation": "needs GPU confirmation",
 }
 
 

@@ -234,6 +234,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "triage_version": data["triage_version"],
         "seconds": data["seconds"],
         "isolation": data["isolation"],
+        "reported": data["reported"],
     }
 
 
@@ -383,8 +384,31 @@ def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int
         ablations=[_ablation_row(a) for a in data.get("ablations") or [] if a["outcome"] != "skipped"],
         reporter_env=extraction.get("environment_fields") or {},
         reporter_observed=_cap("\n\n".join(extraction.get("observed") or []), output_cap),
-        rounding=rounding_view(data),
+        rounding=rounding_view(data), reported=reported_view(data),
     )
+
+
+def reported_view(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The reported arm as the comment shows it: each posted value beside the value printed
+    here and the spread it was judged by."""
+    reported = data.get("reported")
+    if not reported:
+        return None
+    rows = []
+    for v in reported.get("values") or []:
+        j = v.get("judgement") or {}
+        judged = j.get("status") == "judged"
+        row = _judgement_row(j) if judged else {"spread": "—", "reference": "—"}
+        if judged and j.get("nonfinite") and _real(j.get("reference")) is not None \
+                and not math.isfinite(_real(j.get("reference"))):
+            row["spread"] = str(j["nonfinite"]).partition(": ")[2]  # no σ around an infinite value
+        rows.append({"posted": v.get("printed") or "", "here": v.get("here") or "—",
+                     "value": f"{v.get('label')} (line {v.get('line')})" if v.get("observable") is not None else "—",
+                     "reference": row["reference"], "spread": row["spread"],
+                     "conclusion": _zone_text(j).replace("its own rounding spread", "the modelled rounding spread")
+                     if judged else f"not judged: {v.get('why') or j.get('reason') or 'no reason given'}"})
+    return {"source": reported.get("source"), "device": reported.get("device"), "model": reported.get("model"),
+            "rows": rows[:OTHER_JUDGEMENTS], "left_out": max(0, len(rows) - OTHER_JUDGEMENTS)}
 
 
 def _ablation_row(a: dict[str, Any]) -> dict[str, Any]:

@@ -56,6 +56,9 @@ class RunOptions:
     # graph; 0 switches it off. It needs the float64 reference.
     rounding_samples: int = 29
     rounding_budget_s: float = 60.0
+    # Judge the values as this device would round them ("cuda": a reporter's GPU, modelled on
+    # the CPU arm that runs the same program; triage/reported/), None: the arm's own device.
+    rounding_model: str | None = None
     # "auto": the namespace sandbox where this machine has it, else the process sandbox
     # (which the report names); "namespace" or "process" insist.
     isolation: str = "auto"
@@ -160,7 +163,7 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, mem
         "max_leaf_bytes": options.max_leaf_bytes,
         "export_graph": options.export_graphs,
         "rounding": {"samples": options.rounding_samples, "budget_s": options.rounding_budget_s,
-                     "value_bytes": options.value_budget_bytes}
+                     "value_bytes": options.value_budget_bytes, "model": options.rounding_model}
         if options.reference and options.rounding_samples else None,
         "result_dir": str(out),
         # CUDA reserves far more address space than it uses: limit it on CPU arms only.

@@ -35,8 +35,11 @@ def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray,
 
 
 def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable: int, label: str,
-                line: int | None) -> Judgement:
-    """Judge one value (an arm's, or an ablated run's) against a rounding spread."""
+                line: int | None, zeros_exempt: bool = True) -> Judgement:
+    """Judge one value (an arm's, or an ablated run's) against a rounding spread.
+    `zeros_exempt`: computational zeros cannot be outside (an arm's own value there is as
+    noisy as the spread); False for a value from elsewhere (a reporter's), which can be far
+    beyond the noise of a computation that keeps no digit."""
     v = np.asarray(value)
     v = np.stack([v.real, v.imag], axis=-1).astype(np.float64) if np.iscomplexobj(v) else v.astype(np.float64)
     j = Judgement(arm=arm, observable=observable, label=label, line=line, dtype=spread.precision or spread.dtype,
@@ -53,7 +56,7 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
     j.poorly_determined = spread.poorly_determined()
     j.unmeasured = list(spread.unmeasured)
     j.nonfinite, offending = _nonfinite(v, spread)
-    t, at = deviation_stat(v, spread.reference, spread.sigma, zeros)
+    t, at = deviation_stat(v, spread.reference, spread.sigma, zeros if zeros_exempt else None)
     j.statistic = t
     j.p = (1 + int((spread.sample_stats >= t).sum())) / (spread.samples + 1)
     finite_stats = spread.sample_stats[np.isfinite(spread.sample_stats)]

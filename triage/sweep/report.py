@@ -69,6 +69,9 @@ class Row:
     anchor: str  # the row's id on the HTML page
     error: str | None = None
     node: str | None = None
+    # What the reporter posted, as a judged arm (triage/reported/): "2 of 3 judged", or "—"
+    # where the item has none (its arms all ran here).
+    reported: str = "—"
 
 
 @dataclass
@@ -185,7 +188,18 @@ def _row(result: ItemResult) -> Row:
                torch_build=result.torch_build, seconds=_seconds(result.seconds),
                summary=result.summary or str(verdict.get("summary") or ""),
                evidence=tuple(str(e) for e in verdict.get("evidence") or []), anchor="r-" + anchor,
-               error=result.error, node=result.node)
+               error=result.error, node=result.node, reported=_reported_text(report.get("reported")))
+
+
+def _reported_text(reported: Any) -> str:
+    """The reported arm in a cell: how many posted values were judged, and whether the verdict
+    rests on them."""
+    if not isinstance(reported, dict):
+        return "—"
+    values = reported.get("values") if isinstance(reported.get("values"), list) else []
+    judged = sum(1 for v in values if isinstance(v, dict) and isinstance(v.get("judgement"), dict)
+                 and v["judgement"].get("status") == "judged")
+    return f"{judged} of {len(values)} posted values judged" if values else "no value in the posted output"
 
 
 def _seconds(value: Any) -> float:

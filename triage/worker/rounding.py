@@ -138,13 +138,22 @@ class SimulationOptions:
     min_samples: int = 9
     memory_bytes: int = 512 << 20
     kernels: KernelTable = field(default_factory=lambda: kernel_table("cpu"))  # the arm's device's measured errors
+    # A device triage only models (a reporter's GPU): every reduction order is possible, so
+    # sums walk sequentially, the widest order; and where its kernels were not measured,
+    # fp16/bf16 reductions and contractions may accumulate in their own dtype (CUDA's scans do).
+    any_order: bool = False
+    half_accumulation: bool = False
 
 
 @functools.lru_cache(maxsize=None)
 def kernel_table(device: str) -> KernelTable:
     """The measured kernel errors of this torch release on `device` (cpu: this CPU's
     capability; cuda: this GPU)."""
-    capability = torch.cuda.get_device_name() if device == "cuda" else torch.backends.cpu.get_cpu_capability()
+    if device.startswith("cuda"):
+        # A modelled CUDA device on a machine without one: any GPU's entry (the largest error).
+        capability = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    else:
+        capability = torch.backends.cpu.get_cpu_capability()
     return KernelTable.load(device, capability, torch.__version__)
 
 
@@ -911,7 +920,8 @@ class RoundingMode(TriageDispatchMode):
         cached = self.cache.magnitudes.get(call)
         if cached is None or cached[0] is not func:
             try:
-                cached = (func,) + _magnitudes(name, func, args, kwargs, out, fused=bool(self.inner_dtype))
+                cached = (func,) + _magnitudes(name, func, args, kwargs, out, fused=bool(self.inner_dtype),
+                                               any_order=self.options.any_order)
             except Exception:  # noqa: BLE001 - no model for this call: its output rounding only
                 cached = (func, None, None)
             self.cache.magnitudes[call] = cached
@@ -920,8 +930,9 @@ class RoundingMode(TriageDispatchMode):
             return out
         d = out_vd[0] if out_vd else torch.float32
         # fp16/bf16 reductions and GEMMs accumulate in fp32 (reduced-precision GEMMs where allowed).
-        acc = d if (d in (torch.float16, torch.bfloat16) and name in CONTRACTIONS
-                    and (self.options.reduced_precision or self._reduced_accumulation(name, d))) \
+        acc = d if (d in (torch.float16, torch.bfloat16)
+                    and (self.options.half_accumulation or name in CONTRACTIONS
+                         and (self.options.reduced_precision or self._reduced_accumulation(name, d)))) \
             else (torch.float32 if d in FORMATS else d)
         u = UNIT_ROUNDOFF.get(acc, 2.0 ** -53)
         if self.direction and name in ("sum", "mean", "nansum") and acc in FORMATS:
@@ -1049,11 +1060,12 @@ def _less_precise(a: torch.dtype, b: torch.dtype) -> bool:
 
 
 def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
-                fused: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                fused: bool = False, any_order: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(random-walk σ/u, pairwise bound/u) of one reduction or contraction call, per output
     element: contractions σ = √(n/3)·√(S²/3 + Σt²/2) (a sequential order: GEMM kernels
     accumulate along k), reductions the blocked walk, or inside a fused kernel (`fused`: a
-    decomposed op's sum) the lane walk; bound = ⌈log2 n⌉·Σ|t|."""
+    decomposed op's sum) the lane walk, or where any order is possible (`any_order`) the
+    sequential walk; bound = ⌈log2 n⌉·Σ|t|."""
     if name in CONTRACTIONS:
         squares = _same_contraction(name, func, args, kwargs, lambda x: x * x)
         absolute = _same_contraction(name, func, args, kwargs, torch.abs)
@@ -1079,7 +1091,8 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         absolute = torch.sum(x.abs(), dims, keepdim=keepdim)
         s = torch.sum(torch.nan_to_num(x), dims, keepdim=keepdim)
         scale = 1.0 / n if name == "mean" else 1.0
-        walk = (lane_walk(n, s, squares) if fused else blocked_walk(n, s, squares)) * scale
+        walk = (sequential_walk(n, s, squares) if any_order else lane_walk(n, s, squares) if fused
+                else blocked_walk(n, s, squares)) * scale
         return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute * scale).reshape(out.shape)
     walk = sequential_walk(n, s, squares)
     return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute).reshape(out.shape)
@@ -1221,6 +1234,32 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
+# Ops whose CUDA kernels add or write in an order the hardware picks (atomics, scattered
+# writes with repeated indices): the ops `torch.use_deterministic_algorithms` makes
+# deterministic or refuses. A value computed through one may differ from run to run on a GPU
+# by more than rounding, and the rounding simulation does not model that.
+CUDA_ORDER_DEPENDENT = {
+    "index_add", "index_put", "_index_put_impl", "_unsafe_index_put", "put", "scatter", "scatter_add",
+    "scatter_reduce", "index_reduce", "index_copy", "embedding_bag", "_embedding_bag", "_embedding_bag_backward",
+    "embedding_dense_backward", "cumsum", "histc", "bincount", "kthvalue", "median", "nll_loss2d_forward",
+    "avg_pool3d_backward", "adaptive_avg_pool2d_backward", "adaptive_avg_pool3d_backward",
+    "max_pool3d_with_indices_backward", "max_unpool2d", "max_unpool3d", "grid_sampler_2d_backward",
+    "grid_sampler_3d_backward", "fractional_max_pool2d_backward", "fractional_max_pool3d_backward",
+    "reflection_pad1d_backward", "reflection_pad2d_backward", "reflection_pad3d_backward",
+    "replication_pad1d_backward", "replication_pad2d_backward", "replication_pad3d_backward",
+    "upsample_linear1d_backward", "upsample_bilinear2d_backward", "upsample_bicubic2d_backward",
+    "upsample_trilinear3d_backward", "_ctc_loss_backward",
+}
+
+
+def _order_dependent(node: fx.Node) -> list[str]:
+    """The ops of `node`'s computation whose CUDA kernels are order-dependent."""
+    nodes = {n.name: n for n in node.graph.nodes}
+    ops = {_op_name(nodes[name].target).removeprefix("aten.").rstrip("_") for name in _cone_names(node)
+           if nodes[name].op == "call_function"}
+    return sorted(f"aten.{op}" for op in ops & CUDA_ORDER_DEPENDENT)[:16]
+
+
 def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], references: dict[str, Any],
                          values: dict[str, Any], job: dict[str, Any], device: str,
                          flags: dict[str, Any]) -> dict[str, Any]:
@@ -1228,7 +1267,11 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
     one's spread into `values` (``sig``/``up``/``dn``/``mu``/``sd``/``nf`` + index) and its
     summary into the record's ``rounding``; returns the run's summary."""
     settings = job.get("rounding") or {}
-    cuda = device.startswith("cuda")
+    # `model`: the values are judged as another device would round them (a reporter's GPU,
+    # triage/reported/), with the script's own numerics settings as it left them.
+    model = settings.get("model")
+    cuda = (model or device).startswith("cuda")
+    kernels = kernel_table(model or ("cuda" if cuda else "cpu"))
     options = SimulationOptions(
         samples=int(settings.get("samples", 29)), seed=int(job.get("seed", 0)),
         budget_s=float(settings.get("budget_s", 60.0)),
@@ -1237,7 +1280,7 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         reduced_precision=cuda and bool(flags.get("allow_fp16_reduced_precision_reduction")),
         memory_bytes=int(settings.get("memory_bytes", 512 << 20)),
         min_samples=min(9, int(settings.get("samples", 29))),
-        kernels=kernel_table("cuda" if cuda else "cpu"))
+        kernels=kernels, any_order=model is not None, half_accumulation=model is not None and not kernels.ops)
     wanted: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for r in records:
@@ -1246,9 +1289,12 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         if isinstance(ref, torch.Tensor) and f"obs{r['index']}" in values and list(ref.shape) == fp.get("shape"):
             wanted[r["node"]] = ref
             dtypes[r["node"]] = getattr(torch, fp["dtype"], torch.float32)
-    arm_values = {r["node"]: torch.from_numpy(values[f"obs{r['index']}"]) for r in records
-                  if r["node"] in wanted and f"obs{r['index']}" in values}
+    # Sampling stops early once the arm's own values are certainly inside; under another
+    # device's model the values judged are a reporter's, unknown here: no early stop.
+    arm_values = {} if model else {r["node"]: torch.from_numpy(values[f"obs{r['index']}"]) for r in records
+                                   if r["node"] in wanted and f"obs{r['index']}" in values}
     sim = simulate_rounding(graph, wanted, options, dtypes, arm_values)
+    by_name = {n.name: n for n in graph.nodes}
     budget = int(settings.get("value_bytes", 64 << 20))
     for r in records:
         spread = sim.spreads.get(r["node"]) if r["node"] else None
@@ -1258,7 +1304,9 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         r["rounding"] = {"status": spread.status, "reason": spread.reason, "samples": spread.samples,
                          "sample_stats": spread.sample_stats, "flips": spread.flips,
                          "cancellations": spread.cancellations, "precision": spread.precision,
-                         "unmeasured": spread.unmeasured}
+                         "unmeasured": spread.unmeasured,
+                         "order_dependent": _order_dependent(by_name[r["node"]]) if cuda and r["node"] in by_name
+                         else []}
         if spread.status != "judged":
             continue
         arrays = {"sig": spread.sigma, "up": spread.up, "dn": spread.down, "mu": spread.mean, "sd": spread.sd,

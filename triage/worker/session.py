@@ -194,7 +194,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         from triage.worker.rounding import simulate_observables
 
         result["rounding"] = simulate_observables(recording.graph, store.records, replay.values, values, job,
-                                                  arm["device"], result["flags_start"])
+                                                  arm["device"], result.get("flags_end") or result["flags_start"])
     result.update(
         status=status,
         exception=exception,
