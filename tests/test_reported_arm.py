@@ -25,12 +25,16 @@ print("mean:", x.mean().item())
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Four runs, shared by the tests: the seed article's logdet with the reporter's output;
+    """Five runs, shared by the tests: the seed article's logdet with the reporter's output;
     the sums with one posted value inside its spread and one far outside; the same with posted
-    text that holds no value; a CPU script whose reporter's CPU printed another mean."""
+    text that holds no value; a CPU script whose reporter's CPU printed another mean; the sums
+    as a transcript's expressions with the values the reporter saw displayed."""
     base = tmp_path_factory.mktemp("reported")
     script = base / "sums.py"
     script.write_text(SUMS)
+    transcript = base / "transcript.py"  # a `>>>` session's code: its expressions display, not print
+    transcript.write_text(SUMS.replace('print("sum:", x.sum().item())', "x.sum()").replace(
+        'print("mean:", x.mean().item())', "x.mean()"))
     cpu_script = base / "cpu_mean.py"
     cpu_script.write_text(SUMS.replace(', device="cuda"', "").replace('print("sum:", x.sum().item())\n', ""))
     out = {}
@@ -39,6 +43,7 @@ def runs(tmp_path_factory):
         ("sums", script, "Warning: something about TF32\nsum: 2048.5\nmean: 0.6000000238418579\n"),
         ("prose", script, "the GPU gives a different mean, I think\n"),
         ("cpu", cpu_script, "mean: 0.7\n"),
+        ("transcript", transcript, "tensor(2048.5000, device='cuda:0')\ntensor(0.6000, device='cuda:0')\n"),
     ]:
         where = base / name
         where.mkdir()
@@ -98,3 +103,13 @@ def test_a_cpu_report_is_set_beside_this_cpu_and_their_disagreement_is_said(runs
     assert mean["judgement"]["zone"] == "outside" and mean["device_here"].startswith("0.5")
     v = report["verdict"]
     assert v["kind"] == "not-reproduced" and "The cpu arm here prints" in v["summary"], v["summary"]
+
+
+def test_a_transcripts_displayed_values_line_up_with_its_expressions(runs):
+    code, report, _, output = runs["transcript"]
+    assert code == 0 and validate_report(report) == [], output
+    shown = {x["printed"]: (x["how"], x["label"], (x["judgement"] or {}).get("zone"))
+             for x in report["reported"]["values"]}
+    assert shown == {"tensor(2048.5000, device='cuda:0')": ("displayed", "`x.sum()`", "inside"),
+                     "tensor(0.6000, device='cuda:0')": ("displayed", "`x.mean()`", "outside")}
+    assert report["verdict"]["kind"] == "likely-bug"

@@ -59,8 +59,8 @@ def test_a_record_joins_lines_while_a_bracket_is_open():
 @given(st.text(max_size=400))
 def test_parsing_never_raises_and_every_interval_holds_its_value(text):
     for r in parse_output(text):
-        for piece in r.segments():
-            assert isinstance(piece.skeleton, str)
+        for piece, own in r.segments():
+            assert isinstance(piece.skeleton, str) and all(g in r.groups for g in own)
         for g in r.groups:
             for n in g.numbers:
                 assert math.isnan(n.value) or n.low <= n.value <= n.high
@@ -72,6 +72,18 @@ def test_parsing_never_raises_and_every_interval_holds_its_value(text):
 def test_parsing_never_raises_on_broken_reprs(parts):
     for r in parse_output("".join(parts)):
         r.segments()
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "1.5" + "]" * 3,  # deeper than any tensor
+    "(\n" * 50_000,  # a bracket left open over many lines
+    "; ".join(["GPU: 1.5"] * 20_000),  # many joined pieces
+    " ".join(["1,000"] * 20_000) + " 2.5",
+])
+def test_pathological_output_parses_without_error(text):
+    records = parse_output(text)
+    assert records and all(isinstance(r.skeleton, str) for r in records)
+    pair_groups(records, parse_output("GPU: 1.0\n"))
 
 
 def _observable(index, value, kind="readback", line=1):

@@ -72,3 +72,22 @@ def test_what_the_runs_decide_alone_a_posted_value_does_not_overturn(kind):
 def test_nothing_judged_leaves_the_runs_verdict():
     unaligned = ReportedValue(printed="5.59", record="GPU err 5.59", why="no value printed here lines up with it")
     assert _with_reported(HERE_AGREES, arm(unaligned)) is None
+
+
+def test_an_issue_posts_its_output_as_the_reported_arm_only_where_an_arm_cannot_run_here(monkeypatch):
+    """`triage issue`: the body's output is judged where the script uses CUDA and this machine
+    has none; a body with no output keeps the runs' verdict (could-not-run where CUDA was asked
+    for), and a machine with CUDA runs the CUDA arm instead."""
+    from triage import pipeline
+    from triage.model import ArmSpec, IssueRepro
+
+    script = "import torch\nprint(torch.ones(2).cuda().sum().item())\n"
+    body = IssueRepro(script=script, observed=["2.0"], environment_fields={"PyTorch version": "2.1.0"})
+    monkeypatch.setattr(pipeline, "cuda_present", lambda: False)
+    posted = pipeline._posted_for_missing_arms(body, [ArmSpec("cpu")])
+    assert (posted.text, posted.source, posted.environment["PyTorch version"]) == ("2.0", "the issue body", "2.1.0")
+    assert pipeline._posted_for_missing_arms(IssueRepro(script=script), [ArmSpec("cpu")]) is None
+    cpu_only = IssueRepro(script="import torch\nprint(torch.ones(2).sum().item())\n", observed=["2.0"])
+    assert pipeline._posted_for_missing_arms(cpu_only, [ArmSpec("cpu")]) is None
+    monkeypatch.setattr(pipeline, "cuda_present", lambda: True)
+    assert pipeline._posted_for_missing_arms(body, [ArmSpec("cpu"), ArmSpec("cuda")]) is None

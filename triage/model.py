@@ -370,7 +370,7 @@ class ReportedValue:
     label: str | None = None
     line: int | None = None
     numbers: int = 0  # printed numbers in it
-    how: str | None = None  # line | segment | order: how it was lined up
+    how: str | None = None  # line | segment | order | displayed (a transcript's): how it was lined up
     same_as_here: bool = False  # every printed number equals this machine's
     nonfinite_flip: bool = False  # inf/nan on one side only, element for element
     device: str | None = None  # where the reporter's machine computed it, where their output says: cpu | cuda

@@ -24,8 +24,8 @@ import numpy as np
 
 from triage.judge import RoundingSpread, judge_value
 from triage.judge.describe import spread_text
-from triage.model import ArmRun, Judgement, ReportedArm, ReportedValue
-from triage.reported.align import find_observable, pair_groups
+from triage.model import ArmRun, Judgement, Observable, ReportedArm, ReportedValue
+from triage.reported.align import find_observable, pair_groups, positions_of
 from triage.reported.printed import PrintedGroup, PrintedNumber, parse_output
 
 __all__ = ["judge_reported", "model_words", "reported_judgement", "reported_lines", "reporter_device"]
@@ -80,6 +80,9 @@ def judge_reported(run: ArmRun | None, text: str, source: str, device: str, devi
     here = parse_output(run.stdout) if run is not None else []
     on_device = {id(p.reported): p.here for p in pair_groups(records, parse_output(device_run.stdout))} \
         if device_run is not None and device_run.completed else {}
+    observables = [o for o in run.observables if o.kind != "claim"] if run is not None else []
+    tied: list[tuple[ReportedValue, PrintedGroup, PrintedGroup | None, Observable, list[int]]] = []
+    unprinted: list[tuple[ReportedValue, PrintedGroup]] = []
     after = -1
     for pair in pair_groups(records, here):
         value = ReportedValue(printed=_shown(pair.reported.text), record=_shown(pair.record.text),
@@ -90,27 +93,52 @@ def judge_reported(run: ArmRun | None, text: str, source: str, device: str, devi
         if same_device is not None:
             value.device_here = _shown(same_device.text)
             value.device_agrees = _overlap(pair.reported, same_device)
-        if run is None or reported.status != "judged":
+        if reported.status != "judged":
             value.why = reported.why
-            continue
-        if pair.here is None:
+        elif pair.here is None:
             value.why = "no value printed by this machine's run lines up with it"
-            continue
-        value.here = _shown(pair.here.text)
-        found = find_observable(pair.here, [o for o in run.observables if o.kind != "claim"], after)
-        if found is None:
+            unprinted.append((value, pair.reported))
+        elif (found := find_observable(pair.here, observables, after)) is None:
+            value.here = _shown(pair.here.text)
             value.why = ("this machine printed it, but no value the script computed with torch prints so "
                          "(computed outside torch: numpy, Python)")
-            continue
-        o, positions = found
-        after = o.index
+        else:
+            value.here = _shown(pair.here.text)
+            after = found[0].index
+            tied.append((value, pair.reported, pair.here, *found))
+    tied += _displayed(unprinted, observables, {o.index for _, _, _, o, _ in tied})
+    for value, group, printed_here, o, positions in tied:
+        flat = np.asarray(o.value, dtype=np.float64).reshape(-1)
+        ours = printed_here.numbers if printed_here is not None else None
         value.observable, value.label, value.line = o.index, o.shown, o.line
-        value.same_as_here = all(_same(a, b) for a, b in zip(pair.reported.numbers, pair.here.numbers))
-        value.nonfinite_flip = any(np.isfinite(a.value) != np.isfinite(b.value)
-                                   for a, b in zip(pair.reported.numbers, pair.here.numbers))
-        value.judgement, value.why = _judge(pair.reported, pair.here, positions, o, run)
+        value.same_as_here = (all(_same(a, b) for a, b in zip(group.numbers, ours)) if ours is not None
+                              else all(a.low <= flat[at] <= a.high or (np.isnan(a.value) and np.isnan(flat[at]))
+                                       for a, at in zip(group.numbers, positions)))
+        value.nonfinite_flip = any(bool(np.isfinite(a.value)) != bool(np.isfinite(flat[at]))
+                                   for a, at in zip(group.numbers, positions))
+        value.judgement, value.why = _judge(group, ours, positions, o)
         value.order_dependent = list((o.rounding or {}).get("order_dependent") or [])
     return reported
+
+
+def _displayed(unprinted: list[tuple[ReportedValue, PrintedGroup]], observables: list[Observable],
+               used: set[int]) -> list[tuple[ReportedValue, PrintedGroup, None, Observable, list[int]]]:
+    """A `>>>` transcript's displayed values, which the script run here evaluates without
+    printing: the posted values no printed line took, against the script's bare expressions
+    (observed as readbacks named by their own text) in program order, where both are as many
+    and every one fits its expression's shape."""
+    expressions = [o for o in observables if o.kind == "readback" and o.label.startswith("`") and o.index not in used
+                   and o.value is not None]
+    if not unprinted or len(unprinted) != len(expressions):
+        return []
+    out = []
+    for (value, group), o in zip(unprinted, expressions):
+        positions = positions_of(group, o)
+        if positions is None:
+            return []
+        value.how, value.here, value.why = "displayed", "(displayed, not printed here)", None
+        out.append((value, group, None, o, positions))
+    return out
 
 
 def _torch_version(run: ArmRun | None) -> str | None:
@@ -130,19 +158,19 @@ def _value_device(group: PrintedGroup, record: str) -> str | None:
     return "cpu" if cpu and not gpu else "cuda" if gpu and not cpu else None
 
 
-def _judge(reported: PrintedGroup, here: PrintedGroup, positions: list[int], o, run: ArmRun  # noqa: ANN001
+def _judge(reported: PrintedGroup, here: list[PrintedNumber] | None, positions: list[int], o: Observable
            ) -> tuple[Judgement | None, str | None]:
     spread = RoundingSpread.of(o)
     if spread is None:
         return None, (o.rounding or {}).get("reason") or "its rounding was not simulated"
     if np.iscomplexobj(o.value):
         return None, "complex values are not judged from printed text"
-    if len(reported.numbers) != len(here.numbers):
+    if here is not None and len(reported.numbers) != len(here):
         return None, "the reporter's value has other elements than the one printed here"
     reference = spread.reference.reshape(-1)
     value = reference.copy()  # elements not printed: as the reference, so they cannot count
-    for rn, hn, at in zip(reported.numbers, here.numbers, positions):
-        low, high = _bounds(rn, hn)
+    for k, (rn, at) in enumerate(zip(reported.numbers, positions)):
+        low, high = _bounds(rn, here[k]) if here is not None else (rn.low, rn.high)
         value[at] = low if low == high else float(np.clip(reference[at], low, high))
     j = judge_value(value.reshape(spread.reference.shape), spread, "reported", o.index, o.shown, o.line,
                     zeros_exempt=False)

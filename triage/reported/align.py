@@ -62,22 +62,19 @@ def pair_groups(reported: list[PrintedRecord], here: list[PrintedRecord]) -> lis
                 matched_reported.add(block.a + k)
                 matched_here.add(block.b + k)
     # Pieces of what is left, on both sides, matched by skeleton in order.
-    here_pieces = [p for j, h in enumerate(here) if j not in matched_here for p in h.segments() if p.groups]
+    here_pieces = [(p, own) for j, h in enumerate(here) if j not in matched_here for p, own in h.segments() if own]
     cursor = 0
     for i, r in enumerate(reported):
         if i in matched_reported:
             continue
-        for piece in r.segments():
-            if not piece.groups:
+        for piece, own in r.segments():
+            if not own:
                 continue
             for j in range(cursor, len(here_pieces)):
-                h = here_pieces[j]
+                h, here_own = here_pieces[j]
                 if _same_line(piece, h):
-                    # The piece was re-parsed: tie the record's own groups, found by their text.
-                    own = _own_groups(r, piece)
-                    if own is not None:
-                        tie(r, own, h.groups, "segment")
-                        cursor = j + 1
+                    tie(r, own, here_own, "segment")
+                    cursor = j + 1
                     break
     # What is left, in order, where both sides agree on kinds and sizes.
     left_reported = [(k, r, g) for k, (r, g) in enumerate(order) if k not in pairs]
@@ -86,8 +83,7 @@ def pair_groups(reported: list[PrintedRecord], here: list[PrintedRecord]) -> lis
             _same_shape(g, h) for (_, _, g), h in zip(left_reported, left_here)):
         for (k, r, g), h in zip(left_reported, left_here):
             pairs[k] = Pair(g, r, h, "order")
-    context = {id(g): piece.text for r in reported for piece in r.segments()
-               for g in (_own_groups(r, piece) or [])}
+    context = {id(g): piece.text for r in reported for piece, own in r.segments() for g in own}
     out = [pairs.get(k) or Pair(g, r, None, None) for k, (r, g) in enumerate(order)]
     for p in out:
         p.context = context.get(id(p.reported), p.record.text)
@@ -102,15 +98,6 @@ def _same_line(reported: PrintedRecord, here: PrintedRecord) -> bool:
         return len(reported.groups) == len(here.groups)
     labelled = any(word not in PLACEHOLDERS.values() and any(ch.isalpha() for ch in word) for word in here.skeleton.split())
     return labelled and reported.skeleton.startswith(here.skeleton + " ") and len(reported.groups) >= len(here.groups)
-
-
-def _own_groups(record: PrintedRecord, piece: PrintedRecord) -> list[PrintedGroup] | None:
-    """The record's groups that a piece of it re-parsed (same texts, in order)."""
-    texts = [g.text for g in piece.groups]
-    for start in range(len(record.groups) - len(texts) + 1):
-        if [g.text for g in record.groups[start:start + len(texts)]] == texts:
-            return record.groups[start:start + len(texts)]
-    return None
 
 
 def _same_shape(a: PrintedGroup, b: PrintedGroup) -> bool:
@@ -133,7 +120,9 @@ def find_observable(group: PrintedGroup, observables: list[Observable], after: i
     return None
 
 
-def _positions_in(group: PrintedGroup, o: Observable) -> list[int] | None:
+def positions_of(group: PrintedGroup, o: Observable) -> list[int] | None:
+    """The flat position in `o`'s value of each number of `group`, where the group's shape
+    fits the value's (None: it does not)."""
     if o.value is None or o.fingerprint is None or not group.numbers:
         return None
     value = np.asarray(o.value)
@@ -144,14 +133,17 @@ def _positions_in(group: PrintedGroup, o: Observable) -> list[int] | None:
         return None
     if group.kind != "scalar" and not group.elided and not group.truncated and len(group.numbers) != math.prod(shape):
         return None
-    flat = value.reshape(-1).astype(np.float64)
-    positions = []
-    for n in group.numbers:
-        at = flat_index(n.index if group.kind != "scalar" else None, shape)
-        if at is None or not _prints_as(flat[at], n):
-            return None
-        positions.append(at)
-    return positions
+    positions = [flat_index(n.index if group.kind != "scalar" else None, shape) for n in group.numbers]
+    return None if any(at is None for at in positions) else positions
+
+
+def _positions_in(group: PrintedGroup, o: Observable) -> list[int] | None:
+    """`positions_of`, where every number also prints as the value's element there."""
+    positions = positions_of(group, o)
+    if positions is None:
+        return None
+    flat = np.asarray(o.value).reshape(-1).astype(np.float64)
+    return positions if all(_prints_as(flat[at], n) for n, at in zip(group.numbers, positions)) else None
 
 
 def _prints_as(x: float, n: PrintedNumber) -> bool:

@@ -71,20 +71,33 @@ class PrintedRecord:
     skeleton: str
     groups: list[PrintedGroup] = field(default_factory=list)
     line: int = 0  # first line of the record in its text (1-based)
+    _segments: list | None = field(default=None, repr=False, compare=False)
 
-    def segments(self) -> list["PrintedRecord"]:
+    def segments(self) -> list[tuple["PrintedRecord", list[PrintedGroup]]]:
         """The record cut where a reporter joined several printed lines into one (`CPU: -inf;
-        GPU: -108.3`): at each `;` or ` | ` outside brackets."""
-        cuts = [m.start() for m in re.finditer(r";|\s\|\s", self.text) if _depth_at(self.text, m.start()) == 0]
-        if not cuts:
-            return [self]
-        pieces, start = [], 0
+        GPU: -108.3`): at each `;` or ` | ` outside brackets; each piece with the record's own
+        groups it holds."""
+        if self._segments is None:
+            depth = _depths(self.text)
+            cuts = [m.start() for m in re.finditer(r";|\s\|\s", self.text) if depth[m.start()] == 0]
+            self._segments = [(self, self.groups)] if not cuts else self._cut(cuts)
+        return self._segments
+
+    def _cut(self, cuts: list[int]) -> list[tuple["PrintedRecord", list[PrintedGroup]]]:
+        out, start, taken = [], 0, 0
         for c in cuts + [len(self.text)]:
-            piece = self.text[start:c].strip(" ;|")
+            text = self.text[start:c].strip(" ;|")
             start = c + 1
-            if piece:
-                pieces.append(parse_record(piece, self.line))
-        return pieces
+            if not text:
+                continue
+            piece = parse_record(text, self.line)
+            # The piece's groups are the record's next ones, in order (a piece is re-parsed alone).
+            own = self.groups[taken:taken + len(piece.groups)]
+            if [g.text for g in own] != [g.text for g in piece.groups]:
+                own = []
+            taken += len(own)
+            out.append((piece, own))
+        return out
 
 
 def parse_output(text: str | None) -> list[PrintedRecord]:
@@ -95,12 +108,13 @@ def parse_output(text: str | None) -> list[PrintedRecord]:
     lines = str(text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
     i = 0
     while i < len(lines) and len(records) < MAX_RECORDS:
-        start, chunk, depth = i, lines[i], _depth_at(lines[i], len(lines[i]))
+        start, depth, size = i, _depth_after(lines[i], 0), len(lines[i])
         i += 1
-        while depth > 0 and i < len(lines) and len(chunk) < MAX_RECORD_CHARS:
-            chunk += "\n" + lines[i]
-            depth = _depth_at(chunk, len(chunk))
+        while depth > 0 and i < len(lines) and size < MAX_RECORD_CHARS:
+            depth = _depth_after(lines[i], depth)
+            size += 1 + len(lines[i])
             i += 1
+        chunk = "\n".join(lines[start:i])
         if chunk.strip():
             records.append(parse_record(chunk[:MAX_RECORD_CHARS], start + 1))
     return records
@@ -142,14 +156,27 @@ def interval(token: str) -> PrintedNumber | None:
 
 
 # -- internals ------------------------------------------------------------------------------
-def _depth_at(text: str, end: int) -> int:
-    depth = 0
-    for ch in text[:end]:
+def _depth_after(text: str, depth: int) -> int:
+    """The bracket depth after `text`, starting at `depth` (a stray closer does not go below 0)."""
+    for ch in text:
         if ch in "([{":
             depth += 1
         elif ch in ")]}" and depth:
             depth -= 1
     return depth
+
+
+def _depths(text: str) -> list[int]:
+    """The bracket depth before each character of `text` (and after its last)."""
+    out, depth = [], 0
+    for ch in text:
+        out.append(depth)
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}" and depth:
+            depth -= 1
+    out.append(depth)
+    return out
 
 
 def _bracketed(text: str) -> list[tuple[int, int, str]]:
@@ -190,9 +217,11 @@ def _closing(text: str, opening: int) -> int:
 def _scalars(text: str, groups: list[PrintedGroup]) -> str:
     """Numbers outside brackets, each a scalar group; returns the text with each as `#`."""
     out, pos = [], 0
-    spans = sorted([(m.start(), m.end()) for m in _GROUPED.finditer(text)]
-                   + [(m.start(), m.end()) for m in _NUMBER.finditer(text)
-                      if not any(g.start() <= m.start() < g.end() for g in _GROUPED.finditer(text))])
+    grouped = [(m.start(), m.end()) for m in _GROUPED.finditer(text)]
+    inside = set()
+    for start, end in grouped:
+        inside.update(range(start, end))
+    spans = sorted(grouped + [(m.start(), m.end()) for m in _NUMBER.finditer(text) if m.start() not in inside])
     for start, end in spans:
         if start < pos or _nonfinite_word_as_label(text, start, end):
             continue
@@ -234,19 +263,28 @@ def _group(text: str, kind: str) -> PrintedGroup:
 _ELLIPSIS = object()
 
 
+MAX_DEPTH = 32  # tensors have at most a few dozen dimensions; deeper brackets are read as one level
+
+
 def _nested(body: str) -> tuple[list, bool]:
     """The bracket structure of a repr's body: nested lists of number tokens and `...`."""
     root: list = []
     stack = [root]
     elided = False
+    deeper = 0  # brackets opened past MAX_DEPTH, not nested further
     for m in re.finditer(r"\[|\]|\.\.\.|" + _NUMBER.pattern, body, re.IGNORECASE):
         tok = m.group(0)
         if tok == "[":
+            if len(stack) > MAX_DEPTH:
+                deeper += 1
+                continue
             child: list = []
             stack[-1].append(child)
             stack.append(child)
         elif tok == "]":
-            if len(stack) > 1:
+            if deeper:
+                deeper -= 1
+            elif len(stack) > 1:
                 stack.pop()
         elif tok == "...":
             stack[-1].append(_ELLIPSIS)
