@@ -41,6 +41,12 @@ def test_a_gpu_value_outside_is_a_bug_to_confirm_on_a_gpu_never_high_priority():
     assert "high priority" not in v.labels and "--arms cpu,cuda" in v.summary
 
 
+def test_a_gpu_inf_no_rounding_gives_is_a_nonfinite_flip_not_expected():
+    v = _with_reported(HERE_AGREES, arm(value("outside", printed="tensor(inf)", here="tensor(1.)", flip=True)))
+    assert (v.kind, v.expected) == ("nonfinite-flip", False)
+    assert {"module: NaNs and Infs", "needs GPU confirmation"} <= set(v.labels)
+
+
 def test_outside_through_an_order_dependent_cuda_kernel_is_nondeterminism():
     v = _with_reported(HERE_AGREES, arm(value("outside", here="tensor(0.)", device=None, racy=["aten.scatter"])))
     assert v.kind == "nondeterministic" and "`aten.scatter`" in v.summary

@@ -133,7 +133,10 @@ def _with_reported(here: Verdict, reported: ReportedArm) -> Verdict | None:
                         "on their GPU twice, and with `torch.use_deterministic_algorithms(True)`.", evidence)
     if on_gpu:
         v = on_gpu[0]
-        return _verdict("likely-bug", False, policy.NONE, ["silent", "review", "gpu_confirmation"],
+        # inf/nan on their side only, where no rounding gives it: the ladder's non-finite rung, not expected.
+        kind = "nonfinite-flip" if v.nonfinite_flip else "likely-bug"
+        labels = (["nonfinite"] if v.nonfinite_flip else []) + ["silent", "review", "gpu_confirmation"]
+        return _verdict(kind, False, policy.NONE, labels,
                         basis + f"{_posted(v)} is outside every rounding of this computation on their GPU as "
                         f"modelled here ({reported_judgement(v.judgement)}). Unless their build or settings differ "
                         "from the script's, their GPU computed something else; confirm it there: "

@@ -166,7 +166,7 @@ def run_command(script: str, script_args: tuple[str, ...], json_path: str | None
 
     Exit status: 0 a verdict, 1 an output file could not be written, 2 usage error, 3 the script
     could not run at all, 5 a requested arm cannot run on this machine (the comparison asked for
-    was not made)."""
+    was not made, and no --reported output of that arm's stood in for it)."""
     from triage.pipeline import triage_script
 
     _check_script_args(script_args)
@@ -840,7 +840,9 @@ def _exit_code(report: Any) -> int:
     ran_nothing = report.comparison is None or all(not r.completed for r in report.comparison.arms)
     if report.verdict.kind == "could-not-run" and ran_nothing:
         return EXIT_COULD_NOT_RUN
-    if report.comparison is not None and any(r.status == "unavailable" for r in report.comparison.arms):
+    stood_in = report.reported is not None and report.reported.judged and report.verdict.kind != "could-not-run"
+    if report.comparison is not None and any(r.status == "unavailable" for r in report.comparison.arms) \
+            and not stood_in:
         return EXIT_NOT_TESTED  # a requested arm could not run here: no verdict on the comparison asked for
     return EXIT_VERDICT
 

@@ -468,6 +468,10 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
     round trip through a Python mode costs more than the op); a compiled region runs with
     the mode active, since its graph calls torch functions."""
     last_use = last_uses(order)
+    same_as = _common_subexpressions(order)
+    for i, n in enumerate(order):
+        if n in same_as:  # the first one's value serves the repeat too: keep it until then
+            last_use[same_as[n]] = max(last_use.get(same_as[n], i), i)
     leaves = {n: widen(n.meta["leaf"].value) for n in order if n.op == "placeholder"}
     env: dict[fx.Node, Any] = {}
     result = _Replayed(values={}, discrete={}, nodes={})
@@ -480,6 +484,8 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
                 if n.op == "placeholder":
                     env[n] = leaves[n]
                     env[n]._arm_dtype = n.meta["leaf"].value.dtype
+                elif n in same_as and same_as[n] in env:
+                    env[n] = env[same_as[n]]
                 elif n.op == "call_function":
                     mode.unmeasured = set()
                     args = fx.node.map_arg(n.args, lambda a: env[a])
@@ -519,6 +525,31 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
     finally:
         torch.set_default_dtype(previous)
     return result
+
+
+def _common_subexpressions(order: list[fx.Node]) -> dict[fx.Node, fx.Node]:
+    """Each recorded op that repeats an earlier one — the same pure aten op on the same values
+    with the same arguments — mapped to that earlier one. A kernel given the same inputs twice
+    rounds the same way twice: `x*s - x*s` is exactly 0 on any arm, and only a different
+    evaluation (a fused multiply-add contracting one product) makes it otherwise, which the
+    simulation must not call rounding."""
+    first: dict[tuple, fx.Node] = {}
+    same_as: dict[fx.Node, fx.Node] = {}
+    for n in order:
+        target = n.target
+        if n.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or _written(target) \
+                or torch.Tag.nondeterministic_seeded in target.tags:
+            continue
+        canonical = lambda a: same_as.get(a, a)  # noqa: E731
+        try:
+            key = (target, repr(fx.node.map_arg(n.args, canonical)), repr(fx.node.map_arg(n.kwargs, canonical)))
+        except Exception:  # noqa: BLE001 - an argument that does not print: never merged
+            continue
+        if key in first:
+            same_as[n] = first[key]
+        else:
+            first[key] = n
+    return same_as
 
 
 CANCELLING = {"add", "sub", "rsub"}
