@@ -129,3 +129,22 @@ def test_a_printed_value_finds_the_observable_that_prints_so():
     assert find_observable(r.groups[0], obs, after=-1)[0].index == 1
     (r,) = parse_output("loss 0.4")  # [0.35, 0.45]: no value prints so
     assert find_observable(r.groups[0], obs, after=-1) is None
+
+
+def test_extract_keeps_what_the_reporter_saw_for_the_reported_arm(tmp_path):
+    """`triage extract` writes the displayed values beside the script, and `triage run` on a
+    transcript pasted into a .py file says how to get both."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ISSUES
+    from triage.extract import extract_repro
+
+    proc = subprocess.run([sys.executable, "-m", "triage", "extract", str(ISSUES / "transcript.md"), "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "reported.txt").read_text().splitlines() == [
+        "tensor([88.1818, 89.2804, 86.5792,  1.3170])", "tensor([inf, inf, inf, 1.3170])"]
+    pasted = tmp_path / "session.py"
+    pasted.write_text(">>> import torch\n>>> torch.ones(2).sum()\ntensor(2.)\n")
+    assert "`triage extract session.py`" in extract_repro(pasted).problem

@@ -272,6 +272,13 @@ def extract_command(source: str | None, event_path: str | None, out_dir: str, ap
         lines = found.script.count("\n") + 1
         console.print(visible(f"{title}: repro.py ({lines} lines) written to {out_dir}/"), markup=False,
                       highlight=False)
+    if found.observed:
+        # What the reporter's machine printed (and their collect_env): `triage run repro.py
+        # --reported reported.txt` judges it as their arm.
+        with open(os.path.join(out_dir, "reported.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(found.observed + ([found.environment] if found.environment else [])).rstrip("\n") + "\n")
+        console.print(visible(f" · the output they posted: {out_dir}/reported.txt (`triage run {out_dir}/repro.py "
+                              f"--reported {out_dir}/reported.txt` judges it)"), markup=False, highlight=False)
     # Issue text, shown with its control and escape characters written out (never sent).
     for note in found.notes:
         console.print(visible(f" · {note}"), markup=False, highlight=False)

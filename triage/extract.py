@@ -225,6 +225,11 @@ def extract_repro(path: str | Path) -> Repro:
     else:
         what = f"has a syntax error: {problem.message}"
     where = f" (line {line})" if line is not None else ""
+    if problem.kind not in ("complex", "value") and any(_PROMPT_LINE.match(ln) for ln in source.splitlines()[:200]):
+        # A pasted session, not a script: extraction strips its prompts and keeps what it displayed.
+        where += (f"; it is a `>>>` transcript, not a script: `triage extract {name}` writes the script (prompts "
+                  "stripped) and the displayed values (reported.txt), which `triage run repro.py --reported "
+                  "reported.txt` then judges")
     return Repro(str(p), name, source, problem=f"{name} {what}{where}", problem_line=line)
 
 
