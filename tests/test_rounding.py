@@ -125,6 +125,27 @@ def test_a_different_formula_is_not_excused():
     assert judge(torch.exp(e) - 1, spread).zone == "outside"
 
 
+def test_a_repeated_product_rounds_as_the_first_so_a_contracted_one_is_outside():
+    """gh-122260: exp(x*s - x*s) is exactly 1 however the product rounds, since a kernel rounds
+    the same inputs the same way; a fused multiply-add of one product (Triton's contraction)
+    leaves its rounding error, and exp of it overflows: another evaluation, not rounding."""
+    x, s = torch.tensor([1134139801600.0]), torch.tensor([0.180336877703666687])
+    out, spread = spread_of(lambda x, s: torch.exp(x * s - x * s), x, s)
+    assert out.item() == 1.0 and judge(out, spread).zone == "inside"
+    contracted = torch.exp(torch.tensor([float(x.double() * s.double() - x * s)]))
+    assert judge(contracted, spread).zone == "outside"
+
+
+def test_two_calls_of_one_convolution_are_not_taken_for_one():
+    """The same conv on the same inputs may run other kernels between calls (oneDNN off):
+    each keeps its own rounding, so their difference has a spread."""
+    conv = torch.nn.Conv2d(4, 4, 3).eval()
+    img = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        _, spread = spread_of(lambda i: conv(i) - conv(i), img)
+    assert float(np.max(spread.sigma)) > 0
+
+
 def test_an_overflow_the_true_computation_does_not_have_is_outside():
     a = torch.tensor([1e20, 3.0, 1e30])
     out, spread = spread_of(torch.acosh, a)

@@ -527,18 +527,29 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
     return result
 
 
+def _plain_add(name: str, args: tuple, kwargs: dict) -> bool:
+    """`add`/`sub` without a scale (alpha 1): IEEE addition, correctly rounded whatever the
+    table measured over OpInfo's samples, whose `alpha` makes a second rounding (or an FMA)."""
+    if name.rstrip("_") not in ("add", "sub"):
+        return False
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    return not isinstance(alpha, torch.Tensor) and alpha == 1
+
+
 def _common_subexpressions(order: list[fx.Node]) -> dict[fx.Node, fx.Node]:
-    """Each recorded op that repeats an earlier one — the same pure aten op on the same values
-    with the same arguments — mapped to that earlier one. A kernel given the same inputs twice
-    rounds the same way twice: `x*s - x*s` is exactly 0 on any arm, and only a different
-    evaluation (a fused multiply-add contracting one product) makes it otherwise, which the
-    simulation must not call rounding."""
+    """Each recorded pointwise op that repeats an earlier one — the same aten op on the same
+    values with the same arguments — mapped to that earlier one. An elementwise kernel given
+    the same inputs twice rounds the same way twice: `x*s - x*s` is exactly 0 on any arm, and
+    only a different evaluation (a fused multiply-add contracting one product) makes it
+    otherwise, which the simulation must not call rounding. Reductions, contractions and
+    convolutions are left alone: their kernel and order follow settings that can change
+    between two calls (threads, oneDNN, TF32)."""
     first: dict[tuple, fx.Node] = {}
     same_as: dict[fx.Node, fx.Node] = {}
     for n in order:
         target = n.target
         if n.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or _written(target) \
-                or torch.Tag.nondeterministic_seeded in target.tags:
+                or torch.Tag.pointwise not in target.tags or torch.Tag.nondeterministic_seeded in target.tags:
             continue
         canonical = lambda a: same_as.get(a, a)  # noqa: E731
         try:
@@ -690,7 +701,8 @@ class RoundingMode(TriageDispatchMode):
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
             out = self._round_all(out, out_vd, library=0.0)
-        elif kind == "correctly-rounded" and not self._measured_beyond_rounding(name, out_vd):
+        elif kind == "correctly-rounded" and (_plain_add(name, args, kwargs)
+                                              or not self._measured_beyond_rounding(name, out_vd)):
             out = self._round_all(func(*args, **kwargs), out_vd, library=0.0)
         else:
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
