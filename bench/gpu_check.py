@@ -6,9 +6,11 @@
 Steps, in order, each with its own time cap so that the whole run fits in `--budget` seconds
 (default 450, inside the 8 minutes a GPU session can spare):
 
-  a. wheels: `.whl/*.whl` (if the folder exists) installed with `pip install --no-index --no-deps
+  a. wheels: `.whl/*.whl` (if the folder exists; `bench/gpu_wheels.sh` fills it, on a machine that
+     reaches PyPI, with what the GPU machine lacks) installed with `pip install --no-index --no-deps
      --target` into a private folder, put first on PYTHONPATH (with the repo root) for every
-     subprocess; then `import triage` is checked;
+     subprocess; then `import triage, torch, numpy` and every top-level module the wheels installed
+     are imported there (a wheel built for another Python or glibc fails here, not at its first use);
   b. facts: `nvidia-smi` and torch's CUDA facts (version, CUDA, device, capability, TF32
      defaults, cuDNN), from a subprocess — absent ones are recorded, never fatal;
   c. `python -m pytest -m cuda -q tests/`, its summary line kept;
@@ -137,8 +139,50 @@ def tail(text: str, n: int = 40) -> str:
 
 # --- a. wheels and `import triage` ----------------------------------------------------------
 
-def step_wheels(env: dict, site: Path, cap: float) -> dict:
-    wheels = sorted(glob.glob(str(ROOT / ".whl" / "*.whl")))
+# The top-level modules each installed distribution put into the site folder, read from its
+# RECORD (top_level.txt is setuptools' alone; hatch, flit and maturin wheels have none).
+MODULES_SCRIPT = r"""
+import json, sys
+from pathlib import Path
+site = Path(sys.argv[1])
+modules = {}
+for info in sorted(site.glob("*.dist-info")):
+    record = info / "RECORD"
+    names = set()
+    for line in (record.read_text().splitlines() if record.exists() else []):
+        first = line.split(",", 1)[0].split("/", 1)
+        if len(first) == 2:
+            top = first[0]
+            if top.endswith((".dist-info", ".data", ".libs")) or top in ("..", "__pycache__", "bin"):
+                continue
+        else:
+            top = first[0]
+            if top.endswith(".py"):
+                top = top[:-3]
+            elif top.endswith(".so"):
+                top = top.split(".", 1)[0]
+            else:
+                continue
+        if top.isidentifier():
+            names.add(top)
+    modules[info.name] = sorted(names)
+print(json.dumps(modules))
+"""
+
+IMPORT_SCRIPT = r"""
+import importlib, json, sys
+failed = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except BaseException as e:
+        failed[name] = f"{type(e).__name__}: {e}"
+print(json.dumps(failed))
+"""
+
+
+def step_wheels(env: dict, site: Path, cap: float, wheel_dir: Path = ROOT / ".whl") -> dict:
+    wheels = sorted(glob.glob(str(wheel_dir / "*.whl")))
     result: dict = {"wheels": [Path(w).name for w in wheels], "site": str(site)}
     if wheels:
         log(f"a. installing {len(wheels)} wheel(s) from .whl/ into {site}")
@@ -154,7 +198,29 @@ def step_wheels(env: dict, site: Path, cap: float) -> dict:
     r = run_capped([sys.executable, "-c", "import triage, torch, numpy; print(triage.__file__)"], timeout=cap, env=env)
     result["import_triage"] = {"ok": r["rc"] == 0, "output": tail(r["output"], 10), "seconds": r["seconds"]}
     log(f"a. import triage: {'ok' if r['rc'] == 0 else 'FAILED'} ({tail(r['output'], 1)})")
+    if wheels and result["pip"]["rc"] == 0:
+        result["import_wheels"] = import_wheels(env, site, cap)
     return result
+
+
+def import_wheels(env: dict, site: Path, cap: float) -> dict:
+    """Import every top-level module the wheels installed, with the environment every step gets."""
+    r = run_capped([sys.executable, "-c", MODULES_SCRIPT, str(site)], timeout=cap, env=env)
+    try:
+        modules = json.loads(r["output"].strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"ok": False, "error": f"listing the installed modules failed: {tail(r['output'], 10)}"}
+    names = sorted({m for ms in modules.values() for m in ms})
+    r = run_capped([sys.executable, "-c", IMPORT_SCRIPT, *names], timeout=cap, env=env)
+    try:
+        failed = json.loads(r["output"].strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        failed = {"*": f"rc {r['rc']}, timed out {r['timed_out']}: {tail(r['output'], 10)}"}
+    empty = sorted(dist for dist, ms in modules.items() if not ms)
+    ok = not failed and not empty
+    log(f"a. import of the wheels' {len(names)} module(s): "
+        + ("ok" if ok else f"FAILED {failed or ''} {('no module found for ' + ', '.join(empty)) if empty else ''}"))
+    return {"ok": ok, "modules": modules, "failed": failed, "without_modules": empty}
 
 
 # --- b. facts ------------------------------------------------------------------------------
@@ -311,6 +377,19 @@ def step_cases(cases: list[dict], env: dict, work: Path, deadline: float, case_c
 
 # --- e. the outputs ----------------------------------------------------------------------------
 
+def wheel_note(wheels: dict) -> str:
+    if wheels.get("pip") and wheels["pip"]["rc"] != 0:
+        return " (pip install FAILED)"
+    imported = wheels.get("import_wheels")
+    if not imported:
+        return ""
+    if imported["ok"]:
+        return f", their {sum(len(m) for m in imported['modules'].values())} module(s) import"
+    return (f", import FAILED: {', '.join(sorted(imported.get('failed') or {}))}"
+            + (f"; no module found for {', '.join(imported['without_modules'])}" if imported.get("without_modules") else "")
+            + (f"; {imported['error']}" if imported.get("error") else ""))
+
+
 def markdown(result: dict) -> str:
     facts = result["facts"].get("torch", {})
     dev = (facts.get("devices") or [{}])[0]
@@ -320,7 +399,7 @@ def markdown(result: dict) -> str:
              f"device {dev.get('name')} (capability {dev.get('capability')}), cuDNN {facts.get('cudnn_version')}, "
              f"TF32 matmul default {facts.get('tf32_matmul_default')}, cudnn {facts.get('tf32_cudnn_default')}",
              f"- import triage: {'ok' if result['wheels']['import_triage']['ok'] else 'FAILED'}; "
-             f"wheels: {len(result['wheels']['wheels'])}",
+             f"wheels: {len(result['wheels']['wheels'])}" + wheel_note(result["wheels"]),
              f"- pytest -m cuda: {result['pytest'].get('summary') or result['pytest'].get('status')}"
              + (f" ({result['pytest']['reason']})" if result['pytest'].get('reason') else ""),
              "", "| case | arms | verdict | arm statuses | seconds | expected (meta.json) |",
@@ -353,6 +432,8 @@ def main(argv=None) -> int:
                    help="triage's --memory per arm (default: triage's own, a share of RAM; gh-36582's "
                         "154M-element tensor needed more than 7.1 GiB on an 8 GiB machine)")
     p.add_argument("--site", default=None, help="where the wheels go (default /tmp/site, a temp folder in a dry run)")
+    p.add_argument("--wheels", default=str(ROOT / ".whl"),
+                   help="the folder of wheels step a installs (default .whl/, which bench/gpu_wheels.sh fills)")
     args = p.parse_args(argv)
 
     t0 = time.monotonic()
@@ -364,7 +445,7 @@ def main(argv=None) -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log(f"start: {'dry run' if args.dry_run else 'real run'}, output to {out}, budget {args.budget:.0f} s")
 
-    wheels = step_wheels(env, site, cap=120)
+    wheels = step_wheels(env, site, cap=120, wheel_dir=Path(args.wheels))
     facts = step_facts(env, cap=30)
     torch_facts = facts.get("torch", {})
     skip = None
