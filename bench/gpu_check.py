@@ -1,6 +1,7 @@
 """One command for a lent GPU machine (issue 29): everything CUDA that triage promises, in one run.
 
-    PYTHONUNBUFFERED=1 python bench/gpu_check.py            # writes under $OUT (or --out DIR)
+    bench/gpu_wheels.sh                                     # here, once: what the GPU machine lacks, into .whl/
+    PYTHONUNBUFFERED=1 python bench/gpu_check.py            # there (carrying .whl): writes under $OUT (or --out DIR)
     python bench/gpu_check.py --dry-run --out /tmp/gc       # here, without CUDA: every step, CUDA ones skipped
 
 Steps, in order, each with its own time cap so that the whole run fits in `--budget` seconds
@@ -13,7 +14,8 @@ Steps, in order, each with its own time cap so that the whole run fits in `--bud
      are imported there (a wheel built for another Python or glibc fails here, not at its first use);
   b. facts: `nvidia-smi` and torch's CUDA facts (version, CUDA, device, capability, TF32
      defaults, cuDNN), from a subprocess — absent ones are recorded, never fatal;
-  c. `python -m pytest -m cuda -q tests/`, its summary line kept;
+  c. `python -m pytest -m cuda -q tests/`, its summary line kept (with the wheels of gpu_wheels.sh,
+     tests/test_sweep_engine.py fails to collect there: ray is not carried, and no CUDA test needs it);
   d. triage on every corpus case whose meta.json says `needs_cuda`, and on the CUDA seeds
      (`fixtures/seeds/`), each `python -m triage run ... --isolation process` with a per-case
      cap, several at once; each case's report, comment and minimal repro go into
