@@ -7,11 +7,15 @@
 Steps, in order, each with its own time cap so that the whole run fits in `--budget` seconds
 (default 450, inside the 8 minutes a GPU session can spare):
 
-  a. wheels: `.whl/*.whl` (if the folder exists; `bench/gpu_wheels.sh` fills it, on a machine that
-     reaches PyPI, with what the GPU machine lacks) installed with `pip install --no-index --no-deps
-     --target` into a private folder, put first on PYTHONPATH (with the repo root) for every
-     subprocess; then `import triage, torch, numpy` and every top-level module the wheels installed
-     are imported there (a wheel built for another Python or glibc fails here, not at its first use);
+  a. environment: a virtual environment (`--site`, default /tmp/site) over this interpreter's
+     packages (a .pth adds its site-packages after the environment's own), holding `.whl/*.whl` (if
+     the folder exists; `bench/gpu_wheels.sh` fills it, on a machine that reaches PyPI, with what the
+     GPU machine lacks) and triage itself, built from this checkout, all with `pip install --no-index
+     --no-deps --target`; every later step runs its Python.  Not PYTHONPATH: triage's workers start
+     as `python -I`, which ignores it, and only an installed triage has `triage.templates` (the
+     top-level templates/ folder).  Then `import triage, triage.templates, torch, numpy` and every
+     top-level module the wheels installed are imported there with `-I`, as a worker would (a wheel
+     built for another Python or glibc fails here, not at its first use);
   b. facts: `nvidia-smi` and torch's CUDA facts (version, CUDA, device, capability, TF32
      defaults, cuDNN), from a subprocess — absent ones are recorded, never fatal;
   c. `python -m pytest -m cuda -q tests/`, its summary line kept (with the wheels of gpu_wheels.sh,
@@ -37,6 +41,7 @@ import os
 import re
 import shutil
 import signal
+import site as site_module
 import subprocess
 import sys
 import tarfile
@@ -183,37 +188,84 @@ print(json.dumps(failed))
 """
 
 
+# Run by the environment's Python: its own site-packages folder.
+SITE_PACKAGES_SCRIPT = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+
+
+def make_environment(venv: Path, cap: float) -> tuple[Path, Path, dict]:
+    """A virtual environment at `venv` whose Python also sees this interpreter's packages (torch,
+    numpy, ...): a .pth line, run at every start (`-I` too), adds each of this interpreter's
+    site-packages folders after the environment's own, .pth files included.  Returns its Python,
+    its site-packages folder and what making it printed."""
+    r = run_capped([sys.executable, "-m", "venv", "--without-pip", "--clear", str(venv)], timeout=cap)
+    python = venv / "bin" / "python"
+    probe = run_capped([str(python), "-I", "-c", SITE_PACKAGES_SCRIPT], timeout=cap)
+    if r["rc"] != 0 or probe["rc"] != 0:
+        raise RuntimeError(f"python -m venv {venv}: rc {r['rc']}: {tail(r['output'] + probe['output'], 5)}")
+    venv_site = Path(probe["output"].strip().splitlines()[-1])
+    outer = [p for p in dict.fromkeys(site_module.getsitepackages()) if os.path.isdir(p)]
+    (venv_site / "_gpu_check_outer.pth").write_text(
+        # One line, exec'd by site.py: no comprehension, whose own scope does not see `site` before 3.12.
+        f"import site; list(map(site.addsitedir, {outer!r}))\n")
+    return python, venv_site, {"rc": r["rc"], "outer_site_packages": outer}
+
+
+def pip_install(args: list[str], venv_site: Path, cap: float, what: str) -> dict:
+    r = run_capped([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--no-cache-dir", "--upgrade", "--target", str(venv_site), *args], timeout=cap)
+    if r["rc"] != 0:
+        log(f"a. pip install of {what} failed (rc {r['rc']}): {tail(r['output'], 5)}")
+    return {"rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"], "output": tail(r["output"])}
+
+
 def step_wheels(env: dict, site: Path, cap: float, wheel_dir: Path = ROOT / ".whl") -> dict:
     wheels = sorted(glob.glob(str(wheel_dir / "*.whl")))
-    result: dict = {"wheels": [Path(w).name for w in wheels], "site": str(site)}
+    result: dict = {"wheels": [Path(w).name for w in wheels], "site": str(site), "python": sys.executable}
+    try:
+        python, venv_site, made = make_environment(site, cap)
+    except (RuntimeError, OSError, IndexError) as e:
+        log(f"a. the environment could not be made: {e}")
+        result["environment_error"] = str(e)
+        result["import_triage"] = {"ok": False, "output": str(e), "seconds": 0.0}
+        return result
+    result.update(python=str(python), site_packages=str(venv_site), environment=made)
     if wheels:
-        log(f"a. installing {len(wheels)} wheel(s) from .whl/ into {site}")
-        r = run_capped([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--no-cache-dir", "--upgrade", "--target", str(site), *wheels], timeout=cap)
-        result["pip"] = {"rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"], "output": tail(r["output"])}
-        if r["rc"] != 0:
-            log(f"a. pip install failed (rc {r['rc']}): {tail(r['output'], 5)}")
+        log(f"a. installing {len(wheels)} wheel(s) from {wheel_dir} into {venv_site}")
+        result["pip"] = pip_install(wheels, venv_site, cap, "the wheels")
     else:
-        log("a. no .whl/ wheels to install")
-    paths = ([str(site)] if wheels else []) + [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    r = run_capped([sys.executable, "-c", "import triage, torch, numpy; print(triage.__file__)"], timeout=cap, env=env)
+        log(f"a. no wheels in {wheel_dir} to install")
+    # Built from a copy of what the package is made of, so that the build's own build/ and egg-info
+    # (and stale modules a build/ left there would add) stay out of the checkout; without build
+    # isolation, so that it runs offline, on this interpreter's setuptools (torch needs it).
+    log(f"a. installing triage from {ROOT} into {venv_site}")
+    with tempfile.TemporaryDirectory(prefix="gpu_check_triage_") as source:
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(ROOT / name, source)
+        for name in ("triage", "templates"):
+            shutil.copytree(ROOT / name, Path(source) / name, ignore=shutil.ignore_patterns("__pycache__"))
+        result["pip_triage"] = pip_install(["--no-build-isolation", source], venv_site, cap, "triage")
+    # Not the checkout, whose triage/ has no templates: the installed copy runs (no step's cwd is ROOT but pytest's).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                        if p and os.path.abspath(p) != str(ROOT))
+    r = run_capped([str(python), "-I", "-c", "import triage, triage.templates, torch, numpy; print(triage.__file__)"],
+                   timeout=cap, env=env, cwd=venv_site.anchor)
     result["import_triage"] = {"ok": r["rc"] == 0, "output": tail(r["output"], 10), "seconds": r["seconds"]}
-    log(f"a. import triage: {'ok' if r['rc'] == 0 else 'FAILED'} ({tail(r['output'], 1)})")
+    log(f"a. import triage (python -I): {'ok' if r['rc'] == 0 else 'FAILED'} ({tail(r['output'], 1)})")
     if wheels and result["pip"]["rc"] == 0:
-        result["import_wheels"] = import_wheels(env, site, cap)
+        result["import_wheels"] = import_wheels(env, python, venv_site, cap, exclude={"triage"})
     return result
 
 
-def import_wheels(env: dict, site: Path, cap: float) -> dict:
-    """Import every top-level module the wheels installed, with the environment every step gets."""
-    r = run_capped([sys.executable, "-c", MODULES_SCRIPT, str(site)], timeout=cap, env=env)
+def import_wheels(env: dict, python: Path, site: Path, cap: float, exclude: set[str] = frozenset()) -> dict:
+    """Import every top-level module the wheels installed, as a worker would (`-I`)."""
+    r = run_capped([str(python), "-I", "-c", MODULES_SCRIPT, str(site)], timeout=cap, env=env)
     try:
         modules = json.loads(r["output"].strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"ok": False, "error": f"listing the installed modules failed: {tail(r['output'], 10)}"}
+    modules = {dist: ms for dist, ms in modules.items() if not set(ms) & exclude}
     names = sorted({m for ms in modules.values() for m in ms})
-    r = run_capped([sys.executable, "-c", IMPORT_SCRIPT, *names], timeout=cap, env=env)
+    r = run_capped([str(python), "-I", "-c", IMPORT_SCRIPT, *names], timeout=cap, env=env, cwd=site.anchor)
     try:
         failed = json.loads(r["output"].strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -227,7 +279,7 @@ def import_wheels(env: dict, site: Path, cap: float) -> dict:
 
 # --- b. facts ------------------------------------------------------------------------------
 
-def step_facts(env: dict, cap: float) -> dict:
+def step_facts(env: dict, python: str, cap: float) -> dict:
     result: dict = {}
     smi = shutil.which("nvidia-smi")
     if smi:
@@ -237,7 +289,7 @@ def step_facts(env: dict, cap: float) -> dict:
         result["nvidia_smi"] = None
         result["nvidia_smi_note"] = "nvidia-smi not found on PATH"
     log("b. nvidia-smi:\n" + (result["nvidia_smi"] or result.get("nvidia_smi_note", "")))
-    r = run_capped([sys.executable, "-c", FACTS_SCRIPT], timeout=cap, env=env)
+    r = run_capped([python, "-c", FACTS_SCRIPT], timeout=cap, env=env)
     try:
         result["torch"] = json.loads(r["output"].strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -251,14 +303,14 @@ def step_facts(env: dict, cap: float) -> dict:
 SUMMARY = re.compile(r"^=*\s*(?:\d+ (?:passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)[ ,]*)+.*$")
 
 
-def step_pytest(env: dict, cap: float, skip_reason: str | None) -> dict:
+def step_pytest(env: dict, python: str, cap: float, skip_reason: str | None) -> dict:
     if skip_reason:
         log(f"c. pytest -m cuda: skipped ({skip_reason})")
         return {"status": "skipped", "reason": skip_reason}
-    argv = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rfEs", "-p", "no:cacheprovider",
+    argv = [python, "-m", "pytest", "-m", "cuda", "-q", "-rfEs", "-p", "no:cacheprovider",
             # a test module whose imports are missing there (no wheel carried) must not stop the CUDA tests
             "--continue-on-collection-errors"]
-    probe = run_capped([sys.executable, "-c", "import xdist"], timeout=30, env=env)
+    probe = run_capped([python, "-c", "import xdist"], timeout=30, env=env)
     if probe["rc"] == 0:  # pytest-xdist there: the CUDA tests (each a few triage runs) side by side
         argv += ["-n", "4"]
     argv.append("tests/")
@@ -308,16 +360,17 @@ SECOND_GPU = re.compile(r"(two|2|second|several|multiple|more than one|world.?si
                         r"|(gpu|cuda device|device)[^.\n]{0,60}(two|2|second|several|more than one)", re.I)
 
 
-def run_case(case: dict, work: Path, env: dict, cap: float, arm_timeout: float, memory: str | None = None) -> dict:
+def run_case(case: dict, work: Path, env: dict, python: str, cap: float, arm_timeout: float,
+             memory: str | None = None) -> dict:
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", case["case"])
     report, comment, minimal = work / f"{stem}.json", work / f"{stem}.md", work / f"{stem}.minimal.py"
     budget = max(10, int(cap * 0.25))
-    argv = [sys.executable, "-m", "triage", "run", case["script"], "--arms", case["arms"],
+    argv = [python, "-m", "triage", "run", str(ROOT / case["script"]), "--arms", case["arms"],
             "--json", str(report), "--comment", str(comment), "--minimal", str(minimal),
             "--isolation", "process", "--timeout", str(int(arm_timeout)), "--jobs", "2",
             "--minimize-budget", str(budget), "--rounding-budget", str(budget), "--ablate-budget", str(budget),
             "--quiet"] + (["--memory", memory] if memory else [])
-    r = run_capped(argv, timeout=cap, env=env)
+    r = run_capped(argv, timeout=cap, env=env, cwd=work)  # not ROOT: its triage/ would shadow the installed one
     (work / f"{stem}.log").write_text(r["output"])
     out = {"rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"], "command": " ".join(argv[1:])}
     data = None
@@ -347,7 +400,7 @@ def run_case(case: dict, work: Path, env: dict, cap: float, arm_timeout: float, 
     return out
 
 
-def step_cases(cases: list[dict], env: dict, work: Path, deadline: float, case_cap: float, jobs: int,
+def step_cases(cases: list[dict], env: dict, python: str, work: Path, deadline: float, case_cap: float, jobs: int,
                skip_reason: str | None, memory: str | None = None) -> list[dict]:
     runnable = [c for c in cases if c.get("script") and c.get("status") != "skipped"]
     if skip_reason:
@@ -366,7 +419,7 @@ def step_cases(cases: list[dict], env: dict, work: Path, deadline: float, case_c
         cap = min(case_cap, left)
         log(f"d. {case['case']} --arms {case['arms']} (cap {cap:.0f} s) ...")
         try:
-            case.update(status="ran", **run_case(case, work, env, cap, arm_timeout=max(10, cap * 0.4), memory=memory))
+            case.update(status="ran", **run_case(case, work, env, python, cap, arm_timeout=max(10, cap * 0.4), memory=memory))
         except Exception as e:  # a bug in the check for this case: recorded, the others go on
             case.update(status="check-error", reason=f"{type(e).__name__}: {e}")
         log(f"d. {case['case']}: {case.get('verdict', case.get('status'))}, arms {case.get('arms_status')},"
@@ -433,7 +486,8 @@ def main(argv=None) -> int:
     p.add_argument("--memory", default=None,
                    help="triage's --memory per arm (default: triage's own, a share of RAM; gh-36582's "
                         "154M-element tensor needed more than 7.1 GiB on an 8 GiB machine)")
-    p.add_argument("--site", default=None, help="where the wheels go (default /tmp/site, a temp folder in a dry run)")
+    p.add_argument("--site", default=None, help="the virtual environment the wheels and triage go into "
+                                                "(default /tmp/site, a temp folder in a dry run)")
     p.add_argument("--wheels", default=str(ROOT / ".whl"),
                    help="the folder of wheels step a installs (default .whl/, which bench/gpu_wheels.sh fills)")
     args = p.parse_args(argv)
@@ -448,7 +502,8 @@ def main(argv=None) -> int:
     log(f"start: {'dry run' if args.dry_run else 'real run'}, output to {out}, budget {args.budget:.0f} s")
 
     wheels = step_wheels(env, site, cap=120, wheel_dir=Path(args.wheels))
-    facts = step_facts(env, cap=30)
+    python = wheels["python"]
+    facts = step_facts(env, python, cap=30)
     torch_facts = facts.get("torch", {})
     skip = None
     if args.dry_run:
@@ -459,8 +514,8 @@ def main(argv=None) -> int:
         log("WARNING: torch sees no CUDA device; the CUDA steps run anyway and will report could-not-run")
 
     pytest_cap = max(10.0, min(args.pytest_timeout, deadline - time.monotonic() - 60))
-    pytest_result = step_pytest(env, pytest_cap, skip)
-    cases = step_cases(cuda_cases(), env, work, deadline, args.case_timeout, args.jobs, skip, args.memory)
+    pytest_result = step_pytest(env, python, pytest_cap, skip)
+    cases = step_cases(cuda_cases(), env, python, work, deadline, args.case_timeout, args.jobs, skip, args.memory)
     archive = None
     if any(work.iterdir()):
         archive = out / "cases.tar.gz"

@@ -25,6 +25,9 @@ def test_gpu_check_dry_run(tmp_path):
     result = json.loads((out / "gpu_check.json").read_text())
     assert result["dry_run"] is True
     assert result["wheels"]["import_triage"]["ok"], result["wheels"]
+    # The workers' `python -I` sees triage installed in the check's environment, templates and all,
+    # not the checkout on PYTHONPATH (which it ignores, and whose triage/ has no templates).
+    assert result["wheels"]["import_triage"]["output"].strip().startswith(result["wheels"]["site_packages"]), result["wheels"]
     assert "torch" in result["facts"]["torch"], result["facts"]
     assert result["pytest"]["status"] == "skipped" and result["pytest"]["reason"]
 
