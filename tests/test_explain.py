@@ -3,7 +3,7 @@ the seed articles' scripts, the issue repros the issue names, and triage's own."
 import pytest
 import torch
 
-from tests.conftest import FIXTURES, ISSUES, SEEDS
+from tests.conftest import FIXTURES, ISSUES, SEEDS, emulated_casts_round_as_eager
 from triage.ablate import SWITCHES, _with
 from triage.arms import parse_arm
 from triage.worker.conditioning import sensitivity_of
@@ -104,27 +104,6 @@ def test_rounding_inside_both_spreads_needs_no_ablation(triage):
     assert report["ablations"] == []
 
 
-# Whether this torch's inductor, with emulate_precision_casts, rounds fp16_intermediate_compile.py's
-# float16 intermediates as eager does on the CPU (torch 2.13 does; torch 2.11 keeps them in float32
-# and prints the finite values regardless).
-EMULATION_PROBE = """
-import torch, torch._inductor.config as config
-config.emulate_precision_casts = True
-f = lambda h: h * 1000 * 1000 / 1000 / 1000
-h = torch.tensor([100.0, 200.0, 300.0], dtype=torch.float16)
-print(torch.equal(f(h), torch.compile(f)(h)))
-"""
-
-
-def _emulated_casts_round_as_eager() -> bool:
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-c", EMULATION_PROBE], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout.split()[-1] == "True"
-
-
 @pytest.mark.slow
 def test_an_ablation_explains_a_value_outside_its_spread(triage):
     # Eager rounds h * 1000 * 1000 to float16 (inf); inductor keeps float32 (finite): the
@@ -134,7 +113,7 @@ def test_an_ablation_explains_a_value_outside_its_spread(triage):
     zones = {j["arm"]: j["zone"] for j in report["comparison"]["divergence"]["judgements"]}
     assert zones == {"cpu": "inside", "cpu/compile": "outside"}
     by = {a["switch"]: (a["outcome"], a["inside_spread"]) for a in report["ablations"]}
-    if _emulated_casts_round_as_eager():
+    if emulated_casts_round_as_eager():
         assert (v["kind"], v["expected"]) == ("expected-precision-mode", True), v["summary"]
         assert by["emulate_precision_casts=on"] == ("agree-bitwise", True)
         assert "**Ablations**" in comment and "emulate\\_precision\\_casts = True" in comment
