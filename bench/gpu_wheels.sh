@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python packages a lent GPU machine lacks for triage and `pytest -m cuda`, as wheels in .whl/
-# (issue 29). Run from anywhere on a machine that can reach PyPI; bench/gpu_check.py step a installs
-# them there with `pip install --no-index --no-deps --target`.
+# (issue 29). Run from anywhere on a machine that can reach PyPI; carry .whl/ to the GPU machine, where
+# bench/gpu_check.py step a installs them, with triage, into a virtual environment of its own.
 #
 # The GPU machine (/work/.library/device/KINDS.md) has Python 3.12, torch 2.11 with CUDA 13, numpy,
 # click, jinja2, rich, markdown-it-py, requests, urllib3, typing-extensions, attrs, pyyaml, pytest,
