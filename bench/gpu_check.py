@@ -1,17 +1,25 @@
 """One command for a lent GPU machine (issue 29): everything CUDA that triage promises, in one run.
 
-    PYTHONUNBUFFERED=1 python bench/gpu_check.py            # writes under $OUT (or --out DIR)
+    bench/gpu_wheels.sh                                     # here, once: what the GPU machine lacks, into .whl/
+    PYTHONUNBUFFERED=1 python bench/gpu_check.py            # there (carrying .whl): writes under $OUT (or --out DIR)
     python bench/gpu_check.py --dry-run --out /tmp/gc       # here, without CUDA: every step, CUDA ones skipped
 
 Steps, in order, each with its own time cap so that the whole run fits in `--budget` seconds
 (default 450, inside the 8 minutes a GPU session can spare):
 
-  a. wheels: `.whl/*.whl` (if the folder exists) installed with `pip install --no-index --no-deps
-     --target` into a private folder, put first on PYTHONPATH (with the repo root) for every
-     subprocess; then `import triage` is checked;
+  a. environment: a virtual environment (`--site`, default /tmp/site) over this interpreter's
+     packages (a .pth adds its site-packages after the environment's own), holding `.whl/*.whl` (if
+     the folder exists; `bench/gpu_wheels.sh` fills it, on a machine that reaches PyPI, with what the
+     GPU machine lacks) and triage itself, built from this checkout, all with `pip install --no-index
+     --no-deps --target`; every later step runs its Python.  Not PYTHONPATH: triage's workers start
+     as `python -I`, which ignores it, and only an installed triage has `triage.templates` (the
+     top-level templates/ folder).  Then `import triage, triage.templates, torch, numpy` and every
+     top-level module the wheels installed are imported there with `-I`, as a worker would (a wheel
+     built for another Python or glibc fails here, not at its first use);
   b. facts: `nvidia-smi` and torch's CUDA facts (version, CUDA, device, capability, TF32
      defaults, cuDNN), from a subprocess — absent ones are recorded, never fatal;
-  c. `python -m pytest -m cuda -q tests/`, its summary line kept;
+  c. `python -m pytest -m cuda -q tests/`, its summary line kept (with the wheels of gpu_wheels.sh,
+     tests/test_sweep_engine.py fails to collect there: ray is not carried, and no CUDA test needs it);
   d. triage on every corpus case whose meta.json says `needs_cuda`, and on the CUDA seeds
      (`fixtures/seeds/`), each `python -m triage run ... --isolation process` with a per-case
      cap, several at once; each case's report, comment and minimal repro go into
@@ -33,6 +41,7 @@ import os
 import re
 import shutil
 import signal
+import site as site_module
 import subprocess
 import sys
 import tarfile
@@ -137,29 +146,140 @@ def tail(text: str, n: int = 40) -> str:
 
 # --- a. wheels and `import triage` ----------------------------------------------------------
 
-def step_wheels(env: dict, site: Path, cap: float) -> dict:
-    wheels = sorted(glob.glob(str(ROOT / ".whl" / "*.whl")))
-    result: dict = {"wheels": [Path(w).name for w in wheels], "site": str(site)}
+# The top-level modules each installed distribution put into the site folder, read from its
+# RECORD (top_level.txt is setuptools' alone; hatch, flit and maturin wheels have none).
+MODULES_SCRIPT = r"""
+import json, sys
+from pathlib import Path
+site = Path(sys.argv[1])
+modules = {}
+for info in sorted(site.glob("*.dist-info")):
+    record = info / "RECORD"
+    names = set()
+    for line in (record.read_text().splitlines() if record.exists() else []):
+        first = line.split(",", 1)[0].split("/", 1)
+        if len(first) == 2:
+            top = first[0]
+            if top.endswith((".dist-info", ".data", ".libs")) or top in ("..", "__pycache__", "bin"):
+                continue
+        else:
+            top = first[0]
+            if top.endswith(".py"):
+                top = top[:-3]
+            elif top.endswith(".so"):
+                top = top.split(".", 1)[0]
+            else:
+                continue
+        if top.isidentifier():
+            names.add(top)
+    modules[info.name] = sorted(names)
+print(json.dumps(modules))
+"""
+
+IMPORT_SCRIPT = r"""
+import importlib, json, sys
+failed = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except BaseException as e:
+        failed[name] = f"{type(e).__name__}: {e}"
+print(json.dumps(failed))
+"""
+
+
+# Run by the environment's Python: its own site-packages folder.
+SITE_PACKAGES_SCRIPT = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+
+
+def make_environment(venv: Path, cap: float) -> tuple[Path, Path, dict]:
+    """A virtual environment at `venv` whose Python also sees this interpreter's packages (torch,
+    numpy, ...): a .pth line, run at every start (`-I` too), adds each of this interpreter's
+    site-packages folders after the environment's own, .pth files included.  Returns its Python,
+    its site-packages folder and what making it printed."""
+    r = run_capped([sys.executable, "-m", "venv", "--without-pip", "--clear", str(venv)], timeout=cap)
+    python = venv / "bin" / "python"
+    probe = run_capped([str(python), "-I", "-c", SITE_PACKAGES_SCRIPT], timeout=cap)
+    if r["rc"] != 0 or probe["rc"] != 0:
+        raise RuntimeError(f"python -m venv {venv}: rc {r['rc']}: {tail(r['output'] + probe['output'], 5)}")
+    venv_site = Path(probe["output"].strip().splitlines()[-1])
+    outer = [p for p in dict.fromkeys(site_module.getsitepackages()) if os.path.isdir(p)]
+    (venv_site / "_gpu_check_outer.pth").write_text(
+        # One line, exec'd by site.py: no comprehension, whose own scope does not see `site` before 3.12.
+        f"import site; list(map(site.addsitedir, {outer!r}))\n")
+    return python, venv_site, {"rc": r["rc"], "outer_site_packages": outer}
+
+
+def pip_install(args: list[str], venv_site: Path, cap: float, what: str) -> dict:
+    r = run_capped([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--no-cache-dir", "--upgrade", "--target", str(venv_site), *args], timeout=cap)
+    if r["rc"] != 0:
+        log(f"a. pip install of {what} failed (rc {r['rc']}): {tail(r['output'], 5)}")
+    return {"rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"], "output": tail(r["output"])}
+
+
+def step_wheels(env: dict, site: Path, cap: float, wheel_dir: Path = ROOT / ".whl") -> dict:
+    wheels = sorted(glob.glob(str(wheel_dir / "*.whl")))
+    result: dict = {"wheels": [Path(w).name for w in wheels], "site": str(site), "python": sys.executable}
+    try:
+        python, venv_site, made = make_environment(site, cap)
+    except (RuntimeError, OSError, IndexError) as e:
+        log(f"a. the environment could not be made: {e}")
+        result["environment_error"] = str(e)
+        result["import_triage"] = {"ok": False, "output": str(e), "seconds": 0.0}
+        return result
+    result.update(python=str(python), site_packages=str(venv_site), environment=made)
     if wheels:
-        log(f"a. installing {len(wheels)} wheel(s) from .whl/ into {site}")
-        r = run_capped([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--no-cache-dir", "--upgrade", "--target", str(site), *wheels], timeout=cap)
-        result["pip"] = {"rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"], "output": tail(r["output"])}
-        if r["rc"] != 0:
-            log(f"a. pip install failed (rc {r['rc']}): {tail(r['output'], 5)}")
+        log(f"a. installing {len(wheels)} wheel(s) from {wheel_dir} into {venv_site}")
+        result["pip"] = pip_install(wheels, venv_site, cap, "the wheels")
     else:
-        log("a. no .whl/ wheels to install")
-    paths = ([str(site)] if wheels else []) + [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    r = run_capped([sys.executable, "-c", "import triage, torch, numpy; print(triage.__file__)"], timeout=cap, env=env)
+        log(f"a. no wheels in {wheel_dir} to install")
+    # Built from a copy of what the package is made of, so that the build's own build/ and egg-info
+    # (and stale modules a build/ left there would add) stay out of the checkout; without build
+    # isolation, so that it runs offline, on this interpreter's setuptools (torch needs it).
+    log(f"a. installing triage from {ROOT} into {venv_site}")
+    with tempfile.TemporaryDirectory(prefix="gpu_check_triage_") as source:
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(ROOT / name, source)
+        for name in ("triage", "templates"):
+            shutil.copytree(ROOT / name, Path(source) / name, ignore=shutil.ignore_patterns("__pycache__"))
+        result["pip_triage"] = pip_install(["--no-build-isolation", source], venv_site, cap, "triage")
+    # Not the checkout, whose triage/ has no templates: the installed copy runs (no step's cwd is ROOT but pytest's).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                        if p and os.path.abspath(p) != str(ROOT))
+    r = run_capped([str(python), "-I", "-c", "import triage, triage.templates, torch, numpy; print(triage.__file__)"],
+                   timeout=cap, env=env, cwd=venv_site.anchor)
     result["import_triage"] = {"ok": r["rc"] == 0, "output": tail(r["output"], 10), "seconds": r["seconds"]}
-    log(f"a. import triage: {'ok' if r['rc'] == 0 else 'FAILED'} ({tail(r['output'], 1)})")
+    log(f"a. import triage (python -I): {'ok' if r['rc'] == 0 else 'FAILED'} ({tail(r['output'], 1)})")
+    if wheels and result["pip"]["rc"] == 0:
+        result["import_wheels"] = import_wheels(env, python, venv_site, cap, exclude={"triage"})
     return result
+
+
+def import_wheels(env: dict, python: Path, site: Path, cap: float, exclude: set[str] = frozenset()) -> dict:
+    """Import every top-level module the wheels installed, as a worker would (`-I`)."""
+    r = run_capped([str(python), "-I", "-c", MODULES_SCRIPT, str(site)], timeout=cap, env=env)
+    try:
+        modules = json.loads(r["output"].strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"ok": False, "error": f"listing the installed modules failed: {tail(r['output'], 10)}"}
+    modules = {dist: ms for dist, ms in modules.items() if not set(ms) & exclude}
+    names = sorted({m for ms in modules.values() for m in ms})
+    r = run_capped([str(python), "-I", "-c", IMPORT_SCRIPT, *names], timeout=cap, env=env, cwd=site.anchor)
+    try:
+        failed = json.loads(r["output"].strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        failed = {"*": f"rc {r['rc']}, timed out {r['timed_out']}: {tail(r['output'], 10)}"}
+    empty = sorted(dist for dist, ms in modules.items() if not ms)
+    ok = not failed and not empty
+    log(f"a. import of the wheels' {len(names)} module(s): "
+        + ("ok" if ok else f"FAILED {failed or ''} {('no module found for ' + ', '.join(empty)) if empty else ''}"))
+    return {"ok": ok, "modules": modules, "failed": failed, "without_modules": empty}
 
 
 # --- b. facts ------------------------------------------------------------------------------
 
-def step_facts(env: dict, cap: float) -> dict:
+def step_facts(env: dict, python: str, cap: float) -> dict:
     result: dict = {}
     smi = shutil.which("nvidia-smi")
     if smi:
@@ -169,7 +289,7 @@ def step_facts(env: dict, cap: float) -> dict:
         result["nvidia_smi"] = None
         result["nvidia_smi_note"] = "nvidia-smi not found on PATH"
     log("b. nvidia-smi:\n" + (result["nvidia_smi"] or result.get("nvidia_smi_note", "")))
-    r = run_capped([sys.executable, "-c", FACTS_SCRIPT], timeout=cap, env=env)
+    r = run_capped([python, "-c", FACTS_SCRIPT], timeout=cap, env=env)
     try:
         result["torch"] = json.loads(r["output"].strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -183,14 +303,14 @@ def step_facts(env: dict, cap: float) -> dict:
 SUMMARY = re.compile(r"^=*\s*(?:\d+ (?:passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)[ ,]*)+.*$")
 
 
-def step_pytest(env: dict, cap: float, skip_reason: str | None) -> dict:
+def step_pytest(env: dict, python: str, cap: float, skip_reason: str | None) -> dict:
     if skip_reason:
         log(f"c. pytest -m cuda: skipped ({skip_reason})")
         return {"status": "skipped", "reason": skip_reason}
-    argv = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rfEs", "-p", "no:cacheprovider",
+    argv = [python, "-m", "pytest", "-m", "cuda", "-q", "-rfEs", "-p", "no:cacheprovider",
             # a test module whose imports are missing there (no wheel carried) must not stop the CUDA tests
             "--continue-on-collection-errors"]
-    probe = run_capped([sys.executable, "-c", "import xdist"], timeout=30, env=env)
+    probe = run_capped([python, "-c", "import xdist"], timeout=30, env=env)
     if probe["rc"] == 0:  # pytest-xdist there: the CUDA tests (each a few triage runs) side by side
         argv += ["-n", "4"]
     argv.append("tests/")
@@ -240,16 +360,17 @@ SECOND_GPU = re.compile(r"(two|2|second|several|multiple|more than one|world.?si
                         r"|(gpu|cuda device|device)[^.\n]{0,60}(two|2|second|several|more than one)", re.I)
 
 
-def run_case(case: dict, work: Path, env: dict, cap: float, arm_timeout: float, memory: str | None = None) -> dict:
+def run_case(case: dict, work: Path, env: dict, python: str, cap: float, arm_timeout: float,
+             memory: str | None = None) -> dict:
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", case["case"])
     report, comment, minimal = work / f"{stem}.json", work / f"{stem}.md", work / f"{stem}.minimal.py"
     budget = max(10, int(cap * 0.25))
-    argv = [sys.executable, "-m", "triage", "run", case["script"], "--arms", case["arms"],
+    argv = [python, "-m", "triage", "run", str(ROOT / case["script"]), "--arms", case["arms"],
             "--json", str(report), "--comment", str(comment), "--minimal", str(minimal),
             "--isolation", "process", "--timeout", str(int(arm_timeout)), "--jobs", "2",
             "--minimize-budget", str(budget), "--rounding-budget", str(budget), "--ablate-budget", str(budget),
             "--quiet"] + (["--memory", memory] if memory else [])
-    r = run_capped(argv, timeout=cap, env=env)
+    r = run_capped(argv, timeout=cap, env=env, cwd=work)  # not ROOT: its triage/ would shadow the installed one
     (work / f"{stem}.log").write_text(r["output"])
     out = {"rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"], "command": " ".join(argv[1:])}
     data = None
@@ -279,7 +400,7 @@ def run_case(case: dict, work: Path, env: dict, cap: float, arm_timeout: float, 
     return out
 
 
-def step_cases(cases: list[dict], env: dict, work: Path, deadline: float, case_cap: float, jobs: int,
+def step_cases(cases: list[dict], env: dict, python: str, work: Path, deadline: float, case_cap: float, jobs: int,
                skip_reason: str | None, memory: str | None = None) -> list[dict]:
     runnable = [c for c in cases if c.get("script") and c.get("status") != "skipped"]
     if skip_reason:
@@ -298,7 +419,7 @@ def step_cases(cases: list[dict], env: dict, work: Path, deadline: float, case_c
         cap = min(case_cap, left)
         log(f"d. {case['case']} --arms {case['arms']} (cap {cap:.0f} s) ...")
         try:
-            case.update(status="ran", **run_case(case, work, env, cap, arm_timeout=max(10, cap * 0.4), memory=memory))
+            case.update(status="ran", **run_case(case, work, env, python, cap, arm_timeout=max(10, cap * 0.4), memory=memory))
         except Exception as e:  # a bug in the check for this case: recorded, the others go on
             case.update(status="check-error", reason=f"{type(e).__name__}: {e}")
         log(f"d. {case['case']}: {case.get('verdict', case.get('status'))}, arms {case.get('arms_status')},"
@@ -311,6 +432,19 @@ def step_cases(cases: list[dict], env: dict, work: Path, deadline: float, case_c
 
 # --- e. the outputs ----------------------------------------------------------------------------
 
+def wheel_note(wheels: dict) -> str:
+    if wheels.get("pip") and wheels["pip"]["rc"] != 0:
+        return " (pip install FAILED)"
+    imported = wheels.get("import_wheels")
+    if not imported:
+        return ""
+    if imported["ok"]:
+        return f", their {sum(len(m) for m in imported['modules'].values())} module(s) import"
+    return (f", import FAILED: {', '.join(sorted(imported.get('failed') or {}))}"
+            + (f"; no module found for {', '.join(imported['without_modules'])}" if imported.get("without_modules") else "")
+            + (f"; {imported['error']}" if imported.get("error") else ""))
+
+
 def markdown(result: dict) -> str:
     facts = result["facts"].get("torch", {})
     dev = (facts.get("devices") or [{}])[0]
@@ -320,7 +454,7 @@ def markdown(result: dict) -> str:
              f"device {dev.get('name')} (capability {dev.get('capability')}), cuDNN {facts.get('cudnn_version')}, "
              f"TF32 matmul default {facts.get('tf32_matmul_default')}, cudnn {facts.get('tf32_cudnn_default')}",
              f"- import triage: {'ok' if result['wheels']['import_triage']['ok'] else 'FAILED'}; "
-             f"wheels: {len(result['wheels']['wheels'])}",
+             f"wheels: {len(result['wheels']['wheels'])}" + wheel_note(result["wheels"]),
              f"- pytest -m cuda: {result['pytest'].get('summary') or result['pytest'].get('status')}"
              + (f" ({result['pytest']['reason']})" if result['pytest'].get('reason') else ""),
              "", "| case | arms | verdict | arm statuses | seconds | expected (meta.json) |",
@@ -352,7 +486,10 @@ def main(argv=None) -> int:
     p.add_argument("--memory", default=None,
                    help="triage's --memory per arm (default: triage's own, a share of RAM; gh-36582's "
                         "154M-element tensor needed more than 7.1 GiB on an 8 GiB machine)")
-    p.add_argument("--site", default=None, help="where the wheels go (default /tmp/site, a temp folder in a dry run)")
+    p.add_argument("--site", default=None, help="the virtual environment the wheels and triage go into "
+                                                "(default /tmp/site, a temp folder in a dry run)")
+    p.add_argument("--wheels", default=str(ROOT / ".whl"),
+                   help="the folder of wheels step a installs (default .whl/, which bench/gpu_wheels.sh fills)")
     args = p.parse_args(argv)
 
     t0 = time.monotonic()
@@ -364,8 +501,9 @@ def main(argv=None) -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log(f"start: {'dry run' if args.dry_run else 'real run'}, output to {out}, budget {args.budget:.0f} s")
 
-    wheels = step_wheels(env, site, cap=120)
-    facts = step_facts(env, cap=30)
+    wheels = step_wheels(env, site, cap=120, wheel_dir=Path(args.wheels))
+    python = wheels["python"]
+    facts = step_facts(env, python, cap=30)
     torch_facts = facts.get("torch", {})
     skip = None
     if args.dry_run:
@@ -376,8 +514,8 @@ def main(argv=None) -> int:
         log("WARNING: torch sees no CUDA device; the CUDA steps run anyway and will report could-not-run")
 
     pytest_cap = max(10.0, min(args.pytest_timeout, deadline - time.monotonic() - 60))
-    pytest_result = step_pytest(env, pytest_cap, skip)
-    cases = step_cases(cuda_cases(), env, work, deadline, args.case_timeout, args.jobs, skip, args.memory)
+    pytest_result = step_pytest(env, python, pytest_cap, skip)
+    cases = step_cases(cuda_cases(), env, python, work, deadline, args.case_timeout, args.jobs, skip, args.memory)
     archive = None
     if any(work.iterdir()):
         archive = out / "cases.tar.gz"

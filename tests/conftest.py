@@ -39,6 +39,30 @@ def run_triage(script, arms, tmp_path, *extra, env=None, timeout=600):
     return proc.returncode, data, text, proc.stdout + proc.stderr
 
 
+# Whether this torch's inductor, with emulate_precision_casts, rounds fixtures/fp16_intermediate_compile.py's
+# float16 intermediates as eager does on the CPU (torch 2.13 does; torch 2.11 keeps them in float32 and
+# prints the finite values regardless), so that a test asserts the verdict this torch calls for.
+EMULATION_PROBE = """
+import torch, torch._inductor.config as config
+config.emulate_precision_casts = True
+f = lambda h: h * 1000 * 1000 / 1000 / 1000
+h = torch.tensor([100.0, 200.0, 300.0], dtype=torch.float16)
+print(torch.equal(f(h), torch.compile(f)(h)))
+"""
+
+
+def emulated_casts_round_as_eager(env=None) -> bool:
+    """The probe above in a fresh process of this interpreter, with `env` added to its environment and
+    a cache of inductor's own (code cached for another CPU capability does not build under this one)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="emulation_probe_") as cache:
+        proc = subprocess.run([sys.executable, "-c", EMULATION_PROBE], capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, **(env or {})))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.split()[-1] == "True"
+
+
 @pytest.fixture
 def triage(tmp_path):
     return lambda script, arms="cpu", *extra, **kw: run_triage(script, arms, tmp_path, *extra, **kw)

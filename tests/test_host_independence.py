@@ -4,7 +4,7 @@ kernels this host picks. A few representative cases run again with ATEN_CPU_CAPA
 AVX-512 ones) and must give the verdicts test_cli.py, test_explain.py and test_corpus.py assert."""
 import pytest
 
-from conftest import FIXTURES, ISSUES
+from conftest import FIXTURES, ISSUES, emulated_casts_round_as_eager
 
 pytestmark = pytest.mark.slow
 
@@ -26,4 +26,8 @@ def test_verdict_with_the_scalar_cpu_kernels(triage, script, arms, expected):
     # The variable must reach the arms (the sandbox passes only listed variables through).
     assert {a["flags_start"]["cpu_capability"] for a in report["arms"]} == {"DEFAULT"}
     v = report["verdict"]
+    if script.name == "fp16_intermediate_compile.py" and not emulated_casts_round_as_eager(
+            {"ATEN_CPU_CAPABILITY": "default"}):
+        # This torch's emulate_precision_casts leaves the float32 intermediate (test_explain.py says why).
+        expected = ("nonfinite-flip", False)
     assert (v["kind"], v["expected"]) == expected, v["summary"]
