@@ -73,22 +73,19 @@ def main() -> None:
         verdict = meta.get("maintainer_verdict", "").split(" (")[0][:60]
         seen = f"{meta['classification_expected']} / {verdict}"
         arms = "cpu,cpu/compile" if meta["arms"] == ["eager", "compile"] else "cpu"
-        if meta["needs_cuda"]:
-            report, seconds = run(case / "repro.py", arms, "--reported", str(case / "reported.txt"))
-            if report is None:
-                failed.append(case.name)
-                continue
-            cuda_rows.append(f"| {case.name} | {arms} | {seen} | **{report['verdict']['kind']}** | "
-                             f"{reported_cell(report)} | {cause(report)} | {seconds:.0f} |")
-            print(cuda_rows[-1], flush=True)
-            continue
-        report, seconds = run(case / "repro.py", arms)
+        posted = ("--reported", str(case / "reported.txt")) if meta["needs_cuda"] else ()
+        report, seconds = run(case / "repro.py", arms, *posted)
         if report is None:
             failed.append(case.name)
             continue
-        rows.append(f"| {case.name} | {arms} | {seen} | {meta['observed_status']} | **{report['verdict']['kind']}** | "
-                    f"{cause(report)} | {seconds:.0f} |")
-        print(rows[-1], flush=True)
+        kind = f"**{report['verdict']['kind']}**"
+        if meta["needs_cuda"]:
+            cuda_rows.append(f"| {case.name} | {arms} | {seen} | {kind} | {reported_cell(report)} | "
+                             f"{cause(report)} | {seconds:.0f} |")
+        else:
+            rows.append(f"| {case.name} | {arms} | {seen} | {meta['observed_status']} | {kind} | "
+                        f"{cause(report)} | {seconds:.0f} |")
+        print((cuda_rows if meta["needs_cuda"] else rows)[-1], flush=True)
     for seed in sorted((FIXTURES / "seeds").glob("*.py")):
         report, seconds = run(seed, "cpu")
         if report is None:

@@ -22,10 +22,11 @@ import re
 
 import numpy as np
 
+from triage.arms import mentions_cuda
 from triage.judge import RoundingSpread, judge_value
 from triage.judge.describe import spread_text
 from triage.model import ArmRun, Judgement, Observable, ReportedArm, ReportedValue
-from triage.reported.align import find_observable, pair_groups, positions_of
+from triage.reported.align import find_observable, pair_groups, positions_of, prints_as
 from triage.reported.printed import PrintedGroup, PrintedNumber, parse_output
 
 __all__ = ["judge_reported", "model_words", "reported_judgement", "reported_lines", "reporter_device"]
@@ -37,8 +38,6 @@ MAX_EVIDENCE_VALUES = 12  # a verdict's evidence holds at most 50 lines (report.
 
 def reporter_device(text: str, environment: dict[str, str], script: str | None) -> tuple[str, str]:
     """The device the reporter's numbers came from, and what says so."""
-    from triage.arms import mentions_cuda
-
     for g in (g for r in parse_output(text[:MAX_REPORTED_CHARS]) for g in r.groups):
         if g.device and g.device.startswith("cuda"):
             return "cuda", f"their output prints `device='{g.device}'`"
@@ -112,8 +111,7 @@ def judge_reported(run: ArmRun | None, text: str, source: str, device: str, devi
         ours = printed_here.numbers if printed_here is not None else None
         value.observable, value.label, value.line = o.index, o.shown, o.line
         value.same_as_here = (all(_same(a, b) for a, b in zip(group.numbers, ours)) if ours is not None
-                              else all(a.low <= flat[at] <= a.high or (np.isnan(a.value) and np.isnan(flat[at]))
-                                       for a, at in zip(group.numbers, positions)))
+                              else all(prints_as(flat[at], a) for a, at in zip(group.numbers, positions)))
         value.nonfinite_flip = any(bool(np.isfinite(a.value)) != bool(np.isfinite(flat[at]))
                                    for a, at in zip(group.numbers, positions))
         value.judgement, value.why = _judge(group, ours, positions, o)
@@ -163,8 +161,6 @@ def _judge(reported: PrintedGroup, here: list[PrintedNumber] | None, positions: 
     spread = RoundingSpread.of(o)
     if spread is None:
         return None, (o.rounding or {}).get("reason") or "its rounding was not simulated"
-    if np.iscomplexobj(o.value):
-        return None, "complex values are not judged from printed text"
     if here is not None and len(reported.numbers) != len(here):
         return None, "the reporter's value has other elements than the one printed here"
     reference = spread.reference.reshape(-1)

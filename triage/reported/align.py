@@ -143,10 +143,11 @@ def _positions_in(group: PrintedGroup, o: Observable) -> list[int] | None:
     if positions is None:
         return None
     flat = np.asarray(o.value).reshape(-1).astype(np.float64)
-    return positions if all(_prints_as(flat[at], n) for n, at in zip(group.numbers, positions)) else None
+    return positions if all(prints_as(flat[at], n) for n, at in zip(group.numbers, positions)) else None
 
 
-def _prints_as(x: float, n: PrintedNumber) -> bool:
+def prints_as(x: float, n: PrintedNumber) -> bool:
+    """`x` prints as the number `n` (its interval, nan as nan, an infinity as itself)."""
     if math.isnan(n.value):
         return math.isnan(x)
     if math.isinf(n.value):

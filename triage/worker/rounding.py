@@ -546,12 +546,12 @@ def _common_subexpressions(order: list[fx.Node]) -> dict[fx.Node, fx.Node]:
     between two calls (threads, oneDNN, TF32)."""
     first: dict[tuple, fx.Node] = {}
     same_as: dict[fx.Node, fx.Node] = {}
+    canonical = lambda a: same_as.get(a, a)  # noqa: E731 - an argument as its first computation
     for n in order:
         target = n.target
         if n.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or _written(target) \
                 or torch.Tag.pointwise not in target.tags or torch.Tag.nondeterministic_seeded in target.tags:
             continue
-        canonical = lambda a: same_as.get(a, a)  # noqa: E731
         try:
             key = (target, repr(fx.node.map_arg(n.args, canonical)), repr(fx.node.map_arg(n.kwargs, canonical)))
         except Exception:  # noqa: BLE001 - an argument that does not print: never merged
@@ -1295,11 +1295,10 @@ CUDA_ORDER_DEPENDENT = {
 }
 
 
-def _order_dependent(node: fx.Node) -> list[str]:
+def _order_dependent(node: fx.Node, by_name: dict[str, fx.Node]) -> list[str]:
     """The ops of `node`'s computation whose CUDA kernels are order-dependent."""
-    nodes = {n.name: n for n in node.graph.nodes}
-    ops = {_op_name(nodes[name].target).removeprefix("aten.").rstrip("_") for name in _cone_names(node)
-           if nodes[name].op == "call_function"}
+    ops = {_op_name(by_name[name].target).removeprefix("aten.").rstrip("_") for name in _cone_names(node)
+           if by_name[name].op == "call_function"}
     return sorted(f"aten.{op}" for op in ops & CUDA_ORDER_DEPENDENT)[:16]
 
 
@@ -1348,7 +1347,7 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
                          "sample_stats": spread.sample_stats, "flips": spread.flips,
                          "cancellations": spread.cancellations, "precision": spread.precision,
                          "unmeasured": spread.unmeasured,
-                         "order_dependent": _order_dependent(by_name[r["node"]]) if cuda and r["node"] in by_name
+                         "order_dependent": _order_dependent(by_name[r["node"]], by_name) if cuda and r["node"] in by_name
                          else []}
         if spread.status != "judged":
             continue
