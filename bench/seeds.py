@@ -11,12 +11,21 @@ sampling at the Monte Carlo floor runs as in `triage run`). The decision is mapp
 verdict it would support: a finding (outside by more than the audit's margin: `likely-bug`),
 fragile (outside, nearer: `inconclusive`), or rounding (inside or in the directed envelope).
 Target: the same decision under all ten seeds on at least 99 % of values.
+
+`python bench/seeds.py --scripts DIR [--only NAME ...]` does the same for whole scripts (a new
+user's repro set, say): `triage run SCRIPT --seed S` for S in 0–9 — the seed of the script's
+own generators and of the simulation — and the verdict kind of each run. Target: one kind
+under all ten seeds for every script.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -46,10 +55,45 @@ def decisions(graph, node, ref, dt, value) -> tuple[list[str], list[int]]:  # no
     return out, samples
 
 
+def script_kinds(script: Path) -> list[str]:
+    """The verdict kind of `triage run SCRIPT --seed S` for each seed (its default arms)."""
+    kinds = []
+    with tempfile.TemporaryDirectory(prefix="seeds_") as tmp:
+        for seed in SEEDS:
+            report = Path(tmp) / f"{seed}.json"
+            subprocess.run([sys.executable, "-m", "triage", "run", str(script), "--seed", str(seed), "--json",
+                            str(report), "--comment", "-", "--no-minimize", "--quiet"], cwd=tmp, capture_output=True,
+                           timeout=900, env=dict(os.environ, COLUMNS="100"))
+            kinds.append(json.loads(report.read_text())["verdict"]["kind"] if report.exists() else "(no report)")
+    return kinds
+
+
+def scripts_main(folder: Path, only: list[str]) -> None:
+    start = time.monotonic()
+    scripts = sorted(p for p in folder.glob("*.py") if not only or any(p.name.startswith(o) for o in only))
+    print(f"## Seed stability of whole scripts\n\n`python bench/seeds.py --scripts {folder.name}` — "
+          f"{bench.machine()}; `triage run SCRIPT --seed S`, S = 0–9.\n")
+    print("| script | kinds seen (runs) | one kind |")
+    print("|---|---|---|")
+    stable = 0
+    for script in scripts:
+        kinds = Counter(script_kinds(script))
+        stable += len(kinds) == 1
+        print(f"| {script.stem} | " + ", ".join(f"{k} ({v})" for k, v in kinds.most_common())
+              + f" | {'yes' if len(kinds) == 1 else '**no**'} |", flush=True)
+    print(f"\n{bench.pct(stable, len(scripts))} scripts keep one verdict kind; wall time "
+          f"{time.monotonic() - start:.0f} s.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 cases per family and dtype")
+    parser.add_argument("--scripts", type=Path, help="a folder of repro scripts, each run under seeds 0–9")
+    parser.add_argument("--only", action="append", default=[], help="with --scripts: names starting so")
     args = parser.parse_args()
+    if args.scripts:
+        scripts_main(args.scripts, args.only)
+        return
     per, sdpa_per = (3, 2) if args.quick else (10, 4)
     start = time.monotonic()
     cases = bench.make_cases(per, sdpa_per, 0, 0)

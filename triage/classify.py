@@ -12,7 +12,7 @@ import numpy as np
 
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
-from triage.compare import summarize, ulp
+from triage.compare import side_of, summarize, ulp
 from triage.model import (Ablation, ArmRun, Comparison, Divergence, Observable, ReportedArm, ReportedValue, Repro, Side,
                           Verdict, compared_runs)
 from triage.reported import reported_judgement, reported_lines
@@ -223,6 +223,9 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
             or _ablated(comparison, d, random_agree))
     if rung is not None:
         return rung
+    wrong = _wrong_kernel(comparison, completed)
+    if wrong is not None:
+        return wrong
     if d is None:
         return (_unseeded_runs(completed, repro.source) or _exact_equality(completed, repro.source)
                 or _not_reproduced(comparison, completed))
@@ -263,6 +266,47 @@ def _by_float64(comparison: Comparison, d: Divergence, agree: list[Ablation]) ->
                         "On such inputs results may vary between devices and backends.",
                         _evidence(d) + ([_cond_text(note, full=True)] if note else []))
     return _likely_bug(d)
+
+
+# -- an independent answer: the kernel against exact arithmetic ----------------------------
+def _wrong_kernel(c: Comparison, completed: list[ArmRun]) -> Verdict | None:
+    """A linalg kernel farther from the exact answer on its recorded input (rational
+    arithmetic, mpmath) than a correct kernel's rounding at that precision reaches, with an
+    observed value that depends on it far from the reference: a kernel bug, whether or not
+    the arms agree — two arms calling one LAPACK share its bug, and so may the float64 replay."""
+    for run in completed:
+        for o in run.observables:
+            notes = [run.conditioning[i] for i in o.conditioning if i < len(run.conditioning)]
+            note = next((n for n in notes if n.get("kernel_disagrees") is True), None)
+            if note is None or side_of(run, o).agrees_with_reference is not False:
+                continue
+            both = [r.spec for r in completed if r is not run and any(
+                x.get("kernel_disagrees") is True and x.get("op") == note["op"] and x.get("line") == note.get("line")
+                for x in r.conditioning)]
+            return _verdict("likely-bug", False, policy.NONE, ["silent", "linalg", "review"],
+                            _wrong_kernel_text(run, o, note, both), [_cond_text(note, full=True)])
+    return None
+
+
+def _wrong_kernel_text(run: ArmRun, o: Observable, note: dict[str, Any], also: list[str]) -> str:
+    shape = "×".join(map(str, note.get("shape") or []))
+    text = (f"`aten.{note['op']}` at line {note.get('line')} (`{run.spec}`, {shape} {note.get('dtype')}) returns "
+            f"{_num(note.get('kernel_value'))} where the exact answer on the very input it was given is "
+            f"{_num(note.get('kernel_exact'))} ({note.get('independent')}): off by {_num(note.get('kernel_error'), 2)} "
+            f"of the answer's scale, where a correct kernel at {note.get('dtype')} stays within "
+            f"{_num(note.get('kernel_bound'), 2)} ({policy.INDEPENDENT_SAFETY:g}× the backward-stable bound, conditioning "
+            f"included). {o.shown} (line {o.line}) depends on it and is far from the float64 value.")
+    if also:
+        text += f" {', '.join(f'`{a}`' for a in also)} returns the same wrong answer: the arms share the kernel."
+    if note.get("float64_disagrees") is True:
+        text += (" The float64 replay, which runs the same library, is off too "
+                 f"({_num(note.get('float64_error'), 2)} where float64 allows {_num(note.get('float64_bound'), 2)}): "
+                 "the reference continues from the exact answer.")
+    return text + " A kernel bug, shown by an independent computation, not rounding and not conditioning."
+
+
+def _num(x: Any, digits: int = 9) -> str:
+    return f"{x:.{digits}g}" if isinstance(x, (int, float)) else str(x)
 
 
 # -- the judged ladder: each side against its own simulated rounding -----------------------
@@ -1136,6 +1180,11 @@ def _cond_text(note: dict[str, Any], full: bool = False) -> str:
         parts.append(f"rank {note['rank']} of {note['order']}")
     if note.get("cond") is not None:
         parts.append(f"cond = {note['cond']:.3g}")
+    for side, whose in (("kernel", "the arm's kernel"), ("float64", "the float64 replay's kernel")):
+        if note.get(f"{side}_disagrees") is True:
+            parts.append(f"{whose} {_num(note.get(f'{side}_error'), 2)} off the exact answer ({note.get('independent')}), "
+                         f"beyond the {_num(note.get(f'{side}_bound'), 2)} a correct one reaches"
+                         + ("; the reference continues from the exact answer" if side == "float64" else ""))
     text = ", ".join(parts)
     if full:
         text = (f"conditioning of `{note['op']}` input ({'×'.join(map(str, note['shape']))} {note['dtype']}, "

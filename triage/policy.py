@@ -116,3 +116,8 @@ ALPHA = 0.05
 # replays); the audit still withholds a bug verdict. Real formula and compiler bugs sit
 # orders of magnitude out.
 FRAGILE_MARGIN = 4.0
+
+# How many times the textbook backward-stable bound a correct linalg kernel may be off its
+# exact answer (constants of the bounds, pivot growth, a blocked algorithm's extra terms)
+# before its answer counts as another one (`triage.worker.independent`).
+INDEPENDENT_SAFETY = 64.0

@@ -50,6 +50,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from triage.worker.conditioning import LINALG_OPS, SENSITIVE_OPS, condition_of, sensitivity_of
+from triage.worker.independent import Budget, note_fields
 
 UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 # Ops whose outputs carry no numerical meaning worth a node (scalar extraction, metadata).
@@ -146,6 +147,7 @@ class OpRecorder(TriageDispatchMode):
         self.paused = 0
         self.stopped: str | None = None
         self.conditioning: list[dict[str, Any]] = []
+        self.answer_budget = Budget()
         # Cancellation/overflow/domain checks so far: each costs a float64 pass over the op's
         # input, so a training loop's thousandth matmul is not checked again.
         self.hazard_checks = 0
@@ -235,9 +237,25 @@ class OpRecorder(TriageDispatchMode):
             if note is not None:
                 note["node"] = node.name
                 note["line"] = node.meta["line"]
+                if linalg:
+                    self._answer(name, args, kwargs, out, note)
                 self.conditioning.append(note)
         self._count()
         return out
+
+    def _answer(self, name: str, args: tuple, kwargs: dict[str, Any], out: Any, note: dict[str, Any]) -> None:
+        """Check the arm's own output of a small linalg call against its independent answer
+        (the worst of its outputs goes into the note)."""
+        self.paused += 1
+        try:
+            found = self.answer_budget.answers(name, args, kwargs or {})
+            checks = [c for a in found if (c := a.check(out)) is not None]
+        except Exception:  # noqa: BLE001 - an answer that cannot be computed only loses the check
+            return
+        finally:
+            self.paused -= 1
+        if checks:
+            note.update(note_fields(max(checks, key=lambda c: c.error / c.bound), "kernel"))
 
     def _call(self, func, args, kwargs, random: bool = False):  # noqa: ANN001
         if random and self.device.type != "cpu":

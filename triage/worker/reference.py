@@ -19,6 +19,7 @@ import torch.fx as fx
 from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_map
 
+from triage.worker.independent import COVERED_OPS, Budget, Check
 from triage.worker.opgraph import written_positions
 
 # Ops whose meaning depends on the exact dtype: widening their inputs would change the
@@ -69,6 +70,8 @@ class Replay:
     values: dict[str, torch.Tensor]
     failed: dict[str, str] = field(default_factory=dict)  # node name -> why it has no value
     approximate: dict[str, str] = field(default_factory=dict)  # node -> op run at arm precision
+    # node -> the float64 kernel's check against the node's independent answer (its worst one)
+    checked: dict[str, Check] = field(default_factory=dict)
     seconds: float = 0.0
     incomplete: str | None = None
 
@@ -80,8 +83,14 @@ def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
     `exact_singular` names determinant and SVD nodes whose input was shown exactly singular
     (with its exact rank, for SVDs) in rational arithmetic: their reference is the exact
     answer (det 0, logdet -inf, trailing singular values 0), not LAPACK's float64 noise.
+    A small linalg call or special function is also answered independently
+    (`triage.worker.independent`, on the replay's own float64 input): where the float64
+    kernel is farther from that answer than a correct one's rounding allows (it shares a bug
+    with the arm's kernel, or its formula cancels), the reference continues from the
+    independent answer instead.
     """
     exact_singular = exact_singular or {}
+    budget = Budget()
     start = time.monotonic()
     by_name = {n.name: n for n in graph.nodes}
     order = cone(graph, [by_name[w] for w in wanted if w in by_name])
@@ -99,6 +108,8 @@ def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
                 _evaluate(n, env, result)
                 if n.name in exact_singular and n in env:
                     env[n] = _exact_singular_outputs(n, env[n], exact_singular[n.name])
+                if n in env and n.op == "call_function" and _packet(n) in COVERED_OPS:
+                    env[n] = _checked_outputs(n, env, budget, result)
                 if n.name in wanted and n in env:
                     result.values[n.name] = env[n]
                 release(env, n, i, last_use, wanted)
@@ -123,6 +134,30 @@ def _exact_singular_outputs(n: fx.Node, out: Any, rank: int | None = None) -> An
     if name == "logdet":
         return torch.full_like(out, float("-inf"))
     return out
+
+
+def _packet(n: fx.Node) -> str | None:
+    packet = getattr(n.target, "overloadpacket", None)
+    return packet.__name__ if packet is not None else None
+
+
+def _checked_outputs(n: fx.Node, env: dict[fx.Node, Any], budget: Budget, result: Replay) -> Any:
+    out = env[n]
+    args = fx.node.map_arg(n.args, lambda a: env.get(a))
+    kwargs = fx.node.map_arg(n.kwargs, lambda a: env.get(a))
+    try:
+        checks = [c for a in budget.answers(_packet(n), args, kwargs) if (c := a.check(out)) is not None]
+    except Exception:  # noqa: BLE001 - an answer that cannot be computed only loses the check
+        return out
+    if not checks:
+        return out
+    result.checked[n.name] = max(checks, key=lambda c: c.error / c.bound)
+    wrong = {c.answer.output: c.answer for c in checks if c.disagrees}
+    if not wrong:
+        return out
+    if not isinstance(out, tuple):
+        return wrong[0].merged(out) if 0 in wrong else out
+    return tuple(wrong[i].merged(o) if i in wrong else o for i, o in enumerate(out))
 
 
 def cone(graph: fx.Graph, targets: list[fx.Node]) -> list[fx.Node]:

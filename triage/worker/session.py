@@ -124,8 +124,22 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     recording = recorder.finish()
     result["flags_end"] = envinfo.numerics_flags()
 
-    leaf_index = {leaf.node.name: leaf.index for leaf in recording.leaves}
     by_name = {n.name: n for n in recording.graph.nodes}
+    reference: dict[str, Any] = {"status": "off", "seconds": 0.0, "note": None, "approximate_ops": []}
+    replay = None
+    wanted = {r["node"] for r in store.records if r["node"] is not None}
+    if job["reference"]:
+        emit({"phase": "reference-start", "nodes": len(by_name)})
+        singular = {c["node"]: c.get("exact_rank") for c in recording.conditioning if c.get("exact_singular")}
+        replay = replay_fp64(recording.graph, wanted, job["reference_budget_s"], singular)
+        _note_checks(recording, replay.checked)
+        reference.update(
+            status="partial" if (replay.incomplete or replay.failed or recording.stopped) else "complete",
+            seconds=round(replay.seconds, 3),
+            note=replay.incomplete or recording.stopped,
+            approximate_ops=sorted(set(replay.approximate.values())),
+        )
+    leaf_index = {leaf.node.name: leaf.index for leaf in recording.leaves}
     conditioning_nodes = {c["node"]: i for i, c in enumerate(recording.conditioning)}
     for record in store.records:
         record["ancestors"], record["conditioning"] = _ancestry(by_name.get(record["node"]), leaf_index,
@@ -148,19 +162,6 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     left_out = {"leaves": len(recording.leaves) - len(leaves),
                 "conditioning": len(recording.conditioning) - len(conditioning)}
 
-    reference: dict[str, Any] = {"status": "off", "seconds": 0.0, "note": None, "approximate_ops": []}
-    replay = None
-    wanted = {r["node"] for r in store.records if r["node"] is not None}
-    if job["reference"]:
-        emit({"phase": "reference-start", "nodes": len(by_name)})
-        singular = {c["node"]: c.get("exact_rank") for c in recording.conditioning if c.get("exact_singular")}
-        replay = replay_fp64(recording.graph, wanted, job["reference_budget_s"], singular)
-        reference.update(
-            status="partial" if (replay.incomplete or replay.failed or recording.stopped) else "complete",
-            seconds=round(replay.seconds, 3),
-            note=replay.incomplete or recording.stopped,
-            approximate_ops=sorted(set(replay.approximate.values())),
-        )
     values = dict(store.values)
     for record in store.records:
         node_name = record["node"]
@@ -219,6 +220,29 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
         result["graph"]["export"] = recording.stopped or export_graph(recording.graph, out_dir / "graph") or "ok"
     return result
+
+
+def _note_checks(recording: Any, checked: dict[str, Any]) -> None:
+    """The float64 replay's checks against independent answers, in the conditioning notes: a
+    linalg call's note gains them; a special function whose float64 kernel strayed from its
+    mpmath answer gets a note of its own (only then: agreement is the rule there)."""
+    from triage.worker.independent import note_fields
+
+    notes = {c["node"]: c for c in recording.conditioning}
+    nodes = {n.name: n for n in recording.graph.nodes}
+    for name, check in checked.items():
+        if name in notes:
+            notes[name].update(note_fields(check, "float64"))
+        elif check.disagrees and name in nodes:
+            node = nodes[name]
+            recording.conditioning.append(dict(
+                note_fields(check, "float64"), op=check.answer.op, node=name, line=node.meta.get("line"),
+                kind="float64-reference-inaccurate", shape=list(check.answer.value.shape),
+                dtype="float64", singular=False, ill_conditioned=False,
+                figure=(f"the float64 replay's `{check.answer.op}` gives {check.got:.17g} where {check.answer.method} "
+                        f"gives {check.exact:.17g}: {check.error:.2g} of max(|f|, |x·f′|) off, where a correct "
+                        f"float64 library stays within {check.bound:.2g}. Its formula cancels there, so the "
+                        "reference continues from the independent value")))
 
 
 def _device_unavailable(torch: Any, device: Any) -> str | None:

@@ -1,0 +1,202 @@
+"""The independent answer for small linear algebra (triage.worker.independent): correct kernels
+stay within their bounds on every kind of matrix, a wrong answer is caught, nothing is
+concluded where no digit survives or the range is left, and the float64 reference continues
+from the exact answer where the float64 kernel is the wrong one."""
+import random
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from triage.worker.independent import answers
+from triage.worker.opgraph import OpRecorder
+from triage.worker.reference import replay_fp64
+
+OPS = {
+    "_linalg_det": lambda a, b: torch.ops.aten._linalg_det(a),
+    "_linalg_slogdet": lambda a, b: torch.ops.aten._linalg_slogdet(a),
+    "linalg_inv_ex": lambda a, b: torch.ops.aten.linalg_inv_ex(a),
+    "_linalg_solve_ex": lambda a, b: torch.ops.aten._linalg_solve_ex(a, b),
+    "_linalg_svd": lambda a, b: torch.ops.aten._linalg_svd(a),
+    "_linalg_eigh": lambda a, b: torch.ops.aten._linalg_eigh(a),
+}
+
+
+def _matrix(kind: str, n: int, rng: random.Random) -> torch.Tensor:
+    g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    a = torch.randn(n, n, generator=g, dtype=torch.float64)
+    if kind == "hilbert":
+        a = 1 / (torch.arange(n)[:, None] + torch.arange(n)[None, :] + 1.0).double()
+    elif kind == "near-singular":
+        a[-1] = a[0] + 1e-5 * torch.randn(n, generator=g, dtype=torch.float64)
+    elif kind == "scaled":
+        a = a * 10 ** rng.uniform(-20, 20)
+    elif kind == "integer":
+        a = torch.randint(-3, 4, (n, n), generator=g).double()
+    elif kind == "graded":
+        a = a * torch.logspace(-6, 6, n, dtype=torch.float64)[:, None]
+    elif kind == "low-rank":
+        a = torch.randn(n, 2, generator=g, dtype=torch.float64) @ torch.randn(2, n, generator=g, dtype=torch.float64)
+    return a
+
+
+def _checks(name, a, b, out):
+    args = (a, b) if name == "_linalg_solve_ex" else (a,)
+    return [c for x in answers(name, args, {}) if (c := x.check(out)) is not None]
+
+
+def test_correct_kernels_stay_within_their_bounds_on_every_kind_of_matrix():
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(150):
+        n, dtype = rng.randint(1, 8), rng.choice([torch.float32, torch.float64])
+        kind = rng.choice(["randn", "hilbert", "near-singular", "scaled", "integer", "graded", "low-rank"])
+        a = _matrix(kind, n, rng).to(dtype)
+        b = torch.randn(n, rng.randint(1, 3), dtype=dtype)
+        for name, op in OPS.items():
+            x = a + a.mT if name == "_linalg_eigh" else a
+            try:
+                out = op(x, b)
+            except RuntimeError:
+                continue  # a singular matrix LAPACK refuses
+            for c in _checks(name, x, b, out):
+                checked += 1
+                assert not c.disagrees, (name, kind, n, dtype, c.error, c.bound)
+    assert checked > 500
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_a_wrong_answer_is_caught(name):
+    a = torch.tensor([[4.0, 1.0, 0.5], [1.0, 3.0, -1.0], [0.5, -1.0, 2.5]])
+    b = torch.tensor([[1.0], [2.0], [3.0]])
+    out = OPS[name](a, b)
+    assert not any(c.disagrees for c in _checks(name, a, b, out))
+    # One part in a thousand: far beyond float32 rounding of this well-conditioned matrix.
+    wrong = tuple(t * 1.001 if t.is_floating_point() else t for t in out) if isinstance(out, tuple) else out * 1.001
+    if name == "_linalg_slogdet":
+        wrong = (out[0], out[1] + 1e-3) + tuple(out[2:])
+    checks = _checks(name, a, b, wrong)
+    assert checks and any(c.disagrees for c in checks), [(c.error, c.bound) for c in checks]
+
+
+def test_rank_zero_for_a_rank_two_matrix_is_caught():
+    """The shape of a real LAPACK bug: every singular value of an exact rank-2 matrix returned as 0."""
+    a = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.5], [3.0, 6.0, 9.5]], dtype=torch.float64)
+    u, s, vh = torch.ops.aten._linalg_svd(a)
+    [check] = _checks("_linalg_svd", a, None, (u, torch.zeros_like(s), vh))
+    assert check.disagrees and check.exact > 10 and check.got == 0
+
+
+def test_nothing_is_concluded_where_no_digit_survives_or_the_range_is_left():
+    hilbert = (1 / (torch.arange(8)[:, None] + torch.arange(8)[None, :] + 1.0)).float()
+    assert _checks("linalg_inv_ex", hilbert, None, torch.ops.aten.linalg_inv_ex(hilbert)) == []  # κ·u ≫ 1
+    singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
+    assert answers("_linalg_det", (singular,), {}) == []  # the exact rank covers it
+    huge = torch.randn(8, 8, generator=torch.Generator().manual_seed(3)) * 1e20
+    assert _checks("_linalg_det", huge, None, torch.ops.aten._linalg_det(huge)) == []  # det beyond float32
+
+
+def test_large_complex_or_nonfinite_inputs_get_no_answer():
+    assert answers("_linalg_det", (torch.randn(9, 9),), {}) == []
+    assert answers("_linalg_det", (torch.randn(3, 3, dtype=torch.complex64),), {}) == []
+    assert answers("_linalg_det", (torch.tensor([[1.0, float("nan")], [0.0, 1.0]]),), {}) == []
+    assert answers("mm", (torch.randn(3, 3), torch.randn(3, 3)), {}) == []
+    assert answers("exp", (torch.randn(9, 9),), {}) == []  # special functions: at most 64 elements
+
+
+def test_batched_answers_line_up_with_the_batch():
+    a = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    b = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    for name, args in (("_linalg_det", (a,)), ("_linalg_solve_ex", (a, b)), ("_linalg_svd", (a,))):
+        out = getattr(torch.ops.aten, name)(*args)
+        [check] = [c for x in answers(name, args, {}) if (c := x.check(out)) is not None]
+        assert check.error < 1e-12, (name, check.error)
+
+
+class WrongSingularValues(TorchDispatchMode):
+    """A float64 LAPACK that returns rank 0: the replay's own kernel shares the bug."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ == "_linalg_svd":
+            return (out[0], torch.zeros_like(out[1]), out[2])
+        return out
+
+
+def test_the_reference_continues_from_the_exact_answer_where_the_float64_kernel_is_wrong():
+    a = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.5], [3.0, 6.0, 9.5]])
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        s = torch.linalg.svdvals(a)
+    recording = recorder.finish()
+    node = recorder.lookup(s)
+    note = next(c for c in recording.conditioning if c["op"] == "_linalg_svd")
+    assert note["kernel_disagrees"] is False and note["independent"].startswith("mpmath")
+    honest = replay_fp64(recording.graph, {node.name}, 60)
+    assert not honest.checked[note["node"]].disagrees
+    with WrongSingularValues():
+        replay = replay_fp64(recording.graph, {node.name}, 60)
+    check = replay.checked[note["node"]]
+    assert check.disagrees and check.got == 0
+    # The exact singular values, not the kernel's zeros: rank 2 (the third is 0 to float64).
+    assert torch.allclose(replay.values[node.name], honest.values[node.name], rtol=1e-12, atol=1e-12)
+    assert (replay.values[node.name] > 1e-6).sum() == 2
+
+
+SVD_SCRIPT = """\
+import torch
+a = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.5, 6.0], [0.5, -1.0, 2.0]])
+s = torch.linalg.svdvals(a)
+print(s)
+"""
+
+
+def test_arms_sharing_a_wrong_kernel_are_a_kernel_bug_not_agreement(tmp_path, triage):
+    """Two arms that call one faulty kernel agree bitwise: only the exact answer shows the bug."""
+    script = tmp_path / "svd.py"
+    script.write_text(SVD_SCRIPT)
+    fault = "fault=aten._linalg_svd:scale"
+    code, report, comment, out = triage(script, f"cpu/{fault},cpu/threads=1/{fault}", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert v["kind"] == "likely-bug" and v["expected"] is False, v["summary"]
+    assert "exact answer" in v["summary"] and "mpmath" in v["summary"] and "share the kernel" in v["summary"]
+    assert "module: linear algebra" in v["labels"]
+    # The same script without the fault: the kernel agrees with the exact answer, nothing is called a bug.
+    code, report, _, out = triage(script, "cpu,cpu/threads=1", "--no-minimize", "--no-ablate")
+    assert report["verdict"]["kind"] != "likely-bug", report["verdict"]["summary"]
+    notes = [c for a in report["arms"] for c in a["conditioning"] if c["op"] == "_linalg_svd"]
+    assert notes and all(c["kernel_disagrees"] is False and c["float64_disagrees"] is False for c in notes)
+
+
+FUNCTIONS = {"exp": torch.exp, "expm1": torch.expm1, "log1p": torch.log1p, "sin": torch.sin, "tanh": torch.tanh,
+             "asinh": torch.asinh, "erf": torch.erf, "erfc": torch.erfc, "lgamma": torch.lgamma,
+             "digamma": torch.digamma, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu,
+             "special_i0e": torch.special.i0e}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_correct_float64_special_functions_agree_with_mpmath(name):
+    g = torch.Generator().manual_seed(11)
+    for scale in (1e-6, 0.5, 3.0, 30.0):
+        x = (torch.rand(64, generator=g, dtype=torch.float64) * 2 - 1) * scale
+        [answer] = answers(name, (x,), {})
+        check = answer.check(FUNCTIONS[name](x))
+        assert check is not None and not check.disagrees, (scale, check.error, check.bound)
+
+
+def test_a_cancelling_float64_formula_is_replaced_by_mpmath():
+    """float64 GELU computes x/2·(1 + erf(x/√2)): near x = −8 the sum keeps one digit."""
+    x = torch.tensor([-8.0, 0.5])
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        y = torch.nn.functional.gelu(x)
+    recording = recorder.finish()
+    node = recorder.lookup(y)
+    replay = replay_fp64(recording.graph, {node.name}, 60)
+    check = replay.checked[node.name]
+    assert check.disagrees and check.answer.method.startswith("mpmath")
+    exact = -4.9767684594174271e-15  # -8/2·erfc(8/√2), mpmath at 50 digits
+    reference = replay.values[node.name]
+    assert abs(reference[0].item() - exact) < 1e-12 * abs(exact)
+    assert reference[1].item() == torch.nn.functional.gelu(torch.tensor(0.5, dtype=torch.float64)).item()

@@ -1,0 +1,415 @@
+"""An independent answer for small linear algebra: what the op should return on the recorded
+input, computed without the kernel library the arm and the float64 replay share.
+
+The float64 replay runs the same LAPACK (or the same special-function code) as the arm, one
+precision up: where that library is wrong on an input (a driver that returns rank 0 for a
+rank-2 matrix, a determinant's pivot lost), the reference shares the bug and the arm looks
+right.  Every float is a rational number, so for a small matrix the determinant, inverse and
+solution of the *recorded* input have exact values, found here in rational arithmetic
+(`fractions.Fraction`, Gauss–Jordan without rounding); singular and eigenvalues are
+algebraic, found with mpmath at 50 significant digits (its own SVD and symmetric
+eigensolver: no LAPACK).
+
+Each answer knows how far a correct kernel may be from it at a unit roundoff u — the
+textbook backward-stable bounds (Higham, *Accuracy and Stability of Numerical Algorithms*,
+ch. 9, 14; Weyl's inequality for singular and symmetric eigenvalues), each times a generous
+SAFETY factor:
+
+* inverse and solve:  ‖X̂ − X‖ ≤ n·κ∞(A)·u·‖X‖ (normwise, κ∞ from the exact inverse);
+* determinant:        |d̂ − d| ≤ n²·κ∞(A)·u·|d|, and log|d| within that error (absolute) times
+                      max(1, |log|d||) for the log's own rounding;
+* singular values and symmetric eigenvalues: |σ̂ᵢ − σᵢ| ≤ n·u·‖A‖₂.
+
+A kernel farther than that from the exact answer computed something else: a kernel bug,
+whatever the float64 replay says.  Where the bound itself leaves no significant digit (an
+ill-conditioned or singular matrix), nothing is concluded: conditioning explains any answer.
+
+Scalar special functions (exp, erf, gelu, lgamma, digamma, …) of a few elements are answered
+with mpmath too, for the float64 replay only: a float64 kernel evaluates its own formula,
+which can cancel where the function does not (GELU's 1 + erf(x/√2) near x = −8 keeps one
+digit), and a reference that cancels misjudges every arm downstream.  A correct library
+function is within a few ulps of max(|f(x)|, |x·f′(x)|) (the second term: the function's own
+sensitivity to its argument's last bit).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import torch
+
+from triage import policy
+
+# The largest matrix (order) and batch answered: rational elimination grows as n³ with
+# numbers of growing length, mpmath's eigensolvers are pure Python.
+MAX_ORDER = 8
+MAX_BATCH = 8
+# Per arm, at record time and again in the float64 replay: the answers stop when they have
+# taken this long in all.
+BUDGET_S = 0.25
+SAFETY = policy.INDEPENDENT_SAFETY
+# Past this relative bound the answer carries no significant digit at the arm's precision:
+# nothing is concluded.
+NO_DIGIT = 0.5
+DIGITS = 50
+
+UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24}
+
+
+@dataclass
+class Answer:
+    """The exact (or 50-digit) value of one output of an op, and its error scale."""
+    op: str
+    method: str
+    output: int             # which output of the op it answers (det: 0, S of an SVD: 1, …)
+    value: torch.Tensor     # float64, the op's output shape
+    scale: torch.Tensor     # per element: the magnitude the bound is relative to (broadcasts)
+    factor: float           # the bound is SAFETY·factor·u·scale
+    # The smallest nonzero and the largest magnitude the kernel meets (input, intermediates
+    # as far as they are bounded, answer): where they leave the dtype's range, no conclusion.
+    magnitudes: tuple[float, float]
+
+    def check(self, outputs: Any) -> "Check | None":
+        """How far the op's actual `outputs` lie from this answer, at the unit roundoff of the
+        dtype they were computed in; None where nothing can be concluded."""
+        got = outputs[self.output] if isinstance(outputs, (tuple, list)) else outputs
+        if (not isinstance(got, torch.Tensor) or got.dtype not in UNIT_ROUNDOFF
+                or tuple(got.shape) != tuple(self.value.shape)):
+            return None
+        u, info = UNIT_ROUNDOFF[got.dtype], torch.finfo(got.dtype)
+        bound = SAFETY * self.factor * u
+        smallest, largest = self.magnitudes
+        # Beyond the dtype's range (or in its subnormals, where fewer digits are kept), an
+        # infinite, zero or imprecise answer is the range's doing, not the kernel's.
+        if not math.isfinite(bound) or bound >= NO_DIGIT or largest > info.max / 4 or smallest < info.tiny / u:
+            return None
+        got = got.detach().to("cpu", torch.float64)
+        exact = self.value
+        answered = torch.isfinite(exact)  # a function's pole or a value past float64: not answered
+        if not bool(answered.any()):
+            return None
+        if not bool(torch.isfinite(got)[answered].all()):
+            worst = int(torch.argmax((answered & ~torch.isfinite(got)).to(torch.int8).reshape(-1)))
+            return Check(self, math.inf, bound, float(got.reshape(-1)[worst]), float(exact.reshape(-1)[worst]))
+        scale = self.scale.expand_as(exact)
+        error = torch.where(answered, (got - exact).abs() / scale.clamp_min(torch.finfo(torch.float64).tiny),
+                            torch.zeros_like(exact)).reshape(-1)
+        worst = int(torch.argmax(error))
+        return Check(self, float(error[worst]), bound, float(got.reshape(-1)[worst]), float(exact.reshape(-1)[worst]))
+
+
+    def merged(self, got: torch.Tensor) -> torch.Tensor:
+        """The answer where it has one, the kernel's value elsewhere."""
+        return torch.where(torch.isfinite(self.value), self.value, got)
+
+
+@dataclass
+class Check:
+    answer: Answer
+    error: float   # the largest error, relative to the answer's scale
+    bound: float   # what a correct kernel may reach at that precision
+    got: float     # the kernel's element at the worst position
+    exact: float   # the answer's
+
+    @property
+    def disagrees(self) -> bool:
+        return self.error > self.bound
+
+
+def answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+    """The independent answers for a call of aten `op` (its overload packet's name) on these
+    arguments, [] where the op is not covered or the input is too large, complex or not finite."""
+    if op in _FUNCTIONS:
+        return _function_answers(op, args, kwargs)
+    solver = _SOLVERS.get(op)
+    if solver is None or not args or not isinstance(args[0], torch.Tensor):
+        return []
+    a = args[0]
+    if a.is_complex() or not a.is_floating_point() or a.dim() < 2 or a.shape[-1] != a.shape[-2]:
+        return []
+    n = a.shape[-1]
+    batch = a.numel() // (n * n) if n else 0
+    if n == 0 or n > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
+        return []
+    wide = a.detach().to("cpu", torch.float64).reshape(batch, n, n)
+    if not bool(torch.isfinite(wide).all()):
+        return []
+    return solver(wide, tuple(a.shape), args, kwargs)
+
+
+def _magnitudes(*tensors: torch.Tensor, largest: float = 0.0) -> tuple[float, float]:
+    """The smallest nonzero and the largest magnitude among the input and the answer's scale
+    (a normwise bound does not care how small one element of the answer is)."""
+    values = torch.cat([t.detach().abs().reshape(-1) for t in tensors])
+    nonzero = values[values > 0]
+    return (float(nonzero.min()) if nonzero.numel() else math.inf, max(float(values.max()), largest))
+
+
+def _leading_products(wide: torch.Tensor) -> float:
+    """An upper bound on every partial product of an LU's pivots, |det| of any leading block
+    of the row-permuted matrix (Hadamard: at most the product of its rows' norms)."""
+    norms = torch.linalg.vector_norm(wide, dim=-1).clamp_min(1.0)
+    return float(norms.log().sum(-1).max().exp())
+
+
+# -- rational arithmetic --------------------------------------------------------------------
+def _gauss_jordan(matrix: list[list[float]]) -> tuple[Fraction, list[list[Fraction]] | None]:
+    """The exact determinant and inverse (None when singular) of a float matrix."""
+    n = len(matrix)
+    m = [[Fraction(v) for v in row] + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(matrix)]
+    det = Fraction(1)
+    for col in range(n):
+        pivot = next((r for r in range(col, n) if m[r][col] != 0), None)
+        if pivot is None:
+            return Fraction(0), None
+        if pivot != col:
+            m[col], m[pivot] = m[pivot], m[col]
+            det = -det
+        p = m[col][col]
+        det *= p
+        m[col] = [x / p for x in m[col]]
+        for r in range(n):
+            if r != col and m[r][col] != 0:
+                f = m[r][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return det, [row[n:] for row in m]
+
+
+def _norm_inf(rows: list[list[Any]]) -> float:
+    return max(float(sum(abs(x) for x in row)) for row in rows)
+
+
+def _exact(wide: torch.Tensor) -> list[tuple[Fraction, list[list[Fraction]] | None, float]]:
+    """Per matrix of the batch: exact det, exact inverse and κ∞ (inf when singular)."""
+    out = []
+    for matrix in wide.tolist():
+        det, inverse = _gauss_jordan(matrix)
+        kappa = _norm_inf(matrix) * _norm_inf(inverse) if inverse is not None else math.inf
+        out.append((det, inverse, kappa))
+    return out
+
+
+def _det(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    exact = _exact(wide)
+    n = wide.shape[-1]
+    if any(e[1] is None for e in exact):
+        return []  # an exactly singular matrix: the conditioning note's exact rank covers it
+    dets = torch.tensor([float(e[0]) for e in exact], dtype=torch.float64).reshape(shape[:-2])
+    kappa = max(e[2] for e in exact)
+    return [Answer("det", "rational arithmetic", 0, dets, dets.abs(), n * n * kappa,
+                   _magnitudes(wide, dets, largest=_leading_products(wide)))]
+
+
+def _slogdet(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    exact = _exact(wide)
+    n = wide.shape[-1]
+    if any(e[1] is None for e in exact):
+        return []
+    batch = shape[:-2]
+    signs = torch.tensor([float((e[0] > 0) - (e[0] < 0)) for e in exact], dtype=torch.float64).reshape(batch)
+    logs = torch.tensor([_log_abs(e[0]) for e in exact], dtype=torch.float64).reshape(batch)
+    kappa = max(e[2] for e in exact)
+    magnitudes = _magnitudes(wide)
+    return [Answer("slogdet", "rational arithmetic", 0, signs, torch.ones_like(signs), n * n * kappa, magnitudes),
+            # log|d| itself is then rounded, relative to its own size.
+            Answer("slogdet", "rational arithmetic", 1, logs, logs.abs().clamp_min(1.0), n * n * kappa, magnitudes)]
+
+
+def _log_abs(q: Fraction) -> float:
+    # log of each integer separately: |det| may be far outside float64's range.
+    return math.log(abs(q.numerator)) - math.log(q.denominator)
+
+
+def _inverse(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    exact = _exact(wide)
+    if any(e[1] is None for e in exact):
+        return []
+    n = wide.shape[-1]
+    inverses = torch.tensor([[[float(x) for x in row] for row in e[1]] for e in exact], dtype=torch.float64)
+    scale = inverses.abs().amax(dim=(-2, -1), keepdim=True)
+    kappa = max(e[2] for e in exact)
+    return [Answer("inverse", "rational arithmetic", 0, inverses.reshape(shape), scale.reshape(
+        shape[:-2] + (1, 1)), n * kappa, _magnitudes(wide, scale))]
+
+
+def _solve(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    left = kwargs.get("left", args[2] if len(args) > 2 else True)
+    b = args[1] if len(args) > 1 else None
+    if not left or not isinstance(b, torch.Tensor) or b.is_complex() or not b.is_floating_point():
+        return []
+    n = wide.shape[-1]
+    batch = shape[:-2]
+    vector = b.dim() == 1 or (b.dim() == len(shape) - 1 and tuple(b.shape) == batch + (n,))
+    rhs = b.detach().to("cpu", torch.float64)
+    rhs = rhs.unsqueeze(-1) if vector else rhs
+    if rhs.shape[-2] != n or not bool(torch.isfinite(rhs).all()) or rhs.shape[-1] > 4 * MAX_ORDER:
+        return []
+    try:
+        rhs = rhs.expand(batch + tuple(rhs.shape[-2:])).reshape(wide.shape[0], n, rhs.shape[-1])
+    except RuntimeError:
+        return []  # a broadcast batch of the right-hand side: not answered
+    exact = _exact(wide)
+    if any(e[1] is None for e in exact):
+        return []
+    solutions = []
+    for (_, inverse, _), columns in zip(exact, rhs.tolist(), strict=True):
+        bq = [[Fraction(v) for v in row] for row in columns]
+        solutions.append([[float(sum(inverse[i][k] * bq[k][j] for k in range(n))) for j in range(len(bq[0]))]
+                          for i in range(n)])
+    x = torch.tensor(solutions, dtype=torch.float64)
+    scale = x.abs().amax(dim=-2, keepdim=True)  # per column: ‖x‖∞
+    out_shape = batch + tuple(x.shape[-2:])
+    x, scale = x.reshape(out_shape), scale.reshape(batch + (1, x.shape[-1]))
+    if vector:
+        x, scale = x.squeeze(-1), scale.squeeze(-1).squeeze(-1).unsqueeze(-1)
+    kappa = max(e[2] for e in exact)
+    return [Answer("solve", "rational arithmetic", 0, x, scale, n * kappa, _magnitudes(wide, rhs, scale))]
+
+
+# -- mpmath at 50 digits --------------------------------------------------------------------
+def _singular_values(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    import mpmath
+
+    values = []
+    with mpmath.workdps(DIGITS):
+        for matrix in wide.tolist():
+            s = mpmath.mp.svd_r(mpmath.matrix(matrix), compute_uv=False)
+            values.append(sorted((float(x) for x in s), reverse=True))
+    s = torch.tensor(values, dtype=torch.float64)
+    scale = s[:, :1].clone()  # ‖A‖₂ per matrix
+    n = wide.shape[-1]
+    return [Answer("svd", f"mpmath at {DIGITS} digits", 1, s.reshape(shape[:-1]), scale.reshape(shape[:-2] + (1,)), n,
+                   _magnitudes(wide, scale))]
+
+
+def _symmetric_eigenvalues(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    import mpmath
+
+    lower = str(kwargs.get("UPLO", args[1] if len(args) > 1 else "L")).upper() != "U"
+    # The kernel reads one triangle only: the matrix it solves is that triangle, mirrored.
+    half = wide.tril() if lower else wide.triu()
+    symmetric = half + half.transpose(-2, -1) - torch.diag_embed(wide.diagonal(dim1=-2, dim2=-1))
+    values = []
+    with mpmath.workdps(DIGITS):
+        for matrix in symmetric.tolist():
+            e = mpmath.mp.eigsy(mpmath.matrix(matrix), eigvals_only=True)
+            values.append(sorted(float(x) for x in e))
+    lam = torch.tensor(values, dtype=torch.float64)
+    scale = lam.abs().amax(dim=-1, keepdim=True)  # ‖A‖₂ of a symmetric matrix
+    n = wide.shape[-1]
+    return [Answer("eigh", f"mpmath at {DIGITS} digits", 0, lam.reshape(shape[:-1]), scale.reshape(shape[:-2] + (1,)), n,
+                   _magnitudes(symmetric, scale))]
+
+
+_SOLVERS = {
+    "_linalg_det": _det, "linalg_det": _det, "det": _det,
+    "_linalg_slogdet": _slogdet, "linalg_slogdet": _slogdet, "slogdet": _slogdet,
+    "linalg_inv_ex": _inverse, "linalg_inv": _inverse, "inverse": _inverse,
+    "_linalg_solve_ex": _solve, "linalg_solve": _solve, "linalg_solve_ex": _solve,
+    "_linalg_svd": _singular_values, "linalg_svdvals": _singular_values,
+    "_linalg_eigh": _symmetric_eigenvalues, "linalg_eigvalsh": _symmetric_eigenvalues,
+}
+
+
+# -- scalar special functions ---------------------------------------------------------------
+MAX_ELEMENTS = 64
+
+
+def _gelu(mp: Any, x: Any) -> Any:
+    return x / 2 * mp.erfc(-x / mp.sqrt(2))
+
+
+def _sigmoid(mp: Any, x: Any) -> Any:
+    return 1 / (1 + mp.exp(-x))
+
+
+_FUNCTIONS: dict[str, Any] = {
+    "exp": lambda mp, x: mp.exp(x), "expm1": lambda mp, x: mp.expm1(x), "log": lambda mp, x: mp.log(x),
+    "log1p": lambda mp, x: mp.log1p(x), "log2": lambda mp, x: mp.log(x, 2), "log10": lambda mp, x: mp.log10(x),
+    "sin": lambda mp, x: mp.sin(x), "cos": lambda mp, x: mp.cos(x), "tan": lambda mp, x: mp.tan(x),
+    "tanh": lambda mp, x: mp.tanh(x), "sinh": lambda mp, x: mp.sinh(x), "cosh": lambda mp, x: mp.cosh(x),
+    "asin": lambda mp, x: mp.asin(x), "acos": lambda mp, x: mp.acos(x), "atan": lambda mp, x: mp.atan(x),
+    "asinh": lambda mp, x: mp.asinh(x), "acosh": lambda mp, x: mp.acosh(x), "atanh": lambda mp, x: mp.atanh(x),
+    "erf": lambda mp, x: mp.erf(x), "erfc": lambda mp, x: mp.erfc(x), "erfinv": lambda mp, x: mp.erfinv(x),
+    "lgamma": lambda mp, x: mp.log(abs(mp.gamma(x))), "digamma": lambda mp, x: mp.digamma(x),
+    "sigmoid": _sigmoid, "gelu": _gelu, "silu": lambda mp, x: x * _sigmoid(mp, x),
+    "special_i0e": lambda mp, x: mp.besseli(0, x) * mp.exp(-abs(x)), "i0": lambda mp, x: mp.besseli(0, x),
+    "special_ndtr": lambda mp, x: mp.ncdf(x), "special_erfcx": lambda mp, x: mp.exp(x * x) * mp.erfc(x),
+}
+
+
+def _function_answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if (x is None or not x.is_floating_point() or x.numel() == 0 or x.numel() > MAX_ELEMENTS
+            or len(args) > 1 or (op == "gelu" and kwargs.get("approximate", "none") != "none")):
+        return []
+    import mpmath
+
+    f = _FUNCTIONS[op]
+    values, scales = [], []
+    with mpmath.workdps(DIGITS):
+        for v in x.detach().to("cpu", torch.float64).reshape(-1).tolist():
+            y, sensitivity = _evaluate(mpmath.mp, f, v)
+            values.append(y)
+            scales.append(max(abs(y), sensitivity) if math.isfinite(y) else math.nan)
+    value = torch.tensor(values, dtype=torch.float64).reshape(x.shape)
+    scale = torch.tensor(scales, dtype=torch.float64).reshape(x.shape)
+    answered = torch.isfinite(value)
+    if not bool(answered.any()):
+        return []
+    wide = x.detach().to("cpu", torch.float64)
+    return [Answer(op, f"mpmath at {DIGITS} digits", 0, value, torch.where(answered, scale, torch.ones_like(scale)),
+                   1.0, _magnitudes(wide[answered], scale[answered]))]
+
+
+def _evaluate(mp: Any, f: Any, v: float) -> tuple[float, float]:
+    """f(v) and |v·f′(v)| (from a central difference at 50 digits); nan where f has no real
+    finite value there."""
+    if not math.isfinite(v):
+        return math.nan, math.nan
+    try:
+        x = mp.mpf(v)
+        y = f(mp, x)
+        h = abs(x) * mp.mpf(10) ** -20 if v != 0 else mp.mpf(10) ** -40
+        slope = (f(mp, x + h) - f(mp, x - h)) / (2 * h)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return math.nan, math.nan
+    if not (isinstance(y, mp.mpf) and isinstance(slope, mp.mpf)):
+        return math.nan, math.nan  # complex: outside the real domain
+    out, sensitivity = float(y), float(abs(x * slope))
+    return (out, sensitivity) if math.isfinite(out) and math.isfinite(sensitivity) else (math.nan, math.nan)
+
+
+COVERED_OPS = frozenset(_SOLVERS) | frozenset(_FUNCTIONS)
+LINALG_COVERED = frozenset(_SOLVERS)
+
+
+class Budget:
+    """The answers an arm may still compute: BUDGET_S of wall time in all."""
+
+    def __init__(self, seconds: float = BUDGET_S) -> None:
+        self.left = seconds
+
+    def answers(self, op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+        if self.left <= 0 or op not in COVERED_OPS:
+            return []
+        start = time.monotonic()
+        try:
+            return answers(op, args, kwargs)
+        finally:
+            self.left -= time.monotonic() - start
+
+
+def note_fields(check: Check, side: str) -> dict[str, Any]:
+    """The conditioning note's flat fields for one check: `side` is "kernel" (the arm's own
+    output) or "float64" (the replay's)."""
+    return {"independent": check.answer.method, f"{side}_error": _finite(check.error),
+            f"{side}_bound": check.bound, f"{side}_value": _finite(check.got), f"{side}_exact": check.exact,
+            f"{side}_disagrees": check.disagrees}
+
+
+def _finite(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
