@@ -21,7 +21,8 @@ MIN_ARM_MEMORY = 512 << 20
 # `triage run SCRIPT -- ARGS`: a repro's arguments, not a data channel (the job file carries them).
 MAX_SCRIPT_ARGS, MAX_SCRIPT_ARGS_BYTES = 256, 64 << 10
 SHOWN_ARGS_CHARS = 1000  # of the arguments, in the report's note (a note holds 5000)
-UNWRAPPED_WIDTH = 1 << 16  # piped output's width without COLUMNS: tables and boxes fit their text
+# Piped output's width without COLUMNS: what a CI log or `| less` shows whole (rich's own guess is 80).
+PIPED_WIDTH = 100
 
 
 def _memory(text: str | None) -> int | None:
@@ -809,15 +810,15 @@ def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path:
 
 def _console(stderr: bool = False) -> Any:
     """The console for the summary (stdout) or the progress (stderr).  Piped or redirected, the
-    text is for logs and for copying: no line of text is wrapped (rich would wrap at a width it
-    can only guess, 80), and no colour or cursor control is written, even where FORCE_COLOR asks
-    for it.  Tables and boxes fit their text, within an exported COLUMNS when there is one."""
+    text is for logs and for copying: prose, boxes and tables wrap at an exported COLUMNS, else
+    at `PIPED_WIDTH`, as in a terminal that wide (code and URLs are printed whole either way), and
+    no colour or cursor control is written, even where FORCE_COLOR asks for it."""
     from rich.console import Console
 
     if _is_tty(sys.stderr if stderr else sys.stdout):
         return Console(stderr=stderr)
-    width = None if os.environ.get("COLUMNS", "").isdigit() else UNWRAPPED_WIDTH  # None: rich reads COLUMNS
-    return Console(stderr=stderr, soft_wrap=True, width=width, force_terminal=False)
+    width = None if os.environ.get("COLUMNS", "").isdigit() else PIPED_WIDTH  # None: rich reads COLUMNS
+    return Console(stderr=stderr, width=width, force_terminal=False)
 
 
 def _is_tty(stream: Any) -> bool:
