@@ -538,6 +538,16 @@ def test_a_github_search_sweeps_the_matching_open_issues_and_refs_reuse_their_re
     assert len(_rows(base / "out" / "results.sqlite")) == 3
 
 
+def test_a_sweep_whose_github_source_cannot_be_reached_exits_6(base):
+    stopped = FakeGitHub().start()
+    stopped.stop()  # its port now refuses connections
+    run = sweep(base, "octo/demo#1", "--out", "out", "--api-url", stopped.api_url)
+    assert run.rc == 6, run.output
+    assert f"skipped: octo/demo#1: cannot reach GitHub at {stopped.api_url}: connection refused (5 attempts)" \
+        in run.output.splitlines()
+    assert "Traceback" not in run.output
+
+
 @pytest.mark.slow
 def test_post_comments_each_swept_issue_once_and_updates_it_in_place(github, base):
     def post_sweep(*extra: str) -> Run:
@@ -699,7 +709,7 @@ def test_the_run_options_reach_every_item_and_json_may_name_the_sweeps_own_summa
                  for name, ext in (("html", "html"), ("markdown", "md"), ("json", "json"))}
         for path in files.values():
             Path(path).write_text("{}\n")
-        return driver.SweepOutcome(results=[], ran=0, problems=[], torch_builds=["b"], stats=None, files=files)
+        return driver.SweepOutcome(results=[], ran=0, problems=[], github_unreachable=False, torch_builds=["b"], stats=None, files=files)
 
     monkeypatch.setattr(driver, "run_sweep", fake_sweep)
     monkeypatch.chdir(base)
