@@ -122,7 +122,7 @@ def arms_for(item: SweepItem) -> tuple[str, ...]:
 
 def summary(results: list[ItemResult], problems: list[str], builds: list[str], counts: dict[str, int],
             stats: Any = None) -> dict[str, Any]:  # noqa: ANN401 - engine.EngineStats
-    """The `--json` summary: one line per item and torch build, without the reports (those are
+    """sweep.json (and `--json`'s copy): one entry per item and torch build, without the reports (those are
     in the store), and what the engine measured of this sweep (None where every item was
     stored already)."""
     return {"torch_builds": builds, "counts": counts, "problems": problems,
