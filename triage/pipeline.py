@@ -221,8 +221,8 @@ def _knob_call_notes(run: ArmRun) -> list[str]:
     for call in run.knob_calls:
         setter, value = call["setter"], call["value"]
         knob = SETTERS[setter][0]
-        if knob in knobs and recordable(setter, value) == value and type(recordable(setter, value)) is type(value) \
-                and overrides(setter, value, knobs[knob]):
+        # `is`: the value exactly as the worker records it for this setter (True is not 1 here).
+        if knob in knobs and recordable(setter, value) is value and overrides(setter, value, knobs[knob]):
             notes.append(knob_call_note(run.spec, knob, knobs[knob], call))
     return notes
 

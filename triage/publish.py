@@ -255,7 +255,7 @@ def with_retries(step: Callable[[], T], options: GitHubOptions) -> T:
             return step()
         except GithubException as e:
             wait = _retry_wait(e, attempt)
-            if wait is not None and attempt == options.attempts and _server_failure(e):
+            if attempt == options.attempts and _server_failure(e):
                 raise GitHubUnreachable(f"GitHub at {options.api_url} answered {e.status} to each of "
                                         f"{options.attempts} attempts") from e
             if wait is None or attempt == options.attempts:

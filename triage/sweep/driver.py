@@ -122,9 +122,9 @@ def arms_for(item: SweepItem) -> tuple[str, ...]:
 
 def summary(results: list[ItemResult], problems: list[str], builds: list[str], counts: dict[str, int],
             stats: Any = None) -> dict[str, Any]:  # noqa: ANN401 - engine.EngineStats
-    """sweep.json (and `--json`'s copy): one entry per item and torch build, without the reports (those are
-    in the store), and what the engine measured of this sweep (None where every item was
-    stored already)."""
+    """sweep.json (and `--json`'s copy): one entry per item and torch build, without the
+    reports (those are in the store), and what the engine measured of this sweep (None where
+    every item was stored already)."""
     return {"torch_builds": builds, "counts": counts, "problems": problems,
             "engine": dataclasses.asdict(stats) if stats is not None else None,
             "items": [{"key": r.key, "title": r.title, "url": r.url, "torch_build": r.torch_build,
