@@ -231,21 +231,34 @@ def _run_piped(tmp_path, monkeypatch, env=None, columns=None):
                               env=env)
 
 
-def test_piped_output_never_wraps_code_urls_or_prose(tmp_path, monkeypatch):
+def _wrapped_at(stdout, width):
+    """The lines of the piped summary wider than `width`, less those printed whole on purpose
+    (the minimal repro's code, a line holding a URL)."""
+    return [line for line in stdout.splitlines()
+            if len(line) > width and line != LONG_CODE_LINE and "://" not in line]
+
+
+def test_piped_output_without_columns_wraps_at_a_readable_width(tmp_path, monkeypatch):
+    from triage.cli import PIPED_WIDTH
+
     result = _run_piped(tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
+    assert _wrapped_at(result.stdout, PIPED_WIDTH) == []
+    assert max(len(line) for line in lines if line.startswith("│")) == PIPED_WIDTH  # the box fills the width
+    boxed = " ".join(line.strip("│ ") for line in lines if line.startswith("│"))
+    assert boxed.count("a summary that goes on") == 12  # wrapped inside the box, nothing cropped
+    assert " ".join(line.strip() for line in lines).count("a note that goes on") == 12  # prose wraps, whole
+    # Code and URLs are still printed whole: a wrapped line no longer runs or opens.
     assert LONG_CODE_LINE in lines and len(LONG_CODE_LINE) > 200
     assert f"policy: Batched computations {LONG_URL}" in lines and f" • see {LONG_URL}" in lines
-    assert f" · {LONG_NOTE}" in lines
-    summary = next(line for line in lines if "a summary" in line)
-    assert summary.count("a summary that goes on") == 12  # the verdict's box fits its text
-    assert max(len(line) for line in lines) < 1000  # and nothing is padded to the unbounded width
 
 
-def test_piped_with_columns_the_verdict_box_wraps_its_summary_whole(tmp_path, monkeypatch):
-    result = _run_piped(tmp_path, monkeypatch, columns=100)
+def test_piped_with_columns_the_summary_wraps_at_columns(tmp_path, monkeypatch):
+    result = _run_piped(tmp_path, monkeypatch, columns=60)
     assert result.exit_code == 0, result.output
+    assert _wrapped_at(result.stdout, 60) == []
+    assert max(len(line) for line in result.stdout.splitlines() if line.startswith("│")) == 60
     boxed = " ".join(line.strip("│ ") for line in result.stdout.splitlines() if line.startswith("│"))
     assert boxed.count("a summary that goes on") == 12  # wrapped inside the box, nothing cropped
     assert LONG_CODE_LINE in result.stdout.splitlines()  # code is still never wrapped

@@ -14,7 +14,7 @@ from triage import __version__
 from triage.classify import classify
 from triage.extract import extract_issue_body
 from triage.model import Issue, Report, Repro
-from triage.publish import GitHubOptions, PublishError, body_sha256, connect, post_report
+from triage.publish import GitHubOptions, GitHubUnreachable, PublishError, body_sha256, connect, post_report
 from triage.report import COMMENT_LIMIT, MARKER, report_json, validate_report
 
 REPO, NUMBER = "octo/demo", 7
@@ -122,13 +122,38 @@ def test_rate_limit_longer_than_the_wait_budget_gives_up(github):
         _post(github, _data(), max_wait_s=60)
 
 
-def test_persistent_5xx_gives_up_after_the_attempts(github):
-    from github import GithubException
-
+def test_persistent_5xx_gives_up_after_the_attempts_as_unreachable(github):
     github.failures.append(Failure("GET", f"/repos/{REPO}/issues/{NUMBER}", 503, times=10))
-    with pytest.raises(GithubException):
+    with pytest.raises(GitHubUnreachable, match=r"answered 503 to each of 2 attempts"):
         _post(github, _data(), attempts=2)
     assert _bot_comments(github) == []
+
+
+@pytest.fixture
+def closed_api_url():
+    """The API address of a GitHub server that has stopped: its port refuses connections."""
+    server = FakeGitHub().start()
+    url = server.api_url
+    server.stop()
+    return url
+
+
+def test_a_closed_port_is_unreachable_after_the_attempts(closed_api_url):
+    with pytest.raises(GitHubUnreachable, match=r"^cannot reach GitHub at .*: connection refused \(2 attempts\)$"):
+        options = _options(api_url=closed_api_url, attempts=2)
+        post_report(connect(options), _data(), options)
+
+
+def test_a_name_that_does_not_resolve_is_unreachable():
+    options = _options(api_url="http://no-such-host.invalid/api/v3", attempts=1)
+    with pytest.raises(GitHubUnreachable, match=r"its host name does not resolve \(DNS\)"):
+        post_report(connect(options), _data(), options)
+
+
+def test_a_refused_token_is_not_unreachable(github):
+    with pytest.raises(PublishError) as refused:
+        _post(github, _data(), token="wrong")
+    assert not isinstance(refused.value, GitHubUnreachable)
 
 
 def test_oversize_comment_is_truncated_under_the_limit(github):
@@ -246,6 +271,45 @@ def test_post_cli_writes_the_job_summary(github, tmp_path):
                 env={"GITHUB_TOKEN": "bot-token", "GITHUB_STEP_SUMMARY": str(summary)})
     assert proc.returncode == 0, proc.stderr
     assert "created comment" in summary.read_text() and "removed 'bot: triage'" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["extract", "issue"])
+def test_reading_an_issue_from_an_unreachable_github_exits_6(closed_api_url, tmp_path, command):
+    proc = _cli(command, f"{REPO}#{NUMBER}", "--api-url", closed_api_url, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 6, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (f"Error: cannot read {REPO}#{NUMBER}: cannot reach GitHub at "
+                                                    f"{closed_api_url}: connection refused (5 attempts)")
+    assert "Traceback" not in proc.stderr
+
+
+def test_posting_to_an_unreachable_github_exits_6(closed_api_url, tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(_data()))
+    proc = _cli("post", "--report", str(path), "--api-url", closed_api_url, *POST_TARGET,
+                env={"GITHUB_TOKEN": "bot-token"})
+    assert proc.returncode == 6, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (f"not posted: cannot reach GitHub at {closed_api_url}: "
+                                                    "connection refused (5 attempts)")
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_sweep_stops_posting_once_github_cannot_be_reached(closed_api_url):
+    import io
+
+    from rich.console import Console
+
+    from triage.cli import _post_swept
+    from triage.sweep.model import ItemResult
+
+    results = [ItemResult(key=f"{REPO}#{n}", kind="issue", title="t", content_sha256="0" * 64, torch_build="b",
+                          arms="cpu", outcome="triaged", report=_data()) for n in (7, 8)]
+    out = io.StringIO()
+    began = time.monotonic()
+    assert _post_swept(results, _options(api_url=closed_api_url, attempts=2), Console(file=out, width=500)) == (2, True)
+    assert out.getvalue().splitlines() == [
+        f"{REPO}#7: not posted: cannot reach GitHub at {closed_api_url}: connection refused (2 attempts)",
+        f"{REPO}#8: not posted: GitHub could not be reached (above)"]
+    assert time.monotonic() - began < 5  # one backoff (0.5 s), not one per issue
 
 
 def test_post_failure_exits_4_and_says_why(github, tmp_path):

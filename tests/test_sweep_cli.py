@@ -538,6 +538,16 @@ def test_a_github_search_sweeps_the_matching_open_issues_and_refs_reuse_their_re
     assert len(_rows(base / "out" / "results.sqlite")) == 3
 
 
+def test_a_sweep_whose_github_source_cannot_be_reached_exits_6(base):
+    stopped = FakeGitHub().start()
+    stopped.stop()  # its port now refuses connections
+    run = sweep(base, "octo/demo#1", "--out", "out", "--api-url", stopped.api_url)
+    assert run.rc == 6, run.output
+    assert f"skipped: octo/demo#1: cannot reach GitHub at {stopped.api_url}: connection refused (5 attempts)" \
+        in run.output.splitlines()
+    assert "Traceback" not in run.output
+
+
 @pytest.mark.slow
 def test_post_comments_each_swept_issue_once_and_updates_it_in_place(github, base):
     def post_sweep(*extra: str) -> Run:
@@ -699,7 +709,7 @@ def test_the_run_options_reach_every_item_and_json_may_name_the_sweeps_own_summa
                  for name, ext in (("html", "html"), ("markdown", "md"), ("json", "json"))}
         for path in files.values():
             Path(path).write_text("{}\n")
-        return driver.SweepOutcome(results=[], ran=0, problems=[], torch_builds=["b"], stats=None, files=files)
+        return driver.SweepOutcome(results=[], ran=0, problems=[], github_unreachable=False, torch_builds=["b"], stats=None, files=files)
 
     monkeypatch.setattr(driver, "run_sweep", fake_sweep)
     monkeypatch.chdir(base)
@@ -717,3 +727,32 @@ def test_the_run_options_reach_every_item_and_json_may_name_the_sweeps_own_summa
     assert seen["engine"].cpus_per_arm == 0.25
     # Half a CPU per arm: twice the arms at once on a node, each with half the memory ceiling.
     assert _arm_share(0.5) in (512 << 20, _arm_share(1.0) // 2)
+
+
+def test_the_readmes_sweep_json_has_the_fields_the_sweep_writes(tmp_path):
+    """The README's example of sweep.json (its elided parts aside) holds exactly the fields a
+    sweep writes, at every level: the file of a sweep with nothing to run, and one item's
+    entry and the engine's figures as `driver.summary` writes them."""
+    from triage.sweep.driver import SweepOptions, run_sweep, summary
+    from triage.sweep.engine import EngineOptions, EngineStats, Latency
+    from triage.sweep.model import ItemResult
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    shown = readme.split("`OUT/sweep.json` is one JSON object", 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
+    example = json.loads(re.sub(r",\n\s*…", "", shown).replace("…", ""))
+    outcome = run_sweep(SweepOptions(sources=[], out_dir=str(tmp_path), db_path=str(tmp_path / "db.sqlite")),
+                        EngineOptions())
+    written = json.loads(Path(outcome.files["json"]).read_text())
+    latency = Latency.of([1.0])
+    item_and_engine = summary([ItemResult(key="k.py", kind="script", title="t", content_sha256="0" * 64,
+                                          torch_build="b", arms="cpu", outcome="triaged")], [], ["b"], {},
+                              EngineStats(items=1, triaged=1, failed=0, over_budget=0, retried=0, wall_s=1.0,
+                                          start_latency=latency, collect_latency=latency))
+    written.update(engine=item_and_engine["engine"], items=item_and_engine["items"])
+
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        return [shape(value[0])] if isinstance(value, list) and value and isinstance(value[0], dict) else None
+
+    assert shape(example) == shape(written)

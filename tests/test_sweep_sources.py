@@ -292,6 +292,18 @@ def test_a_refused_query_and_a_missing_issue_leave_the_rest(github, corpus):
         "and repositories cannot be searched either because the resources do not exist or you do not have "
         "permission to view them.)",
         f"{REPO}#404: not found (404: Not Found)"]
+    assert not found.github_unreachable  # GitHub answered, if not as hoped
+
+
+def test_an_unreachable_github_is_a_problem_per_source_and_said_so(corpus):
+    stopped = FakeGitHub().start()
+    stopped.stop()  # its port now refuses connections
+    found = items_from([f"{REPO}#1", f"repo:{REPO}", str(corpus)],
+                       GitHubOptions(api_url=stopped.api_url, throttle=False, attempts=2))
+    assert len(found.items) == 5  # the folder's items still come back
+    reason = f"cannot reach GitHub at {stopped.api_url}: connection refused (2 attempts)"
+    assert found.problems == [f"{REPO}#1: {reason}", f"search 'repo:{REPO}': {reason}"]
+    assert found.github_unreachable
 
 
 def test_a_search_with_no_result_is_a_problem(github):

@@ -22,6 +22,7 @@ from triage.untrusted import (
     Check, UntrustedOutput, all_of, array, boolean, either, integer, load_npz, mapping, number, one_of, read_json,
     record, text,
 )
+from triage.worker.knob_calls import MATMUL_PRECISIONS, MAX_KNOB_CALLS, MAX_THREADS, SETTERS
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 
 MAX_RESULT_BYTES = 64 << 20  # as large as a report `triage post` accepts, which carries most of it
@@ -177,6 +178,10 @@ RESULT = record({
                         nullable=True),
     "random_before_seed": record({"op": NAME, "line": LINE}, required=("op",), closed=True, nullable=True),
     "compiled_random_ops": array(NAME, 1000),
+    # The script's own calls that set what the arm's knobs set (`knob_calls.SETTERS`).
+    "knob_calls": array(record({"setter": one_of(*SETTERS), "line": integer(1, 100_000_000),
+                                "value": either(integer(1, MAX_THREADS), boolean(), one_of(*MATMUL_PRECISIONS))},
+                               required=("setter", "line", "value"), closed=True), MAX_KNOB_CALLS),
 }, required=("status",))
 
 # Fewer samples leave the judge's significant-digit estimator undefined (its χ² quantile).

@@ -16,12 +16,14 @@ from triage.run import RunOptions
 
 EXIT_VERDICT, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_NOT_POSTED, EXIT_NOT_TESTED = 0, 2, 3, 4, 5
 EXIT_NOT_WRITTEN = 1  # the run finished, but an output file could not be written (the rest were)
+EXIT_GITHUB_UNREACHABLE = 6  # GitHub could not be reached (network, or 5xx on every attempt): try again later
 MAX_INPUTS_BYTES = 8 << 30  # the minimal script's inputs file (the diverging op's recorded inputs)
 MIN_ARM_MEMORY = 512 << 20
 # `triage run SCRIPT -- ARGS`: a repro's arguments, not a data channel (the job file carries them).
 MAX_SCRIPT_ARGS, MAX_SCRIPT_ARGS_BYTES = 256, 64 << 10
 SHOWN_ARGS_CHARS = 1000  # of the arguments, in the report's note (a note holds 5000)
-UNWRAPPED_WIDTH = 1 << 16  # piped output's width without COLUMNS: tables and boxes fit their text
+# Piped output's width without COLUMNS: what a CI log or `| less` shows whole (rich's own guess is 80).
+PIPED_WIDTH = 100
 
 
 def _memory(text: str | None) -> int | None:
@@ -246,7 +248,10 @@ def _check_output_path(option: str, path: str | None) -> None:
 @click.option("--api-url", envvar="GITHUB_API_URL", default="https://api.github.com", show_default=True,
               help="GitHub's REST API, for an OWNER/REPO#N source. Env: GITHUB_API_URL.")
 def extract_command(source: str | None, event_path: str | None, out_dir: str, api_url: str) -> None:
-    """Find the repro in an issue: SOURCE is a body file (markdown) or OWNER/REPO#N."""
+    """Find the repro in an issue: SOURCE is a body file (markdown) or OWNER/REPO#N.
+
+    Exit status: 0 a repro was found, 1 GitHub refused to give the issue, 2 usage error, 3 no
+    runnable repro in it, 6 GitHub could not be reached."""
     import json
 
     from rich.console import Console
@@ -309,7 +314,10 @@ def extract_command(source: str | None, event_path: str | None, out_dir: str, ap
 def issue_command(ref: str | None, event_path: str | None, post: bool, allow_weak_sandbox: bool,
                   token_file: str | None, out_dir: str, api_url: str, bot_login: str | None, allowed_labels: str | None, trigger_label: str | None,
                   **run: Any) -> None:
-    """Extract the repro from an issue, run and judge it, write the report; --post comments."""
+    """Extract the repro from an issue, run and judge it, write the report; --post comments.
+
+    Exit status: as `triage run`'s, and 4 --post did not post (said why), 6 GitHub could not be
+    reached (to read the issue, or to post)."""
     from rich.console import Console
 
     from triage.pipeline import triage_issue
@@ -391,7 +399,8 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     `triage run` takes them; `--arms` replaces each item's own choice.
 
     Exit status: 0 the report was written (whatever the verdicts), 2 usage error, 3 no source
-    gave an item, 4 --post could not post on some issue."""
+    gave an item, 4 --post could not post on some issue, 6 GitHub could not be reached (for a
+    source or a post; the same sweep again runs only what is missing)."""
     # Ray's own processes (never an arm: arms get an allow-listed environment) need them to join
     # or start an authenticated Ray, and before Ray is imported: its core reads them at import.
     os.environ.update({name: _SECRETS[name] for name in RAY_AUTHENTICATION if name in _SECRETS})
@@ -476,21 +485,29 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
         err.print(outcome.stats.describe(), markup=False, highlight=False)
     with open(outcome.files["markdown"], encoding="utf-8") as f:
         _write_step_summary(None, f.read())
-    unposted = _post_swept(outcome.results, github, err) if post else 0
+    unposted, unreachable = _post_swept(outcome.results, github, err) if post else (0, False)
+    if outcome.github_unreachable or unreachable:
+        sys.exit(EXIT_GITHUB_UNREACHABLE)  # the same sweep again runs only what is missing
     sys.exit(EXIT_NOT_POSTED if unposted else EXIT_VERDICT if outcome.results else EXIT_COULD_NOT_RUN)
 
 
-def _post_swept(results: list[Any], github: Any, err: Any) -> int:
+def _post_swept(results: list[Any], github: Any, err: Any) -> tuple[int, bool]:
     """Each swept issue's comment, through the same idempotent upsert as `triage issue --post`
-    (every arm has ended); how many could not be posted, each said why."""
+    (every arm has ended); how many could not be posted, each said why, and whether any of
+    them failed because GitHub could not be reached."""
     from github import GithubException
 
-    from triage.publish import PublishError, connect, post_report
+    from triage.publish import GitHubUnreachable, PublishError, connect, post_report
     from triage.report import validate_report, visible
 
-    gh, unposted = connect(github), 0
+    gh, unposted, unreachable = connect(github), 0, False
     for result in results:
         if result.kind != "issue" or result.outcome != "triaged" or not result.report:
+            continue
+        if unreachable:  # each further post would wait out the same retries
+            unposted += 1
+            err.print(f"{visible(result.key)}: not posted: GitHub could not be reached (above)", markup=False,
+                      highlight=False)
             continue
         problems = validate_report(result.report)
         try:
@@ -500,9 +517,10 @@ def _post_swept(results: list[Any], github: Any, err: Any) -> int:
             line = f"{result.key}: {posted.action} comment {posted.comment_url}"
         except (PublishError, GithubException) as e:
             unposted += 1
+            unreachable |= isinstance(e, GitHubUnreachable)
             line = f"{result.key}: not posted: {e if isinstance(e, PublishError) else f'GitHub answered {e.status}'}"
         err.print(visible(line), markup=False, highlight=False)
-    return unposted
+    return unposted, unreachable
 
 
 @main.command("calibrate")
@@ -570,7 +588,10 @@ def post_command(report_path: str, repo: str | None, expect_issue: int | None, r
 
     The report comes from a job that ran the issue's code, which may have rewritten it: the
     repository (--repo) and the issue (--expect-issue, or --run-title in the Action) it may be
-    about come from the caller, never from the report."""
+    about come from the caller, never from the report.
+
+    Exit status: 0 posted (or left unchanged), 2 usage error or a report triage will not post,
+    4 not posted (said why), 6 GitHub could not be reached."""
     from rich.console import Console
 
     from triage.publish import is_repo_name, issue_from_run_title, load_report
@@ -627,7 +648,7 @@ def _take_token_file(github: Any, token_file: str | None) -> None:
 def _post(data: dict[str, Any], github: Any, err: Any) -> None:
     from github import GithubException
 
-    from triage.publish import PublishError, connect, post_report
+    from triage.publish import GitHubUnreachable, PublishError, connect, post_report
     from triage.report import visible
 
     try:
@@ -638,7 +659,7 @@ def _post(data: dict[str, Any], github: Any, err: Any) -> None:
         else:
             message = e.data.get("message", e.data) if isinstance(e.data, dict) else e.data
             why = f"GitHub answered {e.status}: {message}"
-        _not_posted(why, err)
+        _not_posted(why, err, EXIT_GITHUB_UNREACHABLE if isinstance(e, GitHubUnreachable) else EXIT_NOT_POSTED)
     line = f"{result.action} comment {result.comment_url}"
     if result.labels_added:
         line += "; labels added: " + ", ".join(result.labels_added)
@@ -650,13 +671,13 @@ def _post(data: dict[str, Any], github: Any, err: Any) -> None:
     _write_step_summary(None, f"triage: {visible(line)}")
 
 
-def _not_posted(why: str, err: Any) -> NoReturn:
-    """Say why nothing was posted (terminal and job summary) and exit 4."""
+def _not_posted(why: str, err: Any, status: int = EXIT_NOT_POSTED) -> NoReturn:
+    """Say why nothing was posted (terminal and job summary) and exit with `status`."""
     from triage.report import visible
 
     err.print(f"not posted: {visible(why)}", markup=False, highlight=False)
     _write_step_summary(None, f"triage: not posted: {visible(why)}")
-    sys.exit(EXIT_NOT_POSTED)
+    sys.exit(status)
 
 
 def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
@@ -680,12 +701,16 @@ def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
         raise click.UsageError(str(e)) from None
     from github import GithubException
 
-    from triage.publish import PublishError
+    from triage.publish import GitHubUnreachable, PublishError
 
     try:
         return issue_from_api(connect(github), repo, number, github, extract_issue_body)
     except GithubException as e:
         raise click.ClickException(f"cannot read {repo}#{number} from {github.api_url}: GitHub answered {e.status}") from None
+    except GitHubUnreachable as e:
+        failed = click.ClickException(f"cannot read {repo}#{number}: {e}")
+        failed.exit_code = EXIT_GITHUB_UNREACHABLE
+        raise failed from None
     except PublishError as e:
         raise click.ClickException(str(e)) from None
 
@@ -809,15 +834,15 @@ def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path:
 
 def _console(stderr: bool = False) -> Any:
     """The console for the summary (stdout) or the progress (stderr).  Piped or redirected, the
-    text is for logs and for copying: no line of text is wrapped (rich would wrap at a width it
-    can only guess, 80), and no colour or cursor control is written, even where FORCE_COLOR asks
-    for it.  Tables and boxes fit their text, within an exported COLUMNS when there is one."""
+    text is for logs and for copying: prose, boxes and tables wrap at an exported COLUMNS, else
+    at `PIPED_WIDTH`, as in a terminal that wide (code and URLs are printed whole either way), and
+    no colour or cursor control is written, even where FORCE_COLOR asks for it."""
     from rich.console import Console
 
     if _is_tty(sys.stderr if stderr else sys.stdout):
         return Console(stderr=stderr)
-    width = None if os.environ.get("COLUMNS", "").isdigit() else UNWRAPPED_WIDTH  # None: rich reads COLUMNS
-    return Console(stderr=stderr, soft_wrap=True, width=width, force_terminal=False)
+    width = None if os.environ.get("COLUMNS", "").isdigit() else PIPED_WIDTH  # None: rich reads COLUMNS
+    return Console(stderr=stderr, width=width, force_terminal=False)
 
 
 def _is_tty(stream: Any) -> bool:

@@ -137,6 +137,8 @@ class ArmRun:
     random_before_seed: dict[str, Any] | None = None
     compiled_random_ops: list[str] = field(default_factory=list)
     rounding: dict[str, Any] | None = None  # the simulation's cost and sample count
+    # The script's own calls that set what the arm's knobs set (said in the report's notes).
+    knob_calls: list[dict[str, Any]] = field(default_factory=list, metadata={"json": False})
     torch_import_s: float | None = None
     graph_dir: str | None = field(default=None, metadata={"json": False})  # exported op graph
 

@@ -8,7 +8,7 @@ import time
 
 from triage import __version__
 from triage.ablate import AblationOptions, ablate
-from triage.arms import calls_compile, cuda_present, mentions_cuda
+from triage.arms import calls_compile, cuda_present, mentions_cuda, parse_arm
 from triage.classify import classify, torch_of
 from triage.compare import compare, name_from_source
 from triage.extract import extract_repro
@@ -20,6 +20,7 @@ from triage.run import Progress, RunOptions, forking_workers, run_arms
 from triage.sandbox import isolation
 from triage.sandbox.caches import compile_cache, trim_compile_cache
 from triage.untrusted import remove_tree
+from triage.worker.knob_calls import SETTERS, knob_call_note, overrides, recordable
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 
 
@@ -206,6 +207,23 @@ def _run_notes(comparison, options: RunOptions, source: str) -> list[str]:  # no
                          "the reference uses the arm's own precision for them.")
         if r.mode == "compile" and r.graph and r.graph.get("compiled_graphs") == 0 and r.completed:
             notes.append(f"`{r.spec}`: the script never called torch.compile, so this arm ran it eagerly.")
+        notes.extend(_knob_call_notes(r))
+    return notes
+
+
+def _knob_call_notes(run: ArmRun) -> list[str]:
+    """A note for each call of the script's that set what one of the arm's knobs set, and which
+    held.  The worker's record is checked against the arm's own knobs: it comes from the jail."""
+    if not run.knob_calls:
+        return []
+    knobs = dict(parse_arm(run.spec).knobs)
+    notes = []
+    for call in run.knob_calls:
+        setter, value = call["setter"], call["value"]
+        knob = SETTERS[setter][0]
+        # `is`: the value exactly as the worker records it for this setter (True is not 1 here).
+        if knob in knobs and recordable(setter, value) is value and overrides(setter, value, knobs[knob]):
+            notes.append(knob_call_note(run.spec, knob, knobs[knob], call))
     return notes
 
 

@@ -40,6 +40,12 @@ class PublishError(Exception):
     """Publishing did not happen, and why (refused, or GitHub kept failing)."""
 
 
+class GitHubUnreachable(PublishError):
+    """GitHub could not be reached, on every attempt: a network error (connection refused, a
+    name that does not resolve, a timeout) or an answer from no working server (5xx).  Nothing
+    about the issue or the report is wrong; the same command may work later."""
+
+
 @dataclass
 class GitHubOptions:
     api_url: str = DEFAULT_API_URL
@@ -249,6 +255,9 @@ def with_retries(step: Callable[[], T], options: GitHubOptions) -> T:
             return step()
         except GithubException as e:
             wait = _retry_wait(e, attempt)
+            if attempt == options.attempts and _server_failure(e):
+                raise GitHubUnreachable(f"GitHub at {options.api_url} answered {e.status} to each of "
+                                        f"{options.attempts} attempts") from e
             if wait is None or attempt == options.attempts:
                 raise
             if wait > options.max_wait_s:
@@ -257,7 +266,8 @@ def with_retries(step: Callable[[], T], options: GitHubOptions) -> T:
             options.log(f"GitHub answered {e.status}; retrying in {wait:.1f} s (attempt {attempt + 1} of {options.attempts})")
         except (NetworkError, Timeout) as e:
             if attempt == options.attempts:
-                raise PublishError(f"cannot reach GitHub at {options.api_url}: {e}") from e
+                raise GitHubUnreachable(f"cannot reach GitHub at {options.api_url}: {_network_failure(e)} "
+                                        f"({options.attempts} attempts)") from e
             wait = _backoff(attempt)
             options.log(f"network error ({type(e).__name__}); retrying in {wait:.1f} s")
         time.sleep(wait)
@@ -275,9 +285,29 @@ def _retry_wait(e: Any, attempt: int) -> float | None:
         if headers.get("x-ratelimit-reset", "").isdigit():
             return max(0.0, int(headers["x-ratelimit-reset"]) - time.time()) + 1.0
         return 60.0  # a secondary rate limit without a hint: GitHub asks for at least a minute
-    if e.status is not None and 500 <= e.status < 600:
+    if _server_failure(e):
         return _backoff(attempt)
     return None
+
+
+def _network_failure(e: Exception) -> str:
+    """What went wrong on the way to GitHub, in a few words: requests' own message is a
+    repr-laden chain (`HTTPConnectionPool(…): Max retries exceeded … NewConnectionError(…)`)."""
+    from requests.exceptions import Timeout
+
+    text = str(e)
+    if isinstance(e, Timeout) or "timed out" in text.lower():
+        return "no answer in time (timeout)"
+    if "NameResolutionError" in text or "Name or service not known" in text or "name resolution" in text:
+        return "its host name does not resolve (DNS)"
+    if "Connection refused" in text:
+        return "connection refused"
+    errno = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    return errno.group(1).strip() if errno else text[:300]
+
+
+def _server_failure(e: Any) -> bool:
+    return e.status is not None and 500 <= e.status < 600
 
 
 def _backoff(attempt: int) -> float:

@@ -590,11 +590,10 @@ def render_terminal(report: Report, console: Any) -> None:
     v = report.verdict
     colour = {True: "green", False: "red", None: "yellow"}[v.expected]
     expected = {True: "expected", False: "NOT expected", None: "undetermined"}[v.expected]
-    # A console that never wraps (piped output) has no width to fill: the box fits its text.
-    # Inside the box the summary wraps (soft_wrap=False) — a box that cannot wrap crops it.
+    # Inside the box the summary wraps (soft_wrap=False), whatever the console's default: a box
+    # that cannot wrap crops it.
     console.print(Panel(f"[bold]{v.kind}[/bold] ({expected})\n\n{escape(v.summary)}",
-                        title=f"triage: {report.repro.name}", border_style=colour, expand=not console.soft_wrap),
-                  soft_wrap=False)
+                        title=f"triage: {report.repro.name}", border_style=colour), soft_wrap=False)
     if report.isolation and report.isolation["kind"] != "namespace":
         console.print(f"[bold red]isolation: {escape(report.isolation['detail'])}[/bold red]")
     c = report.comparison

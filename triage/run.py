@@ -381,6 +381,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
     run.random_before_seed = result.get("random_before_seed")
     run.compiled_random_ops = result.get("compiled_random_ops", [])
     run.rounding = result.get("rounding")
+    run.knob_calls = result.get("knob_calls", [])
     if run.status == "unavailable":
         run.failure = result.get("unavailable")
         return

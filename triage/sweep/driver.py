@@ -40,6 +40,7 @@ class SweepOutcome:
     results: list[ItemResult]  # one per item of this sweep and torch build
     ran: int  # items run by this sweep (the rest were stored already)
     problems: list[str]  # sources or items that gave nothing to run, one line each
+    github_unreachable: bool  # a GitHub source among them failed because GitHub could not be reached
     torch_builds: list[str]  # the builds this sweep ran on, in --torch order
     stats: Any  # engine.EngineStats, None where nothing ran
     files: dict[str, str]  # "html" | "markdown" | "json" -> path
@@ -101,8 +102,8 @@ def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: A
     # Sized for a job summary (1 MiB); a GitHub issue takes the first 65,536 characters.
     _write(files["markdown"], render_markdown(report, limit=SUMMARY_LIMIT_BYTES, size=lambda t: len(t.encode())))
     _write(files["json"], json.dumps(summary(results, found.problems, builds, counts, stats), indent=2) + "\n")
-    return SweepOutcome(results=results, ran=len(todo), problems=found.problems, torch_builds=builds, stats=stats,
-                        files=files)
+    return SweepOutcome(results=results, ran=len(todo), problems=found.problems,
+                        github_unreachable=found.github_unreachable, torch_builds=builds, stats=stats, files=files)
 
 
 def arms_for(item: SweepItem) -> tuple[str, ...]:
@@ -121,9 +122,9 @@ def arms_for(item: SweepItem) -> tuple[str, ...]:
 
 def summary(results: list[ItemResult], problems: list[str], builds: list[str], counts: dict[str, int],
             stats: Any = None) -> dict[str, Any]:  # noqa: ANN401 - engine.EngineStats
-    """The `--json` summary: one line per item and torch build, without the reports (those are
-    in the store), and what the engine measured of this sweep (None where every item was
-    stored already)."""
+    """sweep.json (and `--json`'s copy): one entry per item and torch build, without the
+    reports (those are in the store), and what the engine measured of this sweep (None where
+    every item was stored already)."""
     return {"torch_builds": builds, "counts": counts, "problems": problems,
             "engine": dataclasses.asdict(stats) if stats is not None else None,
             "items": [{"key": r.key, "title": r.title, "url": r.url, "torch_build": r.torch_build,

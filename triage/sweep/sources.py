@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from triage.publish import GitHubOptions, PublishError, connect, parse_issue_ref, with_retries
+from triage.publish import GitHubOptions, GitHubUnreachable, PublishError, connect, parse_issue_ref, with_retries
 from triage.report import visible
 from triage.sweep.model import SweepItem
 
@@ -61,6 +61,7 @@ DOCSTRING = re.compile(r'^[rRuUbB]{0,2}("""|\'\'\'|"|\')(.*?)\1', re.DOTALL)
 class SourceItems:
     items: list[SweepItem] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # one line each: the source (or item) and why
+    github_unreachable: bool = False  # a GitHub source gave nothing because GitHub could not be reached
 
 
 def items_from(sources: list[str], github: GitHubOptions | None = None, *, limit: int | None = None) -> SourceItems:
@@ -86,6 +87,7 @@ def items_from(sources: list[str], github: GitHubOptions | None = None, *, limit
                 # the store keys results on it, so only one of them can be swept in one run.
                 problem(f"{_shown(source, item)}: the key {item.key} is already taken by a different item from "
                         "an earlier source; skipped (sweep the two folders separately)")
+    result.github_unreachable = reader.unreachable
     return result
 
 
@@ -239,6 +241,7 @@ class _GitHubReader:
     def __init__(self, options: GitHubOptions) -> None:
         self.options = options
         self._gh: Any = None
+        self.unreachable = False  # some read failed on the way to GitHub, not on GitHub's answer
 
     @property
     def gh(self) -> Any:
@@ -262,7 +265,7 @@ class _GitHubReader:
         try:
             item, is_pull_request = with_retries(read, self.options)
         except _github_failures() as e:
-            problem(f"{ref}: {_github_failure(e, self.options)}")
+            problem(f"{ref}: {self._failure(e)}")
             return
         if is_pull_request:
             problem(f"{ref}: a pull request, not an issue; the sweep triages issues")
@@ -310,7 +313,7 @@ class _GitHubReader:
                 if len(found) < per_page or page * per_page >= min(total, SEARCH_RESULT_CAP):
                     break
         except _github_failures() as e:
-            problem(f"search {query!r}: {_github_failure(e, self.options)}")
+            problem(f"search {query!r}: {self._failure(e)}")
             return
         if taken == 0:
             also = f" ({pull_requests} pull requests skipped: the sweep triages issues)" if pull_requests else ""
@@ -321,6 +324,16 @@ class _GitHubReader:
         if total > SEARCH_RESULT_CAP and wanted == SEARCH_RESULT_CAP:
             problem(f"search {query!r}: {total} results, and GitHub's search serves only the first "
                     f"{SEARCH_RESULT_CAP}; narrow the query (e.g. with created:<DATE and created:>=DATE)")
+
+
+    def _failure(self, error: Exception) -> str:
+        """Why a GitHub read failed (one of `_github_failures`), in one line; noted when the
+        failure was GitHub being out of reach."""
+        from github import GithubException
+
+        self.unreachable |= isinstance(error, GitHubUnreachable) or not isinstance(error, (GithubException,
+                                                                                          PublishError))
+        return _github_failure(error, self.options)
 
 
 def _not_unicode(item: SweepItem) -> str | None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any
 
@@ -78,3 +79,69 @@ def apply_knobs(knobs: dict[str, str]) -> None:
             import torch._inductor.config as inductor_config
 
             setattr(inductor_config, name, on(value))
+
+
+def watch_knob_calls(knobs: dict[str, str], script: str) -> list[dict[str, Any]]:
+    """Record each call of the script's that sets what one of the arm's knobs set, to another
+    value (`knob_calls.SETTERS`); the list returned fills as the script runs.  The call itself
+    behaves as before: `threads` stays pinned (`apply_knobs`), every other switch takes the
+    script's value, as it would without triage.  Call after `apply_knobs`."""
+    from triage.worker.knob_calls import MAX_KNOB_CALLS, SETTERS, overrides, recordable
+
+    calls: list[dict[str, Any]] = []
+
+    def record(setter: str, value: Any) -> None:
+        value = recordable(setter, value)
+        if value is None or not overrides(setter, value, knobs[SETTERS[setter][0]]):
+            return
+        line = _script_caller_line(script)
+        entry = {"setter": setter, "value": value, "line": line}
+        if line is not None and entry not in calls and len(calls) < MAX_KNOB_CALLS:
+            calls.append(entry)
+
+    for setter, (knob, _) in SETTERS.items():
+        if knob not in knobs:
+            continue
+        if setter == "set_num_threads":
+            torch.set_num_threads = lambda n: record("set_num_threads", n)  # pinned: only recorded
+            continue
+        original = getattr(torch._C, setter, None)
+        if original is None:  # not in this torch release
+            continue
+
+        def recorded(value: Any, *rest: Any, _setter: str = setter, _original: Any = original, **kw: Any) -> Any:
+            record(_setter, value)
+            return _original(value, *rest, **kw)
+
+        # torch.backends reads most setters from torch._C at each call; cudnn's and mkldnn's
+        # properties hold theirs.
+        setattr(torch._C, setter, recorded)
+        for prop in _properties_setting_with(original):
+            prop.setter = recorded
+    return calls
+
+
+def _properties_setting_with(setter: Any) -> list[Any]:
+    from torch.backends import ContextProp
+
+    return [prop for module in (torch.backends.cudnn, torch.backends.mkldnn) for prop in vars(type(module)).values()
+            if isinstance(prop, ContextProp) and prop.setter is setter]
+
+
+# Where torch's own wrappers around a setter live: `torch.use_deterministic_algorithms`,
+# `torch.backends.*` properties and `flags()` context managers.  A call reached through other
+# torch code (dynamo, a module's forward) is torch's, not the script's.
+_SETTER_WRAPPERS = (os.path.join(os.path.dirname(torch.__file__), "__init__.py"),
+                    os.path.join(os.path.dirname(torch.__file__), "backends") + os.sep)
+
+
+def _script_caller_line(script: str) -> int | None:
+    """The script's line that made this setter call, through torch's own wrappers only; None
+    where the call came from elsewhere (torch itself, triage after the script)."""
+    import contextlib
+
+    frame = sys._getframe(3)  # the caller of the recording setter (here ← record ← the setter)
+    while frame is not None and (frame.f_code.co_filename.startswith(_SETTER_WRAPPERS)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        frame = frame.f_back
+    return frame.f_lineno if frame is not None and frame.f_code.co_filename == script else None

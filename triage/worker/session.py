@@ -57,6 +57,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     if "fault" in knobs:
         fault = Fault.parse(knobs.pop("fault"))
     envinfo.apply_knobs(knobs)
+    knob_calls = envinfo.watch_knob_calls(knobs, job["script"])
     seed = job["seed"]
     torch.manual_seed(seed)
     import random
@@ -117,6 +118,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         exit_notes.append(_modes_left_note(modes_left))
     exit_note = "; ".join(exit_notes) or None
     result["elapsed_s"] = round(time.monotonic() - start, 3)
+    result["knob_calls"] = list(knob_calls)  # the script's calls only: triage's own come next
     emit({"phase": "script-done", "status": status})
 
     for name, t in final_tensors(module.__dict__):
