@@ -61,7 +61,7 @@ def script_kinds(script: Path) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="seeds_") as tmp:
         for seed in SEEDS:
             report = Path(tmp) / f"{seed}.json"
-            subprocess.run([sys.executable, "-m", "triage", "run", str(script), "--seed", str(seed), "--json",
+            subprocess.run([sys.executable, "-m", "triage", "run", str(script.resolve()), "--seed", str(seed), "--json",
                             str(report), "--comment", "-", "--no-minimize", "--quiet"], cwd=tmp, capture_output=True,
                            timeout=900, env=dict(os.environ, COLUMNS="100"))
             kinds.append(json.loads(report.read_text())["verdict"]["kind"] if report.exists() else "(no report)")
