@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from triage import policy
-from triage.model import ArmRun, Comparison, Divergence, DivergenceKind, Judgement, Observable, Side, compared_runs
+from triage.model import (ArmRun, Comparison, Divergence, DivergenceKind, Judgement, Observable, Side, compared_runs,
+                          find_side)
 
 SUMMARY_VALUES = 4
 
@@ -42,6 +43,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
         for x, y, how in _claim_pairs(run):
             d = pair_divergence("claim", run, x, run, y)
             d.how = how
+            d.distinct_draws = _distinct_draws(run, x, y)
             if x.name and y.name and how not in ("implicit", "repeat", "rerun"):
                 d.observable_label = f"{x.name} vs {y.name} (`{how}`)"
             claims.append({"arm": run.spec, "how": how, "a": x.shown, "b": y.shown, "line": x.line,
@@ -105,12 +107,10 @@ def name_from_source(run: ArmRun, source: str) -> None:
 
 def _values_of(runs: list[ArmRun], d: Divergence) -> set[tuple]:
     """(arm, op-graph node) of each side: two observables of one tensor are one value."""
-    by_spec = {r.spec: r for r in runs}
     out = set()
     for s in (d.a, d.b):
-        run = by_spec.get(s.arm) if s is not None else None
-        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        out.add((s.arm, o.node or f"observable{o.index}") if o is not None else (None, None))
+        found = find_side(runs, s)
+        out.add((s.arm, found[1].node or f"observable{found[1].index}") if found is not None else (None, None))
     return out
 
 
@@ -118,10 +118,11 @@ def _paths(runs: list[ArmRun], d: Divergence) -> dict[str, Any] | None:
     """Where a claim's two sides part in the arm's op graph (None without a graph)."""
     if d.source != "claim" or d.b is None:
         return None
-    run = next((r for r in runs if r.spec == d.a.arm), None)
-    if run is None or not run.graph_dir:
+    found = [find_side(runs, s) for s in (d.a, d.b)]
+    if None in found or not found[0][0].graph_dir:
         return None
-    nodes = [next((o.node for o in run.observables if o.index == s.observable), None) for s in (d.a, d.b)]
+    run = found[0][0]
+    nodes = [o.node for _, o in found]
     if None in nodes:
         return None
     from triage.minimize.graph import OpGraph
@@ -167,13 +168,12 @@ def _not_inside_own_spread(run: ArmRun, o: Observable) -> bool:
 def _judgements(runs: list[ArmRun], d: Divergence) -> list:
     from triage.judge import judge_observable
 
-    by_spec = {r.spec: r for r in runs}
     out = []
     for s in (d.a, d.b):
-        run = by_spec.get(s.arm) if s is not None else None
-        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        if o is None:
+        found = find_side(runs, s)
+        if found is None:
             continue
+        run, o = found
         try:
             out.append(judge_observable(run, o))
         except Exception as e:  # noqa: BLE001 - a judge failure loses the judgement, never the report
@@ -529,6 +529,21 @@ def _ancestors(ra: ArmRun, x: Observable, rb: ArmRun | None, y: Observable | Non
                     "shape": _shape(leaf), "differs": differs, "sha256": _leaf_bits(leaf)[2],
                     "other_index": other["index"] if other else None,
                     "other_sha256": _leaf_bits(other)[2] if other else None})
+    return out
+
+
+def _distinct_draws(run: ArmRun, x: Observable, y: Observable) -> list[dict[str, Any]]:
+    """Within one arm, the random/uninitialized leaves only `x` depends on that have the shape
+    of a leaf only `y` depends on: two draws of one thing (`Divergence.distinct_draws`)."""
+    only_a = [run.leaves[i] for i in x.ancestors if i not in y.ancestors and i < len(run.leaves)]
+    only_b = [run.leaves[i] for i in y.ancestors if i not in x.ancestors and i < len(run.leaves)]
+    shapes_b = [(leaf["fingerprint"] or {}).get("shape") for leaf in only_b]
+    out = []
+    for leaf in only_a:
+        shape = (leaf["fingerprint"] or {}).get("shape")
+        if leaf["kind"] in ("random", "uninitialized") and shape in shapes_b:
+            out.append({"index": leaf["index"], "kind": leaf["kind"], "op": leaf.get("op"),
+                        "line": leaf.get("line"), "shape": shape, "differs": True})
     return out
 
 

@@ -262,7 +262,7 @@ def _after_script_s(options: RunOptions) -> float:
 
 
 def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunOptions, memory: int) -> ArmRun:
-    run = ArmRun(spec=arm.spec, device=arm.device, mode=arm.mode, status="ok",
+    run = ArmRun(spec=arm.spec, arm=arm, device=arm.device, mode=arm.mode, status="ok",
                  exit_code=outcome.exit_code, signal=outcome.signal, stdout=outcome.stdout,
                  stderr=outcome.stderr, output_dropped=outcome.output_dropped)
     phases = [m.get("phase") for m in outcome.messages if "phase" in m]
