@@ -12,9 +12,10 @@ import numpy as np
 
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
-from triage.compare import side_of, summarize, ulp
+from triage.compare import side_of, summarize
 from triage.model import (AGREEING_OUTCOMES, Ablation, ArmRun, Comparison, Divergence, Observable, ReportedArm,
                           ReportedValue, Repro, Side, Verdict, compared_runs)
+from triage.numerics.errors import ulp
 from triage.reported import reported_judgement, reported_lines
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",

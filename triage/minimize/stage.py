@@ -22,7 +22,7 @@ from typing import Any, Callable
 from triage import policy
 from triage.minimize import standalone
 from triage.minimize.backend_source import backend_definitions
-from triage.compare import divergence_kind
+from triage.numerics.errors import divergence_kind
 from triage.minimize.graph import OpGraph
 from triage.minimize.data import DataReduction, reduce_data
 from triage.minimize.localize import localize

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from triage.literals import FLOATING, literal
+from triage.numerics.literals import FLOATING, literal
 from triage.worker.fingerprint import dtype_name, to_numpy
 from triage.worker.graphio import decode
 
@@ -385,7 +385,7 @@ def _nested(value: Any, dtype: torch.dtype) -> str:
 
 
 def shortest_literal(value: float, dtype: torch.dtype) -> str:
-    """`triage.literals.literal` written as a float (``2.0``, not ``2``); a dtype it does not
+    """`triage.numerics.literals.literal` written as a float (``2.0``, not ``2``); a dtype it does not
     know (float8) keeps Python's repr of the value, which is exact too."""
     name = dtype_name(dtype)
     if name not in FLOATING:
