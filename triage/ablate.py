@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from triage import policy
 from triage.compare import pair_divergence, side_of
-from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro
+from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro, find_side
 from triage.run import Progress, RunOptions, run_arms
 
 
@@ -148,8 +148,8 @@ def _explained(d: Divergence, comparison: Comparison) -> bool:
     mode, a value overflows its dtype's range, or only the bits of a zero or a NaN differ."""
     if any(a["differs"] and a["kind"] in ("random", "uninitialized") for a in d.ancestors):
         return True
-    if d.source == "claim" and d.b is not None and d.distinct_draws:
-        return True  # the script compares two separate random draws
+    if d.distinct_draws:  # the script compares two separate random draws
+        return True
     if d.how == "rerun":  # each run drew its own random numbers: no switch changes that
         return True
     if d.how == "repeat":
@@ -178,8 +178,8 @@ def _elementwise(d: Divergence, involved: list[ArmRun]) -> bool:
     sides = {s.arm: s for s in (d.a, d.b) if s is not None}
     checked = 0
     for run in involved:
-        side = sides.get(run.spec)
-        node = next((o.node for o in run.observables if side is not None and o.index == side.observable), None)
+        found = find_side([run], sides.get(run.spec))
+        node = found[1].node if found is not None else None
         if not run.graph_dir or node is None:
             continue
         try:

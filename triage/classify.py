@@ -659,8 +659,7 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
     if d is None:
         return None
     differing = [a for a in d.ancestors if a["differs"] and a["kind"] in ("random", "uninitialized")]
-    if d.source == "claim" and d.b is not None and not differing:
-        differing = d.distinct_draws
+    differing = differing or d.distinct_draws  # a claim's operands drawn separately (compare finds them)
     if differing:
         leaf = differing[0]
         if leaf["kind"] == "uninitialized":
