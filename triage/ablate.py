@@ -93,8 +93,9 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
     if _rounding_explains(d):
         return []
     runs = {r.spec: r for r in comparison.arms}  # an ablated variant may be an arm that already ran
-    involved = [comparison.resolve(d.a)[0]] + ([comparison.resolve(d.b)[0]] if d.b is not None and d.b.arm != d.a.arm
-                                               else [])
+    involved = [comparison.resolve(d.a)[0]]
+    if d.b is not None and d.b.arm != d.a.arm:
+        involved.append(comparison.resolve(d.b)[0])
     # The float64 replay matters only when the divergence is against float64.
     # The ablated runs are judged against the original arms' rounding spreads (same graph), so
     # they need no simulation of their own; the float64 replay only for a divergence against it.
