@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TRIAGE_TEST_ARMS", "1")
 
 from triage.arms import parse_arms  # noqa: E402
-from triage.compare import compare, divergence_kind  # noqa: E402
+from triage.compare import compare  # noqa: E402
+from triage.numerics.errors import divergence_kind  # noqa: E402
 from triage.extract import extract_repro  # noqa: E402
 from triage.minimize import MinimizeOptions, minimize_divergence  # noqa: E402
 from triage.run import RunOptions, run_arms  # noqa: E402

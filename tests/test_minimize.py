@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FIXTURES
 from triage.minimize import passes
-from triage.compare import divergence_kind
+from triage.numerics.errors import divergence_kind
 from triage.minimize.graph import OpGraph
 from triage.model import DivergenceKind
 

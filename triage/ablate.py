@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from triage import policy
 from triage.compare import pair_divergence, side_of
-from triage.model import Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro
+from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro, find_side
 from triage.run import Progress, RunOptions, run_arms
 
 
@@ -92,8 +92,10 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
         return []
     if _rounding_explains(d):
         return []
-    runs = {r.spec: r for r in comparison.arms}
-    involved = [runs[d.a.arm]] + ([runs[d.b.arm]] if d.b is not None and d.b.arm != d.a.arm else [])
+    runs = {r.spec: r for r in comparison.arms}  # an ablated variant may be an arm that already ran
+    involved = [comparison.resolve(d.a)[0]]
+    if d.b is not None and d.b.arm != d.a.arm:
+        involved.append(comparison.resolve(d.b)[0])
     # The float64 replay matters only when the divergence is against float64.
     # The ablated runs are judged against the original arms' rounding spreads (same graph), so
     # they need no simulation of their own; the float64 replay only for a divergence against it.
@@ -109,7 +111,7 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
             continue
         if switch.knob == "fallback_random" and not random_in_compiled:
             continue
-        variants = [_with(_spec(r), switch) for r in involved]
+        variants = [_with(r.arm, switch) for r in involved]
         if all(v is None for v in variants):
             continue
         if switch.knob == "threads" and _nonfinite_where_finite(d) and _elementwise(d, involved):
@@ -130,13 +132,13 @@ def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: 
         fresh = {r.spec: r for r in run_arms(repro, needed, rerun, progress)} if needed else {}
         ablated = [fresh.get(v.spec) or runs.get(v.spec) if v is not None else r for v, r in zip(variants, involved)]
         outcome, detail = _judge(d, ablated)
-        inside = _inside_spreads(d, involved, ablated) if outcome in ("agree-bitwise", "within-tolerance") else None
+        inside = _inside_spreads(d, involved, ablated) if outcome in AGREEING_OUTCOMES else None
         if inside is False:
             detail += "; but outside the rounding spread of the original computation, so it explains nothing"
         result = _result(switch, variants, involved, outcome, detail, round(time.monotonic() - t0, 2))
         result.inside_spread = inside
         results.append(result)
-        if outcome in ("agree-bitwise", "within-tolerance") and inside is not False and not settings.exhaustive:
+        if result.explains and not settings.exhaustive:
             explained_by = result
     return sorted(results, key=lambda a: SWITCH_INDEX[a.switch])
 
@@ -147,16 +149,12 @@ def _explained(d: Divergence, comparison: Comparison) -> bool:
     mode, a value overflows its dtype's range, or only the bits of a zero or a NaN differ."""
     if any(a["differs"] and a["kind"] in ("random", "uninitialized") for a in d.ancestors):
         return True
-    if d.source == "claim" and d.b is not None:
-        from triage.classify import distinct_draws
-
-        if distinct_draws(comparison, d):  # the script compares two separate random draws
-            return True
+    if d.distinct_draws:  # the script compares two separate random draws
+        return True
     if d.how == "rerun":  # each run drew its own random numbers: no switch changes that
         return True
     if d.how == "repeat":
-        run = next(r for r in comparison.arms if r.spec == d.a.arm)
-        modules = [o.module or {} for o in run.observables if o.index in (d.a.observable, d.b.observable)]
+        modules = [comparison.resolve(side)[1].module or {} for side in (d.a, d.b)]
         if any(m.get("train_layers") for m in modules):
             return True
     sides = [s for s in (d.a, d.b) if s is not None]
@@ -181,8 +179,8 @@ def _elementwise(d: Divergence, involved: list[ArmRun]) -> bool:
     sides = {s.arm: s for s in (d.a, d.b) if s is not None}
     checked = 0
     for run in involved:
-        side = sides.get(run.spec)
-        node = next((o.node for o in run.observables if side is not None and o.index == side.observable), None)
+        found = find_side([run], sides.get(run.spec))
+        node = found[1].node if found is not None else None
         if not run.graph_dir or node is None:
             continue
         try:
@@ -201,12 +199,6 @@ def _rounding_explains(d: Divergence) -> bool:
     sides = [s for s in (d.a, d.b) if s is not None]
     js = d.judgements
     return len(js) == len(sides) and all(j.status == "judged" and j.zone != "outside" for j in js)
-
-
-def _spec(run: ArmRun) -> ArmSpec:
-    from triage.arms import parse_arm
-
-    return parse_arm(run.spec)
 
 
 def _with(arm: ArmSpec, switch: Switch) -> ArmSpec | None:

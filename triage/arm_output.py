@@ -24,13 +24,13 @@ from triage.untrusted import (
 )
 from triage.worker.knob_calls import MATMUL_PRECISIONS, MAX_KNOB_CALLS, MAX_THREADS, SETTERS
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
+from triage.worker.protocol import OBSERVED, REFERENCE, SPREAD_ARRAYS, VALUE_ARRAYS
 
 MAX_RESULT_BYTES = 64 << 20  # as large as a report `triage post` accepts, which carries most of it
 # The worker keeps at most 2,000 observables (triage/worker/observe.py); a looser cap here only
 # bounds what the parent reads.
 MAX_OBSERVABLES = 10000
-SPREAD_ARRAYS = ("sig", "up", "dn", "mu", "sd", "nf")  # what the worker's rounding simulation ships
-VALUE_ARRAY = re.compile(r"(obs|ref|sig|up|dn|mu|sd|nf)(0|[1-9][0-9]{0,5})")
+VALUE_ARRAY = re.compile(rf"({'|'.join(VALUE_ARRAYS)})(0|[1-9][0-9]{{0,5}})")  # a name and an observable index
 
 
 def values_budget(value_budget_bytes: int) -> int:
@@ -257,7 +257,7 @@ def read_values(path: Path, result: dict[str, Any], max_bytes: int) -> dict[str,
         if i >= len(observables):
             raise UntrustedOutput(f"{path.name}: {key} belongs to no observable")
         fp = observables[i]["fingerprint"]
-        if kind in ("obs", "ref") and (fp is None or list(value.shape) != fp["shape"]):
+        if kind in (OBSERVED, REFERENCE) and (fp is None or list(value.shape) != fp["shape"]):
             raise UntrustedOutput(f"{path.name}: {key} is not the shape of observable {i}")
         if kind in SPREAD_ARRAYS and value.shape != values.get(f"sig{i}", value).shape:
             raise UntrustedOutput(f"{path.name}: {key} is not the shape of sig{i}")

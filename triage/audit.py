@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from triage import policy
-from triage.model import ArmRun, Comparison, Divergence, Judgement, Verdict, compared_runs
+from triage.model import ArmRun, Comparison, Judgement, Verdict, compared_runs
 
 # A printed number: what an arm's stdout shows of a value triage may not observe as a tensor
 # (a Python float, `max_diff: 1.97`).
@@ -116,8 +116,8 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
         return []
     if d.within_tolerance or d.bit_difference is not None or not _all_inside(d.judgements, 2):
         return []
-    found = _observables(c, d)
-    if found is None:
+    found = c.find(d.a), c.find(d.b)
+    if None in found:
         return []
     (_, oa), (_, ob) = found
     if oa.value is None or ob.value is None or not oa.spread or not ob.spread:
@@ -246,14 +246,3 @@ def _short(text: str, limit: int = 120) -> str:
 
 def _all_inside(js: list[Judgement], n: int) -> bool:
     return len(js) == n and all(j.status == "judged" and j.zone == "inside" for j in js)
-
-
-def _observables(c: Comparison, d: Divergence):  # noqa: ANN202 - ((ArmRun, Observable), (ArmRun, Observable))
-    out = []
-    for s in (d.a, d.b):
-        run = next((r for r in c.arms if s is not None and r.spec == s.arm), None)
-        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        if o is None:
-            return None
-        out.append((run, o))
-    return out

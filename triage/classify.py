@@ -12,9 +12,10 @@ import numpy as np
 
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
-from triage.compare import side_of, summarize, ulp
-from triage.model import (Ablation, ArmRun, Comparison, Divergence, Observable, ReportedArm, ReportedValue, Repro, Side,
-                          Verdict, compared_runs)
+from triage.compare import side_of, summarize
+from triage.model import (AGREEING_OUTCOMES, Ablation, ArmRun, Comparison, Divergence, Observable, ReportedArm,
+                          ReportedValue, Repro, Side, Verdict, compared_runs)
+from triage.numerics.errors import ulp
 from triage.reported import reported_judgement, reported_lines
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
@@ -37,7 +38,7 @@ def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablati
     verdict = _ladder(repro, comparison, ablations, reported)
     upcast = [f"with `aten.{a.switch.partition('=')[2]}` alone computed in float64 on both arms the divergence "
               f"disappears ({a.detail}): it starts in that op's {_precision_of(comparison)} arithmetic"
-              for a in ablations if a.supports == "evidence" and a.outcome in ("agree-bitwise", "within-tolerance")]
+              for a in ablations if a.supports == "evidence" and a.outcome in AGREEING_OUTCOMES]
     verdict = dataclasses.replace(verdict, evidence=verdict.evidence + upcast,
                                   summary=verdict.summary + _stopped_sentence(comparison)
                                   + _releases_sentence(comparison))
@@ -214,8 +215,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     if failed:
         return _crash_one_arm(completed, failed)
     d = comparison.divergence
-    agree = [a for a in ablations if a.outcome in ("agree-bitwise", "within-tolerance") and a.supports != "evidence"
-             and a.inside_spread is not False]
+    agree = [a for a in ablations if a.explains]
     # Randomness is not rounding: a switch that makes the draws agree explains a divergence
     # whatever the judge would say of the values.
     random_agree = [a for a in agree if a.supports == "nondeterministic"]
@@ -367,10 +367,7 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     draws; between two arms, the arms ran different code."""
     if d.b is None or len(d.judgements) != 2 or d.source not in ("claim", "arms"):
         return None
-    run_a = next(r for r in c.arms if r.spec == d.a.arm)
-    run_b = run_a if d.source == "claim" else next(r for r in c.arms if r.spec == d.b.arm)
-    oa = next(o for o in run_a.observables if o.index == d.a.observable)
-    ob = next(o for o in run_b.observables if o.index == d.b.observable)
+    (run_a, oa), (run_b, ob) = c.resolve(d.a), c.resolve(d.b)
     ra, rb = oa.reference_value, ob.reference_value
     if ra is None or rb is None or ra.shape != rb.shape or not oa.spread or not ob.spread:
         return None
@@ -581,9 +578,8 @@ def _cancellation_sites(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
     cancellation (found by the rounding simulation's unperturbed replay)."""
     sites = []
     for s in (d.a, d.b):
-        run = next((r for r in c.arms if s is not None and r.spec == s.arm), None)
-        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        sites += ((o.rounding or {}).get("cancellations") or []) if o else []
+        found = c.find(s)
+        sites += ((found[1].rounding or {}).get("cancellations") or []) if found else []
     return sites
 
 
@@ -663,8 +659,7 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
     if d is None:
         return None
     differing = [a for a in d.ancestors if a["differs"] and a["kind"] in ("random", "uninitialized")]
-    if d.source == "claim" and d.b is not None and not differing:
-        differing = distinct_draws(c, d)
+    differing = differing or d.distinct_draws  # a claim's operands drawn separately (compare finds them)
     if differing:
         leaf = differing[0]
         if leaf["kind"] == "uninitialized":
@@ -704,9 +699,7 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
     """One module, same weights, bit-identical input, called twice: why the answers differ."""
     if d is None or d.how != "repeat":
         return None
-    run = next(r for r in c.arms if r.spec == d.a.arm)
-    first = next(o for o in run.observables if o.index == d.a.observable)
-    later = next(o for o in run.observables if o.index == d.b.observable)
+    (run, first), (_, later) = c.resolve(d.a), c.resolve(d.b)
     ma, mb = first.module or {}, later.module or {}
     name = ma.get("variable") or "the model"
     calls = f"{first.label} (line {first.line}) and {later.label} (line {later.line})"
@@ -758,9 +751,7 @@ def _rerun(c: Comparison, d: Divergence | None) -> Verdict | None:
     random numbers of its own, and nothing else differs between them."""
     if d is None or d.how != "rerun":
         return None
-    run = next(r for r in c.arms if r.spec == d.a.arm)
-    first = next(o for o in run.observables if o.index == d.a.observable)
-    later = next(o for o in run.observables if o.index == d.b.observable)
+    (run, first), (_, later) = c.resolve(d.a), c.resolve(d.b)
     draws = [leaf for leaf in run.leaves if leaf.get("kind") == "random"
              and leaf.get("call_line") in (first.call_line, later.call_line)]
     shuffled = next((leaf for leaf in draws if leaf.get("op") == "randperm"), None)
@@ -903,24 +894,6 @@ def _printed_mix(run: ArmRun, usual: set[int], odd: set[int]) -> str:
 def _state(leaf: dict[str, Any]) -> tuple:
     seed = leaf.get("seed") or {}
     return seed.get("line"), seed.get("value"), seed.get("draws")
-
-
-def distinct_draws(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
-    """Within one arm, two operands computed from *different* random/uninitialized leaves of
-    the same shapes (a fresh nn.Linear per call)."""
-    run = next(r for r in c.arms if r.spec == d.a.arm)
-    xa = next(o for o in run.observables if o.index == d.a.observable).ancestors
-    xb = next(o for o in run.observables if o.index == d.b.observable).ancestors
-    only_a = [run.leaves[i] for i in xa if i not in xb and i < len(run.leaves)]
-    only_b = [run.leaves[i] for i in xb if i not in xa and i < len(run.leaves)]
-    shapes_b = [(leaf["fingerprint"] or {}).get("shape") for leaf in only_b]
-    out = []
-    for leaf in only_a:
-        shape = (leaf["fingerprint"] or {}).get("shape")
-        if leaf["kind"] in ("random", "uninitialized") and shape in shapes_b:
-            out.append({"index": leaf["index"], "kind": leaf["kind"], "op": leaf.get("op"),
-                        "line": leaf.get("line"), "shape": shape, "differs": True})
-    return out
 
 
 def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
@@ -1127,10 +1100,11 @@ def _notes_upstream(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
     """The conditioning notes of the ops each side's value depends on, tagged with the arm."""
     notes = []
     for s in (d.a, d.b):
-        run = next((r for r in c.arms if s is not None and r.spec == s.arm), None)
-        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        notes += [dict(run.conditioning[i], arm=run.spec) for i in (o.conditioning if o else [])
-                  if i < len(run.conditioning)]
+        found = c.find(s)
+        if found is None:
+            continue
+        run, o = found
+        notes += [dict(run.conditioning[i], arm=run.spec) for i in o.conditioning if i < len(run.conditioning)]
     return notes
 
 

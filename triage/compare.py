@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from triage import policy
-from triage.model import ArmRun, Comparison, Divergence, DivergenceKind, Judgement, Observable, Side, compared_runs
+from triage.model import ArmRun, Comparison, Divergence, Judgement, Observable, Side, compared_runs, find_side
+from triage.numerics.errors import nonfinite_mismatch, ulp
 
 SUMMARY_VALUES = 4
 
@@ -42,6 +43,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
         for x, y, how in _claim_pairs(run):
             d = pair_divergence("claim", run, x, run, y)
             d.how = how
+            d.distinct_draws = _distinct_draws(run, x, y)
             if x.name and y.name and how not in ("implicit", "repeat", "rerun"):
                 d.observable_label = f"{x.name} vs {y.name} (`{how}`)"
             claims.append({"arm": run.spec, "how": how, "a": x.shown, "b": y.shown, "line": x.line,
@@ -105,12 +107,10 @@ def name_from_source(run: ArmRun, source: str) -> None:
 
 def _values_of(runs: list[ArmRun], d: Divergence) -> set[tuple]:
     """(arm, op-graph node) of each side: two observables of one tensor are one value."""
-    by_spec = {r.spec: r for r in runs}
     out = set()
     for s in (d.a, d.b):
-        run = by_spec.get(s.arm) if s is not None else None
-        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        out.add((s.arm, o.node or f"observable{o.index}") if o is not None else (None, None))
+        found = find_side(runs, s)
+        out.add((s.arm, found[1].node or f"observable{found[1].index}") if found is not None else (None, None))
     return out
 
 
@@ -118,10 +118,11 @@ def _paths(runs: list[ArmRun], d: Divergence) -> dict[str, Any] | None:
     """Where a claim's two sides part in the arm's op graph (None without a graph)."""
     if d.source != "claim" or d.b is None:
         return None
-    run = next((r for r in runs if r.spec == d.a.arm), None)
-    if run is None or not run.graph_dir:
+    found = [find_side(runs, s) for s in (d.a, d.b)]
+    if None in found or not found[0][0].graph_dir:
         return None
-    nodes = [next((o.node for o in run.observables if o.index == s.observable), None) for s in (d.a, d.b)]
+    run = found[0][0]
+    nodes = [o.node for _, o in found]
     if None in nodes:
         return None
     from triage.minimize.graph import OpGraph
@@ -167,13 +168,12 @@ def _not_inside_own_spread(run: ArmRun, o: Observable) -> bool:
 def _judgements(runs: list[ArmRun], d: Divergence) -> list:
     from triage.judge import judge_observable
 
-    by_spec = {r.spec: r for r in runs}
     out = []
     for s in (d.a, d.b):
-        run = by_spec.get(s.arm) if s is not None else None
-        o = next((o for o in run.observables if o.index == s.observable), None) if run else None
-        if o is None:
+        found = find_side(runs, s)
+        if found is None:
             continue
+        run, o = found
         try:
             out.append(judge_observable(run, o))
         except Exception as e:  # noqa: BLE001 - a judge failure loses the judgement, never the report
@@ -181,62 +181,6 @@ def _judgements(runs: list[ArmRun], d: Divergence) -> list:
                                  dtype=(o.fingerprint or {}).get("dtype", "?"), status="not-judged",
                                  reason=f"triage's judge failed on it ({type(e).__name__}: {str(e)[:120]})"))
     return out
-
-
-def divergence_kind(a: np.ndarray, b: np.ndarray, dtype: str) -> DivergenceKind | None:
-    """How arm B's value differs from arm A's (None: bitwise equal).  The minimizer's
-    predicate and the localization table both use this one definition."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return DivergenceKind("mismatch", "shape or dtype")
-    if a.tobytes() == b.tobytes():
-        return None
-    if a.dtype.kind in "fc":
-        wide = np.complex128 if a.dtype.kind == "c" else np.float64
-        a64, b64 = a.astype(wide), b.astype(wide)
-        pattern = set()
-        for side, x, y in (("a", a64, b64), ("b", b64, a64)):
-            odd = ~np.isfinite(x) & ~_same_nonfinite(x, y)
-            if odd.any():
-                for name, test in (("nan", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)):
-                    if a.dtype.kind == "c" and name != "nan":
-                        continue
-                    if (odd & test(x)).any():
-                        pattern.add(f"{side}:{name}")
-                if a.dtype.kind == "c" and not (odd & np.isnan(x)).any():
-                    pattern.add(f"{side}:inf")
-        if pattern:
-            return DivergenceKind("nonfinite", ",".join(sorted(pattern)))
-        rtol, atol = policy.tolerance(dtype)
-        within = np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True)
-        return DivergenceKind("rounding" if within else "mismatch")
-    return DivergenceKind("mismatch")
-
-
-def value_errors(reference: np.ndarray, value: np.ndarray, dtype: str) -> dict[str, Any]:
-    """How far `value` is from `reference`: max abs difference, max ulps (in the dtype), the
-    count of nonfinite mismatches, and the divergence kind."""
-    kind = divergence_kind(reference, value, dtype)
-    out: dict[str, Any] = {"kind": kind.kind if kind else "equal", "detail": kind.detail if kind else "",
-                           "max_abs": 0.0, "max_ulps": 0.0, "nonfinite": 0}
-    if kind is None or reference.shape != value.shape or reference.dtype.kind not in "fc":
-        if kind is not None and reference.shape == value.shape and reference.dtype.kind in "iub":
-            out["max_abs"] = float(np.abs(reference.astype(np.float64) - value.astype(np.float64)).max())
-        return out
-    wide = np.complex128 if reference.dtype.kind == "c" else np.float64
-    r, v = reference.astype(wide), value.astype(wide)
-    out["nonfinite"] = int(_nonfinite_mismatch(r, v).sum())
-    both = np.isfinite(r) & np.isfinite(v)
-    if both.any():
-        err = np.abs(r[both] - v[both])
-        out["max_abs"] = float(err.max())
-        out["max_ulps"] = float((err / ulp(r[both], dtype)).max())
-    return out
-
-
-def _same_nonfinite(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if np.iscomplexobj(x):
-        return ~np.isfinite(y)
-    return (np.isnan(x) & np.isnan(y)) | (np.isposinf(x) & np.isposinf(y)) | (np.isneginf(x) & np.isneginf(y))
 
 
 # -- alignment ----------------------------------------------------------------------------
@@ -430,7 +374,7 @@ def side_of(run: ArmRun, o: Observable) -> Side:
             side.agrees_with_reference = False
         return side
     v64, r64 = v.astype(np.complex128 if np.iscomplexobj(v) else np.float64), r
-    mismatch = _nonfinite_mismatch(v64, r64)
+    mismatch = nonfinite_mismatch(v64, r64)
     side.nonfinite_vs_reference = int(mismatch.sum())
     bits, largest = policy.FLOAT_FORMATS.get(dtype, (53, math.inf))
     # Past largest + half an ulp, the correctly rounded value *is* inf.
@@ -479,7 +423,7 @@ def pair_divergence(source: str, ra: ArmRun, x: Observable, rb: ArmRun, y: Obser
     if x.value is not None and y.value is not None and x.value.shape == y.value.shape:
         kind = np.complex128 if np.iscomplexobj(x.value) or np.iscomplexobj(y.value) else np.float64
         a64, b64 = x.value.astype(kind), y.value.astype(kind)
-        d.nonfinite_mismatch = int(_nonfinite_mismatch(a64, b64).sum())
+        d.nonfinite_mismatch = int(nonfinite_mismatch(a64, b64).sum())
         both = np.isfinite(a64) & np.isfinite(b64)
         d.max_abs_diff = float(np.abs(a64[both] - b64[both]).max()) if both.any() else None
         d.within_tolerance = d.nonfinite_mismatch == 0 and bool(np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True))
@@ -532,22 +476,23 @@ def _ancestors(ra: ArmRun, x: Observable, rb: ArmRun | None, y: Observable | Non
     return out
 
 
-def _nonfinite_mismatch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if np.iscomplexobj(a) or np.iscomplexobj(b):
-        return np.isfinite(a) != np.isfinite(b)
-    return (np.isnan(a) != np.isnan(b)) | (np.isposinf(a) != np.isposinf(b)) | (np.isneginf(a) != np.isneginf(b))
+def _distinct_draws(run: ArmRun, x: Observable, y: Observable) -> list[dict[str, Any]]:
+    """Within one arm, the random/uninitialized leaves only `x` depends on that have the shape
+    of a leaf only `y` depends on: two draws of one thing (`Divergence.distinct_draws`)."""
+    only_a = [run.leaves[i] for i in x.ancestors if i not in y.ancestors and i < len(run.leaves)]
+    only_b = [run.leaves[i] for i in y.ancestors if i not in x.ancestors and i < len(run.leaves)]
+    shapes_b = [(leaf["fingerprint"] or {}).get("shape") for leaf in only_b]
+    out = []
+    for leaf in only_a:
+        shape = (leaf["fingerprint"] or {}).get("shape")
+        if leaf["kind"] in ("random", "uninitialized") and shape in shapes_b:
+            out.append({"index": leaf["index"], "kind": leaf["kind"], "op": leaf.get("op"),
+                        "line": leaf.get("line"), "shape": shape, "differs": True})
+    return out
 
 
 def _is_float(dtype: str) -> bool:
     return dtype in policy.FLOAT_FORMATS or dtype in ("float16", "bfloat16", "complex32")
-
-
-def ulp(ref: np.ndarray, dtype: str) -> np.ndarray:
-    """One unit in the last place of `dtype` at each element's magnitude (at zero, that of 1)."""
-    bits, _ = policy.FLOAT_FORMATS.get(dtype, (24, 0.0))
-    mag = np.abs(np.real(ref)).astype(np.float64)
-    _, exp = np.frexp(np.where(mag > 0, mag, 1.0))
-    return np.maximum(np.ldexp(1.0, exp - bits), np.ldexp(1.0, -1074))
 
 
 def summarize(fp: dict[str, Any] | None) -> str:

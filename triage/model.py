@@ -67,6 +67,23 @@ class ArmSpec:
         parts.extend(f"{k}={v}" for k, v in self.knobs)
         return "/".join(parts) + (f"@{self.torch}" if self.torch else "")
 
+    @classmethod
+    def read(cls, text: str) -> ArmSpec:
+        """`text` as `spec` writes it, read back without checking anything: a spec a report or a
+        hand-built run holds need not be one this machine accepts (the fault knob is refused
+        outside triage's tests). What a user types goes through `triage.arms.parse_arm`, which
+        checks every part and normalises it."""
+        text, at, release = text.partition("@")
+        device, *parts = text.split("/")
+        mode, backend, knobs = "eager", None, []
+        for part in parts:
+            name, eq, value = part.partition("=")
+            if name == "compile":
+                mode, backend = "compile", value or None
+            elif eq:
+                knobs.append((name, value))
+        return cls(device, mode, backend, tuple(knobs), release if at else None)
+
     def to_job(self) -> dict[str, Any]:
         return {"spec": self.spec, "device": self.device, "mode": self.mode,
                 "backend": self.backend, "knobs": dict(self.knobs)}
@@ -141,6 +158,14 @@ class ArmRun:
     knob_calls: list[dict[str, Any]] = field(default_factory=list, metadata={"json": False})
     torch_import_s: float | None = None
     graph_dir: str | None = field(default=None, metadata={"json": False})  # exported op graph
+    # The arm as parsed (`spec` is its text, which report.json keeps): ablations and the
+    # minimizer derive their variants from it without parsing the text again. run.py gives
+    # it; a run built from its spec alone (the tests' hand-made runs) reads it back from `spec`.
+    arm: ArmSpec = field(default=None, metadata={"json": False})  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.arm is None:
+            self.arm = ArmSpec.read(self.spec)
 
     @property
     def completed(self) -> bool:
@@ -246,6 +271,11 @@ class Divergence:
     # Two values of one arm: the ops of each side's computation with no counterpart in the
     # other's (triage/paths.py), where the arm's op graph was recorded.
     paths: dict[str, Any] | None = None
+    # A claim's two operands computed from *different* random or uninitialized leaves of the
+    # same shapes (a fresh nn.Linear per call): no switch changes that (ablate) and it makes the
+    # claim nondeterministic (classify). Found once, by compare, as leaf records shaped like
+    # `ancestors`' entries; report.json keeps `ancestors` only.
+    distinct_draws: list[dict[str, Any]] = field(default_factory=list, metadata={"json": False})
 
 
 @dataclass(frozen=True)
@@ -286,6 +316,36 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     others: list[Divergence] = field(default_factory=list)  # the other divergences, judged too
 
+    def run(self, spec: str) -> ArmRun | None:
+        """The run of the arm `spec` names (None: no such arm ran)."""
+        return next((r for r in self.arms if r.spec == spec), None)
+
+    def resolve(self, side: Side | Judgement) -> tuple[ArmRun, Observable]:
+        """The run and the observable a side of one of this comparison's divergences names.
+        Those sides were made from these runs, so a miss is a bug: LookupError."""
+        found = find_side(self.arms, side)
+        if found is None:
+            raise LookupError(f"no observable {side.observable} on arm {side.arm!r} in this comparison")
+        return found
+
+    def find(self, side: Side | Judgement | None) -> tuple[ArmRun, Observable] | None:
+        """`resolve`, for a side that may be absent (a divergence's missing `b`): None then."""
+        return find_side(self.arms, side)
+
+
+def find_side(runs: list[ArmRun], side: Side | Judgement | None) -> tuple[ArmRun, Observable] | None:
+    """The run and the observable `side` names among `runs` (compare resolves its sides before
+    the Comparison exists); None where `side` is None or names what the runs do not hold."""
+    if side is None:
+        return None
+    run = next((r for r in runs if r.spec == side.arm), None)
+    observable = next((o for o in run.observables if o.index == side.observable), None) if run else None
+    return (run, observable) if observable is not None else None
+
+
+# Ablation outcomes where the sides agree once the switch is changed.
+AGREEING_OUTCOMES = ("agree-bitwise", "within-tolerance")
+
 
 @dataclass
 class Ablation:
@@ -302,6 +362,15 @@ class Ablation:
     # Agreeing sides explain the divergence only inside their rounding spread (garbage agreeing
     # with garbage explains nothing): None where there was no spread to judge them by.
     inside_spread: bool | None = None
+
+    @property
+    def explains(self) -> bool:
+        """This ablation explains the divergence: the sides agree with the switch changed, not
+        outside the original rounding spread, and it is a switch (a float64 re-run of one op,
+        supports "evidence", says where the divergence starts, not why). sweep/buckets.py
+        applies the same rule to report.json's dicts (`explains`, tested against this)."""
+        return (self.outcome in AGREEING_OUTCOMES and self.supports != "evidence"
+                and self.inside_spread is not False)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import time
 
 from triage import __version__
 from triage.ablate import AblationOptions, ablate
-from triage.arms import calls_compile, cuda_present, mentions_cuda, parse_arm
+from triage.arms import calls_compile, cuda_present, mentions_cuda
 from triage.classify import classify, torch_of
 from triage.compare import compare, name_from_source
 from triage.extract import extract_repro
@@ -216,7 +216,7 @@ def _knob_call_notes(run: ArmRun) -> list[str]:
     held.  The worker's record is checked against the arm's own knobs: it comes from the jail."""
     if not run.knob_calls:
         return []
-    knobs = dict(parse_arm(run.spec).knobs)
+    knobs = dict(run.arm.knobs)
     notes = []
     for call in run.knob_calls:
         setter, value = call["setter"], call["value"]

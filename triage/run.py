@@ -15,9 +15,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from triage.arm_output import (
-    SPREAD_ARRAYS, read_result, read_values, streamed_observables, values_budget, worker_error_text,
-)
+from triage.arm_output import read_result, read_values, streamed_observables, values_budget, worker_error_text
 from triage.model import ArmRun, ArmSpec, Observable, Repro
 from triage.sandbox import (
     Confinement, Isolation, Limits, ProcessOutcome, isolation, physical_memory, run_isolated, scrubbed_environment,
@@ -28,13 +26,12 @@ from triage.sandbox.caches import (
 from triage.sandbox.process import MAX_DISK_ENTRIES, MAX_TASKS
 from triage.sandbox.zygote import fork_server
 from triage.untrusted import UntrustedOutput, remove_tree
+from triage.worker.protocol import INPUTS_FILE, OBSERVED, REFERENCE, SPREAD_ARRAYS, WORKER_ERROR_STATUS
 
 GiB = 1 << 30
-INPUTS_FILE = "minimal_inputs.pt"  # triage.worker.render.SIDE_FILE (that module imports torch)
 PROCESS_LIMIT = MAX_TASKS  # processes and threads of one arm at once
 DISK_LIMIT = 8 * GiB  # bytes one arm may write (scratch directory and its compile cache)
 STARTUP_S = 120.0  # the worker's own start (interpreter, torch import) before the script begins
-WORKER_ERROR_STATUS = 70  # triage/worker/__main__.py exits with it when run_job raised
 
 
 @dataclass
@@ -262,7 +259,7 @@ def _after_script_s(options: RunOptions) -> float:
 
 
 def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunOptions, memory: int) -> ArmRun:
-    run = ArmRun(spec=arm.spec, device=arm.device, mode=arm.mode, status="ok",
+    run = ArmRun(spec=arm.spec, arm=arm, device=arm.device, mode=arm.mode, status="ok",
                  exit_code=outcome.exit_code, signal=outcome.signal, stdout=outcome.stdout,
                  stderr=outcome.stderr, output_dropped=outcome.output_dropped)
     phases = [m.get("phase") for m in outcome.messages if "phase" in m]
@@ -392,7 +389,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
             reference=o.get("reference"), ancestors=o.get("ancestors", []), claim=o.get("claim"),
             conditioning=o.get("conditioning", []), node=o.get("node"), module=o.get("module"),
             call_line=o.get("call_line"),
-            value=values.get(f"obs{i}"), reference_value=values.get(f"ref{i}"),
+            value=values.get(f"{OBSERVED}{i}"), reference_value=values.get(f"{REFERENCE}{i}"),
             rounding=o.get("rounding"),
             spread={key: values[f"{key}{i}"] for key in SPREAD_ARRAYS if f"{key}{i}" in values} or None,
         ))

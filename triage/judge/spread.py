@@ -11,6 +11,7 @@ import numpy as np
 from triage import policy
 from triage.judge.stats import cnh_penalty_bits, student_t
 from triage.model import Observable
+from triage.worker.protocol import SPREAD_ARRAYS
 
 # Digits lost to the computation itself (beyond the dtype's own precision) from which the
 # spread is called wide: rounding errors amplified a thousandfold, ill-conditioned at this dtype.
@@ -36,8 +37,7 @@ class RoundingSpread:
     @classmethod
     def of(cls, o: Observable) -> "RoundingSpread | None":
         r, s = o.rounding or {}, o.spread or {}
-        if r.get("status") != "judged" or o.reference_value is None or not all(k in s for k in
-                                                                                 ("sig", "up", "dn", "mu", "sd", "nf")):
+        if r.get("status") != "judged" or o.reference_value is None or not all(k in s for k in SPREAD_ARRAYS):
             return None
         ref = np.asarray(o.reference_value, dtype=np.complex128 if np.iscomplexobj(o.reference_value) else np.float64)
         if np.iscomplexobj(ref):

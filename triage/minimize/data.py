@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from triage.literals import FLOATING, literal, to_dtype
+from triage.numerics.literals import FLOATING, literal, to_dtype
 from triage.minimize.problem import POSITIONS_KEPT, ReductionProblem
 
 # A finite divergence keeps at least this share of its size in ulps: the reduced repro shows

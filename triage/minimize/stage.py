@@ -22,7 +22,7 @@ from typing import Any, Callable
 from triage import policy
 from triage.minimize import standalone
 from triage.minimize.backend_source import backend_definitions
-from triage.compare import divergence_kind
+from triage.numerics.errors import divergence_kind
 from triage.minimize.graph import OpGraph
 from triage.minimize.data import DataReduction, reduce_data
 from triage.minimize.localize import localize
@@ -68,7 +68,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
     notify = (lambda event, details: progress("minimize", event, details)) if progress else (lambda e, d: None)
     if not options.enabled or comparison is None or comparison.divergence is None:
         return result
-    chosen = _choose(comparison, arms)
+    chosen = _choose(comparison)
     if isinstance(chosen, str):
         result.notes.append(f"Not minimized: {chosen}.")
         return result
@@ -249,7 +249,7 @@ def _set_float64_lines(ablations: list[Ablation], ops: list[str], lines: dict[st
 
 
 def _script_backends(comparison: Comparison, spec: ArmSpec) -> list[dict[str, Any]]:
-    run = next((r for r in comparison.arms if r.spec == spec.spec), None)
+    run = comparison.run(spec.spec)
     return ((run.graph or {}).get("backends") or []) if run is not None and spec.mode == "compile" else []
 
 
@@ -283,7 +283,7 @@ def _uncaptured(comparison: Comparison, spec_b: ArmSpec, loaded: dict[str, str] 
             f"is not there. It lives in what `{b['name']}` does to the graph: start there.")
 
 
-def _choose(comparison: Comparison, arms: list[ArmSpec]) -> tuple | str:
+def _choose(comparison: Comparison) -> tuple | str:
     """(arm A's run, A's spec, B's spec, A's observable, B's observable), or why not."""
     d = comparison.divergence
     if d.source == "reference" or d.b is None:
@@ -292,25 +292,22 @@ def _choose(comparison: Comparison, arms: list[ArmSpec]) -> tuple | str:
     if d.source != "arms":
         return ("the divergence is between two values of one arm (the script's own comparison); the "
                 "minimizer compares two arms")
-    specs = {a.spec: a for a in arms}
-    runs = {r.spec: r for r in comparison.arms}
-    sides = [(runs[d.a.arm], d.a.observable), (runs[d.b.arm], d.b.observable)]
+    sides = [comparison.resolve(d.a), comparison.resolve(d.b)]
 
     def usable(run: ArmRun) -> bool:
         return run.mode == "eager" and run.graph_dir is not None
 
-    sides.sort(key=lambda s: (not usable(s[0]), "fault" in dict(specs[s[0].spec].knobs)))
-    (ra, ia), (rb, ib) = sides
+    sides.sort(key=lambda s: (not usable(s[0]), "fault" in dict(s[0].arm.knobs)))
+    (ra, oa), (rb, ob) = sides
     if not usable(ra):
         reasons = {r.spec: (r.graph or {}).get("export") for r, _ in sides if r.mode == "eager"}
         why = "; ".join(f"{s}: {r}" for s, r in reasons.items() if r and r != "ok")
         return "no eager arm recorded a complete op graph" + (f" ({why})" if why else "")
-    oa, ob = ra.observables[ia], rb.observables[ib]
     if oa.node is None:
         return "no recorded op computed the diverging value"
     if oa.value is None or ob.value is None:
         return "the diverging values were too large to keep"
-    return ra, specs[ra.spec], specs[rb.spec], oa, ob
+    return ra, ra.arm, rb.arm, oa, ob
 
 
 def _record_values(p: ReductionProblem, cone: frozenset[str], path: Path,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from triage.compare import divergence_kind
+from triage.numerics.errors import divergence_kind
 from triage.extract import extract_repro
 from triage.model import ArmRun, ArmSpec, DivergenceKind
 from triage.run import RunOptions, run_arms

@@ -36,12 +36,10 @@ from triage.sandbox.cgroups import JobCgroup
 from triage.sandbox.caches import copy_plain_tree
 from triage.sandbox.confine import SYS_CAPSET
 from triage.untrusted import remove_tree
+from triage.worker.protocol import ENTRY_POINTS, FIRST_JOB_FD, STAGE, WARM_UP_FOLDER
 
 ZYGOTE_MODULE = "triage.worker.zygote"
-ENTRY_MODULES = ("triage.worker", "triage.worker.serve")  # triage/worker/zygote.py ENTRY_POINTS
-STAGE = "/triage-stage"  # triage/worker/zygote.py STAGE
-WARM_UP_FOLDER = "inductor-warm-up"  # triage/worker/zygote.py WARM_UP_FOLDER
-FIRST_JOB_FD = 3  # triage/worker/zygote.py FIRST_JOB_FD
+ENTRY_MODULES = tuple(ENTRY_POINTS)  # what a job may ask the fork server to run
 PER_JOB_ENV = ("HOME", "TMPDIR", "TRIAGE_CONFINE")
 CONFINABLE_MACHINES = tuple(SYS_CAPSET)  # where a forked child can drop its capabilities
 PID_WAIT_S = 5.0

@@ -18,12 +18,11 @@ from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from triage import policy
+from triage.model import AGREEING_OUTCOMES, ArmSpec
 from triage.sweep.model import ItemResult
 
 # Verdicts that say nothing diverged here: nothing to bucket.
 UNBUCKETED_VERDICTS = ("not-reproduced", "could-not-run")
-# Ablation outcomes where the sides agree once the switch is changed (triage/classify.py).
-AGREEING = ("agree-bitwise", "within-tolerance")
 # An FX node name is the op's name and overload, lowercased and joined by "_", with a "_N"
 # suffix from the second node on ("acosh_default_1" is aten.acosh.default). Only the common
 # overload names below are taken off: anything else may be part of the op's own name.
@@ -170,19 +169,13 @@ def _arm_kinds(report: dict[str, Any], divergence: dict[str, Any] | None) -> tup
 
 
 def _parts(spec: str) -> tuple[str, str | None, dict[str, str], str | None]:
-    """(device without its index, compile backend or None for eager, knobs, torch release or
-    None) of an arm spec, read leniently: a report's spec need not parse with `triage.arms` on
-    this machine (the fault knob is refused outside triage's tests)."""
-    spec, at, release = spec.partition("@")
-    device, *rest = spec.split("/")
-    backend, knobs = None, {}
-    for part in rest:
-        name, eq, value = part.partition("=")
-        if name == "compile":
-            backend = value or "inductor"
-        elif eq:
-            knobs[name] = value
-    return device.split(":")[0], backend, knobs, release if at else None
+    """(device without its index, compile backend — "inductor" where none is named — or None
+    for eager, knobs, torch release or None) of an arm spec, read without checks
+    (`ArmSpec.read`): a report's spec need not parse with `triage.arms` on this machine (the
+    fault knob is refused outside triage's tests)."""
+    arm = ArmSpec.read(spec)
+    backend = (arm.backend or "inductor") if arm.mode == "compile" else None
+    return arm.device.split(":")[0], backend, dict(arm.knobs), arm.torch
 
 
 def _pair_kind(a: str, b: str) -> str:
@@ -206,13 +199,17 @@ def _pair_kind(a: str, b: str) -> str:
     return "+".join(kinds) or "repeat"
 
 
+def explains(ablation: dict[str, Any]) -> bool:
+    """`model.Ablation.explains` for an ablation as report.json holds it (a dict)."""
+    return (ablation.get("outcome") in AGREEING_OUTCOMES and ablation.get("supports") != "evidence"
+            and ablation.get("inside_spread") is not False)
+
+
 def _cause(report: dict[str, Any]) -> str:
     """The switches whose ablation made the sides agree (as classify counts them: not a float64
     re-run of one op, which says where the divergence starts, not why), else the accuracy
     note's section the verdict rests on, else ""."""
-    switches = sorted({str(a.get("switch")) for a in report.get("ablations") or []
-                       if a.get("outcome") in AGREEING and a.get("supports") != "evidence"
-                       and a.get("inside_spread") is not False})
+    switches = sorted({str(a.get("switch")) for a in report.get("ablations") or [] if explains(a)})
     if switches:
         return ", ".join(switches)
     section = str((report.get("verdict") or {}).get("policy_section") or "")

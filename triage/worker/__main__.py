@@ -9,6 +9,7 @@ import traceback
 from pathlib import Path
 
 from triage.worker.process import confine_self, exit_now, limit_address_space, to_json, unbuffered_output
+from triage.worker.protocol import WORKER_ERROR_STATUS
 
 
 def main() -> int:
@@ -33,7 +34,7 @@ def main() -> int:
         write_result(run_job(job, emit), out_dir)
     except BaseException:  # noqa: BLE001 - a triage bug must still leave a readable trail
         emit({"phase": "worker-error", "error": traceback.format_exc()[-4000:]})
-        return 70
+        return WORKER_ERROR_STATUS
     emit({"phase": "done"})
     return 0
 

@@ -30,6 +30,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from triage.worker.fingerprint import fingerprint, readable_fingerprint, to_numpy
 from triage.worker.modes import Quiet, suspended_modes
 from triage.worker.opgraph import OpRecorder, RecordingBackend
+from triage.worker.protocol import OBSERVED
 
 MAX_OBSERVABLES = 2000
 MAX_TENSORS_PER_CALL = 32
@@ -138,7 +139,7 @@ class ObservationStore:
             if fp is not None and fp["numel"] * 8 <= self.value_budget:
                 value = to_numpy(t)
                 if value is not None:
-                    self.values[f"obs{index}"] = value
+                    self.values[f"{OBSERVED}{index}"] = value
                     self.value_budget -= value.nbytes
             self.records.append(record)
             self.recorded_versions[t] = _version_of(t)

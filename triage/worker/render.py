@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from triage.literals import FLOATING, literal
+from triage.numerics.literals import FLOATING, literal
 from triage.worker.fingerprint import dtype_name, to_numpy
 from triage.worker.graphio import decode
+from triage.worker.protocol import INPUTS_FILE
 
 LITERAL_ELEMENTS = 64
 HEX_BYTES = 8192
-SIDE_FILE = "minimal_inputs.pt"
 
 
 def render_script(server: Any, request: dict[str, Any], overrides: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -81,8 +81,8 @@ def render_script(server: Any, request: dict[str, Any], overrides: dict[str, tor
         text.append("import torch._inductor.config")
     if side:
         text += ["from pathlib import Path", ""]
-        text += [f'inputs = torch.load(Path(__file__).with_name("{SIDE_FILE}"))']
-        torch.save(side, Path(request["dir"]) / SIDE_FILE)
+        text += [f'inputs = torch.load(Path(__file__).with_name("{INPUTS_FILE}"))']
+        torch.save(side, Path(request["dir"]) / INPUTS_FILE)
     script_backend = request.get("script_backend")
     if request["style"] == "compile" and script_backend:
         text += ["", "", "# The script's own compile backend, as the script defines it:",
@@ -90,7 +90,7 @@ def render_script(server: Any, request: dict[str, Any], overrides: dict[str, tor
     text += ["", "", *definition, "", ""] + SHOW + ["", ""]
     text += values + ["", "torch.set_printoptions(precision=10)"]
     text += _epilogue(request, params, len(outputs), exact)
-    return {"script": "\n".join(text) + "\n", "forms": forms, "side_file": SIDE_FILE if side else None,
+    return {"script": "\n".join(text) + "\n", "forms": forms, "side_file": INPUTS_FILE if side else None,
             "float64_lines": float64_lines, "results": _result_names(request)}
 
 
@@ -385,7 +385,7 @@ def _nested(value: Any, dtype: torch.dtype) -> str:
 
 
 def shortest_literal(value: float, dtype: torch.dtype) -> str:
-    """`triage.literals.literal` written as a float (``2.0``, not ``2``); a dtype it does not
+    """`triage.numerics.literals.literal` written as a float (``2.0``, not ``2``); a dtype it does not
     know (float8) keeps Python's repr of the value, which is exact too."""
     name = dtype_name(dtype)
     if name not in FLOATING:

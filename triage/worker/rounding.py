@@ -55,6 +55,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from triage import policy
 from triage.worker.kernel_errors import (UNMEASURED_U, KernelTable, input_magnitude, input_sensitivity,
                                          well_conditioned)
+from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
 from triage.worker.reference import EXACT_OPS, cone, last_uses, release, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
@@ -1328,13 +1329,13 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
     for r in records:
         ref = references.get(r["node"]) if r["node"] else None
         fp = r.get("fingerprint") or {}
-        if isinstance(ref, torch.Tensor) and f"obs{r['index']}" in values and list(ref.shape) == fp.get("shape"):
+        if isinstance(ref, torch.Tensor) and f"{OBSERVED}{r['index']}" in values and list(ref.shape) == fp.get("shape"):
             wanted[r["node"]] = ref
             dtypes[r["node"]] = getattr(torch, fp["dtype"], torch.float32)
     # Sampling stops early once the arm's own values are certainly inside; under another
     # device's model the values judged are a reporter's, unknown here: no early stop.
-    arm_values = {} if model else {r["node"]: torch.from_numpy(values[f"obs{r['index']}"]) for r in records
-                                   if r["node"] in wanted and f"obs{r['index']}" in values}
+    arm_values = {} if model else {r["node"]: torch.from_numpy(values[f"{OBSERVED}{r['index']}"]) for r in records
+                                   if r["node"] in wanted and f"{OBSERVED}{r['index']}" in values}
     sim = simulate_rounding(graph, wanted, options, dtypes, arm_values)
     by_name = {n.name: n for n in graph.nodes}
     budget = int(settings.get("value_bytes", 64 << 20))
@@ -1351,8 +1352,8 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
                          else []}
         if spread.status != "judged":
             continue
-        arrays = {"sig": spread.sigma, "up": spread.up, "dn": spread.down, "mu": spread.mean, "sd": spread.sd,
-                  "nf": spread.nonfinite}
+        arrays = dict(zip(SPREAD_ARRAYS, (spread.sigma, spread.up, spread.down, spread.mean, spread.sd,
+                                          spread.nonfinite), strict=True))
         size = sum(a.numel() * a.element_size() for a in arrays.values())
         if size > budget:
             r["rounding"].update(status="not-judged", reason="the spread is too large to keep")

@@ -169,7 +169,7 @@ class Server:
     def localize(self, request: dict[str, Any], arrays: dict[str, Any]) -> tuple[dict, dict]:
         """End-to-end: the whole plan on this arm vs the recorded values.  Local: each listed
         op alone, from the recorded values of its inputs, vs its recorded output."""
-        from triage.compare import value_errors
+        from triage.numerics.errors import value_errors
         from triage.worker.fingerprint import dtype_name, to_numpy
 
         torch = self.torch

@@ -17,6 +17,7 @@ from triage.worker.claims import claim_summary, is_claim
 from triage.worker.hooks import ScriptHooks, run_script
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 from triage.worker.process import open_file, replace_file, to_json
+from triage.worker.protocol import OBSERVED, REFERENCE
 
 
 def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]:
@@ -189,8 +190,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
             continue
         ref["approximate"] = bool(replay.approximate)
         wide = to_numpy(value)
-        if wide is not None and f"obs{record['index']}" in values:
-            values[f"ref{record['index']}"] = wide
+        if wide is not None and f"{OBSERVED}{record['index']}" in values:
+            values[f"{REFERENCE}{record['index']}"] = wide
 
     if replay is not None and job.get("rounding"):
         emit({"phase": "rounding-start"})

@@ -53,6 +53,7 @@ import traceback
 from typing import Any, Iterator, NoReturn
 
 from triage.sandbox.confine import drop_capabilities
+from triage.worker.protocol import ENTRY_POINTS, FIRST_JOB_FD, STAGE, WARM_UP_FOLDER
 
 # Import levels, in the order they are loaded; a request names the level it needs.
 LEVELS: dict[str, tuple[str, ...]] = {
@@ -73,11 +74,8 @@ WARM: dict[str, tuple[tuple[str, str], ...]] = {
     "compile": (("torch._inductor.cpu_vec_isa", "valid_vec_isa_list"),
                 ("torch._inductor.codecache", "torch_key")),
 }
-# The entry points a job may run: `python -I -m MODULE ARGS...` as a spawned process would.
-ENTRY_POINTS = {"triage.worker": "triage.worker.__main__", "triage.worker.serve": "triage.worker.serve"}
 MAX_PACKET = 1 << 20
 MAX_FDS = 8
-FIRST_JOB_FD = 3
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -86,10 +84,6 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVA
 MNT_DETACH = 2
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
-STAGE = "/triage-stage"  # an empty directory the zygote's jail provides (sandbox/zygote.py)
-# Its HOME's folder for the warm-up's inductor cache; triage copies the kept one in before it
-# starts and out after it ends (sandbox/zygote.py, caches.warm_up_cache).
-WARM_UP_FOLDER = "inductor-warm-up"
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only, as bubblewrap leaves them
 
 _libc = ctypes.CDLL(None, use_errno=True)

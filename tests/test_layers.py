@@ -1,0 +1,110 @@
+"""The layers the code relies on, held by reading its imports (issue 28 item 3): the worker,
+inside the jail, imports no parent-side stage; triage/numerics is numpy-only, importable on
+both sides; worker/protocol.py imports nothing; and the two scorings of the rounding
+statistic T, one per side, agree."""
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from triage.judge.decide import deviation_stat as parent_stat
+from triage.worker.rounding import deviation_stat as worker_stat
+
+PACKAGE = Path(__file__).resolve().parent.parent / "triage"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at the top or inside a function: `from triage import x`
+    counts as `triage.x` (x may be a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            assert node.level == 0, f"{path}: a relative import (the checks below read absolute ones)"
+            found.add(node.module)
+            base = PACKAGE.parent.joinpath(*node.module.split("."))
+            found |= {f"{node.module}.{a.name}" for a in node.names
+                      if (base / f"{a.name}.py").exists() or (base / a.name).is_dir()}
+    return found
+
+
+MODULES = {_module_name(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def _under(name: str, *packages: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+# What the worker may import of triage: itself, the shared numerics, the accuracy note's
+# tables, and the confinement it applies to itself.
+WORKER_MAY_IMPORT = ("triage.worker", "triage.numerics", "triage.policy", "triage.sandbox.confine")
+# What the numerics may import of triage: each other, the dtype tables, the DivergenceKind record.
+NUMERICS_MAY_IMPORT = ("triage.numerics", "triage.policy", "triage.model")
+
+
+def test_the_module_walk_sees_the_imports_it_checks():
+    assert "triage.numerics.errors" in MODULES["triage.worker.serve"]  # a function-local import
+    assert "triage.policy" in MODULES["triage.worker.rounding"]  # `from triage import policy`
+    assert "torch" in MODULES["triage.worker.rounding"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, "triage.worker")))
+def test_the_worker_imports_no_parent_side_stage(module):
+    parent = sorted(i for i in MODULES[module] if _under(i, "triage") and i != "triage"
+                    and not _under(i, *WORKER_MAY_IMPORT))
+    assert parent == [], f"{module} imports {parent}: code inside the jail would import a parent-side stage"
+
+
+def test_the_numerics_import_neither_torch_nor_a_stage_even_through_what_they_import():
+    seen, todo = set(), [m for m in MODULES if _under(m, "triage.numerics")]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        imports = MODULES[module]
+        assert not any(_under(i, "torch") for i in imports), f"{module} imports torch"
+        inside = [i for i in imports if _under(i, "triage") and i != "triage"]
+        assert all(_under(i, *NUMERICS_MAY_IMPORT) for i in inside), f"{module} imports {inside}"
+        todo += [i for i in inside if i in MODULES]
+    assert {"triage.numerics.errors", "triage.numerics.literals", "triage.model", "triage.policy"} <= seen
+
+
+def test_the_protocol_imports_nothing():
+    """The fork server imports it before anything else, the worker before torch."""
+    assert MODULES["triage.worker.protocol"] == set()
+
+
+# -- the statistic T, scored on each side ---------------------------------------------------
+def _cases():
+    rng = np.random.default_rng(28)
+    for _ in range(40):
+        n = int(rng.integers(1, 50))
+        ref = rng.normal(size=n) * 10.0 ** rng.integers(-6, 6)
+        sigma = np.abs(rng.normal(size=n)) * 10.0 ** rng.integers(-9, 0)
+        value = ref + rng.normal(size=n) * sigma * rng.uniform(0, 8)
+        yield value, ref, sigma
+    ref = np.array([1.0, 2.0, 0.0, -3.0, 5.0])
+    yield np.array([1.0, 2.5, 0.0, -3.0, 5.0]), ref, np.array([0.1, 0.0, 0.0, 0.0, 1.0])  # σ 0, value off: inf
+    yield ref.copy(), ref, np.zeros(5)  # σ 0 everywhere, the value exact: 0
+    yield np.array([np.inf, 2.1, np.nan, -3.0, 5.0]), ref, np.full(5, 0.1)  # nonfinite values are left out
+    yield np.array([1.0, 2.1, 0.5, -3.0, 5.0]), np.array([np.nan, 2.0, -np.inf, -3.0, 5.0]), np.full(5, 0.1)
+    yield np.full(3, np.nan), np.ones(3), np.ones(3)  # nothing finite in both: 0
+    yield np.array([1.0, 2.0]), np.array([1.0, 2.0 + 1e-12]), np.array([np.inf, 1e-13])  # an infinite σ
+
+
+@pytest.mark.parametrize("value, ref, sigma", list(_cases()))
+def test_the_parent_scores_a_value_as_the_worker_scores_its_samples(value, ref, sigma):
+    """The Monte Carlo p-value compares the parent's T of the arm's value (judge/decide.py,
+    numpy) with the worker's T of each sample (worker/rounding.py, torch): one statistic."""
+    expected = worker_stat(torch.from_numpy(value), torch.from_numpy(ref), torch.from_numpy(sigma))
+    got, _ = parent_stat(value, ref, sigma)
+    assert got == expected or (np.isnan(got) and np.isnan(expected))
