@@ -15,7 +15,8 @@ from typing import Any
 from triage.compare import divergence_kind
 from triage.extract import extract_repro
 from triage.model import ArmRun, ArmSpec, DivergenceKind
-from triage.run import RunOptions, run_arms
+from triage.run import run_arms
+from triage.settings import RunSettings
 
 SCRIPT_NAME = "minimal.py"
 
@@ -52,7 +53,7 @@ def render(worker: Any, plan_request: dict[str, Any], a: ArmSpec, b: ArmSpec, ki
     return None, header
 
 
-def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, options: RunOptions,
+def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, options: RunSettings,
            results: list[str] | None = None) -> tuple[bool, str]:
     """Run the script on both arms in fresh processes; (verified, what was seen).  `results`:
     the script's names for arm A's and arm B's values when it computes both itself (eager and
@@ -61,7 +62,7 @@ def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, opti
     repro = extract_repro(str(directory / SCRIPT_NAME))
     if repro.problem:
         return False, f"the script triage wrote does not load: {repro.problem}"
-    runs = run_arms(repro, [a, b], RunOptions(
+    runs = run_arms(repro, [a, b], RunSettings(
         timeout_s=options.timeout_s, memory_bytes=options.memory_bytes, seed=options.seed, reference=False,
         collect_env_timeout_s=options.collect_env_timeout_s, cache_dir=options.cache_dir, export_graphs=False,
         compile_cache=options.compile_cache, isolation=options.isolation, interpreters=options.interpreters))
