@@ -9,6 +9,7 @@ value differs between the arms with the same `DivergenceKind` the minimizer pres
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +63,10 @@ def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, opti
     repro = extract_repro(str(directory / SCRIPT_NAME))
     if repro.problem:
         return False, f"the script triage wrote does not load: {repro.problem}"
-    runs = run_arms(repro, [a, b], RunSettings(
-        timeout_s=options.timeout_s, memory_bytes=options.memory_bytes, seed=options.seed, reference=False,
-        collect_env_timeout_s=options.collect_env_timeout_s, cache_dir=options.cache_dir, export_graphs=False,
-        compile_cache=options.compile_cache, isolation=options.isolation, interpreters=options.interpreters))
+    # The run's own settings, less what does not apply to triage's own script: the verdict is read
+    # off the printed values (no float64 replay, so no rounding simulation), nothing is minimized
+    # further (no op graphs), and the reporter's arguments were for the reporter's script.
+    runs = run_arms(repro, [a, b], dataclasses.replace(options, reference=False, export_graphs=False, script_args=()))
     for run in runs:
         if not run.completed:
             return False, f"the script failed on {run.spec}: {run.failure}"
