@@ -40,6 +40,7 @@ def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, task: ItemTa
 
     run = task.settings.run
     specs = [dataclasses.replace(parse_arm(a), torch=task.torch) if task.torch else parse_arm(a) for a in arms]
+    # Without --memory, each arm gets the share of this node that Ray's CPU count gives it.
     settings = dataclasses.replace(task.settings, run=dataclasses.replace(
         run, memory_bytes=run.memory_bytes or _arm_share(task.cpus_per_arm),
         interpreters=interpreters_for([s.torch for s in specs], run.cache_dir)))
