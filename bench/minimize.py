@@ -33,8 +33,9 @@ from triage.arms import parse_arms  # noqa: E402
 from triage.compare import compare  # noqa: E402
 from triage.numerics.errors import divergence_kind  # noqa: E402
 from triage.extract import extract_repro  # noqa: E402
-from triage.minimize import MinimizeOptions, minimize_divergence  # noqa: E402
-from triage.run import RunOptions, run_arms  # noqa: E402
+from triage.minimize import minimize_divergence  # noqa: E402
+from triage.run import run_arms  # noqa: E402
+from triage.settings import MinimizeSettings, RunSettings  # noqa: E402
 
 PLANTED = '''import torch
 x = torch.linspace(-1.0, 1.0, 64)
@@ -52,7 +53,7 @@ def planted_script(directory: Path, n: int) -> Path:
 
 def run_triage(name: str, script: Path, arms_text: str) -> tuple[dict, object, object]:
     arms = parse_arms(arms_text)
-    runs = run_arms(extract_repro(str(script)), arms, RunOptions(reference=False))
+    runs = run_arms(extract_repro(str(script)), arms, RunSettings(reference=False))
     comparison = compare(runs)
     # Every case diverges by construction: an arm that did not run, or no divergence, means
     # there is nothing to minimize and the row would compare nothing.
@@ -61,7 +62,7 @@ def run_triage(name: str, script: Path, arms_text: str) -> tuple[dict, object, o
         sys.exit(f"bench/minimize.py: case {name!r} ({arms_text}) "
                  + (f"failed to run ({'; '.join(failed)})" if failed else "did not diverge"))
     start = time.perf_counter()
-    result = minimize_divergence(comparison, arms, RunOptions(reference=False), MinimizeOptions())
+    result = minimize_divergence(comparison, arms, RunSettings(reference=False), MinimizeSettings())
     wall = time.perf_counter() - start
     m = result.minimal
     rate = (f"{m.timings['reduce_queries'] / m.timings['reduce']:.0f}" if m and m.timings.get("reduce") else "—")
@@ -142,8 +143,8 @@ def run_source_reducer(script: Path, arms_text: str, target) -> dict:  # noqa: A
         queries[0] += 1
         candidate = work / "candidate.py"
         candidate.write_text(source)
-        runs = run_arms(extract_repro(str(candidate)), arms, RunOptions(reference=False, export_graphs=False,
-                                                                         timeout_s=120))
+        runs = run_arms(extract_repro(str(candidate)), arms, RunSettings(reference=False, export_graphs=False,
+                                                                          timeout_s=120))
         if not all(r.completed for r in runs):
             return False
         for x, y in zip(runs[0].observables, runs[1].observables):

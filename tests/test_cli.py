@@ -216,7 +216,7 @@ def _run_piped(tmp_path, monkeypatch, env=None, columns=None):
     import triage.pipeline
     from triage import cli
 
-    def pipeline(path, arms, options, progress, *rest):
+    def pipeline(path, arms, settings, progress, *rest):
         progress("cpu", "start", {})
         progress("cpu", "end", {"status": "ok"})
         return _long_lines_report(path)

@@ -439,12 +439,13 @@ def test_a_running_forked_job_past_its_timeout_is_killed(zygote, tmp_path, names
     and neither the worker nor what it started remains."""
     from triage.arms import parse_arm
     from triage.extract import extract_repro
-    from triage.run import RunOptions, run_arm
+    from triage.run import run_arm
+    from triage.settings import RunSettings
 
     name = "tfs" + uuid.uuid4().hex[:12]
     script = tmp_path / "hang.py"
     script.write_text(HANG.format(name=name))
-    options = RunOptions(timeout_s=2, reference=False, export_graphs=False, compile_cache=zygote.compiled)
+    options = RunSettings(timeout_s=2, reference=False, export_graphs=False, compile_cache=zygote.compiled)
     started = time.monotonic()
     run = run_arm(extract_repro(script), parse_arm("cpu"), options, 2 << 30)
     seconds = time.monotonic() - started

@@ -31,11 +31,12 @@ import pytest
 from tests.conftest import run_triage
 from triage.arms import parse_arm
 from triage.model import Repro
-from triage.run import RunOptions, _arm_run, run_arm
+from triage.run import _arm_run, run_arm
 from triage.sandbox import cgroups, confine, isolation
 from triage.sandbox import caches
 from triage.sandbox.jail import host_directory
 from triage.sandbox.process import MAX_DISK_ENTRIES, ProcessOutcome, disk_usage_and_entries
+from triage.settings import RunSettings
 
 ARMS_ONLY = ("--minimal", "-", "--no-minimize", "--no-ablate", "--no-reference", "--quiet")
 GiB = 1 << 30
@@ -178,7 +179,7 @@ def test_a_spawned_arm_reaches_nothing_outside_its_scratch(tmp_path, host_world)
     outside, abstract = host_world
     script = _probe_script(tmp_path, outside, abstract)
     repro = Repro(path=str(script), name=script.name, source=script.read_text())
-    options = RunOptions(reference=False, export_graphs=False, cache_dir=str(tmp_path / "cache"))
+    options = RunSettings(reference=False, export_graphs=False, cache_dir=str(tmp_path / "cache"))
     run = run_arm(repro, parse_arm("cpu"), options, 4 * GiB)
     assert run.status == "ok", (run.failure, run.stderr[-2000:])
     _check(_results(run.stdout), outside, tmp_path / "cache")
@@ -317,7 +318,7 @@ def test_a_flood_of_empty_files_is_named_as_files_not_bytes(tmp_path):
     outcome = ProcessOutcome(exit_code=None, signal="SIGKILL", timed_out=False, memory_exceeded=False,
                              elapsed_s=1.0, stdout="", stderr="", output_dropped=0, messages=[],
                              peak_rss_bytes=0, limit_exceeded="files")
-    run = _arm_run(parse_arm("cpu"), outcome, tmp_path, RunOptions(), 4 * GiB)
+    run = _arm_run(parse_arm("cpu"), outcome, tmp_path, RunSettings(), 4 * GiB)
     assert run.status == "crashed"
     assert f"{MAX_DISK_ENTRIES:,} files" in run.failure and "GiB" not in run.failure, run.failure
 

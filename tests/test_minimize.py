@@ -185,11 +185,12 @@ def test_no_minimize_flag_and_single_arm(triage):
 def test_lost_worker_is_restarted(tmp_path):
     from triage.arms import parse_arms
     from triage.extract import extract_repro
-    from triage.run import RunOptions, run_arms
+    from triage.run import run_arms
+    from triage.settings import RunSettings
     from triage.minimize.warm import ArmWorker
 
     arm = parse_arms("cpu")[0]
-    run = run_arms(extract_repro(str(FIXTURES / "compile_acosh.py")), [arm], RunOptions(reference=False))[0]
+    run = run_arms(extract_repro(str(FIXTURES / "compile_acosh.py")), [arm], RunSettings(reference=False))[0]
     graph = OpGraph(run.graph_dir)
     worker = ArmWorker(arm, run.graph_dir, 4 << 30)
     try:
@@ -215,7 +216,7 @@ def test_the_run_has_one_compile_cache_its_verification_uses(tmp_path, monkeypat
     arms), not one of its own: it is triage's script, run for this run only."""
     from triage.arms import parse_arms
     from triage.minimize import standalone
-    from triage.run import RunOptions
+    from triage.settings import RunSettings
 
     seen = {}
 
@@ -226,7 +227,7 @@ def test_the_run_has_one_compile_cache_its_verification_uses(tmp_path, monkeypat
     monkeypatch.setattr(standalone, "run_arms", run_arms)
     (tmp_path / "minimal.py").write_text("import torch\n")
     a, b = parse_arms("cpu,cpu/compile")
-    options = RunOptions(compile_cache=str(tmp_path / "cache"), isolation="process", script_args=("--n", "1"))
+    options = RunSettings(compile_cache=str(tmp_path / "cache"), isolation="process", script_args=("--n", "1"))
     with pytest.raises(RuntimeError, match="stop here"):
         standalone.verify(tmp_path, a, b, DivergenceKind("mismatch"), options)
     assert seen["options"].compile_cache == str(tmp_path / "cache")

@@ -13,7 +13,7 @@ import triage.pipeline
 from triage import cli
 from triage.arms import parse_arms
 from triage.model import Report, Repro, Verdict
-from triage.run import RunOptions
+from triage.settings import RunSettings
 
 # Spaces, quotes, a shell's specials, an empty one, unicode, a newline, a second `--` and
 # triage's own option names: data, passed on as they are.
@@ -28,13 +28,13 @@ def _made_up_report(path: str) -> Report:
 
 
 def _cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *argv: str) -> tuple[object, list]:
-    """`triage run` with the pipeline replaced: (click's result, the (options, notes) it was called with)."""
+    """`triage run` with the pipeline replaced: (click's result, the (run settings, notes) it was called with)."""
     script = tmp_path / "s.py"
     script.write_text("x = 1\n")
     calls = []
 
-    def pipeline(path, arms, options, progress, notes, *rest):
-        calls.append((options, notes))
+    def pipeline(path, arms, settings, progress, notes, *rest):
+        calls.append((settings.run, notes))
         return _made_up_report(path)
 
     monkeypatch.setattr(triage.pipeline, "triage_script", pipeline)
@@ -86,10 +86,10 @@ def test_every_arms_job_carries_the_arguments(tmp_path, monkeypatch):
 
     monkeypatch.setattr(triage.run, "run_isolated", launched)
     repro = Repro(path=str(tmp_path / "s.py"), name="s.py", source="x = 1\n")
-    options = RunOptions(cache_dir=str(tmp_path / "cache"), isolation="process", script_args=("--n", "7", "a b"))
+    options = RunSettings(cache_dir=str(tmp_path / "cache"), isolation="process", script_args=("--n", "7", "a b"))
     cpu = parse_arms("cpu")[0]
     triage.run.run_arm(repro, cpu, options, 1 << 30)
-    triage.run.run_arm(repro, cpu, RunOptions(cache_dir=str(tmp_path / "cache"), isolation="process"), 1 << 30)
+    triage.run.run_arm(repro, cpu, RunSettings(cache_dir=str(tmp_path / "cache"), isolation="process"), 1 << 30)
     assert [job["script_args"] for job in jobs] == [["--n", "7", "a b"], []]
 
 
@@ -107,7 +107,7 @@ def test_the_minimal_scripts_verification_gets_no_arguments(tmp_path, monkeypatc
     monkeypatch.setattr(standalone, "run_arms", run_arms)
     a, b = parse_arms("cpu,cpu/compile")
     with pytest.raises(_Launched):
-        standalone.verify(tmp_path, a, b, DivergenceKind("mismatch"), RunOptions(script_args=("--n", "7")))
+        standalone.verify(tmp_path, a, b, DivergenceKind("mismatch"), RunSettings(script_args=("--n", "7")))
     assert [o.script_args for o in seen] == [()]
 
 

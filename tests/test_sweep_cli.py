@@ -722,8 +722,8 @@ def test_the_run_options_reach_every_item_and_json_may_name_the_sweeps_own_summa
     assert seen["options"].torch == ("2.15.0", "2.13.0")
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     settings = seen["options"].settings
-    assert (settings.seed, settings.all_ablations, settings.reduce_data, settings.rounding_samples,
-            settings.minimize_budget_s, settings.cpus_per_arm) == (7, True, False, 9, 30.0, 0.25)
+    assert (settings.run.seed, settings.ablation.exhaustive, settings.minimize.reduce_data,
+            settings.run.rounding_samples, settings.minimize.budget_s) == (7, True, False, 9, 30.0)
     assert seen["engine"].cpus_per_arm == 0.25
     # Half a CPU per arm: twice the arms at once on a node, each with half the memory ceiling.
     assert _arm_share(0.5) in (512 << 20, _arm_share(1.0) // 2)

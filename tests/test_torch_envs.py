@@ -25,10 +25,11 @@ from triage.arms import ArmSpecError, parse_arm, parse_arms
 from triage.minimize.standalone import script_style
 from triage.model import ArmSpec
 from triage.report import validate_report
-from triage.run import RunOptions, worker_python
+from triage.run import worker_python
 from triage.sandbox import isolation, torch_envs
 from triage.sandbox.zygote import CONFINABLE_MACHINES, ZYGOTE_MODULE
 from triage.sandbox.torch_envs import TorchEnvError, release_version
+from triage.settings import RunSettings
 from triage.sweep.buckets import _pair_kind
 
 RELEASE = "2.13.0"
@@ -85,10 +86,10 @@ def test_bad_arm_suffix_is_a_clear_error(text, message):
 
 
 def test_an_unprepared_release_is_refused_not_run_on_triages_torch():
-    assert worker_python(ArmSpec("cpu"), RunOptions()) == sys.executable
+    assert worker_python(ArmSpec("cpu"), RunSettings()) == sys.executable
     with pytest.raises(ValueError, match="torch 2.15.0 was not prepared"):
-        worker_python(ArmSpec("cpu", torch="2.15.0"), RunOptions())
-    prepared = RunOptions(interpreters={"2.15.0": "/envs/2.15.0/bin/python"})
+        worker_python(ArmSpec("cpu", torch="2.15.0"), RunSettings())
+    prepared = RunSettings(interpreters={"2.15.0": "/envs/2.15.0/bin/python"})
     assert worker_python(ArmSpec("cpu", torch="2.15.0"), prepared) == "/envs/2.15.0/bin/python"
 
 

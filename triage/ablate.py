@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from triage import policy
 from triage.compare import pair_divergence, side_of
 from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro, find_side
-from triage.run import Progress, RunOptions, run_arms
+from triage.run import Progress, run_arms
+from triage.settings import AblationSettings, RunSettings
 
 
 LOW_PRECISION = ("float16", "bfloat16")
@@ -65,15 +66,6 @@ SWITCHES = (
 )
 
 
-@dataclass
-class AblationOptions:
-    enabled: bool = True
-    budget_s: float = 120.0
-    # False: stop at the first switch that explains the divergence (the sides agree inside
-    # their rounding spreads); the verdict rests on that one.  True: try every switch.
-    exhaustive: bool = False
-
-
 # The order the switches are tried in when ablations stop at the first that explains: those
 # that name randomness first, because classify ranks a random explanation above any precision
 # mode, then `SWITCHES` order, which is the order classify picks among precision modes.  So
@@ -82,7 +74,7 @@ TRIAL_ORDER = sorted(SWITCHES, key=lambda s: s.verdict != "nondeterministic")
 SWITCH_INDEX = {f"{s.knob}={s.value}": i for i, s in enumerate(SWITCHES)}  # results are listed in this order
 
 
-def ablate(repro: Repro, comparison: Comparison, options: RunOptions, settings: AblationOptions,
+def ablate(repro: Repro, comparison: Comparison, options: RunSettings, settings: AblationSettings,
            progress: Progress | None = None) -> list[Ablation]:
     """One `Ablation` per applicable switch, in `SWITCHES` order, within the time budget;
     after the first that explains the divergence the rest are listed as not run, unless

@@ -1,18 +1,20 @@
 """The command line: a thin shell around `triage.pipeline`."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import re
 import shutil
 import sys
 import threading
 import time
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn
 
 import click
 
 from triage.arms import ArmSpecError, default_arms, parse_arms, torch_release
-from triage.run import RunOptions
+from triage.settings import AblationSettings, MinimizeSettings, RunSettings, Settings
 
 EXIT_VERDICT, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_NOT_POSTED, EXIT_NOT_TESTED = 0, 2, 3, 4, 5
 EXIT_NOT_WRITTEN = 1  # the run finished, but an output file could not be written (the rest were)
@@ -68,43 +70,51 @@ def _rounding_samples(ctx: Any, param: Any, value: int) -> int:
     return value
 
 
+DEFAULTS = Settings()  # the flags' defaults: written once, in triage/settings.py
+
+
 def _run_options(f: Any) -> Any:
-    """The options of every command that runs a repro (`run`, `issue`)."""
+    """The options of every command that runs a repro (`run`, `issue`, `sweep`); `_settings`
+    turns them into the run's `Settings`."""
     options = [
         click.option("--arms", "arms_text", default=None, metavar="SPECS",
                      help="Comma-separated arms, e.g. cpu,cuda or cpu,cpu/compile or cuda/tf32=off. "
                           "Default: what the script compares (an eager and a compile arm when it calls "
                           "torch.compile; cpu,cuda where CUDA is present; else cpu against float64)."),
-        click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+        click.option("--timeout", type=click.FloatRange(min=1), default=DEFAULTS.run.timeout_s, show_default=True,
                      help="Seconds the script may run in each arm."),
         click.option("--memory", default=None, metavar="SIZE",
                      help="Memory limit per arm (e.g. 8G). Default: a share of RAM."),
-        click.option("--no-reference", is_flag=True,
+        click.option("--no-reference", is_flag=True, default=not DEFAULTS.run.reference,
                      help="Skip the float64 reference replay (and with it the rounding judgement)."),
-        click.option("--rounding-samples", type=click.IntRange(min=0), default=29, show_default=True,
-                     callback=_rounding_samples,
+        click.option("--rounding-samples", type=click.IntRange(min=0), default=DEFAULTS.run.rounding_samples,
+                     show_default=True, callback=_rounding_samples,
                      help="Simulated roundings of each observed value (Monte Carlo arithmetic on the recorded "
                           "graph); the smallest p-value is 1/(K+1). 0 judges by float64 alone."),
-        click.option("--rounding-budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
+        click.option("--rounding-budget", type=click.FloatRange(min=1), default=DEFAULTS.run.rounding_budget_s,
+                     show_default=True,
                      help="Seconds each arm's rounding simulation may take."),
-        click.option("--minimize/--no-minimize", default=True, show_default=True,
+        click.option("--minimize/--no-minimize", default=DEFAULTS.minimize.enabled, show_default=True,
                      help="Reduce a divergence between two arms to its minimal op set and a verified script."),
-        click.option("--minimize-budget", type=click.FloatRange(min=1), default=900.0, show_default=True,
+        click.option("--minimize-budget", type=click.FloatRange(min=1), default=DEFAULTS.minimize.budget_s,
+                     show_default=True,
                      help="Seconds the reduction passes may take; the smallest op set found by then is kept."),
-        click.option("--reduce-data/--keep-data", default=True, show_default=True,
+        click.option("--reduce-data/--keep-data", default=DEFAULTS.minimize.reduce_data, show_default=True,
                      help="Shrink the minimal repro's inputs to the fewest, plainest values that still diverge "
                           "the same way (--keep-data: the recorded values, exactly)."),
-        click.option("--ablate/--no-ablate", default=True, show_default=True,
+        click.option("--ablate/--no-ablate", default=DEFAULTS.ablation.enabled, show_default=True,
                      help="For a divergence, re-run with one switch changed at a time (threads=1, tf32=off, …) "
                           "and report which make the sides agree."),
-        click.option("--ablate-budget", type=click.FloatRange(min=1), default=120.0, show_default=True,
+        click.option("--ablate-budget", type=click.FloatRange(min=1), default=DEFAULTS.ablation.budget_s,
+                     show_default=True,
                      help="Seconds the ablations may take."),
-        click.option("--all-ablations", is_flag=True,
+        click.option("--all-ablations", is_flag=True, default=DEFAULTS.ablation.exhaustive,
                      help="Try every switch that applies, not only until one explains the divergence."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed for every generator, in every arm."),
-        click.option("--jobs", type=click.IntRange(min=1), default=None,
+        click.option("--seed", type=int, default=DEFAULTS.run.seed, show_default=True,
+                     help="Seed for every generator, in every arm."),
+        click.option("--jobs", type=click.IntRange(min=1), default=DEFAULTS.run.jobs,
                      help="Processes run at once: arms, and the ablations beside the minimizer (default: cores)."),
-        click.option("--isolation", type=click.Choice(["auto", "namespace", "process"]), default="auto",
+        click.option("--isolation", type=click.Choice(["auto", "namespace", "process"]), default=DEFAULTS.run.isolation,
                      show_default=True,
                      help="How arms are isolated: 'namespace' (bubblewrap: no network, no HOME, no other "
                           "process, read-only installation), 'process' (a scrubbed environment and limits "
@@ -175,8 +185,9 @@ def run_command(script: str, script_args: tuple[str, ...], json_path: str | None
     for option, path in (("--json", json_path), ("--comment", comment_path), ("--minimal", minimal_path)):
         _check_output_path(option, path)
     posted = _reported_file(reported_path) if reported_path is not None else None
-    report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_script(
-        script, arms, options, progress, notes, minimize, ablation, posted), run, _source(script), script_args)
+    arms, settings, notes = _prepare(run, _source(script), script_args)
+    with _progress_display(arms, run["quiet"]) as progress:
+        report = triage_script(script, arms, settings, progress, notes, posted)
     _, unwritten = _finish(report, json_path, comment_path, minimal_path, run["quiet"])
     sys.exit(EXIT_NOT_WRITTEN if unwritten else _exit_code(report))
 
@@ -343,8 +354,9 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, allow_wea
     for path in outputs.values():
         _check_output_path("--out", path)
     issue = _load_issue(ref, event_path, github)
-    report = _execute(lambda arms, options, progress, notes, minimize, ablation: triage_issue(
-        issue, out_dir, arms, options, progress, notes, minimize, ablation), run, issue.extraction.script)
+    arms, settings, notes = _prepare(run, issue.extraction.script)
+    with _progress_display(arms, run["quiet"]) as progress:
+        report = triage_issue(issue, out_dir, arms, settings, progress, notes)
     data, unwritten = _finish(report, outputs["report.json"], outputs["comment.md"], outputs["minimal.py"],
                               run["quiet"])
     _write_step_summary(data)
@@ -408,7 +420,6 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
 
     from triage.sweep.driver import SweepOptions, run_sweep
     from triage.sweep.engine import EngineOptions
-    from triage.sweep.item import ItemSettings
     from triage.sandbox.torch_envs import TorchEnvError
     from triage.sweep.store import StoreError
 
@@ -439,14 +450,7 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     _check_output_path("--json", json_path)
     options = SweepOptions(sources=list(sources), out_dir=out_dir, torch=releases,
                            db_path=db_path or os.path.join(out_dir, "results.sqlite"), arms=arms, limit=limit,
-                           settings=ItemSettings(
-                               timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
-                               reference=not run["no_reference"], rounding_samples=run["rounding_samples"],
-                               rounding_budget_s=run["rounding_budget"], jobs=run["jobs"],
-                               isolation=run["isolation"], minimize=run["minimize"],
-                               minimize_budget_s=run["minimize_budget"], reduce_data=run["reduce_data"],
-                               ablate=run["ablate"], ablate_budget_s=run["ablate_budget"],
-                               all_ablations=run["all_ablations"], cpus_per_arm=cpus_per_arm))
+                           settings=_settings(run))
     progress = _SweepProgress(err, name_builds=len(releases) > 1) if not run["quiet"] else None
     try:
         outcome = run_sweep(options, EngineOptions(ray_address=ray_address, num_cpus=num_cpus,
@@ -715,12 +719,25 @@ def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
         raise click.ClickException(str(e)) from None
 
 
-def _execute(pipeline: Any, run: dict[str, Any], source: str | None, script_args: tuple[str, ...] = ()) -> Any:
-    """Parse the run options, run `pipeline` with a progress display, return its Report;
-    without --arms, the arms follow what the script (`source`) compares."""
-    from triage.ablate import AblationOptions
-    from triage.minimize import MinimizeOptions
+def _settings(run: dict[str, Any], script_args: tuple[str, ...] = ()) -> Settings:
+    """The run options (`_run_options`' flags) as the run's `Settings`: the one place a flag
+    becomes a setting, for `run`, `issue` and `sweep` alike."""
+    return Settings(
+        run=RunSettings(timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
+                        reference=not run["no_reference"], jobs=run["jobs"],
+                        rounding_samples=run["rounding_samples"], rounding_budget_s=run["rounding_budget"],
+                        isolation=run["isolation"], script_args=script_args),
+        ablation=AblationSettings(enabled=run["ablate"], budget_s=run["ablate_budget"],
+                                  exhaustive=run["all_ablations"]),
+        minimize=MinimizeSettings(enabled=run["minimize"], budget_s=run["minimize_budget"],
+                                  reduce_data=run["reduce_data"]))
 
+
+def _prepare(run: dict[str, Any], source: str | None,
+             script_args: tuple[str, ...] = ()) -> tuple[list[Any], Settings, list[str]]:
+    """The arms, the settings and the report's first notes of a `run` or `issue`: without
+    --arms, the arms follow what the script (`source`) compares; arms on another torch release
+    get its interpreter (installed first where this machine lacks it)."""
     notes: list[str] = []
     try:
         arms = parse_arms(run["arms_text"]) if run["arms_text"] is not None else None
@@ -732,19 +749,20 @@ def _execute(pipeline: Any, run: dict[str, Any], source: str | None, script_args
     if script_args:
         notes.append(_args_note(script_args))
     _isolation(run["isolation"])
-    options = RunOptions(timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
-                         reference=not run["no_reference"], jobs=run["jobs"],
-                         rounding_samples=run["rounding_samples"], rounding_budget_s=run["rounding_budget"],
-                         isolation=run["isolation"], script_args=script_args,
-                         interpreters=_torch_releases([a.torch for a in arms], run["quiet"]))
+    settings = _settings(run, script_args)
+    settings = dataclasses.replace(settings, run=dataclasses.replace(
+        settings.run, interpreters=_torch_releases([a.torch for a in arms], run["quiet"])))
     _preload_rendering()
-    progress = _Progress(_console(stderr=True), [a.spec for a in arms]) if not run["quiet"] else None
+    return arms, settings, notes
+
+
+@contextlib.contextmanager
+def _progress_display(arms: list[Any], quiet: bool) -> Iterator[Any]:
+    """The progress display's update callback for the pipeline (None with --quiet), stopped
+    however the pipeline ends."""
+    progress = _Progress(_console(stderr=True), [a.spec for a in arms]) if not quiet else None
     try:
-        return pipeline(arms, options, progress.update if progress else None, notes,
-                        MinimizeOptions(enabled=run["minimize"], budget_s=run["minimize_budget"],
-                                        reduce_data=run["reduce_data"]),
-                        AblationOptions(enabled=run["ablate"], budget_s=run["ablate_budget"],
-                                        exhaustive=run["all_ablations"]))
+        yield progress.update if progress else None
     finally:
         if progress:
             progress.stop()

@@ -7,29 +7,30 @@ import os
 import time
 
 from triage import __version__
-from triage.ablate import AblationOptions, ablate
+from triage.ablate import ablate
 from triage.arms import calls_compile, cuda_present, mentions_cuda
 from triage.classify import classify, torch_of
 from triage.compare import compare, name_from_source
 from triage.extract import extract_repro
-from triage.minimize import MinimizeOptions, MinimizeResult, minimize_divergence
+from triage.minimize import MinimizeResult, minimize_divergence
 from triage.model import (Ablation, ArmRun, ArmSpec, Comparison, Issue, IssueRepro, Report, ReportedArm, ReporterOutput,
                           Repro)
 from triage.reported import judge_reported, reporter_device
-from triage.run import Progress, RunOptions, forking_workers, run_arms
+from triage.run import Progress, forking_workers, run_arms
 from triage.sandbox import isolation
 from triage.sandbox.caches import compile_cache, trim_compile_cache
+from triage.settings import AblationSettings, MinimizeSettings, RunSettings, Settings
 from triage.untrusted import remove_tree
 from triage.worker.knob_calls import SETTERS, knob_call_note, overrides, recordable
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 
 
-def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
-                  progress: Progress | None = None, notes: list[str] | None = None,
-                  minimize: MinimizeOptions | None = None, ablation: AblationOptions | None = None,
-                  posted: ReporterOutput | None = None) -> Report:
-    """`posted`: what the reporter's machine printed, judged as the reported arm."""
+def triage_script(path: str, arms: list[ArmSpec], settings: Settings, progress: Progress | None = None,
+                  notes: list[str] | None = None, posted: ReporterOutput | None = None) -> Report:
+    """`notes`: the caller's own, first among the report's; `posted`: what the reporter's
+    machine printed, judged as the reported arm."""
     start = time.monotonic()
+    options = settings.run
     repro = extract_repro(path)
     comparison = None
     reduced = MinimizeResult()
@@ -46,8 +47,7 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
                 try:
                     comparison = compare(runs, repro.source)
                     ablations, reduced = _explain(repro, comparison, arms, options, progress,
-                                                  ablation or AblationOptions(enabled=False),
-                                                  minimize or MinimizeOptions(enabled=False))
+                                                  settings.ablation, settings.minimize)
                 finally:
                     for run in runs:
                         if run.graph_dir:
@@ -68,12 +68,12 @@ def triage_script(path: str, arms: list[ArmSpec], options: RunOptions,
                       reported=reported)
     except BaseException:
         # No report will carry the minimal script's directory to the caller that removes it.
-        if reduced.script_dir and not (minimize and minimize.directory):
+        if reduced.script_dir and not settings.minimize.directory:
             remove_tree(reduced.script_dir)
         raise
 
 
-def _run_with_reported(repro: Repro, arms: list[ArmSpec], options: RunOptions, progress: Progress | None,
+def _run_with_reported(repro: Repro, arms: list[ArmSpec], options: RunSettings, progress: Progress | None,
                        posted: ReporterOutput | None) -> tuple[list[ArmRun], ReportedArm | None]:
     """The arms, and beside them (where the reporter posted output) the CPU arm whose rounding
     is simulated as the reporter's device rounds: the reported arm is judged on its spreads."""
@@ -93,9 +93,9 @@ def _run_with_reported(repro: Repro, arms: list[ArmSpec], options: RunOptions, p
                                 same_device)
 
 
-def _explain(repro: Repro, comparison: Comparison, arms: list[ArmSpec], options: RunOptions,
-             progress: Progress | None, ablation: AblationOptions,
-             minimize: MinimizeOptions) -> tuple[list[Ablation], MinimizeResult]:
+def _explain(repro: Repro, comparison: Comparison, arms: list[ArmSpec], options: RunSettings,
+             progress: Progress | None, ablation: AblationSettings,
+             minimize: MinimizeSettings) -> tuple[list[Ablation], MinimizeResult]:
     """The ablations and the minimizer, side by side where the CPU budget has room for both:
     each needs only the comparison, and each spends much of its time waiting on processes
     (a fresh arm's start, the slower arm, a compile) that the other can use."""
@@ -114,9 +114,8 @@ def _explain(repro: Repro, comparison: Comparison, arms: list[ArmSpec], options:
     return ablating.result(), minimizing.result()
 
 
-def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOptions,
-                 progress: Progress | None = None, notes: list[str] | None = None,
-                 minimize: MinimizeOptions | None = None, ablation: AblationOptions | None = None) -> Report:
+def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], settings: Settings,
+                 progress: Progress | None = None, notes: list[str] | None = None) -> Report:
     """`triage_script` on the repro extracted from an issue (written to `workdir/repro.py`),
     or a could-not-run report that says why the issue has no runnable repro."""
     extraction = issue.extraction
@@ -126,13 +125,12 @@ def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], options: RunOp
                       problem=f"no runnable repro in {issue.repo}#{issue.number}: {extraction.problem}")
         return Report(repro=repro, arms_requested=[a.spec for a in arms], comparison=None,
                       verdict=classify(repro, None), triage_version=__version__, seconds=0.0,
-                      notes=report_notes, issue=issue, isolation=_isolation(options))
+                      notes=report_notes, issue=issue, isolation=_isolation(settings.run))
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "repro.py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(extraction.script.rstrip("\n") + "\n")
-    report = triage_script(path, arms, options, progress, report_notes, minimize, ablation,
-                           _posted_for_missing_arms(extraction, arms))
+    report = triage_script(path, arms, settings, progress, report_notes, _posted_for_missing_arms(extraction, arms))
     report.issue = issue
     if report.comparison is not None:
         report.notes.extend(_environment_notes(extraction.environment_fields, report.comparison))
@@ -153,7 +151,7 @@ def _posted_for_missing_arms(extraction: IssueRepro, arms: list[ArmSpec]) -> Rep
                           environment=extraction.environment_fields)
 
 
-def _isolation(options: RunOptions) -> dict[str, str]:
+def _isolation(options: RunSettings) -> dict[str, str]:
     how = isolation(options.isolation)
     return {"kind": how.kind, "detail": how.detail}
 
@@ -169,7 +167,7 @@ def _environment_notes(reporter: dict[str, str], comparison) -> list[str]:  # no
     return ["The reporter's environment differs from triage's — " + "; ".join(differ) + "."] if differ else []
 
 
-def _run_notes(comparison, options: RunOptions, source: str) -> list[str]:  # noqa: ANN001 - Comparison
+def _run_notes(comparison, options: RunSettings, source: str) -> list[str]:  # noqa: ANN001 - Comparison
     notes = []
     if calls_compile(source) and not any(r.mode == "compile" for r in comparison.arms):
         notes.append("The script calls `torch.compile`, but no arm compiles (no `/compile` arm was asked for): on "

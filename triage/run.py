@@ -9,7 +9,6 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -25,6 +24,7 @@ from triage.sandbox.caches import (
 )
 from triage.sandbox.process import MAX_DISK_ENTRIES, MAX_TASKS
 from triage.sandbox.zygote import fork_server
+from triage.settings import RunSettings
 from triage.untrusted import UntrustedOutput, remove_tree
 from triage.worker.protocol import INPUTS_FILE, OBSERVED, REFERENCE, SPREAD_ARRAYS, WORKER_ERROR_STATUS
 
@@ -34,44 +34,7 @@ DISK_LIMIT = 8 * GiB  # bytes one arm may write (scratch directory and its compi
 STARTUP_S = 120.0  # the worker's own start (interpreter, torch import) before the script begins
 
 
-@dataclass
-class RunOptions:
-    timeout_s: float = 300.0
-    memory_bytes: int | None = None  # per arm; None: a share of this machine's memory
-    output_bytes: int = 256 * 1024
-    seed: int = 0
-    reference: bool = True
-    reference_budget_s: float = 120.0
-    value_budget_bytes: int = 64 << 20
-    max_leaf_bytes: int = 1 << 30
-    jobs: int | None = None
-    collect_env_timeout_s: float = 30.0
-    cache_dir: str | None = None
-    keep_dirs: bool = False
-    export_graphs: bool = True  # eager arms write their op graph for the minimizer
-    # Simulated rounding (triage/worker/rounding.py): K random replays of each observed value's
-    # graph; 0 switches it off. It needs the float64 reference.
-    rounding_samples: int = 29
-    rounding_budget_s: float = 60.0
-    # Judge the values as this device would round them ("cuda": a reporter's GPU, modelled on
-    # the CPU arm that runs the same program; triage/reported/), None: the arm's own device.
-    rounding_model: str | None = None
-    # "auto": the namespace sandbox where this machine has it, else the process sandbox
-    # (which the report names); "namespace" or "process" insist.
-    isolation: str = "auto"
-    # The script's sys.argv[1:] in every arm (`triage run SCRIPT -- ARGS`): data, never parsed
-    # by a shell. Runs of triage's own minimal script build their options afresh, without them.
-    script_args: tuple[str, ...] = ()
-    # The triage run's one compile cache (inductor, triton): the arms of the reporter's script,
-    # its ablations, the minimizer's workers and the minimal script's verification all use it.
-    # None: the script's own (sandbox/caches.py); never one shared across different scripts.
-    compile_cache: str | None = None
-    # Arms on another torch release (`cpu/compile@2.15.0`) run their worker with that release's
-    # interpreter: release -> python, from sandbox/torch_envs.py (prepared before the run).
-    interpreters: dict[str, str] = field(default_factory=dict)
-
-
-def worker_python(arm: ArmSpec, options: RunOptions) -> str:
+def worker_python(arm: ArmSpec, options: RunSettings) -> str:
     """The interpreter of `arm`'s worker: triage's own, or its torch release's environment."""
     if arm.torch is None:
         return sys.executable
@@ -83,7 +46,7 @@ def worker_python(arm: ArmSpec, options: RunOptions) -> str:
 Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, details)
 
 
-def run_arms(repro: Repro, arms: list[ArmSpec], options: RunOptions,
+def run_arms(repro: Repro, arms: list[ArmSpec], options: RunSettings,
              progress: Progress | None = None) -> list[ArmRun]:
     """Run every arm (concurrently, where the machine has cores for it); order is kept.
 
@@ -128,7 +91,7 @@ def _every_run(futures: list[concurrent.futures.Future[ArmRun]]) -> list[ArmRun]
     raise failed
 
 
-def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
+def run_arm(repro: Repro, arm: ArmSpec, options: RunSettings, memory_bytes: int,
             progress: Progress | None = None, how: Isolation | None = None) -> ArmRun:
     root = Path(tempfile.mkdtemp(prefix="triage-arm-"))
     try:
@@ -138,7 +101,7 @@ def run_arm(repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
             remove_tree(root)
 
 
-def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunOptions, memory_bytes: int,
+def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunSettings, memory_bytes: int,
                 progress: Progress | None, how: Isolation | None) -> ArmRun:
     notify = (lambda event, details: progress(arm.spec, event, details)) if progress else (lambda e, d: None)
     how = how or isolation(options.isolation)
@@ -200,7 +163,7 @@ def arm_environment(compiled: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def forking_workers(repro: Repro, arms: list[ArmSpec], options: RunOptions) -> Iterator[None]:
+def forking_workers(repro: Repro, arms: list[ArmSpec], options: RunSettings) -> Iterator[None]:
     """The run's fork servers (sandbox/zygote.py) for the block, one per interpreter the arms
     run (triage's own, another torch release's): the arms, ablations, the minimizer's workers
     and the verification are forked with torch (and, when an arm compiles, inductor) already
@@ -249,7 +212,7 @@ def _inputs_file(repro: Repro) -> list[str]:
     return []
 
 
-def _after_script_s(options: RunOptions) -> float:
+def _after_script_s(options: RunSettings) -> float:
     """What the worker may take after the script: the float64 reference and the rounding
     simulation when asked for, and writing its result."""
     budget = 30.0
@@ -258,7 +221,7 @@ def _after_script_s(options: RunOptions) -> float:
     return budget
 
 
-def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunOptions, memory: int) -> ArmRun:
+def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunSettings, memory: int) -> ArmRun:
     run = ArmRun(spec=arm.spec, arm=arm, device=arm.device, mode=arm.mode, status="ok",
                  exit_code=outcome.exit_code, signal=outcome.signal, stdout=outcome.stdout,
                  stderr=outcome.stderr, output_dropped=outcome.output_dropped)
@@ -313,7 +276,7 @@ def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunOptio
     return run
 
 
-def _crash_failure(run: ArmRun, outcome: ProcessOutcome, phases: list[Any], options: RunOptions) -> str:
+def _crash_failure(run: ArmRun, outcome: ProcessOutcome, phases: list[Any], options: RunSettings) -> str:
     """Why the arm ended without a result, from what the parent can tell.  The worker's own
     error path sends `worker-error` and exits with WORKER_ERROR_STATUS; before the script starts
     only triage's code has run, after it the script shares the process and can send (or cause)

@@ -11,6 +11,6 @@
 ``warm``        the parent's side of a warm arm worker
 ``standalone``  the minimal script written by arm A's worker and verified in fresh arms
 """
-from triage.minimize.stage import MinimizeOptions, MinimizeResult, minimize_divergence
+from triage.minimize.stage import MinimizeResult, minimize_divergence
 
-__all__ = ["MinimizeOptions", "MinimizeResult", "minimize_divergence"]
+__all__ = ["MinimizeResult", "minimize_divergence"]

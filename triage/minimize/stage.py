@@ -29,23 +29,12 @@ from triage.minimize.localize import localize
 from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
 from triage.minimize.passes import RELIABILITY_RUNS, reduce, reliability
 from triage.minimize.problem import ReductionProblem
-from triage.run import RunOptions, worker_python
+from triage.run import worker_python
+from triage.settings import MinimizeSettings, RunSettings
 from triage.untrusted import UntrustedOutput, remove_tree
 from triage.minimize.warm import ArmWorker, WorkerFailed
 
-GiB = 1 << 30
 Progress = Callable[[str, str, dict[str, Any]], None]
-
-
-@dataclass
-class MinimizeOptions:
-    enabled: bool = True
-    budget_s: float = 900.0  # for the reduction passes; the best op set so far is kept
-    reduce_data: bool = True  # False: the minimal script's inputs are the recorded values, exactly
-    data_budget_s: float = 180.0  # for the data passes; the smallest inputs so far are kept
-    query_timeout_s: float = 180.0
-    memory_bytes: int = 8 * GiB
-    directory: str | None = None  # where minimal.py (and its inputs file) are written
 
 
 @dataclass
@@ -60,8 +49,8 @@ class MinimizeResult:
     replay: dict[str, Any] | None = None
 
 
-def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_options: RunOptions,
-                        options: MinimizeOptions, progress: Progress | None = None,
+def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_options: RunSettings,
+                        options: MinimizeSettings, progress: Progress | None = None,
                         source: str | None = None) -> MinimizeResult:
     """`source`: the script's text, for a compile arm that used the script's own backend."""
     result = MinimizeResult()
@@ -209,7 +198,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
     return result
 
 
-def _discard(directory: Path, options: MinimizeOptions) -> None:
+def _discard(directory: Path, options: MinimizeSettings) -> None:
     """Remove the script's directory when triage made it (not one the caller named)."""
     if not options.directory:
         remove_tree(directory)
@@ -311,7 +300,7 @@ def _choose(comparison: Comparison) -> tuple | str:
 
 
 def _record_values(p: ReductionProblem, cone: frozenset[str], path: Path,
-                   options: MinimizeOptions) -> dict[str, str] | str:
+                   options: MinimizeSettings) -> dict[str, str] | str:
     """Arm A computes the cone once; its values become every sub-graph's recorded inputs."""
     plan = p.graph.plan(cone)
     header, _ = p.a.request(dict(plan.request(), cmd="prepare", path=str(path)), options.query_timeout_s * 4)

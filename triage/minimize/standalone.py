@@ -9,13 +9,15 @@ value differs between the arms with the same `DivergenceKind` the minimizer pres
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from triage.numerics.errors import divergence_kind
 from triage.extract import extract_repro
 from triage.model import ArmRun, ArmSpec, DivergenceKind
-from triage.run import RunOptions, run_arms
+from triage.run import run_arms
+from triage.settings import RunSettings
 
 SCRIPT_NAME = "minimal.py"
 
@@ -52,7 +54,7 @@ def render(worker: Any, plan_request: dict[str, Any], a: ArmSpec, b: ArmSpec, ki
     return None, header
 
 
-def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, options: RunOptions,
+def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, options: RunSettings,
            results: list[str] | None = None) -> tuple[bool, str]:
     """Run the script on both arms in fresh processes; (verified, what was seen).  `results`:
     the script's names for arm A's and arm B's values when it computes both itself (eager and
@@ -61,10 +63,10 @@ def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, opti
     repro = extract_repro(str(directory / SCRIPT_NAME))
     if repro.problem:
         return False, f"the script triage wrote does not load: {repro.problem}"
-    runs = run_arms(repro, [a, b], RunOptions(
-        timeout_s=options.timeout_s, memory_bytes=options.memory_bytes, seed=options.seed, reference=False,
-        collect_env_timeout_s=options.collect_env_timeout_s, cache_dir=options.cache_dir, export_graphs=False,
-        compile_cache=options.compile_cache, isolation=options.isolation, interpreters=options.interpreters))
+    # The run's own settings, less what does not apply to triage's own script: the verdict is read
+    # off the printed values (no float64 replay, so no rounding simulation), nothing is minimized
+    # further (no op graphs), and the reporter's arguments were for the reporter's script.
+    runs = run_arms(repro, [a, b], dataclasses.replace(options, reference=False, export_graphs=False, script_args=()))
     for run in runs:
         if not run.completed:
             return False, f"the script failed on {run.spec}: {run.failure}"

@@ -3,7 +3,7 @@
 Most numerics reports are about a GPU the triage machine does not have, and most hold half
 the answer: the number the reporter's GPU printed. triage runs the same program on the CPU
 (every CUDA call collapsed onto it) with its rounding simulated as the reporter's device
-would round (`RunOptions.rounding_model`: every reduction order possible, TF32 where that
+would round (`RunSettings.rounding_model`: every reduction order possible, TF32 where that
 device's defaults or the script enable it, fp16/bf16 accumulation where its kernels were not
 measured, the measured per-op errors of that device where triage has them, else a stated
 conservative bound). Then each printed value of the reporter's is

@@ -146,7 +146,7 @@ def torch_env(version: str, cache_dir: str | None = None, log: Callable[[str], N
 
 def interpreters_for(releases: list[str | None], cache_dir: str | None = None,
                      log: Callable[[str], None] | None = None) -> dict[str, str]:
-    """`RunOptions.interpreters` for arms on these releases (None: the running torch):
+    """`RunSettings.interpreters` for arms on these releases (None: the running torch):
     release → interpreter, each environment built first where it is missing."""
     return {release: torch_env(release, cache_dir, log).python for release in dict.fromkeys(r for r in releases if r)}
 

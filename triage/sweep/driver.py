@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from triage.sweep.item import ItemSettings, triage_item
+from triage.settings import Settings
+from triage.sweep.item import ItemTask, triage_item
 from triage.sweep.model import ItemResult, SweepItem
 
 
@@ -27,7 +28,7 @@ class SweepOptions:
     out_dir: str  # sweep.html, sweep.md, sweep.json
     db_path: str  # the results store
     arms: tuple[str, ...] | None = None  # None: each item's own, as `triage run` picks them
-    settings: ItemSettings = field(default_factory=ItemSettings)
+    settings: Settings = field(default_factory=Settings)  # every item's, shipped to its task unchanged
     limit: int | None = None  # issues taken from each search query
     title: str = "triage sweep"
     # Torch releases to run every item on, each in its own cached environment
@@ -67,12 +68,12 @@ def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: A
     found = items_from(list(options.sources), github, limit=options.limit)
     # Built here, once, before any task: a task on this node finds its release ready (a task
     # on another node of a cluster builds it there, under the same lock).
-    envs = list({e.build: e for e in (torch_env(v, options.settings.cache_dir, log) for v in options.torch)}.values()) \
-        or [running_env()]
+    cache_dir = options.settings.run.cache_dir
+    envs = list({e.build: e for e in (torch_env(v, cache_dir, log) for v in options.torch)}.values()) or [running_env()]
     builds = [e.build for e in envs]
     work = [ItemWork(item=item, arms=options.arms or arms_for(item), torch_build=env.build,
-                     settings=dataclasses.asdict(dataclasses.replace(options.settings,
-                                                                     torch=None if env.running else env.version)))
+                     settings=ItemTask(options.settings, torch=None if env.running else env.version,
+                                       cpus_per_arm=engine.cpus_per_arm))
             for env in envs for item in found.items]
     keys = {id(w): (w.item.key, w.item.content_sha256, w.torch_build, ",".join(w.arms)) for w in work}
     os.makedirs(options.out_dir, exist_ok=True)

@@ -60,7 +60,7 @@ START_POLL_S = 0.5
 CANCEL_SETTLE_S = 30.0
 ERROR_CHARS = 300
 
-TriageOne = Callable[[SweepItem, tuple[str, ...], str, dict[str, Any]], ItemResult]
+TriageOne = Callable[[SweepItem, tuple[str, ...], str, Any], ItemResult]
 Progress = Callable[[str, "ItemWork", ItemResult | None], None]  # (event, work, result)
 
 
@@ -101,7 +101,7 @@ class ItemWork:
     arms: tuple[str, ...]
     torch_build: str
     accelerator_type: str | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: Any = field(default_factory=dict)  # plain data: Ray pickles it to the task
 
 
 @dataclass(frozen=True)

@@ -16,64 +16,40 @@ import tempfile
 from datetime import datetime, timezone
 from typing import Any
 
+from triage.settings import Settings
 from triage.sweep.model import ItemResult, SweepItem
 
 
 @dataclasses.dataclass(frozen=True)
-class ItemSettings:
-    """What `triage run`'s options say, for every item of a sweep (plain data: it travels to
-    the task through Ray)."""
+class ItemTask:
+    """What an item's Ray task gets beside the item (plain data: it travels through Ray)."""
 
-    timeout_s: float = 300.0
-    memory_bytes: int | None = None  # per arm; None: a share of the node's memory
-    seed: int = 0
-    reference: bool = True
-    rounding_samples: int = 29
-    rounding_budget_s: float = 60.0
-    jobs: int | None = None
-    isolation: str = "auto"
-    minimize: bool = True
-    minimize_budget_s: float = 900.0
-    reduce_data: bool = True
-    ablate: bool = True
-    ablate_budget_s: float = 120.0
-    all_ablations: bool = False
-    cpus_per_arm: float = 1.0  # what the item asked Ray for: its arms' share of the node
-    torch: str | None = None  # the torch release every arm runs on (None: the one triage runs with)
-    cache_dir: str | None = None  # triage's cache (torch environments, compile caches); None: the default
+    settings: Settings  # as the command line built them, for every item of the sweep
+    torch: str | None  # the torch release every arm runs on (None: the one triage runs with)
+    cpus_per_arm: float  # what the item asked Ray for: its arms' share of the node
 
 
-def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, settings: dict[str, Any]) -> ItemResult:
-    """The item's report on this node's torch, or on `settings["torch"]`'s release from its
+def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, task: ItemTask) -> ItemResult:
+    """The item's report on this node's torch, or on `task.torch`'s release from its
     environment (built on this node where it is missing), as an `ItemResult` (outcome
     ``triaged``)."""
-    from triage.ablate import AblationOptions
     from triage.arms import parse_arm
-    from triage.minimize import MinimizeOptions
     from triage.pipeline import triage_issue, triage_script
     from triage.report import report_json
-    from triage.run import RunOptions
     from triage.sandbox.torch_envs import interpreters_for
 
-    chosen = ItemSettings(**settings)
-    memory = chosen.memory_bytes or _arm_share(chosen.cpus_per_arm)
-    options = RunOptions(timeout_s=chosen.timeout_s, memory_bytes=memory,
-                         seed=chosen.seed, reference=chosen.reference, jobs=chosen.jobs,
-                         rounding_samples=chosen.rounding_samples, rounding_budget_s=chosen.rounding_budget_s,
-                         isolation=chosen.isolation, cache_dir=chosen.cache_dir)
-    minimize = MinimizeOptions(enabled=chosen.minimize, budget_s=chosen.minimize_budget_s,
-                               reduce_data=chosen.reduce_data)
-    ablation = AblationOptions(enabled=chosen.ablate, budget_s=chosen.ablate_budget_s,
-                               exhaustive=chosen.all_ablations)
-    specs = [dataclasses.replace(parse_arm(a), torch=chosen.torch) if chosen.torch else parse_arm(a) for a in arms]
-    options.interpreters = interpreters_for([s.torch for s in specs], chosen.cache_dir)
+    run = task.settings.run
+    specs = [dataclasses.replace(parse_arm(a), torch=task.torch) if task.torch else parse_arm(a) for a in arms]
+    # Without --memory, each arm gets the share of this node that Ray's CPU count gives it.
+    settings = dataclasses.replace(task.settings, run=dataclasses.replace(
+        run, memory_bytes=run.memory_bytes or _arm_share(task.cpus_per_arm),
+        interpreters=interpreters_for([s.torch for s in specs], run.cache_dir)))
     workdir = tempfile.mkdtemp(prefix="triage-sweep-item-")
     try:
         if item.kind == "issue":
-            report = triage_issue(issue_of(item), workdir, specs, options, minimize=minimize, ablation=ablation)
+            report = triage_issue(issue_of(item), workdir, specs, settings)
         else:
-            report = triage_script(_script_path(item, workdir), specs, options, minimize=minimize,
-                                   ablation=ablation)
+            report = triage_script(_script_path(item, workdir), specs, settings)
         if report.minimal_dir:
             shutil.rmtree(report.minimal_dir, ignore_errors=True)
         data = report_json(report)
