@@ -62,7 +62,7 @@ def run_triage(name: str, script: Path, arms_text: str) -> tuple[dict, object, o
         sys.exit(f"bench/minimize.py: case {name!r} ({arms_text}) "
                  + (f"failed to run ({'; '.join(failed)})" if failed else "did not diverge"))
     start = time.perf_counter()
-    result = minimize_divergence(comparison, arms, RunSettings(reference=False), MinimizeSettings())
+    result = minimize_divergence(comparison, RunSettings(reference=False), MinimizeSettings())
     wall = time.perf_counter() - start
     m = result.minimal
     rate = (f"{m.timings['reduce_queries'] / m.timings['reduce']:.0f}" if m and m.timings.get("reduce") else "—")

@@ -216,9 +216,9 @@ def _run_piped(tmp_path, monkeypatch, env=None, columns=None):
     import triage.pipeline
     from triage import cli
 
-    def pipeline(path, arms, settings, progress, *rest):
-        progress("cpu", "start", {})
-        progress("cpu", "end", {"status": "ok"})
+    def pipeline(path, arms, settings, reporter, *rest):
+        reporter.arm_started("cpu")
+        reporter.arm_ended("cpu", "ok")
         return _long_lines_report(path)
 
     script = tmp_path / "repro.py"

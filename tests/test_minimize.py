@@ -220,7 +220,7 @@ def test_the_run_has_one_compile_cache_its_verification_uses(tmp_path, monkeypat
 
     seen = {}
 
-    def run_arms(repro, arms, options, progress=None):
+    def run_arms(repro, arms, options, reporter=None):
         seen["options"] = options
         raise RuntimeError("stop here: the options are what this test is about")
 

@@ -33,7 +33,7 @@ def _cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *argv: str) -> tup
     script.write_text("x = 1\n")
     calls = []
 
-    def pipeline(path, arms, settings, progress, notes, *rest):
+    def pipeline(path, arms, settings, reporter, notes, *rest):
         calls.append((settings.run, notes))
         return _made_up_report(path)
 

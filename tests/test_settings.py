@@ -163,7 +163,7 @@ def test_the_minimal_scripts_verification_keeps_every_run_setting_but_three(tmp_
     options = _all_changed(RunSettings)
     seen = []
 
-    def run_arms(repro, arms, options, progress=None):
+    def run_arms(repro, arms, options, reporter=None):
         seen.append(options)
         raise _Stop
 

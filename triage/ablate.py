@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from triage import policy
 from triage.compare import pair_divergence, side_of
 from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro, find_side
-from triage.run import Progress, run_arms
+from triage.reporter import QUIET, Reporter
+from triage.run import run_arms
 from triage.settings import AblationSettings, RunSettings
 
 
@@ -75,7 +76,7 @@ SWITCH_INDEX = {f"{s.knob}={s.value}": i for i, s in enumerate(SWITCHES)}  # res
 
 
 def ablate(repro: Repro, comparison: Comparison, options: RunSettings, settings: AblationSettings,
-           progress: Progress | None = None) -> list[Ablation]:
+           reporter: Reporter = QUIET) -> list[Ablation]:
     """One `Ablation` per applicable switch, in `SWITCHES` order, within the time budget;
     after the first that explains the divergence the rest are listed as not run, unless
     `settings.exhaustive`."""
@@ -121,7 +122,7 @@ def ablate(repro: Repro, comparison: Comparison, options: RunSettings, settings:
             continue
         needed = [v for v in variants if v is not None and v.spec not in runs]
         t0 = time.monotonic()
-        fresh = {r.spec: r for r in run_arms(repro, needed, rerun, progress)} if needed else {}
+        fresh = {r.spec: r for r in run_arms(repro, needed, rerun, reporter)} if needed else {}
         ablated = [fresh.get(v.spec) or runs.get(v.spec) if v is not None else r for v, r in zip(variants, involved)]
         outcome, detail = _judge(d, ablated)
         inside = _inside_spreads(d, involved, ablated) if outcome in AGREEING_OUTCOMES else None

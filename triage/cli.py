@@ -14,6 +14,7 @@ from typing import Any, Iterator, NoReturn
 import click
 
 from triage.arms import ArmSpecError, default_arms, parse_arms, torch_release
+from triage.reporter import QUIET, Reporter
 from triage.settings import AblationSettings, MinimizeSettings, RunSettings, Settings
 
 EXIT_VERDICT, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_NOT_POSTED, EXIT_NOT_TESTED = 0, 2, 3, 4, 5
@@ -757,12 +758,12 @@ def _prepare(run: dict[str, Any], source: str | None,
 
 
 @contextlib.contextmanager
-def _progress_display(arms: list[Any], quiet: bool) -> Iterator[Any]:
-    """The progress display's update callback for the pipeline (None with --quiet), stopped
-    however the pipeline ends."""
+def _progress_display(arms: list[Any], quiet: bool) -> Iterator[Reporter]:
+    """The pipeline's reporter: the live status display (nobody with --quiet), stopped however
+    the pipeline ends."""
     progress = _Progress(_console(stderr=True), [a.spec for a in arms]) if not quiet else None
     try:
-        yield progress.update if progress else None
+        yield progress or QUIET
     finally:
         if progress:
             progress.stop()
@@ -972,7 +973,7 @@ class _SweepProgress:
             self.bar.stop()
 
 
-class _Progress:
+class _Progress(Reporter):
     """A live status line per arm while the arms run (on stderr)."""
 
     PHASES = {"imported": "torch imported", "script-start": "running the script",
@@ -990,31 +991,33 @@ class _Progress:
     def _text(self) -> str:
         return " | ".join(f"{s}: {st} ({time.monotonic() - self.started[s]:.0f}s)" for s, st in self.state.items())
 
-    def update(self, spec: str, event: str, details: dict[str, Any]) -> None:
+    def _set(self, name: str, state: str, restart: bool = False, line: str | None = None) -> None:
+        """`name`'s state; `line` printed instead where there is no live status (piped output)."""
         with self.lock:
-            if spec not in self.state:
-                self.state[spec] = "waiting"
-                self.started[spec] = time.monotonic()
-            if spec == "minimize":
-                self.state[spec] = event if event != "end" else details.get("status", "done")
-                if event == "end" and not self.status:
-                    self.console.print(f"minimize: {self.state[spec]} after {time.monotonic() - self.started[spec]:.1f}s",
-                                       highlight=False)
-                if self.status:
-                    self.status.update(self._text())
-                return
-            if event == "start":
-                self.started[spec] = time.monotonic()
-                self.state[spec] = "starting"
-            elif event == "message" and details.get("phase") in self.PHASES:
-                self.state[spec] = self.PHASES[details["phase"]]
-            elif event == "end":
-                self.state[spec] = f"done: {details.get('status')}"
-                if not self.status:
-                    self.console.print(f"arm {spec}: {details.get('status')} after "
-                                       f"{time.monotonic() - self.started[spec]:.1f}s", highlight=False)
+            if restart or name not in self.state:
+                self.started[name] = time.monotonic()
+            self.state[name] = state
             if self.status:
                 self.status.update(self._text())
+            elif line:
+                self.console.print(line.format(seconds=time.monotonic() - self.started[name]), highlight=False)
+
+    def arm_started(self, arm: str) -> None:
+        self._set(arm, "starting", restart=True)
+
+    def arm_phase(self, arm: str, phase: str) -> None:
+        if phase in self.PHASES:
+            self._set(arm, self.PHASES[phase])
+
+    def arm_ended(self, arm: str, status: str) -> None:
+        self._set(arm, f"done: {status}", line=f"arm {arm}: {status} after {{seconds:.1f}}s")
+
+    def minimize_step(self, step: str) -> None:
+        self._set("minimize", step)
+
+    def minimize_ended(self, verified: bool) -> None:
+        status = "verified" if verified else "not verified"
+        self._set("minimize", status, line=f"minimize: {status} after {{seconds:.1f}}s")
 
     def stop(self) -> None:
         if self.status:

@@ -16,7 +16,8 @@ from triage.minimize import MinimizeResult, minimize_divergence
 from triage.model import (Ablation, ArmRun, ArmSpec, Comparison, Issue, IssueRepro, Report, ReportedArm, ReporterOutput,
                           Repro)
 from triage.reported import judge_reported, reporter_device
-from triage.run import Progress, forking_workers, run_arms
+from triage.reporter import QUIET, Reporter
+from triage.run import forking_workers, run_arms
 from triage.sandbox import isolation
 from triage.sandbox.caches import compile_cache, trim_compile_cache
 from triage.settings import AblationSettings, MinimizeSettings, RunSettings, Settings
@@ -25,7 +26,7 @@ from triage.worker.knob_calls import SETTERS, knob_call_note, overrides, recorda
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 
 
-def triage_script(path: str, arms: list[ArmSpec], settings: Settings, progress: Progress | None = None,
+def triage_script(path: str, arms: list[ArmSpec], settings: Settings, reporter: Reporter = QUIET,
                   notes: list[str] | None = None, posted: ReporterOutput | None = None) -> Report:
     """`notes`: the caller's own, first among the report's; `posted`: what the reporter's
     machine printed, judged as the reported arm."""
@@ -43,10 +44,10 @@ def triage_script(path: str, arms: list[ArmSpec], settings: Settings, progress: 
                                       or compile_cache(repro.source, options.cache_dir))
         try:
             with forking_workers(repro, arms, options):
-                runs, reported = _run_with_reported(repro, arms, options, progress, posted)
+                runs, reported = _run_with_reported(repro, arms, options, reporter, posted)
                 try:
                     comparison = compare(runs, repro.source)
-                    ablations, reduced = _explain(repro, comparison, arms, options, progress,
+                    ablations, reduced = _explain(repro, comparison, options, reporter,
                                                   settings.ablation, settings.minimize)
                 finally:
                     for run in runs:
@@ -73,17 +74,17 @@ def triage_script(path: str, arms: list[ArmSpec], settings: Settings, progress: 
         raise
 
 
-def _run_with_reported(repro: Repro, arms: list[ArmSpec], options: RunSettings, progress: Progress | None,
+def _run_with_reported(repro: Repro, arms: list[ArmSpec], options: RunSettings, reporter: Reporter,
                        posted: ReporterOutput | None) -> tuple[list[ArmRun], ReportedArm | None]:
     """The arms, and beside them (where the reporter posted output) the CPU arm whose rounding
     is simulated as the reporter's device rounds: the reported arm is judged on its spreads."""
     if posted is None or not posted.text.strip():
-        return run_arms(repro, arms, options, progress), None
+        return run_arms(repro, arms, options, reporter), None
     device, evidence = reporter_device(posted.text, posted.environment, repro.source)
     modelled = dataclasses.replace(options, rounding_model=device, export_graphs=False)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="triage-reported") as pool:
         model_run = pool.submit(run_arms, repro, [ArmSpec("cpu")], modelled, None)
-        runs = run_arms(repro, arms, options, progress)
+        runs = run_arms(repro, arms, options, reporter)
         model = model_run.result()[0]
     if model.graph_dir:
         remove_tree(os.path.dirname(model.graph_dir))
@@ -93,18 +94,18 @@ def _run_with_reported(repro: Repro, arms: list[ArmSpec], options: RunSettings, 
                                 same_device)
 
 
-def _explain(repro: Repro, comparison: Comparison, arms: list[ArmSpec], options: RunSettings,
-             progress: Progress | None, ablation: AblationSettings,
+def _explain(repro: Repro, comparison: Comparison, options: RunSettings,
+             reporter: Reporter, ablation: AblationSettings,
              minimize: MinimizeSettings) -> tuple[list[Ablation], MinimizeResult]:
     """The ablations and the minimizer, side by side where the CPU budget has room for both:
     each needs only the comparison, and each spends much of its time waiting on processes
     (a fresh arm's start, the slower arm, a compile) that the other can use."""
     if (options.jobs or os.cpu_count() or 1) < 2:
-        return (ablate(repro, comparison, options, ablation, progress),
-                minimize_divergence(comparison, arms, options, minimize, progress, repro.source))
+        return (ablate(repro, comparison, options, ablation, reporter),
+                minimize_divergence(comparison, options, minimize, reporter, repro.source))
     with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="triage-explain") as pool:
-        ablating = pool.submit(ablate, repro, comparison, options, ablation, progress)
-        minimizing = pool.submit(minimize_divergence, comparison, arms, options, minimize, progress, repro.source)
+        ablating = pool.submit(ablate, repro, comparison, options, ablation, reporter)
+        minimizing = pool.submit(minimize_divergence, comparison, options, minimize, reporter, repro.source)
         concurrent.futures.wait([ablating, minimizing])
     if ablating.exception() is not None and minimizing.exception() is None:
         # No report will carry the minimal script's directory to the caller that removes it.
@@ -115,7 +116,7 @@ def _explain(repro: Repro, comparison: Comparison, arms: list[ArmSpec], options:
 
 
 def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], settings: Settings,
-                 progress: Progress | None = None, notes: list[str] | None = None) -> Report:
+                 reporter: Reporter = QUIET, notes: list[str] | None = None) -> Report:
     """`triage_script` on the repro extracted from an issue (written to `workdir/repro.py`),
     or a could-not-run report that says why the issue has no runnable repro."""
     extraction = issue.extraction
@@ -130,7 +131,7 @@ def triage_issue(issue: Issue, workdir: str, arms: list[ArmSpec], settings: Sett
     path = os.path.join(workdir, "repro.py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(extraction.script.rstrip("\n") + "\n")
-    report = triage_script(path, arms, settings, progress, report_notes, _posted_for_missing_arms(extraction, arms))
+    report = triage_script(path, arms, settings, reporter, report_notes, _posted_for_missing_arms(extraction, arms))
     report.issue = issue
     if report.comparison is not None:
         report.notes.extend(_environment_notes(extraction.environment_fields, report.comparison))

@@ -10,12 +10,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from triage.arm_output import read_result, read_values, streamed_observables, values_budget, worker_error_text
 from triage.model import ArmRun, ArmSpec, Observable, Repro
+from triage.reporter import QUIET, Reporter
 from triage.sandbox import (
     Confinement, Isolation, Limits, ProcessOutcome, isolation, physical_memory, run_isolated, scrubbed_environment,
 )
@@ -43,11 +44,8 @@ def worker_python(arm: ArmSpec, options: RunSettings) -> str:
     return options.interpreters[arm.torch]
 
 
-Progress = Callable[[str, str, dict[str, Any]], None]  # (arm spec, event, details)
-
-
 def run_arms(repro: Repro, arms: list[ArmSpec], options: RunSettings,
-             progress: Progress | None = None) -> list[ArmRun]:
+             reporter: Reporter = QUIET) -> list[ArmRun]:
     """Run every arm (concurrently, where the machine has cores for it); order is kept.
 
     collect_env's text comes from triage's cache or, on a miss, from a jailed process of its
@@ -67,7 +65,7 @@ def run_arms(repro: Repro, arms: list[ArmSpec], options: RunSettings,
             else:
                 collecting[python] = pool.submit(collect_environment, how, options.collect_env_timeout_s,
                                                  any(a.device != "cpu" for a in arms), python)
-        futures = [pool.submit(run_arm, repro, arm, options, memory, progress, how) for arm in arms]
+        futures = [pool.submit(run_arm, repro, arm, options, memory, reporter, how) for arm in arms]
         runs = _every_run(futures)
         for python, collected in collecting.items():
             environments[python] = collected.result()
@@ -92,18 +90,17 @@ def _every_run(futures: list[concurrent.futures.Future[ArmRun]]) -> list[ArmRun]
 
 
 def run_arm(repro: Repro, arm: ArmSpec, options: RunSettings, memory_bytes: int,
-            progress: Progress | None = None, how: Isolation | None = None) -> ArmRun:
+            reporter: Reporter = QUIET, how: Isolation | None = None) -> ArmRun:
     root = Path(tempfile.mkdtemp(prefix="triage-arm-"))
     try:
-        return _run_arm_in(root, repro, arm, options, memory_bytes, progress, how)
+        return _run_arm_in(root, repro, arm, options, memory_bytes, reporter, how)
     finally:
         if not options.keep_dirs:
             remove_tree(root)
 
 
 def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunSettings, memory_bytes: int,
-                progress: Progress | None, how: Isolation | None) -> ArmRun:
-    notify = (lambda event, details: progress(arm.spec, event, details)) if progress else (lambda e, d: None)
+                reporter: Reporter, how: Isolation | None) -> ArmRun:
     how = how or isolation(options.isolation)
     work, out = root / "work", root / "out"
     work.mkdir()
@@ -140,18 +137,18 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunSettings, me
                        writable=[compiled], accelerators=arm.device != "cpu")
     env = arm_environment(compiled)
     jail.mounts.update(inductor_default_dir(env, compiled))
-    notify("start", {})
+    reporter.arm_started(arm.spec)
     started = time.monotonic()
     outcome = run_isolated(
         [worker_python(arm, options), "-I", "-m", "triage.worker", str(out / "job.json")],
         jail=jail, env=env, limits=limits, isolation=how, imports="compile" if arm.mode == "compile" else "torch",
-        on_message=lambda m: notify("message", m),
+        on_message=lambda m: reporter.arm_phase(arm.spec, str(m["phase"])) if "phase" in m else None,
     )
     run = _arm_run(arm, outcome, out, options, memory_bytes)
     run.wall_s = round(time.monotonic() - started, 3)
     if run.completed and options.export_graphs:
         run.graph_dir = _keep_graph(out / "graph")
-    notify("end", {"status": run.status})
+    reporter.arm_ended(arm.spec, run.status)
     return run
 
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from triage import policy
 from triage.minimize import standalone
@@ -29,13 +29,11 @@ from triage.minimize.localize import localize
 from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
 from triage.minimize.passes import RELIABILITY_RUNS, reduce, reliability
 from triage.minimize.problem import ReductionProblem
+from triage.reporter import QUIET, Reporter
 from triage.run import worker_python
 from triage.settings import MinimizeSettings, RunSettings
 from triage.untrusted import UntrustedOutput, remove_tree
 from triage.minimize.warm import ArmWorker, WorkerFailed
-
-Progress = Callable[[str, str, dict[str, Any]], None]
-
 
 @dataclass
 class MinimizeResult:
@@ -49,18 +47,29 @@ class MinimizeResult:
     replay: dict[str, Any] | None = None
 
 
-def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_options: RunSettings,
-                        options: MinimizeSettings, progress: Progress | None = None,
-                        source: str | None = None) -> MinimizeResult:
+class NotMinimized(Exception):
+    """A step that cannot go on; its arguments are the notes the report gets instead."""
+
+
+def minimize_divergence(comparison: Comparison | None, run_options: RunSettings, options: MinimizeSettings,
+                        reporter: Reporter = QUIET, source: str | None = None) -> MinimizeResult:
     """`source`: the script's text, for a compile arm that used the script's own backend."""
     result = MinimizeResult()
-    notify = (lambda event, details: progress("minimize", event, details)) if progress else (lambda e, d: None)
     if not options.enabled or comparison is None or comparison.divergence is None:
         return result
+    try:
+        _minimize(comparison, run_options, options, reporter, source, result)
+    except NotMinimized as e:
+        result.notes.extend(e.args)
+    return result
+
+
+def _minimize(comparison: Comparison, run_options: RunSettings, options: MinimizeSettings, reporter: Reporter,
+              source: str | None, result: MinimizeResult) -> None:
+    """The steps, in order, each filling `result`; a step that cannot go on raises NotMinimized."""
     chosen = _choose(comparison)
     if isinstance(chosen, str):
-        result.notes.append(f"Not minimized: {chosen}.")
-        return result
+        raise NotMinimized(f"Not minimized: {chosen}.")
     run_a, spec_a, spec_b, obs_a, obs_b = chosen
     script_backend = _script_backend(comparison, spec_b, source)
     dtype = (obs_a.fingerprint or {}).get("dtype", "?")
@@ -68,12 +77,10 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
     try:
         graph = OpGraph(run_a.graph_dir)
     except UntrustedOutput as e:
-        result.notes.append(f"Not minimized: the op graph {run_a.spec} recorded is not valid ({e}).")
-        return result
+        raise NotMinimized(f"Not minimized: the op graph {run_a.spec} recorded is not valid ({e}).") from None
     cone = graph.cone(obs_a.node)
     if target is None or not cone:
-        result.notes.append("Not minimized: the diverging value is a recorded input, not computed by an op.")
-        return result
+        raise NotMinimized("Not minimized: the diverging value is a recorded input, not computed by an op.")
     scratch = Path(tempfile.mkdtemp(prefix="triage-values-"))
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -81,7 +88,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
     def lap(step: str) -> None:
         timings[step] = round(time.monotonic() - started - sum(timings.values()), 3)
 
-    notify("start", {"ops": len(cone)})
+    reporter.minimize_step("start")
     workers: list[ArmWorker] = []
     directory: Path | None = None  # minimal.py's, made once there is a script to write
     written = False
@@ -92,22 +99,22 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
                                    python=worker_python(spec, run_options),
                                    script_backend=script_backend if spec is spec_b else None)
                        for spec in (spec_a, spec_b)]
+            failures = []
             for f in futures:
                 try:
                     workers.append(f.result())
                 except WorkerFailed as e:
-                    result.notes.append(f"Not minimized: {e}.")
-        if len(workers) < 2:
-            return result
+                    failures.append(f"Not minimized: {e}.")
+        if failures:
+            raise NotMinimized(*failures)
         a, b = workers
         problem = ReductionProblem(graph, a, b, target, query_timeout_s=options.query_timeout_s)
         lap("startup")
         digests = _record_values(problem, cone, scratch / "values.pt", options)
         if isinstance(digests, str):
-            result.notes.append(f"Not minimized: {digests}.")
-            return result
+            raise NotMinimized(f"Not minimized: {digests}.")
         lap("record_values")
-        notify("reliability", {})
+        reporter.minimize_step("reliability")
         hits, outcomes = reliability(problem, cone)
         lap("reliability")
         seen = sorted({k.describe() for o in outcomes for k in o.kinds.values() if k is not None})
@@ -117,17 +124,16 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
                          "script_backend": bool(_script_backends(comparison, spec_b))}
         if hits < RELIABILITY_RUNS:
             shown = failure or (", ".join(seen) if seen else "bitwise-equal values")
-            result.notes.append(
+            raise NotMinimized(
                 f"Not minimized: replaying the recorded op graph on {spec_a.spec} and {spec_b.spec} showed "
                 f"{target.describe()} in {hits} of {RELIABILITY_RUNS} runs (otherwise: {shown})"
                 + ("; the divergence is flaky." if hits else _uncaptured(comparison, spec_b, script_backend)))
-            return result
-        notify("localize", {})
+        reporter.minimize_step("localize")
         result.localization, note = localize(problem, cone, compiled=spec_b.mode == "compile")
         if note:
             result.notes.append(f"Localization incomplete: {note}.")
         lap("localize")
-        notify("reduce", {"ops": len(cone)})
+        reporter.minimize_step("reduce")
         problem.deadline = time.monotonic() + options.budget_s
         queries_before = problem.queries
         ops = reduce(problem, cone, digests)
@@ -136,7 +142,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         if time.monotonic() > problem.deadline:
             result.notes.append(f"Minimization stopped at its {options.budget_s:.0f} s budget; the op set is the "
                                 "smallest found by then.")
-        notify("data", {"ops": len(ops)})
+        reporter.minimize_step("data")
         problem.deadline = time.monotonic() + options.data_budget_s
         data = reduce_data(problem, ops, options.query_timeout_s) if options.reduce_data else DataReduction()
         if data.failure:
@@ -148,10 +154,10 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         lap("data")
         outputs = problem.diverging_outputs(ops)
         plan = problem.plan(ops, outputs=outputs)
-        notify("float64", {"ops": len(ops)})
+        reporter.minimize_step("float64")
         result.ablations = upcast_ablations(problem, ops, plan, [spec_a.spec, spec_b.spec])
         lap("float64")
-        notify("render", {"ops": len(ops)})
+        reporter.minimize_step("render")
         directory = Path(options.directory or tempfile.mkdtemp(prefix="triage-minimal-"))
         directory.mkdir(parents=True, exist_ok=True)
         # The worker writes where its sandbox lets it (the shared scratch folder); the parent
@@ -162,8 +168,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
                                          rendered, options.query_timeout_s,
                                          problem.overrides_for(plan))
         if error:
-            result.notes.append(f"Minimized to {len(ops)} op(s), but writing the script failed: {error}.")
-            return result
+            raise NotMinimized(f"Minimized to {len(ops)} op(s), but writing the script failed: {error}.")
         _set_float64_lines(result.ablations, problem.graph.ordered(ops), reply.get("float64_lines") or {})
         for produced in rendered.iterdir():
             if produced.is_file() and not produced.is_symlink():
@@ -177,7 +182,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         remove_tree(scratch)
         if directory is not None and not written:
             _discard(directory, options)
-    notify("verify", {})
+    reporter.minimize_step("verify")
     try:
         verified, seen = standalone.verify(directory, spec_a, spec_b, target, run_options, reply.get("results"))
     except BaseException:
@@ -194,8 +199,7 @@ def minimize_divergence(comparison: Comparison | None, arms: list[ArmSpec], run_
         seconds=round(seconds, 2), arms=[spec_a.spec, spec_b.spec], kind=target.describe(),
         reliability=f"{hits} of {RELIABILITY_RUNS} replays of the recorded op graph diverged the same way",
         original_ops=len(cone), verification=seen, inputs_file=reply.get("side_file"), timings=timings)
-    notify("end", {"status": "verified" if verified else "not verified"})
-    return result
+    reporter.minimize_ended(verified)
 
 
 def _discard(directory: Path, options: MinimizeSettings) -> None:
