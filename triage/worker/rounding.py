@@ -75,6 +75,8 @@ CORRECTLY_ROUNDED_U = 1.05
 CORRECTLY_ROUNDED = {"add", "sub", "rsub", "mul", "div", "true_divide", "sqrt", "reciprocal", "square",
                      "neg", "abs", "fmod", "_to_copy", "to", "copy", "copy_", "clone", "fill", "fill_",
                      "addcmul", "addcdiv", "lerp", "hypot", "remainder", "fma"}
+# Copies and casts: exact when the result's dtype is at least as precise as the input's.
+COPIES = {"_to_copy", "to", "copy", "clone"}
 # Results that are exact whatever the inputs: no rounding at all (views, selection, order).
 EXACT = EXACT_OPS | {
     "view", "_unsafe_view", "reshape", "permute", "expand", "t", "transpose", "select", "slice", "unsqueeze",
@@ -263,7 +265,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         i += 1
         if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes):
             break
-        if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes):
+        if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes, directed):
             k = min(ceiling, k + EXTENSION)
     k = len(samples)
     # The statistics are a few passes over K × numel values: there threads pay.
@@ -319,13 +321,20 @@ def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list["_Repl
 
 
 def _near_floor(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
-                out_dtypes: dict[str, torch.dtype]) -> bool:
+                out_dtypes: dict[str, torch.dtype], directed: dict[int, "_Replayed"]) -> bool:
     """Some observed value's Monte Carlo p-value rests on one or two samples: one more sample
-    at least as far out would turn "outside" into "inside" (or back)."""
+    at least as far out would turn "outside" into "inside" (or back). A value within its
+    directed envelope cannot be judged outside however the samples fall (they only tell
+    "inside" from "envelope", both rounding): it asks for no more samples, each of which
+    costs a replay of the whole cone (seconds on a 2M-element tensor)."""
     k = len(samples)
     for w, ref in live.items():
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
+            continue
+        dtype = out_dtypes.get(w, torch.float32)
+        if within_envelope(value, ref, _stored(directed[1].values[w], dtype), _stored(directed[-1].values[w], dtype),
+                           dtype):
             continue
         partial, t = _scored(w, ref, value, samples, out_dtypes)
         stats = [x for x in partial.sample_stats if math.isfinite(x)]
@@ -336,6 +345,23 @@ def _near_floor(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_v
         if exceeding < max(NEAR_FLOOR_EXCEEDING, needed) and t <= policy.FRAGILE_MARGIN * max(stats):
             return True
     return False
+
+
+def within_envelope(value: torch.Tensor, ref: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                    dtype: torch.dtype) -> bool:
+    """Every element finite on all sides lies between the directed replays (and the
+    reference), widened by half a unit in the last place of `dtype` for the arm's own final
+    rounding: the judge's envelope (`triage.judge.decide`), which rules out "outside"."""
+    value = value.double()
+    lo = torch.minimum(torch.minimum(up, down), ref)
+    hi = torch.maximum(torch.maximum(up, down), ref)
+    both = torch.isfinite(value) & torch.isfinite(lo) & torch.isfinite(hi)
+    if not bool(both.any()):
+        return True
+    bits = FORMATS[dtype][0] if dtype in FORMATS else 53
+    _, exp = torch.frexp(torch.where(value != 0, value.abs(), torch.ones_like(value)))
+    half_ulp = torch.ldexp(torch.ones_like(value), exp - bits - 1)
+    return bool(((value >= lo - half_ulp) & (value <= hi + half_ulp))[both].all())
 
 
 # -- the statistic ------------------------------------------------------------------------
@@ -662,6 +688,8 @@ class RoundingMode(TriageDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if func is PRIMS_VAR:
+            return self._two_pass_var(*args, **kwargs)
         call = self.calls
         self.calls += 1
         name = func.overloadpacket.__name__
@@ -701,6 +729,11 @@ class RoundingMode(TriageDispatchMode):
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
             out = self._round_all(out, out_vd, library=0.0)
+        elif name.rstrip("_") in COPIES and _widening(flat, in_vd, out_vd):
+            # A copy or cast to a dtype at least as precise as its input's is exact: rounding it
+            # (a float64 result gets u of relative noise) costs K passes over the tensor and
+            # perturbs what the arm computes exactly.
+            out = self._tag(func(*args, **kwargs), out_vd)
         elif kind == "correctly-rounded" and (_plain_add(name, args, kwargs)
                                               or not self._measured_beyond_rounding(name, out_vd)):
             out = self._round_all(func(*args, **kwargs), out_vd, library=0.0)
@@ -810,7 +843,9 @@ class RoundingMode(TriageDispatchMode):
         self.inner_dtype.append(computation)
         try:
             with self:
-                out = (decomposition_table[func](*args, **kwargs) if func in decomposition_table
+                own = OWN_DECOMPOSITIONS.get(func)
+                out = (own(*args, **kwargs) if own is not None
+                       else decomposition_table[func](*args, **kwargs) if func in decomposition_table
                        else func.decompose(*args, **kwargs))
         finally:
             self.inner_dtype.pop()
@@ -819,6 +854,18 @@ class RoundingMode(TriageDispatchMode):
         if fused and isinstance(out, torch.Tensor) and out.is_floating_point() and d in UNIT_ROUNDOFF:
             out = self._scaled_noise(out, fused * UNIT_ROUNDOFF[d])
         return self._round_all(out, out_vd, library=0.0)
+
+    def _two_pass_var(self, x: torch.Tensor, dims: list[int] | None, correction: float,
+                      output_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """`prims.var` (what the variance decompositions reduce with) as its two passes of
+        aten ops, each rounded: the prim's own CPU kernel goes through `torch._library`,
+        whose first use imports torch._dynamo (a second of the arm's life)."""
+        dims = list(range(x.dim())) if dims is None else [d % max(1, x.dim()) for d in dims]
+        n = math.prod(x.shape[d] for d in dims) if x.dim() else 1
+        with self:
+            deviation = x - torch.mean(x, dims, keepdim=True)
+            squares = deviation.abs().square() if x.is_complex() else deviation * deviation
+            return torch.sum(squares, dims) / max(0, n - correction)
 
     def _retagged(self, a: Any, computation: torch.dtype, least: torch.dtype) -> Any:
         if isinstance(a, torch.Tensor) and a.is_floating_point() and self.vdtype(a) == least:
@@ -1098,6 +1145,55 @@ def round_scalar(x: float, dtype: Any, direction: int, draws: random.Random | No
     return out
 
 
+PRIMS_VAR = torch.ops.prims.var.default
+
+
+def _vector_norm(x: torch.Tensor, ord: float = 2, dim: Any = None, keepdim: bool = False, *,
+                 dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`torch._refs.linalg.vector_norm` without its shape guards: the reference imports
+    torch.fx.experimental.symbolic_shapes (and sympy, half a second) on every first call."""
+    from torch._prims_common import REDUCTION_OUTPUT_TYPE_KIND, reduction_dtypes
+
+    computation, result = reduction_dtypes(x, REDUCTION_OUTPUT_TYPE_KIND.COMPLEX_TO_FLOAT, dtype)
+    if isinstance(dim, int):
+        dim = [dim]
+    if ord == 0.0:
+        return torch.sum(torch.ne(x, 0.0), dim=dim, keepdim=keepdim, dtype=result)
+    if ord == math.inf:
+        return torch.amax(torch.abs(x), dim=dim, keepdim=keepdim).to(result)
+    if ord == -math.inf:
+        return torch.amin(torch.abs(x), dim=dim, keepdim=keepdim).to(result)
+    if x.dtype != computation:
+        x = x.to(computation)
+    dims = None if dim is None or len(dim) == 0 else [d % max(1, x.dim()) for d in dim]
+    if (x.numel() == 1 if dims is None else x.dim() > 0 and all(x.shape[d] == 1 for d in dims)):
+        x = torch.abs(x)  # one term: its magnitude, as the reference returns it
+        if keepdim or x.dim() == 0:
+            return x.to(result).contiguous()
+        if dims is None:
+            return x.to(result).flatten()[0]
+        return x.to(result).view([s for d, s in enumerate(x.shape) if d not in dims]).contiguous()
+    if not (ord % 2 == 0 and x.is_floating_point()):
+        x = torch.abs(x)
+    return torch.pow(torch.sum(torch.pow(x, ord), dim=dims, keepdim=keepdim), 1.0 / ord).to(result)
+
+
+# Decompositions the replay uses in place of torch's: the same arithmetic, without the imports
+# torch's references make on first use.
+OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm}
+
+
+def _widening(flat: list, in_vd: list, out_vd: list) -> bool:
+    """Every tensor input is floating (an integer cast to float rounds past 2^24) and no
+    output dtype is less precise than any input's."""
+    tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+    if not tensors or not all(a.is_floating_point() for a in tensors) or not in_vd:
+        return False
+    outs = [d for d in out_vd if d is not None]
+    return bool(outs) and all(d in UNIT_ROUNDOFF and i in UNIT_ROUNDOFF and not _less_precise(d, i)
+                              for d in outs for i in in_vd)
+
+
 def _less_precise(a: torch.dtype, b: torch.dtype) -> bool:
     return UNIT_ROUNDOFF.get(a, 0.0) > UNIT_ROUNDOFF.get(b, 0.0)
 
@@ -1302,6 +1398,13 @@ def _order_dependent(node: fx.Node, by_name: dict[str, fx.Node]) -> list[str]:
     return sorted(f"aten.{op}" for op in ops & CUDA_ORDER_DEPENDENT)[:16]
 
 
+def spread_bytes(ref: torch.Tensor) -> int:
+    """The bytes a value's spread takes in values.npz: five float64 arrays (sigma, up, down,
+    mean, sd) and one byte of nonfinite bits per element (complex values as their real pairs)."""
+    elements = ref.numel() * (2 if ref.is_complex() else 1)
+    return elements * (5 * 8 + 1)
+
+
 def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], references: dict[str, Any],
                          values: dict[str, Any], job: dict[str, Any], device: str,
                          flags: dict[str, Any]) -> dict[str, Any]:
@@ -1325,10 +1428,20 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         kernels=kernels, any_order=model is not None, half_accumulation=model is not None and not kernels.ops)
     wanted: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
+    budget = int(settings.get("value_bytes", 64 << 20))
+    # The spread arrays of each record come out of `budget`, in record order (below): a value
+    # whose arrays would not fit is not simulated at all, since its K samples and their
+    # statistics (a 4M-element tensor observed at exit: seconds) would be thrown away.
+    too_large: set[int] = set()
     for r in records:
         ref = references.get(r["node"]) if r["node"] else None
         fp = r.get("fingerprint") or {}
         if isinstance(ref, torch.Tensor) and f"obs{r['index']}" in values and list(ref.shape) == fp.get("shape"):
+            size = spread_bytes(ref)
+            if size > budget:
+                too_large.add(r["index"])
+                continue
+            budget -= size
             wanted[r["node"]] = ref
             dtypes[r["node"]] = getattr(torch, fp["dtype"], torch.float32)
     # Sampling stops early once the arm's own values are certainly inside; under another
@@ -1339,6 +1452,11 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
     by_name = {n.name: n for n in graph.nodes}
     budget = int(settings.get("value_bytes", 64 << 20))
     for r in records:
+        if r["index"] in too_large:
+            r["rounding"] = {"status": "not-judged", "reason": "the spread is too large to keep", "samples": 0,
+                             "sample_stats": [], "flips": [], "cancellations": [], "precision": None,
+                             "unmeasured": [], "order_dependent": []}
+            continue
         spread = sim.spreads.get(r["node"]) if r["node"] else None
         if spread is None:
             r["rounding"] = None
