@@ -38,11 +38,14 @@ the samples reached, the statistic T of every sample (for a Monte Carlo p-value,
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import operator
 import random
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +188,7 @@ class Simulation:
     seconds: float
     samples: int
     note: str | None = None
+    drawn_whole: list[str] = field(default_factory=list)  # reductions whose terms' rounding was drawn whole
 
 
 def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: SimulationOptions,
@@ -201,9 +205,71 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     # already run side by side on the machine's cores.
     torch.set_num_threads(1)
     try:
-        return _simulate(graph, wanted, options, out_dtypes, arm_values or {}, threads)
+        with dynamo_import_deferred():
+            return _simulate(graph, wanted, options, out_dtypes, arm_values or {}, threads)
     finally:
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def dynamo_import_deferred() -> Iterator[None]:
+    """While the replays run, torch's reference decompositions (layer norm, variance, their
+    elementwise helpers) skip the `torch._disable_dynamo` wrapper, whose first call imports
+    torch._dynamo to build a guard against tracing: a second of an eager arm's life that
+    nothing here needs, since nothing is traced until this returns. The wrapper caches what
+    it calls on the wrapped function (``__dynamo_disable``); set to the function itself, it
+    calls it directly. Undone on exit, and left alone where dynamo is already imported."""
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    deferred = [fn for fn in _dynamo_disabled_references() if getattr(fn, DYNAMO_DISABLE_ATTRIBUTE, None) is None]
+    for fn in deferred:
+        setattr(fn, DYNAMO_DISABLE_ATTRIBUTE, fn)
+    try:
+        yield
+    finally:
+        for fn in deferred:
+            if getattr(fn, DYNAMO_DISABLE_ATTRIBUTE, None) is fn:
+                delattr(fn, DYNAMO_DISABLE_ATTRIBUTE)
+
+
+DYNAMO_DISABLE_ATTRIBUTE = "__dynamo_disable"
+
+
+@functools.lru_cache(maxsize=1)
+def _dynamo_disabled_references() -> tuple[Any, ...]:
+    """The functions `torch._disable_dynamo` wraps among the decompositions, torch's
+    reference modules and the custom ops' kernels (the prims the references reduce and
+    divide with, whose output dtypes the replay asks on stand-ins): found by the wrapper's
+    code down each `__wrapped__` chain, read from the wrapper's closure (its `__wrapped__`
+    may name what the wrapped function wraps)."""
+    from torch._library import custom_ops
+
+    import torch._refs
+    import torch._refs.linalg
+    import torch._refs.nn.functional
+    import torch._refs.special
+
+    wrapper_code = torch._disable_dynamo(lambda: None).__code__
+    wrapped_cell = wrapper_code.co_freevars.index("fn")
+    roots = list(decomposition_table.values())
+    for module in (torch._refs, torch._refs.linalg, torch._refs.nn.functional, torch._refs.special):
+        roots.extend(vars(module).values())
+    for definition in list(getattr(custom_ops, "OPDEFS", {}).values()):
+        roots.extend(getattr(definition, "_backend_fns", {}).values())
+    found: dict[int, Any] = {}
+    for f in roots:
+        for _ in range(16):  # decorators stack a few deep
+            if not callable(f):
+                break
+            inner = getattr(f, "__wrapped__", None)
+            if getattr(f, "__code__", None) is wrapper_code:
+                target = f.__closure__[wrapped_cell].cell_contents
+                found[id(target)] = target
+            if inner is None:
+                break
+            f = inner
+    return tuple(found.values())
 
 
 def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: SimulationOptions,
@@ -247,6 +313,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     for direction in (1, -1):
         directed[direction] = _replay(order, set(live), RoundingMode(options, cache, direction=direction,
                                                                     generator=None))
+    collapsed = _exact_terms(order, _collapsible(order, set(live), _common_subexpressions(order)), options)
+    calibrating = {s.name for g in collapsed for s in g.sources}
     samples: list[_Replayed] = []
     # More samples where the arm's value sits near the Monte Carlo floor, within the time and
     # memory budgets: K per replay's cost, and never past max_samples.
@@ -256,13 +324,21 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     i = 0
     while i < k:
         g = torch.Generator().manual_seed(options.seed * 1_000_003 + i)
-        rep = _replay(order, set(live), RoundingMode(options, cache, direction=0, generator=g))
+        if i < CALIBRATION_REPLAYS or not collapsed:
+            rep = _replay(order, set(live) | calibrating, RoundingMode(options, cache, direction=0, generator=g))
+        else:
+            drawn = {center.calls[r.name][0]: error for group in collapsed
+                     for r, error in zip(group.reductions, group.errors(g))}
+            rep = _replay(order, set(live), RoundingMode(options, cache, direction=0, generator=g, collapsed=drawn),
+                          collapsed, center.calls)
         if rep.failed:
             for w in live:
                 spreads[w] = NodeSpread(status="not-judged", reason=rep.failed)
             return Simulation(spreads, time.monotonic() - start, i)
         samples.append(rep)
         i += 1
+        if collapsed and i == CALIBRATION_REPLAYS:
+            _calibrate(collapsed, samples)
         if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes):
             break
         if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes, directed):
@@ -281,7 +357,154 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         spreads[w].unmeasured = sorted(set().union(*(center.unmeasured.get(x, set()) for x in upstream)))
         spreads[w].cancellations = sorted((dict(site, node=name) for name, site in cancellations.items()
                                            if name in upstream), key=lambda x: -x["digits_lost"])[:3]
-    return Simulation(spreads, time.monotonic() - start, k)
+    return Simulation(spreads, time.monotonic() - start, k, drawn_whole=[r.name for g in collapsed for r in g.reductions])
+
+
+# -- large reductions, drawn whole ----------------------------------------------------------
+# A sum or mean of at least this many terms per output element whose terms are computed
+# elementwise from leaves alone: its random replays take the terms' exact value and draw the
+# rounding they carry as one normal error per output element (below), instead of rounding
+# every term in every replay (K passes of a dozen over millions of elements).
+ANALYTIC_TERMS = 1 << 16
+# Full random replays that measure that error before the other samples draw it: each gives
+# Σδᵢ² over ≥ ANALYTIC_TERMS independent terms, within √(2/n) < 1 % of its expectation.
+CALIBRATION_REPLAYS = 2
+# Ops that act element by element without reading a neighbour: their rounding errors are
+# independent from one element to the next.
+ELEMENTWISE_COPIES = {"_to_copy"}
+
+
+@dataclass
+class _Collapsed:
+    """Large reductions whose random replays draw their terms' rounding whole. The terms
+    (each reduction's input, computed by the elementwise `chain` from leaves) err
+    independently from element to element, so their rounding reaches a sum as Σδᵢ: normal
+    (central limit), of covariance Σ E[δᵢδ'ᵢ] between two reductions of the same chain (a
+    float16 and a float32 mean of one tensor err together), measured from full replays.
+    Each reduction's own accumulation is modelled as before (`_accumulate`); the centre and
+    directed replays still run every op."""
+
+    reductions: list[fx.Node]
+    chain: set[fx.Node]
+    exact: dict[fx.Node, torch.Tensor] = field(default_factory=dict)  # each input, float64, no rounding
+    factor: torch.Tensor | None = None  # (*output shape, m, m): the errors are factor @ z, z ~ N(0, 1)
+
+    @property
+    def sources(self) -> list[fx.Node]:
+        return [r.args[0] for r in self.reductions]
+
+    def errors(self, generator: torch.Generator) -> list[torch.Tensor]:
+        """One joint draw of the reductions' errors from their terms' rounding."""
+        z = torch.randn(self.factor.shape[:-1], generator=generator, dtype=torch.float64)
+        drawn = (self.factor @ z.unsqueeze(-1)).squeeze(-1)
+        return [drawn[..., j] for j in range(len(self.reductions))]
+
+
+def _collapsible(order: list[fx.Node], live: set[str], same_as: dict[fx.Node, fx.Node]) -> list[_Collapsed]:
+    """Groups of sums and means whose inputs are computed from leaves by elementwise ops
+    only, every op of those chains read by the chains or the group's reductions alone and
+    none observed (reductions that share a chain form one group, drawn jointly): candidates
+    for `_Collapsed`, their shapes and numbers of terms checked on the values."""
+    inside = set(order)
+    shared = set(same_as) | set(same_as.values())
+    chains: dict[fx.Node, set[fx.Node]] = {}
+    for r in order:
+        target = r.target
+        if r.op != "call_function" or not isinstance(target, torch._ops.OpOverload) \
+                or target.overloadpacket.__name__ not in ("sum", "mean") or not r.args \
+                or not isinstance(r.args[0], fx.Node) or r.args[0].op != "call_function" \
+                or any(isinstance(a, fx.Node) for a in list(r.args[1:]) + list(r.kwargs.values())):
+            continue
+        chain: set[fx.Node] = set()
+        stack = [r.args[0]]
+        while stack and chain is not None:
+            m = stack.pop()
+            if m in chain or m.op == "placeholder":
+                continue
+            dtype = m.meta.get("dtype")
+            if not (_elementwise(m) and m.name not in live and m not in shared
+                    and isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+                chain = None
+                break
+            chain.add(m)
+            stack.extend(m.all_input_nodes)
+        if chain:
+            chains[r] = chain
+    groups: list[_Collapsed] = []
+    for r, chain in chains.items():  # reductions whose chains meet join one group
+        meeting = [g for g in groups if g.chain & chain]
+        merged = _Collapsed([r], set(chain))
+        for g in meeting:
+            groups.remove(g)
+            merged.reductions = g.reductions + merged.reductions
+            merged.chain |= g.chain
+        groups.append(merged)
+    return [g for g in groups
+            if all(u in g.chain or u in g.reductions for m in g.chain for u in m.users if u in inside)]
+
+
+def _elementwise(n: fx.Node) -> bool:
+    target = n.target
+    if n.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or _written(target) \
+            or torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    return torch.Tag.pointwise in target.tags or target.overloadpacket.__name__ in ELEMENTWISE_COPIES
+
+
+def _reduction_of(r: fx.Node, terms: torch.Tensor) -> tuple[list[int], bool, float]:
+    """The dims a sum or mean reduces, its keepdim, and the weight of each term (1/n for a mean)."""
+    name = r.target.overloadpacket.__name__
+    dims, keepdim = _reduced_dims(name, tuple(r.args), dict(r.kwargs), terms)
+    n = math.prod(terms.shape[d] for d in dims) if terms.dim() else 1
+    return dims, keepdim, (1.0 / max(n, 1) if name == "mean" else 1.0)
+
+
+def _exact_terms(order: list[fx.Node], candidates: list[_Collapsed], options: SimulationOptions) -> list[_Collapsed]:
+    """Each group's terms computed in float64 without rounding (the values its random
+    replays are unbiased around), kept where every op of its chains has one shape (no
+    broadcast of a computed value) and its reductions add at least ANALYTIC_TERMS terms
+    per output element over the same dims."""
+    kept = []
+    for g in candidates:
+        chain_order = [n for n in order if n in g.chain or n.op == "placeholder"
+                       and any(n in m.all_input_nodes for m in g.chain)]
+        replay = _replay(chain_order, {m.name for m in g.chain},
+                         RoundingMode(options, _CallCache(), direction=0, generator=None, exact=True))
+        values = [replay.values.get(m.name) for m in g.chain]
+        if replay.failed or any(not isinstance(v, torch.Tensor) for v in values) \
+                or len({tuple(v.shape) for v in values}) != 1:
+            continue
+        shape = values[0]
+        forms = {(tuple(dims), keepdim) for dims, keepdim, _ in (_reduction_of(r, shape) for r in g.reductions)}
+        dims, _ = next(iter(forms))
+        if len(forms) != 1 or (math.prod(shape.shape[d] for d in dims) if shape.dim() else 1) < ANALYTIC_TERMS:
+            continue
+        g.exact = {s: replay.values[s.name] for s in g.sources}
+        kept.append(g)
+    return kept
+
+
+def _calibrate(groups: list[_Collapsed], replays: list["_Replayed"]) -> None:
+    """Each group's error factor from full replays' terms: the covariance of two reductions'
+    errors per output element, Σᵢ wδᵢ·w'δ'ᵢ averaged over the replays (w the terms' weights),
+    as a square root that keeps a singular one (two reductions of the same terms); the terms
+    are then dropped from the replays (they were kept for this alone)."""
+    for g in groups:
+        covariance = None
+        for rep in replays:
+            deviations = []
+            for r, s in zip(g.reductions, g.sources):
+                dims, keepdim, weight = _reduction_of(r, g.exact[s])
+                deviations.append(((rep.values[s.name] - g.exact[s]) * weight, dims, keepdim))
+            entries = [[torch.sum(a * b, dims, keepdim=keepdim) for b, _, _ in deviations]
+                       for a, dims, keepdim in deviations]
+            this = torch.stack([torch.stack(row, -1) for row in entries], -2)
+            covariance = this if covariance is None else covariance + this
+        for rep in replays:
+            for s in g.sources:
+                rep.values.pop(s.name, None)
+        values, vectors = torch.linalg.eigh(covariance / len(replays))
+        g.factor = vectors * values.clamp(min=0).sqrt().unsqueeze(-2)
 
 
 # Sample counts at which sampling may stop (Besag & Clifford's sequential Monte Carlo test):
@@ -473,6 +696,7 @@ class _Replayed:
     failed: str | None = None
     cancellations: dict[str, dict[str, Any]] = field(default_factory=dict)
     unmeasured: dict[str, set[str]] = field(default_factory=dict)  # node -> library ops with no measurement
+    calls: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> the mode's call indices it used
 
 
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
@@ -488,11 +712,17 @@ def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
     return why
 
 
-def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Replayed:
+def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode",
+            collapsed: list["_Collapsed"] | None = None, calls: dict[str, tuple[int, int]] | None = None
+            ) -> _Replayed:
     """One replay of the cone under `mode`; the centre replay (to nearest, unperturbed) also
-    notes cancellations. Recorded aten ops go to the mode's handler directly (the dispatcher's
-    round trip through a Python mode costs more than the op); a compiled region runs with
-    the mode active, since its graph calls torch functions."""
+    notes cancellations and the mode's call indices of every node. Recorded aten ops go to
+    the mode's handler directly (the dispatcher's round trip through a Python mode costs more
+    than the op); a compiled region runs with the mode active, since its graph calls torch
+    functions. `collapsed` reductions' chains are not replayed: their input is the exact
+    value (the centre replay's `calls` keep every later call at its index)."""
+    skipped = {m for c in collapsed or () for m in c.chain}
+    exact = {s: v for c in collapsed or () for s, v in c.exact.items()}
     last_use = last_uses(order)
     same_as = _common_subexpressions(order)
     for i, n in enumerate(order):
@@ -507,13 +737,19 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
     try:
         with torch.no_grad():
             for i, n in enumerate(order):
-                if n.op == "placeholder":
+                if n in skipped:
+                    start, end = calls[n.name]
+                    mode.calls += end - start
+                    if n in exact:
+                        env[n] = exact[n]
+                elif n.op == "placeholder":
                     env[n] = leaves[n]
                     env[n]._arm_dtype = n.meta["leaf"].value.dtype
                 elif n in same_as and same_as[n] in env:
                     env[n] = env[same_as[n]]
                 elif n.op == "call_function":
                     mode.unmeasured = set()
+                    first_call = mode.calls
                     args = fx.node.map_arg(n.args, lambda a: env[a])
                     kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
                     try:
@@ -536,6 +772,7 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode") -> _Re
                         result.failed = f"{_op_name(n.target)} could not be replayed: {type(e).__name__}: {str(e)[:160]}"
                         return result
                     out = env[n]
+                    result.calls[n.name] = (first_call, mode.calls)
                     if mode.unmeasured:
                         result.unmeasured[n.name] = mode.unmeasured
                     if center:
@@ -660,9 +897,14 @@ class RoundingMode(TriageDispatchMode):
     perturbation (``direction=0`` without a generator: the centre replay)."""
 
     def __init__(self, options: SimulationOptions, cache: _CallCache, direction: int,
-                 generator: torch.Generator | None) -> None:
+                 generator: torch.Generator | None, exact: bool = False,
+                 collapsed: dict[int, torch.Tensor] | None = None) -> None:
         super().__init__()
         self.options = options
+        self.exact = exact  # no rounding at all: the float64 value every sample is unbiased around
+        # Call index -> a collapsed reduction's error from its terms' rounding, this replay's draw
+        # (`_Collapsed`): its terms are their exact values.
+        self.collapsed = collapsed or {}
         self.cache = cache
         self.direction = direction
         self.generator = generator
@@ -688,8 +930,6 @@ class RoundingMode(TriageDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        if func is PRIMS_VAR:
-            return self._two_pass_var(*args, **kwargs)
         call = self.calls
         self.calls += 1
         name = func.overloadpacket.__name__
@@ -726,6 +966,9 @@ class RoundingMode(TriageDispatchMode):
                              if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 1 else a
                              for a in args)
             out = func(*args, **kwargs)
+            drawn = self.collapsed.get(call)
+            if drawn is not None and drawn.shape == out.shape:
+                out = out + drawn
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
             out = self._round_all(out, out_vd, library=0.0)
@@ -855,18 +1098,6 @@ class RoundingMode(TriageDispatchMode):
             out = self._scaled_noise(out, fused * UNIT_ROUNDOFF[d])
         return self._round_all(out, out_vd, library=0.0)
 
-    def _two_pass_var(self, x: torch.Tensor, dims: list[int] | None, correction: float,
-                      output_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """`prims.var` (what the variance decompositions reduce with) as its two passes of
-        aten ops, each rounded: the prim's own CPU kernel goes through `torch._library`,
-        whose first use imports torch._dynamo (a second of the arm's life)."""
-        dims = list(range(x.dim())) if dims is None else [d % max(1, x.dim()) for d in dims]
-        n = math.prod(x.shape[d] for d in dims) if x.dim() else 1
-        with self:
-            deviation = x - torch.mean(x, dims, keepdim=True)
-            squares = deviation.abs().square() if x.is_complex() else deviation * deviation
-            return torch.sum(squares, dims) / max(0, n - correction)
-
     def _retagged(self, a: Any, computation: torch.dtype, least: torch.dtype) -> Any:
         if isinstance(a, torch.Tensor) and a.is_floating_point() and self.vdtype(a) == least:
             a = a.clone()
@@ -979,7 +1210,7 @@ class RoundingMode(TriageDispatchMode):
             parts = torch.view_as_real(t)
             real_dtype = {torch.complex64: torch.float32, torch.complex32: torch.float16}.get(dtype, torch.float64)
             return torch.view_as_complex(self._round(parts.contiguous(), real_dtype, library))
-        if dtype not in FORMATS and dtype != torch.float64:
+        if self.exact or dtype not in FORMATS and dtype != torch.float64:
             return t
         u = UNIT_ROUNDOFF[dtype]
         if library:
@@ -1143,9 +1374,6 @@ def round_scalar(x: float, dtype: Any, direction: int, draws: random.Random | No
         toward_inf = (math.copysign(1, x) == direction) if direction else abs(x) >= largest + ulp / 2
         out = math.copysign(math.inf if toward_inf else largest, x)
     return out
-
-
-PRIMS_VAR = torch.ops.prims.var.default
 
 
 def _vector_norm(x: torch.Tensor, ord: float = 2, dim: Any = None, keepdim: bool = False, *,
@@ -1479,4 +1707,4 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         for key, a in arrays.items():
             values[f"{key}{r['index']}"] = a.numpy()
     return {"seconds": round(sim.seconds, 3), "samples": sim.samples, "note": sim.note,
-            "kernels": options.kernels.source}
+            "kernels": options.kernels.source, "reductions_drawn_whole": len(sim.drawn_whole)}
