@@ -338,7 +338,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         samples.append(rep)
         i += 1
         if collapsed and i == CALIBRATION_REPLAYS:
-            _calibrate(collapsed, samples)
+            collapsed = _calibrate(collapsed, samples)
         if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes):
             break
         if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes, directed):
@@ -369,9 +369,15 @@ ANALYTIC_TERMS = 1 << 16
 # Full random replays that measure that error before the other samples draw it: each gives
 # Σδᵢ² over ≥ ANALYTIC_TERMS independent terms, within √(2/n) < 1 % of its expectation.
 CALIBRATION_REPLAYS = 2
-# Ops that act element by element without reading a neighbour: their rounding errors are
-# independent from one element to the next.
-ELEMENTWISE_COPIES = {"_to_copy"}
+# Elementwise ops affine in the chain's values (in the one argument that comes from the
+# chain, for a product or a quotient's numerator): each term's error is then the sum of
+# its roundings, each unbiased, carried linearly, so the reduction's error has mean zero.
+# A nonlinear op (x², exp) biases every term by about its second derivative times the
+# roundings' variance: n such biases grow faster than the √n of their spread (float16 terms
+# of a million-element sum: four times), which the full replays keep and a zero-mean draw
+# would not.
+AFFINE = {"add", "sub", "rsub", "neg", "_to_copy", "clone"}
+SCALED = {"mul", "div"}  # affine when only the first (mul: either) argument comes from the chain
 
 
 @dataclass
@@ -401,8 +407,8 @@ class _Collapsed:
 
 
 def _collapsible(order: list[fx.Node], live: set[str], same_as: dict[fx.Node, fx.Node]) -> list[_Collapsed]:
-    """Groups of sums and means whose inputs are computed from leaves by elementwise ops
-    only, every op of those chains read by the chains or the group's reductions alone and
+    """Groups of sums and means whose inputs are computed from leaves by affine elementwise
+    ops only, every op of those chains read by the chains or the group's reductions alone and
     none observed (reductions that share a chain form one group, drawn jointly): candidates
     for `_Collapsed`, their shapes and numbers of terms checked on the values."""
     inside = set(order)
@@ -422,7 +428,7 @@ def _collapsible(order: list[fx.Node], live: set[str], same_as: dict[fx.Node, fx
             if m in chain or m.op == "placeholder":
                 continue
             dtype = m.meta.get("dtype")
-            if not (_elementwise(m) and m.name not in live and m not in shared
+            if not (_affine_elementwise(m) and m.name not in live and m not in shared
                     and isinstance(dtype, torch.dtype) and dtype.is_floating_point):
                 chain = None
                 break
@@ -443,12 +449,17 @@ def _collapsible(order: list[fx.Node], live: set[str], same_as: dict[fx.Node, fx
             if all(u in g.chain or u in g.reductions for m in g.chain for u in m.users if u in inside)]
 
 
-def _elementwise(n: fx.Node) -> bool:
+def _affine_elementwise(n: fx.Node) -> bool:
+    """An elementwise op affine in its computed (non-leaf) arguments (AFFINE, SCALED)."""
     target = n.target
     if n.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or _written(target) \
             or torch.Tag.nondeterministic_seeded in target.tags:
         return False
-    return torch.Tag.pointwise in target.tags or target.overloadpacket.__name__ in ELEMENTWISE_COPIES
+    name = target.overloadpacket.__name__
+    computed = [i for i, a in enumerate(n.args) if isinstance(a, fx.Node) and a.op != "placeholder"]
+    if name in SCALED:
+        return computed in ([], [0]) or name == "mul" and computed == [1]
+    return name in AFFINE
 
 
 def _reduction_of(r: fx.Node, terms: torch.Tensor) -> tuple[list[int], bool, float]:
@@ -479,16 +490,20 @@ def _exact_terms(order: list[fx.Node], candidates: list[_Collapsed], options: Si
         dims, _ = next(iter(forms))
         if len(forms) != 1 or (math.prod(shape.shape[d] for d in dims) if shape.dim() else 1) < ANALYTIC_TERMS:
             continue
+        if not all(bool(torch.isfinite(v).all()) for v in values):
+            continue  # an overflow or a nan among the terms: no normal error describes it
         g.exact = {s: replay.values[s.name] for s in g.sources}
         kept.append(g)
     return kept
 
 
-def _calibrate(groups: list[_Collapsed], replays: list["_Replayed"]) -> None:
+def _calibrate(groups: list[_Collapsed], replays: list["_Replayed"]) -> list[_Collapsed]:
     """Each group's error factor from full replays' terms: the covariance of two reductions'
     errors per output element, Σᵢ wδᵢ·w'δ'ᵢ averaged over the replays (w the terms' weights),
     as a square root that keeps a singular one (two reductions of the same terms); the terms
-    are then dropped from the replays (they were kept for this alone)."""
+    are then dropped from the replays (they were kept for this alone). The groups whose
+    replays rounded a term to inf or nan are left out: their reductions replay in full."""
+    calibrated = []
     for g in groups:
         covariance = None
         for rep in replays:
@@ -503,8 +518,12 @@ def _calibrate(groups: list[_Collapsed], replays: list["_Replayed"]) -> None:
         for rep in replays:
             for s in g.sources:
                 rep.values.pop(s.name, None)
+        if not bool(torch.isfinite(covariance).all()):
+            continue
         values, vectors = torch.linalg.eigh(covariance / len(replays))
         g.factor = vectors * values.clamp(min=0).sqrt().unsqueeze(-2)
+        calibrated.append(g)
+    return calibrated
 
 
 # Sample counts at which sampling may stop (Besag & Clifford's sequential Monte Carlo test):
