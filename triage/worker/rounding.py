@@ -316,6 +316,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     collapsed = _exact_terms(order, _collapsible(order, set(live), _common_subexpressions(order)), options)
     calibrating = {s.name for g in collapsed for s in g.sources}
     samples: list[_Replayed] = []
+    scored: dict[str, tuple[int, NodeSpread]] = {}  # the statistics at the last check, reused if sampling ends there
     # More samples where the arm's value sits near the Monte Carlo floor, within the time and
     # memory budgets: K per replay's cost, and never past max_samples.
     fits_time = int((options.budget_s - (time.monotonic() - start)) / per_replay) - 2
@@ -339,18 +340,22 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         i += 1
         if collapsed and i == CALIBRATION_REPLAYS:
             collapsed = _calibrate(collapsed, samples)
-        if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes):
+        if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes, scored):
             break
-        if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes, directed):
+        if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes, directed, scored):
             k = min(ceiling, k + EXTENSION)
     k = len(samples)
     # The statistics are a few passes over K × numel values: there threads pay.
     torch.set_num_threads(threads)
     for w, ref in live.items():
         dtype = out_dtypes.get(w, torch.float32)
-        values = [_stored(s.values[w], dtype) for s in samples]
-        spreads[w] = _spread(ref, values, _stored(directed[1].values[w], dtype),
-                             _stored(directed[-1].values[w], dtype))
+        up, down = _stored(directed[1].values[w], dtype), _stored(directed[-1].values[w], dtype)
+        count, checked = scored.get(w, (0, None))
+        if count == k:
+            spreads[w] = checked
+            checked.up, checked.down = up, down
+        else:
+            spreads[w] = _spread(ref, [_stored(s.values[w], dtype) for s in samples], up, down)
         spreads[w].flips = _flips(center, samples + [directed[1], directed[-1]], by_name[w])
         upstream = _cone_names(by_name[w])
         spreads[w].precision = working_precision([by_name[x] for x in upstream], dtype)
@@ -540,14 +545,14 @@ EXTENSION = 10
 
 
 def _certainly_inside(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
-                      out_dtypes: dict[str, torch.dtype]) -> bool:
+                      out_dtypes: dict[str, torch.dtype], scored: dict[str, tuple[int, "NodeSpread"]]) -> bool:
     """Every observed value of the arm already has enough samples at least as far out, and
     its non-finite values (if any) already occur in the samples."""
     for w, ref in live.items():
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
             return False
-        partial, t = _scored(w, ref, value, samples, out_dtypes)
+        partial, t = _scored(w, ref, value, samples, out_dtypes, scored)
         if bool((~torch.isfinite(value)).any()) or bool((partial.nonfinite != 1).any()):
             return False
         if sum(1 for x in partial.sample_stats if x >= t) < EARLY_EXCEEDING:
@@ -556,14 +561,17 @@ def _certainly_inside(live: dict[str, torch.Tensor], samples: list["_Replayed"],
 
 
 def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list["_Replayed"],
-            out_dtypes: dict[str, torch.dtype]) -> tuple["NodeSpread", float]:
-    """The spread of the samples so far, and the arm's value's statistic against it."""
+            out_dtypes: dict[str, torch.dtype], scored: dict[str, tuple[int, "NodeSpread"]]) -> tuple["NodeSpread", float]:
+    """The spread of the samples so far (noted in `scored`; its directed replays are the
+    reference until the end), and the arm's value's statistic against it."""
     partial = _spread(ref, [_stored(s.values[w], out_dtypes.get(w, torch.float32)) for s in samples], ref, ref)
+    scored[w] = (len(samples), partial)
     return partial, deviation_stat(value.double(), ref, partial.sigma)
 
 
 def _near_floor(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
-                out_dtypes: dict[str, torch.dtype], directed: dict[int, "_Replayed"]) -> bool:
+                out_dtypes: dict[str, torch.dtype], directed: dict[int, "_Replayed"],
+                scored: dict[str, tuple[int, "NodeSpread"]]) -> bool:
     """Some observed value's Monte Carlo p-value rests on one or two samples: one more sample
     at least as far out would turn "outside" into "inside" (or back). A value within its
     directed envelope cannot be judged outside however the samples fall (they only tell
@@ -578,7 +586,7 @@ def _near_floor(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_v
         if within_envelope(value, ref, _stored(directed[1].values[w], dtype), _stored(directed[-1].values[w], dtype),
                            dtype):
             continue
-        partial, t = _scored(w, ref, value, samples, out_dtypes)
+        partial, t = _scored(w, ref, value, samples, out_dtypes, scored)
         stats = [x for x in partial.sample_stats if math.isfinite(x)]
         if not stats or not math.isfinite(t):
             continue
@@ -629,6 +637,8 @@ def _spread(ref: torch.Tensor, values: list[torch.Tensor], up: torch.Tensor, dow
         up, down = torch.view_as_real(up), torch.view_as_real(down)
     k = len(values)
     stack = torch.stack(values)  # (K, …)
+    if bool(torch.isfinite(stack).all()) and bool(torch.isfinite(ref).all()):
+        return _finite_spread(ref, stack, up, down)
     own_finite = torch.isfinite(stack)
     finite = own_finite & torch.isfinite(ref)
     dev = torch.where(finite, stack - ref, 0.0)
@@ -655,6 +665,27 @@ def _spread(ref: torch.Tensor, values: list[torch.Tensor], up: torch.Tensor, dow
             | (torch.isnan(stack).any(0).to(torch.uint8) << 3))
     return NodeSpread(status="judged", samples=k, sigma=sigma, up=up, down=down, mean=mean, sd=sd,
                       nonfinite=bits, sample_stats=stats)
+
+
+def _finite_spread(ref: torch.Tensor, stack: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> NodeSpread:
+    """`_spread` where every sample and the reference are finite (the common case): the same
+    statistics without the masks, a third of the passes over K × numel values (seconds on
+    a 200,000-element value observed at exit)."""
+    k = stack.shape[0]
+    dev = stack - ref
+    shift = dev.sum(0) / k
+    sd = ((dev - shift).square_().sum(0) / max(k - 1, 1)).sqrt_()
+    sq = dev.square()
+    total = sq.sum(0)
+    sigma = (total / k).sqrt()
+    # T_k leave one out, as in `_spread`.
+    loo = (total - sq).clamp_(min=0).div_(max(k - 1, 1)).sqrt_()
+    at_zero = torch.where(dev != 0, math.inf, 0.0)  # no spread left out: any deviation is infinitely far
+    ratio = torch.where(loo > 0, dev.abs_().div_(torch.where(loo > 0, loo, 1.0)), at_zero)
+    ratio = ratio.reshape(k, -1)
+    stats = [max(float(x), 0.0) for x in ratio.max(1).values] if ratio.shape[1] else [0.0] * k
+    return NodeSpread(status="judged", samples=k, sigma=sigma, up=up, down=down, mean=ref + shift, sd=sd,
+                      nonfinite=torch.ones(ref.shape, dtype=torch.uint8), sample_stats=stats)
 
 
 def _stored(v: Any, dtype: torch.dtype) -> torch.Tensor:
