@@ -1344,6 +1344,10 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int, generator: tor
     if direction == 0 and generator is None and isinstance(dtype, torch.dtype):
         return t.to(dtype).to(torch.float64)
     bits, largest, tiny = FORMATS[dtype]
+    if t.numel() >= BIT_ROUNDING_MIN and t.dtype == torch.float64:
+        rounded = _round_bits(t, bits, largest, tiny, direction, generator)
+        if rounded is not None:
+            return rounded
     # Spacing of the dtype's values around t (subnormals share the smallest normal's); inf and
     # nan pass through the arithmetic below unchanged.
     _, exp = torch.frexp(t)
@@ -1366,6 +1370,33 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int, generator: tor
         capped = torch.where(toward_inf, torch.full_like(t, math.inf), torch.full_like(t, largest))
         out = torch.where(beyond & torch.isfinite(t), torch.copysign(capped, t), out)
     return out
+
+
+# Elements from which `round_to` rounds on the float64 bit patterns: a third of the passes,
+# where a large tensor pays for the range check (and its own stream of random draws).
+BIT_ROUNDING_MIN = 1 << 12
+
+
+def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int,
+                generator: torch.Generator | None) -> torch.Tensor | None:
+    """`round_to` on the integer bits of float64 `t`: an integer below 2^(53 - bits) added
+    to the magnitude's bit pattern carries into the kept bits (a carry past the significand
+    steps the exponent, to the next binade's value), then the dropped bits are cleared.
+    Stochastically the integer is uniform, so the carry's probability is exactly the
+    dropped fraction; directed it is all ones where the rounding moves away from zero (up
+    for a positive value, down for a negative one), nothing where it moves toward it. None
+    where some element is neither zero nor a normal number within the format's range
+    (subnormal spacing, overflow, inf and nan: the general path)."""
+    magnitude = t.abs()
+    if not bool((((magnitude >= tiny) & (magnitude <= largest)) | (magnitude == 0)).all()):
+        return None
+    dropped = 53 - bits
+    if direction:
+        away = t > 0 if direction > 0 else t < 0
+        carry = away.to(torch.int64).mul_((1 << dropped) - 1)
+    else:
+        carry = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64)
+    return carry.add_(t.contiguous().view(torch.int64)).bitwise_and_(-(1 << dropped)).view(torch.float64)
 
 
 _OP_CLASSES: dict[Any, str] = {}
