@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import math
 import operator
 import random
@@ -245,16 +246,11 @@ def _dynamo_disabled_references() -> tuple[Any, ...]:
     may name what the wrapped function wraps)."""
     from torch._library import custom_ops
 
-    import torch._refs
-    import torch._refs.linalg
-    import torch._refs.nn.functional
-    import torch._refs.special
-
     wrapper_code = torch._disable_dynamo(lambda: None).__code__
     wrapped_cell = wrapper_code.co_freevars.index("fn")
     roots = list(decomposition_table.values())
-    for module in (torch._refs, torch._refs.linalg, torch._refs.nn.functional, torch._refs.special):
-        roots.extend(vars(module).values())
+    for module in ("torch._refs", "torch._refs.linalg", "torch._refs.nn.functional", "torch._refs.special"):
+        roots.extend(vars(importlib.import_module(module)).values())
     for definition in list(getattr(custom_ops, "OPDEFS", {}).values()):
         roots.extend(getattr(definition, "_backend_fns", {}).values())
     found: dict[int, Any] = {}
@@ -313,7 +309,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     for direction in (1, -1):
         directed[direction] = _replay(order, set(live), RoundingMode(options, cache, direction=direction,
                                                                     generator=None))
-    collapsed = _exact_terms(order, _collapsible(order, set(live), _common_subexpressions(order)), options)
+    collapsed = _exact_terms(order, _collapsible(order, set(live), _common_subexpressions(order), center.numel),
+                             options)
     calibrating = {s.name for g in collapsed for s in g.sources}
     samples: list[_Replayed] = []
     scored: dict[str, tuple[int, NodeSpread]] = {}  # the statistics at the last check, reused if sampling ends there
@@ -411,11 +408,13 @@ class _Collapsed:
         return [drawn[..., j] for j in range(len(self.reductions))]
 
 
-def _collapsible(order: list[fx.Node], live: set[str], same_as: dict[fx.Node, fx.Node]) -> list[_Collapsed]:
-    """Groups of sums and means whose inputs are computed from leaves by affine elementwise
-    ops only, every op of those chains read by the chains or the group's reductions alone and
-    none observed (reductions that share a chain form one group, drawn jointly): candidates
-    for `_Collapsed`, their shapes and numbers of terms checked on the values."""
+def _collapsible(order: list[fx.Node], live: set[str], same_as: dict[fx.Node, fx.Node],
+                 numel: dict[str, int]) -> list[_Collapsed]:
+    """Groups of sums and means of at least ANALYTIC_TERMS elements (`numel`, from the
+    centre replay) whose inputs are computed from leaves by affine elementwise ops only,
+    every op of those chains read by the chains or the group's reductions alone and none
+    observed (reductions that share a chain form one group, drawn jointly): candidates for
+    `_Collapsed`, their shapes and numbers of terms per output element checked on the values."""
     inside = set(order)
     shared = set(same_as) | set(same_as.values())
     chains: dict[fx.Node, set[fx.Node]] = {}
@@ -424,6 +423,7 @@ def _collapsible(order: list[fx.Node], live: set[str], same_as: dict[fx.Node, fx
         if r.op != "call_function" or not isinstance(target, torch._ops.OpOverload) \
                 or target.overloadpacket.__name__ not in ("sum", "mean") or not r.args \
                 or not isinstance(r.args[0], fx.Node) or r.args[0].op != "call_function" \
+                or numel.get(r.args[0].name, 0) < ANALYTIC_TERMS \
                 or any(isinstance(a, fx.Node) for a in list(r.args[1:]) + list(r.kwargs.values())):
             continue
         chain: set[fx.Node] = set()
@@ -490,10 +490,12 @@ def _exact_terms(order: list[fx.Node], candidates: list[_Collapsed], options: Si
         if replay.failed or any(not isinstance(v, torch.Tensor) for v in values) \
                 or len({tuple(v.shape) for v in values}) != 1:
             continue
-        shape = values[0]
-        forms = {(tuple(dims), keepdim) for dims, keepdim, _ in (_reduction_of(r, shape) for r in g.reductions)}
-        dims, _ = next(iter(forms))
-        if len(forms) != 1 or (math.prod(shape.shape[d] for d in dims) if shape.dim() else 1) < ANALYTIC_TERMS:
+        terms = values[0]
+        forms = {(tuple(dims), keepdim) for dims, keepdim, _ in (_reduction_of(r, terms) for r in g.reductions)}
+        if len(forms) != 1:
+            continue
+        dims, _ = forms.pop()
+        if (math.prod(terms.shape[d] for d in dims) if terms.dim() else 1) < ANALYTIC_TERMS:
             continue
         if not all(bool(torch.isfinite(v).all()) for v in values):
             continue  # an overflow or a nan among the terms: no normal error describes it
@@ -747,6 +749,7 @@ class _Replayed:
     cancellations: dict[str, dict[str, Any]] = field(default_factory=dict)
     unmeasured: dict[str, set[str]] = field(default_factory=dict)  # node -> library ops with no measurement
     calls: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> the mode's call indices it used
+    numel: dict[str, int] = field(default_factory=dict)  # node -> elements of its (tensor) value
 
 
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
@@ -823,6 +826,8 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode",
                         return result
                     out = env[n]
                     result.calls[n.name] = (first_call, mode.calls)
+                    if isinstance(out, torch.Tensor):
+                        result.numel[n.name] = out.numel()
                     if mode.unmeasured:
                         result.unmeasured[n.name] = mode.unmeasured
                     if center:
