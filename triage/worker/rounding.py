@@ -337,7 +337,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         i += 1
         if collapsed and i == CALIBRATION_REPLAYS:
             collapsed = _calibrate(collapsed, samples)
-        if len(samples) in CHECKPOINTS and len(samples) < k and _certainly_inside(live, samples, arm_values, out_dtypes, scored):
+        if len(samples) in CHECKPOINTS and len(samples) < k and _settled(live, samples, arm_values, out_dtypes, directed, scored):
             break
         if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes, directed, scored):
             k = min(ceiling, k + EXTENSION)
@@ -546,10 +546,15 @@ NEAR_FLOOR_EXCEEDING = 2
 EXTENSION = 10
 
 
-def _certainly_inside(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
-                      out_dtypes: dict[str, torch.dtype], scored: dict[str, tuple[int, "NodeSpread"]]) -> bool:
-    """Every observed value of the arm already has enough samples at least as far out, and
-    its non-finite values (if any) already occur in the samples."""
+def _settled(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
+             out_dtypes: dict[str, torch.dtype], directed: dict[int, "_Replayed"],
+             scored: dict[str, tuple[int, "NodeSpread"]]) -> bool:
+    """Every observed value of the arm is decided, its non-finite values (if any) already
+    occurring in the samples: certainly inside (enough samples at least as far out), or,
+    once p ≤ α is possible, in its directed envelope past FRAGILE_MARGIN times every
+    sample's score (a stagnating sum): it stays in the envelope unless a later sample lands
+    that much farther out than all so far, and the envelope is never "outside"."""
+    floor_reached = 1 / (len(samples) + 1) <= policy.ALPHA
     for w, ref in live.items():
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
@@ -557,7 +562,13 @@ def _certainly_inside(live: dict[str, torch.Tensor], samples: list["_Replayed"],
         partial, t = _scored(w, ref, value, samples, out_dtypes, scored)
         if bool((~torch.isfinite(value)).any()) or bool((partial.nonfinite != 1).any()):
             return False
-        if sum(1 for x in partial.sample_stats if x >= t) < EARLY_EXCEEDING:
+        if sum(1 for x in partial.sample_stats if x >= t) >= EARLY_EXCEEDING:
+            continue
+        dtype = out_dtypes.get(w, torch.float32)
+        beyond = floor_reached and all(math.isfinite(x) for x in partial.sample_stats) \
+            and t > policy.FRAGILE_MARGIN * max(partial.sample_stats, default=math.inf)
+        if not (beyond and within_envelope(value, ref, _stored(directed[1].values[w], dtype),
+                                           _stored(directed[-1].values[w], dtype), dtype)):
             return False
     return True
 
@@ -936,6 +947,7 @@ class _CallCache:
         self.dtypes: dict[tuple, Any] = {}
         self.magnitudes: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
         self.ill_conditioned: dict[int, tuple[Any, torch.Tensor | None]] = {}
+        self.exact_reductions: dict[int, torch.Tensor] = {}  # collapsed reductions of their exact terms
 
 
 def _dtypes(func: Any, stand_ins: list, spec: Any, device: torch.device) -> list:
@@ -1020,10 +1032,14 @@ class RoundingMode(TriageDispatchMode):
                 args = tuple(round_to(a, "tf32", self.direction, self.generator)
                              if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 1 else a
                              for a in args)
-            out = func(*args, **kwargs)
             drawn = self.collapsed.get(call)
-            if drawn is not None and drawn.shape == out.shape:
-                out = out + drawn
+            if drawn is None:
+                out = func(*args, **kwargs)
+            else:  # the exact terms, the same in every such replay: reduced once
+                exact = self.cache.exact_reductions.get(call)
+                if exact is None:
+                    exact = self.cache.exact_reductions[call] = func(*args, **kwargs)
+                out = exact + drawn if drawn.shape == exact.shape else exact.clone()
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
             out = self._round_all(out, out_vd, library=0.0)
