@@ -21,7 +21,10 @@ round-to-nearest). Per op class:
   assumed correctly rounded whose kernel measured more than one rounding is treated the same;
 * reductions and contractions accumulate many roundings inside one op: their internal
   error is added as a random walk over a sequential order,
-  σ = u·√(n/3)·√(S²/3 + Σt²/2) (S the sum, t the terms, (A∘A)@(B∘B) for matmul);
+  σ = u·√(n/3)·√(S²/3 + Σt²/2) (S the sum, t the terms, (A∘A)@(B∘B) for matmul); a sum
+  or mean of at least 2^16 terms computed from leaves by affine elementwise ops takes its
+  terms' rounding whole in most random replays, as one normal error whose covariance two
+  full replays measure (`_Collapsed`), instead of rounding every term K times;
 * backward-stable linalg (``solve``, ``svd``, ``det`` …) gets its input perturbed by
   √n·u and is re-run in float64, so conditioning shows up by itself;
 * composite ops (softmax, layer norm, variance, attention) are replayed through their
