@@ -1,6 +1,6 @@
 """Large sums and means drawn whole (triage/worker/rounding.py `_Collapsed`): the rounding of
 terms computed elementwise from leaves reaches the reduction as one normal error, measured
-from two full replays, instead of every term being rounded in every replay. The spread it
+from a full replay, instead of every term being rounded in every replay. The spread it
 gives must be the one the full replays give, correlations between reductions of the same
 terms included, and an error in a large sum must still be found."""
 import numpy as np

@@ -23,8 +23,8 @@ round-to-nearest). Per op class:
   error is added as a random walk over a sequential order,
   σ = u·√(n/3)·√(S²/3 + Σt²/2) (S the sum, t the terms, (A∘A)@(B∘B) for matmul); a sum
   or mean of at least 2^16 terms computed from leaves by affine elementwise ops takes its
-  terms' rounding whole in most random replays, as one normal error whose covariance two
-  full replays measure (`_Collapsed`), instead of rounding every term K times;
+  terms' rounding whole in most random replays, as one normal error whose covariance a
+  full replay measures (`_Collapsed`), instead of rounding every term K times;
 * backward-stable linalg (``solve``, ``svd``, ``det`` …) gets its input perturbed by
   √n·u and is re-run in float64, so conditioning shows up by itself;
 * composite ops (softmax, layer norm, variance, attention) are replayed through their
@@ -371,9 +371,9 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
 # rounding they carry as one normal error per output element (below), instead of rounding
 # every term in every replay (K passes of a dozen over millions of elements).
 ANALYTIC_TERMS = 1 << 16
-# Full random replays that measure that error before the other samples draw it: each gives
+# Full random replays that measure that error before the other samples draw it: one gives
 # Σδᵢ² over ≥ ANALYTIC_TERMS independent terms, within √(2/n) < 1 % of its expectation.
-CALIBRATION_REPLAYS = 2
+CALIBRATION_REPLAYS = 1
 # Elementwise ops affine in the chain's values (in the one argument that comes from the
 # chain, for a product or a quotient's numerator): each term's error is then the sum of
 # its roundings, each unbiased, carried linearly, so the reduction's error has mean zero.
