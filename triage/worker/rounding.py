@@ -340,7 +340,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         i += 1
         if collapsed and i == CALIBRATION_REPLAYS:
             collapsed = _calibrate(collapsed, samples)
-        if len(samples) in CHECKPOINTS and len(samples) < k and _settled(live, samples, arm_values, out_dtypes, directed, scored):
+        if len(samples) in CHECKPOINTS and len(samples) < k \
+                and _settled(live, samples, arm_values, out_dtypes, directed, scored):
             break
         if i == k and k < ceiling and _near_floor(live, samples, arm_values, out_dtypes, directed, scored):
             k = min(ceiling, k + EXTENSION)
@@ -362,7 +363,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         spreads[w].unmeasured = sorted(set().union(*(center.unmeasured.get(x, set()) for x in upstream)))
         spreads[w].cancellations = sorted((dict(site, node=name) for name, site in cancellations.items()
                                            if name in upstream), key=lambda x: -x["digits_lost"])[:3]
-    return Simulation(spreads, time.monotonic() - start, k, drawn_whole=[r.name for g in collapsed for r in g.reductions])
+    return Simulation(spreads, time.monotonic() - start, k,
+                      drawn_whole=[r.name for g in collapsed for r in g.reductions])
 
 
 # -- large reductions, drawn whole ----------------------------------------------------------
@@ -577,7 +579,8 @@ def _settled(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_valu
 
 
 def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list["_Replayed"],
-            out_dtypes: dict[str, torch.dtype], scored: dict[str, tuple[int, "NodeSpread"]]) -> tuple["NodeSpread", float]:
+            out_dtypes: dict[str, torch.dtype],
+            scored: dict[str, tuple[int, "NodeSpread"]]) -> tuple["NodeSpread", float]:
     """The spread of the samples so far (noted in `scored`; its directed replays are the
     reference until the end), and the arm's value's statistic against it."""
     partial = _spread(ref, [_stored(s.values[w], out_dtypes.get(w, torch.float32)) for s in samples], ref, ref)
