@@ -159,7 +159,7 @@ RESULT = record({
     "flags_end": flat(nullable=True),
     "elapsed_s": number(nullable=True),
     "rounding": record({"seconds": number(nullable=True), "samples": integer(0, nullable=True), "note": NOTE,
-                        "kernels": text(300, nullable=True)},
+                        "kernels": text(300, nullable=True), "reductions_drawn_whole": integer(0, nullable=True)},
                        closed=True, nullable=True),
     "exception": EXCEPTION,
     "exit_note": text(2000, nullable=True),

@@ -1,0 +1,122 @@
+"""Large sums and means drawn whole (triage/worker/rounding.py `_Collapsed`): the rounding of
+terms computed elementwise from leaves reaches the reduction as one normal error, measured
+from a full replay, instead of every term being rounded in every replay. The spread it
+gives must be the one the full replays give, correlations between reductions of the same
+terms included, and an error in a large sum must still be found."""
+import numpy as np
+import pytest
+import torch
+
+from triage.judge import RoundingSpread, judge_value
+from triage.worker import rounding
+from triage.worker.opgraph import OpRecorder
+from triage.worker.reference import replay_fp64
+from triage.worker.rounding import SimulationOptions, simulate_rounding
+
+TERMS = 1 << 17  # above ANALYTIC_TERMS: drawn whole
+
+
+def simulated(fn, *inputs, samples=59):
+    """Record fn eagerly, simulate its rounding: (arm value, RoundingSpread, reductions drawn whole)."""
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = fn(*inputs)
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=samples),
+                            {node.name: out.dtype})
+    spread = sim.spreads[node.name]
+    assert spread.status == "judged", spread.reason
+    return out, RoundingSpread.of_simulation(spread, reference.numpy(), str(out.dtype).replace("torch.", "")), \
+        sim.drawn_whole
+
+
+def replayed_in_full(monkeypatch, fn, *inputs):
+    """The same simulation with every term rounded in every replay (nothing drawn whole)."""
+    monkeypatch.setattr(rounding, "ANALYTIC_TERMS", 1 << 62)
+    out, spread, drawn = simulated(fn, *inputs)
+    monkeypatch.undo()
+    assert drawn == []
+    return out, spread
+
+
+def judge(value, spread):
+    v = value.detach().double().numpy() if isinstance(value, torch.Tensor) else np.asarray(value, dtype=np.float64)
+    return judge_value(v, spread, "arm", 0, "value", None)
+
+
+def terms(seed=0):
+    return torch.randn(TERMS, generator=torch.Generator().manual_seed(seed))
+
+
+def test_large_half_sum_is_drawn_whole_with_the_spread_of_full_replays(monkeypatch):
+    # Terms rounded to bfloat16 (2^-9 relative), summed in float32: their rounding is most of
+    # the sum's spread, so a model that lost or doubled it would show.
+    fn = lambda x: (x * 1.1 + 0.5).bfloat16().float().sum()  # noqa: E731
+    x = terms()
+    out, whole, drawn = simulated(fn, x)
+    assert drawn == ["sum_default"]
+    _, full = replayed_in_full(monkeypatch, fn, x)
+    ratio = float(whole.sigma) / float(full.sigma)
+    assert 1 / 1.5 < ratio < 1.5, ratio
+    assert judge(out, whole).zone == "inside"
+
+
+def test_reductions_of_the_same_terms_are_drawn_together(monkeypatch):
+    # Two means of the same bfloat16 terms (widened exactly): their difference keeps only the
+    # float32 mean's own accumulation; drawn independently it would carry the terms' rounding
+    # twice, a hundred times wider.
+    fn = lambda x: (lambda y: y.float().mean().double() - y.double().mean())((x * 1.1).bfloat16())  # noqa: E731
+    x = terms(1)
+    out, whole, drawn = simulated(fn, x)
+    assert sorted(drawn) == ["mean_default", "mean_default_1"]
+    _, full = replayed_in_full(monkeypatch, fn, x)
+    assert float(whole.sigma) < 3 * float(full.sigma), (float(whole.sigma), float(full.sigma))
+    assert judge(out, whole).zone == "inside"
+
+
+@pytest.mark.parametrize("eps", [1e-4, 1e-5])
+def test_an_error_in_a_large_sum_is_still_found(eps):
+    x = terms(2)
+    out, spread, drawn = simulated(lambda t: (t * 1.1 + 3.0).sum(), x, samples=29)
+    assert drawn == ["sum_default"]
+    assert judge(out, spread).zone == "inside"
+    assert judge(out.double() * (1 + eps), spread).zone == "outside"
+
+
+def test_a_broadcast_computed_value_is_not_drawn_whole():
+    # A rounded scalar shared by every term errs coherently, not independently: replayed.
+    x = terms(3)
+    scale = torch.tensor(3.0)
+    _, _, drawn = simulated(lambda t, s: (t * (s / 7.0)).sum(), x, scale, samples=9)
+    assert drawn == []
+
+
+def test_terms_nonlinear_in_their_roundings_are_not_drawn_whole():
+    # x² of rounded terms is biased by the roundings' variance, n times: the full replays keep
+    # that bias, a zero-mean draw would not.
+    x = terms(4)
+    _, _, drawn = simulated(lambda t: (t * 1.1).bfloat16().float().square().sum(), x, samples=9)
+    assert drawn == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rounding_on_the_bits_of_a_large_tensor_is_the_same_rounding(monkeypatch, dtype):
+    # Directed: identical to the general path. Stochastic: on the dtype, between the two
+    # neighbours, unbiased.
+    scale = 10.0 ** torch.randint(-3, 4, (rounding.BIT_ROUNDING_MIN,), generator=torch.Generator().manual_seed(5))
+    x = torch.randn(rounding.BIT_ROUNDING_MIN, dtype=torch.float64, generator=torch.Generator().manual_seed(6)) * scale
+    x[:3] = torch.tensor([0.0, -1.0, 2.5])
+    bits = {d: rounding.round_to(x, dtype, d, None) for d in (1, -1)}
+    g = torch.Generator().manual_seed(7)
+    draws = torch.stack([rounding.round_to(x, dtype, 0, g) for _ in range(400)])
+    monkeypatch.setattr(rounding, "BIT_ROUNDING_MIN", 1 << 62)
+    for d, value in bits.items():
+        assert torch.equal(value, rounding.round_to(x, dtype, d, None))
+    assert torch.equal(draws.to(dtype).double(), draws)
+    assert bool(((draws >= bits[-1]) & (draws <= bits[1])).all())
+    ulp = bits[1] - bits[-1]
+    moved = ulp > 0
+    bias = ((draws.mean(0) - x)[moved] / ulp[moved]).mean()
+    assert abs(float(bias)) < 0.01
