@@ -27,10 +27,6 @@ GENERAL = Section(
     "PyTorch is not guaranteed to produce bitwise identical results for floating point computations "
     "that are mathematically identical. […] CPU and GPU results can be different even for "
     "bitwise-identical inputs and even after controlling for the sources of randomness.")
-BATCHED = Section(
-    "Batched computations or slice computations", "batched-computations-or-slice-computations",
-    "An operation applied to a tensor slice is not guaranteed to produce results that are identical "
-    "to the slice of the result of the same operation applied to the full tensor.")
 EXTREMAL = Section(
     "Extremal values", "extremal-values",
     "When inputs contain large values such that intermediate results may overflow the range of the "
