@@ -1,15 +1,25 @@
 """triage: run a PyTorch numerical-discrepancy repro on isolated arms, judge it against the
 numerical accuracy policy with a float64 reference, and write the comment a maintainer needs.
 
-Pipeline (one module per stage, plain data objects between them):
+Pipeline (a module or package per stage, plain data objects from model.py between them),
+in the order pipeline.py runs them:
 
-    extract.py   source file -> Repro
-    run.py       Repro x arms -> ArmRun per arm  (isolated subprocesses: sandbox.py, worker/)
-    compare.py   ArmRuns -> Comparison            (alignment, errors vs the float64 reference)
-    classify.py  Comparison -> Verdict            (the policy ladder; policy.py holds the note)
-    audit.py     Verdict -> Verdict               (checked against the raw evidence: conflicts -> inconclusive)
-    report.py    Report -> comment.md, report.json, terminal view
-    pipeline.py  the stages in order; cli.py is a thin shell around it
+    1   extract.py    script file or issue body -> Repro
+    2   run.py        Repro x arms -> ArmRun per arm: a fresh worker (worker/) in the jail
+                      (sandbox/), its output checked before it is believed (arm_output.py)
+    2b  reported/     what the reporter's machine printed -> ReportedArm, judged on this one
+    3   compare.py    ArmRuns -> Comparison: alignment, errors vs float64 (numerics/), the
+                      script's own names (operands.py) and where two paths part (paths.py)
+    3b  judge/        each side against the simulated rounding of its own computation
+    4a  ablate.py     Comparison -> Ablations: the arms re-run with one switch changed
+    4b  minimize/     Comparison -> a minimal op set and a verified standalone script
+    5   classify.py   Comparison + Ablations -> Verdict: the ladder (policy.py holds the note)
+    5b  audit.py      Verdict -> Verdict: checked against the raw evidence (inconclusive)
+    6   report.py     Report -> comment.md, report.json, the terminal view
+    7   publish.py    GitHub: read an issue, upsert the bot's comment
+
+pipeline.py runs the stages (settings.py holds every option once; reporter.py tells a
+watcher how far it got); cli.py, the Action and sweep/ are shells around it.
 """
 
 __version__ = "0.1.0"

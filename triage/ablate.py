@@ -1,4 +1,4 @@
-"""Ablations: which switch makes a divergence go away.
+"""Stage 4a, ablations: which switch makes a divergence go away.
 
 Maintainers close most "CPU ≠ GPU" reports by naming a setting — TF32, reduced-precision
 reductions, the thread count, mkldnn, inductor's RNG — and the way to *show* it is to flip

@@ -1,4 +1,4 @@
-"""Stage 4b: the evidence audit — a verdict never contradicts its own evidence.
+"""Stage 5b: the evidence audit — a verdict never contradicts its own evidence.
 
 The ladder (classify.py) picks the first rung that holds; each rung reads part of the
 evidence.  Before a verdict is shown, it is checked against the raw evidence the rungs did

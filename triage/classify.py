@@ -1,4 +1,4 @@
-"""Stage 4: the verdict ladder.  The first rung that holds wins; each verdict names the
+"""Stage 5: the verdict ladder.  The first rung that holds wins; each verdict names the
 section of PyTorch's numerical accuracy note it rests on and suggests labels (never
 ``high priority``, never a close)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 6: GitHub — read an issue, and publish a report on it as one comment (PyGithub).
+"""Stage 7: GitHub — read an issue, and publish a report on it as one comment (PyGithub).
 
 Publishing is an upsert that is safe to repeat: find the bot's own comment (hidden marker
 **and** author, since anyone can paste a marker), edit it, or leave it alone when its digest

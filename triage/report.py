@@ -1,4 +1,4 @@
-"""Stage 5: render a report as the GitHub comment (jinja2), report.json and the terminal view.
+"""Stage 6: render a report as the GitHub comment (jinja2), report.json and the terminal view.
 
 The comment is rendered from report.json's data, never from live objects, so `triage run`
 and the Action's privileged `triage post` (which holds a token and reads a report written by

@@ -1,4 +1,4 @@
-"""The judge: is a value inside the rounding spread of its own computation?
+"""Stage 3b, the judge: is a value inside the rounding spread of its own computation?
 
 The worker simulates each arm's own rounding on the recorded graph
 (`triage.worker.rounding`); this package reads that simulation in the parent and decides,

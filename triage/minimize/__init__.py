@@ -1,4 +1,4 @@
-"""Stage 4, the minimizer: from the headline divergence to a verified minimal repro.
+"""Stage 4b, the minimizer: from the headline divergence to a verified minimal repro.
 
 ``stage``       the stage itself (`minimize_divergence`): arms, warm workers, reliability,
                 localization, reduction, float64 ablations, the script, its verification

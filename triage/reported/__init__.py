@@ -1,4 +1,4 @@
-"""The reported arm: what the reporter's machine printed, judged on a machine without it.
+"""Stage 2b, the reported arm: what the reporter's machine printed, judged on a machine without it.
 
 Most numerics reports are about a GPU the triage machine does not have, and most hold half
 the answer: the number the reporter's GPU printed. triage runs the same program on the CPU
