@@ -73,7 +73,7 @@ def run_triage(name: str, script: Path, arms_text: str) -> tuple[dict, object, o
 
 
 def _ops(run) -> list[str]:  # noqa: ANN001
-    from triage.minimize.graph import OpGraph
+    from triage.graph import OpGraph
 
     return OpGraph(run.graph_dir).ops
 
@@ -82,7 +82,7 @@ def run_fx_minifier(runs, comparison, arms_text: str) -> dict:  # noqa: ANN001
     import torch
     from torch._functorch.fx_minifier import minifier
 
-    from triage.minimize.graph import OpGraph
+    from triage.graph import OpGraph
     from triage.worker.fingerprint import dtype_name, to_numpy
     from triage.worker.graphio import LoadedGraph
     from triage.worker.opgraph import Fault

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from triage.minimize import data
-from triage.minimize.graph import OpGraph
+from triage.graph import OpGraph
 from triage.minimize.problem import ReductionProblem, judge
 from triage.model import DivergenceKind
 

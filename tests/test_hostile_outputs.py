@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from conftest import FIXTURES, run_triage
 from triage.arm_output import reply_problem
 from triage.cli import main
-from triage.minimize.graph import OpGraph
+from triage.graph import OpGraph
 from triage.report import validate_report
 from triage.sandbox import ProcessOutcome
 from triage.untrusted import UntrustedOutput, load_npz, read_json, remove_tree

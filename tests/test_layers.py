@@ -24,7 +24,14 @@ def _imports(path: Path) -> set[str]:
     """Every module `path` imports, at the top or inside a function: `from triage import x`
     counts as `triage.x` (x may be a module)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    # Imports for type checkers only never run: they make no dependency.
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                   for n in ast.walk(block)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
@@ -108,3 +115,52 @@ def test_the_parent_scores_a_value_as_the_worker_scores_its_samples(value, ref, 
     expected = worker_stat(torch.from_numpy(value), torch.from_numpy(ref), torch.from_numpy(sigma))
     got, _ = parent_stat(value, ref, sigma)
     assert got == expected or (np.isnan(got) and np.isnan(expected))
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the triage modules it imports (a package counts as its __init__)."""
+    return {m: {i for i in imports if i in MODULES and i != m} for m, imports in MODULES.items()}
+
+
+def test_no_module_imports_itself_through_others():
+    graph = _module_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            # A package's __init__ importing its own submodules is how a package presents itself.
+            if _under(nxt, module):
+                continue
+            assert state.get(nxt) != 1, "import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]) \
+                if nxt in path else f"import cycle through {nxt}"
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+# The stages in the order their imports may run (triage/__init__.py's map): a stage may import
+# an earlier one, never a later one. The judge is the service compare, the reported arm and
+# classify call; the audit is the check classify runs on its own verdict.
+STAGES = ["triage.extract", "triage.run", "triage.graph", "triage.judge", "triage.compare", "triage.reported",
+          "triage.ablate", "triage.minimize", "triage.audit", "triage.classify", "triage.report", "triage.publish"]
+# Siblings that run side by side: neither imports the other.
+SIBLINGS = [("triage.ablate", "triage.minimize")]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_no_stage_imports_a_later_stage(stage):
+    later = STAGES[STAGES.index(stage) + 1:]
+    for module in (m for m in MODULES if _under(m, stage)):
+        against = sorted(i for i in MODULES[module] if _under(i, *later))
+        assert against == [], f"{module} imports {against}, a later stage of the pipeline"
+
+
+@pytest.mark.parametrize("a,b", SIBLINGS)
+def test_side_by_side_stages_do_not_import_each_other(a, b):
+    for x, y in ((a, b), (b, a)):
+        assert not any(_under(i, y) for m in MODULES if _under(m, x) for i in MODULES[m]), f"{x} imports {y}"

@@ -13,7 +13,7 @@ import pytest
 from conftest import FIXTURES
 from triage.minimize import passes
 from triage.numerics.errors import divergence_kind
-from triage.minimize.graph import OpGraph
+from triage.graph import OpGraph
 from triage.model import DivergenceKind
 
 

@@ -5,7 +5,7 @@ import json
 import textwrap
 
 from triage.minimize.backend_source import backend_definitions
-from triage.minimize.graph import OpGraph
+from triage.graph import OpGraph
 from triage.operands import operand_names, readback_name
 from triage.paths import part_ways
 

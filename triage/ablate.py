@@ -166,7 +166,7 @@ def _elementwise(d: Divergence, involved: list[ArmRun]) -> bool:
     """The diverging value is computed without accumulation, on every arm that recorded its
     op graph (at least one): no reduction or contraction whose order the thread count sets,
     so `threads=1` cannot turn a non-finite value of a finite computation into rounding."""
-    from triage.minimize.graph import OpGraph
+    from triage.graph import OpGraph
     from triage.untrusted import UntrustedOutput
 
     sides = {s.arm: s for s in (d.a, d.b) if s is not None}

@@ -6,10 +6,11 @@
                 workers and the cached predicate "do the arms still diverge this way?"
 ``passes``      op-set reductions (truncate, ddmin, one-minimal, ...)
 ``data``        data reductions of the minimal op set's inputs (fewer elements, plainer values)
-``graph``       the recorded op graph as triage's own process sees it (plans of candidates)
 ``localize``    per-op end-to-end and local errors
 ``warm``        the parent's side of a warm arm worker
 ``standalone``  the minimal script written by arm A's worker and verified in fresh arms
+
+The recorded op graph it reduces is `triage.graph` (an arm's output, read as untrusted).
 """
 from triage.minimize.stage import MinimizeResult, minimize_divergence
 

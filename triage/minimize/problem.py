@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from triage.numerics.errors import divergence_kind, ulp
-from triage.minimize.graph import OpGraph, Plan
+from triage.graph import OpGraph, Plan
 from triage.model import DivergenceKind
 from triage.minimize.warm import ArmWorker
 

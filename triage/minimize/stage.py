@@ -23,7 +23,7 @@ from triage import policy
 from triage.minimize import standalone
 from triage.minimize.backend_source import backend_definitions
 from triage.numerics.errors import divergence_kind
-from triage.minimize.graph import OpGraph
+from triage.graph import OpGraph
 from triage.minimize.data import DataReduction, reduce_data
 from triage.minimize.localize import localize
 from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal

@@ -4,6 +4,8 @@
                     `isolation()` says whether this machine has it, or why not
     process.py      starting a jailed process and watching it: one deadline only triage sets,
                     memory and tasks of the whole tree, disk, bounded control pipe, kill
+    proctable.py    the host's process table from /proc: a tree's processes and their memory
+    forkservers.py  the fork servers open in this process (zygote.py registers, process.py forks)
     confine.py      what a job applies to itself before any issue code runs: Landlock (files,
                     TCP, signals, abstract sockets) and a seccomp deny list; irrevocable
     cgroups.py      a memory and pids cgroup per job, joined before its first instruction

@@ -35,8 +35,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from triage.sandbox import forkservers
 from triage.sandbox import jail as jails
 from triage.sandbox.cgroups import JobCgroup
+from triage.sandbox.proctable import descendants, process_table
 
 POLL_S = 0.05
 DISK_POLL_S = 1.0
@@ -135,8 +137,6 @@ class SandboxedProcess:
                  cgroup: JobCgroup | None = None) -> None:
         """`cgroup`: the group the process runs in from its first instruction (sandbox/cgroups.py);
         `kill()` then ends everything in it too."""
-        from triage.sandbox import zygote
-
         self.cgroup = cgroup
         env = dict(env, **jail.prepare())
         if not isolation.strong:
@@ -145,7 +145,7 @@ class SandboxedProcess:
         env[CONFINE_ENV] = json.dumps(jails.confinement_rules(argv[0] if argv else None, jail, isolation.strong))
         self.namespace_pid: int | None = None  # PID 1 of the sandbox, as the host numbers it
         self.jailed = isolation.strong
-        server = zygote.active(argv[0] if argv else None)
+        server = forkservers.active(argv[0] if argv else None)
         self.forked = (server is not None and stdout is subprocess.PIPE and stderr is subprocess.PIPE
                        and server.isolation == isolation and server.accepts(argv, jail, env))
         if self.forked:
@@ -197,7 +197,7 @@ class SandboxedProcess:
             # then.  Before that, the tree first (in process mode nothing ties the job to the
             # child: a job that outlived it would be reparented out of reach), then the child.
             if self.proc.pid is not None and not self.proc.exited.is_set():
-                for pid in _descendants(self.proc.pid, _process_table())[0]:
+                for pid in descendants(self.proc.pid, process_table())[0]:
                     _signal(pid)
             self.proc.cancel()
             return
@@ -207,7 +207,7 @@ class SandboxedProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        for pid in _descendants(self.proc.pid, _process_table())[0]:
+        for pid in descendants(self.proc.pid, process_table())[0]:
             _signal(pid)
 
     def tree(self) -> tuple[int, int]:
@@ -215,8 +215,8 @@ class SandboxedProcess:
         process."""
         if self.proc.pid is None:
             return 0, 0
-        table = _process_table()
-        pids, rss = _descendants(self.proc.pid, table)
+        table = process_table()
+        pids, rss = descendants(self.proc.pid, table)
         return rss, sum(table[pid][2] for pid in pids)
 
     def proportional_memory(self) -> int:
@@ -224,7 +224,7 @@ class SandboxedProcess:
         if self.proc.pid is None:
             return 0
         total = 0
-        for pid in _descendants(self.proc.pid, _process_table())[0]:
+        for pid in descendants(self.proc.pid, process_table())[0]:
             try:
                 with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
                     total += next((int(line.split()[1]) * 1024 for line in f if line.startswith(b"Pss:")), 0)
@@ -385,38 +385,6 @@ def _signal(pid: int) -> None:
         pass
 
 
-def _process_table() -> dict[int, tuple[int, int, int]]:
-    """pid -> (parent pid, resident bytes, threads) for every process this user can see."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(b")") + 2:].split()
-            # fields 4 (ppid), 20 (num_threads) and 24 (rss)
-            table[int(entry)] = (int(fields[1]), int(fields[21]) * _PAGE, int(fields[17]))
-        except (OSError, ValueError, IndexError):
-            continue
-    return table
-
-
-def _descendants(root: int, table: dict[int, tuple[int, int, int]]) -> tuple[list[int], int]:
-    """Every process under `root` (itself included) and their resident bytes together."""
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    for pid, (ppid, _, _) in table.items():
-        children[ppid].append(pid)
-    found, stack, rss = [], [root], 0
-    while stack:
-        pid = stack.pop()
-        if pid in table:
-            found.append(pid)
-            rss += table[pid][1]
-        stack.extend(children.get(pid, ()))
-    return found, rss
-
-
 def disk_usage(roots: list[str], stop_at: int) -> int:
     """Bytes under `roots` (allocated blocks, links not followed); stops counting early past
     `stop_at` or past MAX_DISK_ENTRIES entries (which counts as over)."""
@@ -448,9 +416,6 @@ def disk_usage_and_entries(roots: list[str], stop_at: int) -> tuple[int, int]:
         if total > stop_at:
             return total, entries
     return total, entries
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def physical_memory() -> int:

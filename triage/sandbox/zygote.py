@@ -31,6 +31,9 @@ import threading
 import time
 from typing import Any, Iterator
 
+from triage.sandbox import forkservers
+from triage.sandbox.process import SandboxedProcess
+from triage.sandbox.proctable import descendants, process_table
 from triage.sandbox import jail as jails
 from triage.sandbox.cgroups import JobCgroup
 from triage.sandbox.caches import copy_plain_tree
@@ -44,8 +47,6 @@ PER_JOB_ENV = ("HOME", "TMPDIR", "TRIAGE_CONFINE")
 CONFINABLE_MACHINES = tuple(SYS_CAPSET)  # where a forked child can drop its capabilities
 PID_WAIT_S = 5.0
 
-_active: list["ForkServer"] = []
-_active_lock = threading.Lock()
 
 
 class ForkedProcess:
@@ -99,8 +100,6 @@ class ForkServer:
         environment, sandbox/torch_envs.py); None: triage's own.  `warm_cache`: where the
         warm-up's probe libraries are kept between runs (caches.warm_up_cache): copied into
         the zygote's HOME before it starts and back after it ends, never mounted."""
-        from triage.sandbox.process import SandboxedProcess
-
         self.python = python or sys.executable
         self.env = dict(env)
         self.isolation = isolation
@@ -258,11 +257,9 @@ class ForkServer:
         """The host's pid of the zygote's child `pid` (numbered in the zygote's namespace)."""
         if not self.isolation.strong:
             return pid
-        from triage.sandbox.process import _descendants, _process_table
-
         deadline = time.monotonic() + PID_WAIT_S
         while time.monotonic() < deadline and not child.exited.is_set():
-            for candidate in _descendants(self.process.pid, _process_table())[0]:
+            for candidate in descendants(self.process.pid, process_table())[0]:
                 try:
                     with open(f"/proc/{candidate}/status") as f:
                         ns = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [])
@@ -300,13 +297,6 @@ def _comparable(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in PER_JOB_ENV and not k.endswith("_FD")}
 
 
-def active(python: str | None = None) -> ForkServer | None:
-    """The newest fork server of interpreter `python` (None: triage's own)."""
-    python = python or sys.executable
-    with _active_lock:
-        return next((s for s in reversed(_active) if s.python == python), None)
-
-
 @contextlib.contextmanager
 def fork_server(*, env: dict[str, str], isolation: jails.Isolation, writable: list[str], mounts: dict[str, str],
                 readable: list[str], compile: bool, python: str | None = None,
@@ -315,11 +305,9 @@ def fork_server(*, env: dict[str, str], isolation: jails.Isolation, writable: li
     `python` from this zygote wherever that isolates them as a spawned process would."""
     server = ForkServer(env=env, isolation=isolation, writable=writable, mounts=mounts, readable=readable,
                         compile=compile, python=python, warm_cache=warm_cache)
-    with _active_lock:
-        _active.append(server)
+    forkservers.register(server)
     try:
         yield server
     finally:
-        with _active_lock:
-            _active.remove(server)
+        forkservers.unregister(server)
         server.close()

@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from triage import policy
+from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
 
 TABLE = Path(__file__).with_name("kernel_errors.json")
 FORMAT = 1
@@ -233,8 +234,6 @@ class _Probe(TorchDispatchMode):
         return out
 
     def _record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        from triage.worker.rounding import EXACT, UNIT_ROUNDOFF  # rounding imports this module
-
         name = func.overloadpacket.__name__
         if name in EXACT or func._schema.is_mutable or torch.Tag.nondeterministic_seeded in func.tags:
             return

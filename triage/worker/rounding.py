@@ -63,6 +63,7 @@ from triage import policy
 from triage.worker.kernel_errors import (UNMEASURED_U, KernelTable, input_magnitude, input_sensitivity,
                                          well_conditioned)
 from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
+from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
 from triage.worker.reference import EXACT_OPS, cone, last_uses, release, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
@@ -73,8 +74,6 @@ FORMATS = {
     # TF32 tensor cores read fp32 inputs with a 10-bit mantissa (fp32's range).
     "tf32": (11, torch.finfo(torch.float32).max, torch.finfo(torch.float32).tiny),
 }
-UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
-                 torch.bfloat16: 2.0 ** -8}
 
 # Correctly rounded by IEEE 754: only the rounding to the dtype (a measured error above one
 # rounding, CORRECTLY_ROUNDED_U, makes the op a library function: a vectorized division by
@@ -85,26 +84,6 @@ CORRECTLY_ROUNDED = {"add", "sub", "rsub", "mul", "div", "true_divide", "sqrt", 
                      "addcmul", "addcdiv", "lerp", "hypot", "remainder", "fma"}
 # Copies and casts: exact when the result's dtype is at least as precise as the input's.
 COPIES = {"_to_copy", "to", "copy", "clone"}
-# Results that are exact whatever the inputs: no rounding at all (views, selection, order).
-EXACT = EXACT_OPS | {
-    "view", "_unsafe_view", "reshape", "permute", "expand", "t", "transpose", "select", "slice", "unsqueeze",
-    "squeeze", "flatten", "unflatten", "alias", "detach", "lift_fresh", "lift_fresh_copy", "contiguous",
-    "cat", "stack", "index", "index_select", "gather", "take", "masked_select", "where", "masked_fill",
-    "relu", "clamp", "clamp_min", "clamp_max", "hardtanh", "threshold", "max", "min", "amax", "amin",
-    "maximum", "minimum", "fmax", "fmin", "floor", "ceil", "round", "trunc", "sign", "sgn", "signbit",
-    "copysign", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "logical_and", "logical_or",
-    "logical_not", "logical_xor", "argmax", "argmin", "sort", "topk", "argsort", "kthvalue", "median",
-    "nonzero", "split", "split_with_sizes", "chunk", "unbind", "narrow", "repeat", "flip", "roll", "tile",
-    "constant_pad_nd", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "scalar_tensor",
-    "arange", "empty", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "embedding",
-    "max_pool2d_with_indices", "max_pool1d", "max_pool2d", "max_pool3d", "one_hot", "diagonal", "diag_embed",
-    "tril", "triu", "as_strided", "squeeze_copy", "view_copy", "_reshape_alias", "scatter", "index_put",
-    "index_put_", "slice_scatter", "select_scatter", "new_empty_strided", "empty_strided", "bitwise_not",
-    "expand_copy", "permute_copy", "t_copy", "transpose_copy", "unsqueeze_copy", "clone_", "isclose",
-    "any", "all", "count_nonzero", "searchsorted", "bucketize", "unique", "_unique2", "zero_", "zero",
-    "frac", "nan_to_num", "positive", "resolve_conj", "resolve_neg", "_conj", "conj", "real", "imag",
-    "view_as_real", "view_as_complex", "logical_and_", "masked_fill_", "mode", "cummax", "cummin",
-}
 # One accumulation per output element: n terms summed inside the op.
 SUMS = {"sum", "nansum", "mean", "cumsum", "prod"}
 CONTRACTIONS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "convolution",
