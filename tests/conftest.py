@@ -70,6 +70,16 @@ def emulated_casts_round_as_eager(env=None) -> bool:
     return proc.stdout.split()[-1] == "True"
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under `--dist loadgroup`, a test marked `xdist_group` must carry its group in its node ID
+    (pytest-xdist puts it there; where pytest ignores that, the group is split across workers and
+    its shared fixtures are built on each, silently): such a test fails, saying so."""
+    if getattr(item.config.option, "loadgroup", False) and item.get_closest_marker("xdist_group") \
+            and "@" not in item.nodeid:
+        pytest.fail(f"--dist loadgroup does not group this test with pytest {pytest.__version__} (pytest-xdist#1386): "
+                    "install the pytest that pyproject.toml's test extra names", pytrace=False)
+
+
 @pytest.fixture
 def triage(tmp_path):
     return lambda script, arms="cpu", *extra, **kw: run_triage(script, arms, tmp_path, *extra, **kw)
@@ -160,7 +170,8 @@ def _build_nobody_python(root: Path) -> NobodyPython:
     if sysconfig.get_config_var("Py_ENABLE_SHARED"):
         # A shared build finds libpython by an absolute RUNPATH into the private folder: the copy
         # is found first through LD_LIBRARY_PATH (which triage passes on to its arms).
-        libdir, soname = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+        libdir = sysconfig.get_config_var("LIBDIR")
+        soname = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY")
         _place(os.path.realpath(os.path.join(libdir, soname)), str(base / "lib" / soname))
         env["LD_LIBRARY_PATH"] = str(base / "lib")
     venv = root / "venv"

@@ -397,9 +397,11 @@ def test_case_029_control_line_flood_keeps_triage_small():
 
 
 def _peak_rss_of(run) -> int:
-    """Peak resident memory of the `triage` process that `run` starts (polled)."""
+    """Peak resident memory of the `triage` process that `run` starts (polled): a child of this
+    process, not another test's triage (pytest-xdist runs two tests at once)."""
     peak = [0]
     stop = threading.Event()
+    me = f"PPid:\t{os.getpid()}"
 
     def poll() -> None:
         while not stop.is_set():
@@ -407,7 +409,10 @@ def _peak_rss_of(run) -> int:
                 try:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                     if len(cmd) > 2 and cmd[1:3] == [b"-m", b"triage"]:
-                        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if me not in status:
+                            continue
+                        for line in status:
                             if line.startswith("VmRSS:"):
                                 peak[0] = max(peak[0], int(line.split()[1]) * 1024)
                 except OSError:
