@@ -106,10 +106,15 @@ class NobodyPython:
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
         """`base` with this interpreter's own variables put first (LD_LIBRARY_PATH for a shared libpython)."""
-        env = dict(base)
-        for name, value in self.env.items():
-            env[name] = value + (os.pathsep + env[name] if env.get(name) else "")
-        return env
+        return _prepended(self.env, base)
+
+
+def _prepended(paths: dict[str, str], base: dict[str, str]) -> dict[str, str]:
+    """`base` with each of `paths` put before what `base` already holds under that name."""
+    env = dict(base)
+    for name, value in paths.items():
+        env[name] = value + (os.pathsep + env[name] if env.get(name) else "")
+    return env
 
 
 def _world_can_use(mode: int) -> bool:
@@ -176,13 +181,12 @@ def _build_nobody_python(root: Path) -> NobodyPython:
         env["LD_LIBRARY_PATH"] = str(base / "lib")
     venv = root / "venv"
     made = subprocess.run([str(base / "bin" / version), "-m", "venv", "--without-pip", str(venv)],
-                          capture_output=True, text=True, timeout=300, env=NobodyPython("", Path(), env).environment(
-                              dict(os.environ)), check=False)
+                          capture_output=True, text=True, timeout=300, env=_prepended(env, dict(os.environ)), check=False)
     assert made.returncode == 0, f"could not make a venv on the copied interpreter: {made.stderr[-2000:]}"
     python = str(venv / "bin" / "python")
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, timeout=60, check=True,
-                             env=NobodyPython("", Path(), env).environment(dict(os.environ))).stdout.strip()
+                             env=_prepended(env, dict(os.environ))).stdout.strip()
     packages = Path(purelib)
     # This environment's packages; an editable triage's finder (which maps `triage` to the
     # checkout) is left out, and triage is placed as a package instead.
