@@ -85,12 +85,13 @@ def test_weights_moved_between_devices_are_bit_identical(triage):
 
 @pytest.mark.slow
 def test_thread_switch_between_calls_gh88718(triage):
-    _, report, _, _ = triage(ISSUES / "gh-88718" / "repro.py", "cpu", "--no-minimize")
+    # gh-88718's two calls with a thread switch between them, on a layer that splits its sums by
+    # thread count itself: the BLAS of the issue does so on some CPUs only (the corpus test runs
+    # the reporter's script as posted).
+    _, report, _, _ = triage(FIXTURES / "thread_switch_calls.py", "cpu", "--no-minimize")
     v = report["verdict"]
-    if report["comparison"]["divergence"] is None:
-        # This CPU's kernel gives the same bits at 1 and 6 threads: nothing to explain.
-        assert v["kind"] == "not-reproduced", v["summary"]
-        return
+    d = report["comparison"]["divergence"]
+    assert d is not None and d["how"] == "repeat", v["summary"]
     assert v["kind"] == "expected-precision-mode", v["summary"]
     assert "`torch.set_num_threads(1)` → `torch.set_num_threads(6)`" in v["summary"]
 

@@ -33,6 +33,10 @@ from triage.sandbox import Confinement, SandboxedProcess, isolation
 from triage.sandbox.caches import inductor_default_dir
 from triage.sandbox.zygote import CONFINABLE_MACHINES, ZYGOTE_MODULE, fork_server
 
+# Under pytest-xdist (--dist loadgroup): one real fork server (a module fixture) serves all the
+# module's tests, on one worker.
+pytestmark = pytest.mark.xdist_group("fork-server")
+
 # Flags of every e2e run: the arms only, no minimizer, ablation or float64 reference.
 ARMS_ONLY = ("--minimal", "-", "--no-minimize", "--no-ablate", "--no-reference", "--quiet")
 # A file outside the host's temporary folders that the module's zygote binds read-only.

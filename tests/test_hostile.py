@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import NOBODY, NobodyPython
 from tests.github_server import FakeGitHub
 from triage.sandbox import Confinement, Limits, isolation, run_isolated, scrubbed_environment
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
-NOBODY = 65534
 TOKEN = "ghp_SECRETmarker" + "0123456789"
 
 
@@ -56,29 +56,27 @@ def _as_user(user: int | None) -> list[str]:
     return ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
 
 
-def _nobody_can_run_python() -> str | None:
-    """Why uid 65534 cannot run this interpreter (its folders are private), or None."""
-    if os.geteuid() != 0:
-        return "the tests do not run as root, so they cannot switch to uid 65534"
-    if shutil.which("setpriv") is None:
-        return "setpriv (util-linux) is not installed"
-    # The interpreter must also start itself again (triage's workers): test it from inside.
-    again = "import subprocess, sys, triage, torch; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
-    done = subprocess.run([*_as_user(NOBODY), sys.executable, "-c", again], capture_output=True,
-                          text=True, cwd="/", check=False)
-    return None if done.returncode == 0 else f"uid 65534 cannot run {sys.executable}: {done.stderr.strip()[-200:]}"
-
-
 USERS = [None, pytest.param(NOBODY, id="uid65534")]
 
 
+@pytest.fixture
+def user_python(request, user: int | None) -> NobodyPython | None:
+    """The interpreter `user` runs triage with: None (this one) for the test's own user; for
+    uid 65534 one it can reach (conftest's `nobody_python`: this one may be in a private home)."""
+    if user is None:
+        return None
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed: the tests cannot switch to uid 65534")
+    return request.getfixturevalue("nobody_python")
+
+
 def hostile_run(script: str, *args: str, user: int | None = None, env: dict[str, str] | None = None,
-                command: str = "run", timeout: float = 300) -> tuple[int, dict | None, str, Path, float]:
+                command: str = "run", timeout: float = 300,
+                python: NobodyPython | None = None) -> tuple[int, dict | None, str, Path, float]:
     """`triage run SCRIPT` (arms: cpu; no minimizer, ablation or reference unless asked) with
     the token in its environment and a HOME full of credentials; returns (exit code, report,
-    terminal output, workspace, seconds)."""
-    if user is not None and (why := _nobody_can_run_python()):
-        pytest.fail(why + " (.ci/run makes the interpreter reachable: chmod o+x on its folders)", pytrace=False)
+    terminal output, workspace, seconds). `user` runs it with `python` (the `user_python` fixture)."""
+    assert (user is None) == (python is None), "a run as another user needs the interpreter that user can reach"
     work = _workspace(user)
     home = work / "home"
     (home / ".config" / "gh").mkdir(parents=True)
@@ -91,13 +89,15 @@ def hostile_run(script: str, *args: str, user: int | None = None, env: dict[str,
                      .replace("@WORK@", repr(str(work))))
     if user is not None:
         subprocess.run(["chown", "-R", f"{user}:{user}", str(work)], check=True)
-    argv = [*_as_user(user), sys.executable, "-m", "triage", command, str(repro), "--json", str(work / "r.json"),
-            "--comment", str(work / "c.md"), "--minimal", "-", "--arms", "cpu", "--no-minimize", "--no-ablate",
-            "--no-reference", *args]
+    argv = [*_as_user(user), python.python if python else sys.executable, "-m", "triage", command, str(repro),
+            "--json", str(work / "r.json"), "--comment", str(work / "c.md"), "--minimal", "-", "--arms", "cpu",
+            "--no-minimize", "--no-ablate", "--no-reference", *args]
     full_env = dict(os.environ, GITHUB_TOKEN=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(work / "cache"),
                     TRIAGE_CACHE_DIR=str(work / "cache" / "triage"))
     full_env.update(env or {})
     full_env.pop("TRIAGE_TEST_ARMS", None)
+    if python:
+        full_env = python.environment(full_env)
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=work)
     seconds = time.monotonic() - started
@@ -157,9 +157,9 @@ print(torch.ones(3).sum().item())
 
 
 @pytest.mark.parametrize("user", USERS)
-def test_case_011_014_token_hunt_finds_nothing(user):
+def test_case_011_014_token_hunt_finds_nothing(user, user_python):
     """S4/S5: environ and memory of every process, and the credential files of HOME."""
-    code, report, out, work, _ = hostile_run(TOKEN_HUNT, user=user)
+    code, report, out, work, _ = hostile_run(TOKEN_HUNT, user=user, python=user_python)
     assert code == 0, out
     stdout = arm_stdout(report)
     assert "token not found" in stdout and TOKEN not in stdout, stdout
@@ -252,14 +252,17 @@ def test_case_007_008_the_parent_is_out_of_reach():
 
 
 @pytest.mark.parametrize("user", USERS)
-def test_case_015_016_installed_triage_and_checkout_are_read_only(user):
+def test_case_015_016_installed_triage_and_checkout_are_read_only(user, user_python):
     """S2: the repro edits triage's installed code (imported later while the token is held),
     or, with an editable install, the checkout and its git hooks."""
     import triage.classify
     import triage.templates
 
-    targets = [triage.classify.__file__, os.path.join(os.path.dirname(triage.templates.__file__), "__init__.py"),
-               os.path.dirname(triage.classify.__file__), str(ROOT / ".git" / "hooks"), str(ROOT / "pyproject.toml")]
+    # The triage that runs: this checkout's, or for another user the copy its interpreter imports.
+    package, templates = ((user_python.triage, user_python.triage / "templates") if user_python else
+                          (Path(triage.classify.__file__).parent, Path(triage.templates.__file__).parent))
+    targets = [str(package / "classify.py"), str(templates / "__init__.py"), str(package),
+               str(ROOT / ".git" / "hooks"), str(ROOT / "pyproject.toml")]
     script = f"""
     import os, torch
     for path in {targets!r}:
@@ -269,7 +272,7 @@ def test_case_015_016_installed_triage_and_checkout_are_read_only(user):
     print('site-packages', 'WRITABLE' if os.access(os.path.dirname(torch.__file__), os.W_OK) else 'read-only')
     print(torch.ones(2))
     """
-    code, report, out, _, _ = hostile_run(script, user=user)
+    code, report, out, _, _ = hostile_run(script, user=user, python=user_python)
     stdout = arm_stdout(report)
     assert stdout.count("read-only") == len(targets) + 2 and "WRITABLE" not in stdout, stdout
 
@@ -394,9 +397,11 @@ def test_case_029_control_line_flood_keeps_triage_small():
 
 
 def _peak_rss_of(run) -> int:
-    """Peak resident memory of the `triage` process that `run` starts (polled)."""
+    """Peak resident memory of the `triage` process that `run` starts (polled): a child of this
+    process, not another test's triage (pytest-xdist runs two tests at once)."""
     peak = [0]
     stop = threading.Event()
+    me = f"PPid:\t{os.getpid()}"
 
     def poll() -> None:
         while not stop.is_set():
@@ -404,7 +409,10 @@ def _peak_rss_of(run) -> int:
                 try:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                     if len(cmd) > 2 and cmd[1:3] == [b"-m", b"triage"]:
-                        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if me not in status:
+                            continue
+                        for line in status:
                             if line.startswith("VmRSS:"):
                                 peak[0] = max(peak[0], int(line.split()[1]) * 1024)
                 except OSError:

@@ -13,7 +13,10 @@ from tests.conftest import FIXTURES, ROOT, SEEDS, run_triage
 from triage.arms import cuda_present
 from triage.report import validate_report
 
-pytestmark = pytest.mark.skipif(cuda_present(), reason="the reported arm stands in for a CUDA arm this machine lacks")
+# Under pytest-xdist (--dist loadgroup): the five shared runs (a module fixture) are made once, on
+# one worker.
+pytestmark = [pytest.mark.skipif(cuda_present(), reason="the reported arm stands in for a CUDA arm this machine lacks"),
+              pytest.mark.xdist_group("reported-arm")]
 
 # A sum and a mean of 4097 evenly spaced values in [0, 1]: 2048.5 and 0.5 in exact arithmetic.
 SUMS = """import torch

@@ -29,6 +29,10 @@ from tests.conftest import FIXTURES, sweep_environment
 from tests.github_server import FakeGitHub
 from triage.sweep.store import ResultStore, StoreError
 
+# Under pytest-xdist (--dist loadgroup): the first sweep (a module fixture) runs once, on the one
+# worker that runs every test reading it.
+pytestmark = pytest.mark.xdist_group("sweep-cli")
+
 ARM_TIMEOUT = "20"  # seconds per arm: the hang ends after it
 SWEEP_TIMEOUT_S = 300  # of one `triage sweep` subprocess, a backstop only
 FP16 = (FIXTURES / "fp16_overflow.py").read_text()

@@ -21,6 +21,10 @@ from triage.arms import ArmSpecError
 from triage.sweep.engine import EngineOptions, ItemWork, resources_for, run_items
 from triage.sweep.model import ItemResult, SweepItem
 
+# Under pytest-xdist (--dist loadgroup): the module's two-node Ray cluster (a module fixture) is
+# built once, on one worker, which runs the in-process `ray.init` of its other tests one at a time.
+pytestmark = pytest.mark.xdist_group("ray-engine")
+
 WORKERS_SEE_TESTS = {"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent)}}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ISSUES, SEEDS
+from tests.conftest import ISSUES, SEEDS, run_as_nobody
 from tests.github_server import Failure, FakeGitHub
 from triage.publish import GitHubOptions
 from triage.sweep import sources
@@ -94,8 +94,9 @@ def test_unusable_files_each_give_one_problem_and_the_rest_come_back(corpus):
     assert next(item for item in found.items if item.key == "gh-100466/repro.py").url is None
 
 
-def test_an_unreadable_script_is_a_problem():
-    # Root reads a file whatever its mode: as root, the sweep's sources are read as uid 65534.
+def test_an_unreadable_script_is_a_problem(request):
+    # Root reads a file whatever its mode: as root, the sweep's sources are read as uid 65534,
+    # with an interpreter that uid can reach (conftest's `nobody_python`).
     import subprocess
     import sys
     import tempfile
@@ -110,10 +111,14 @@ def test_an_unreadable_script_is_a_problem():
         code = ("import json, sys\nfrom triage.sweep.sources import items_from\n"
                 "found = items_from([sys.argv[1]])\n"
                 "print(json.dumps([[i.key for i in found.items], found.problems]))\n")
-        as_nobody = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
-        done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=120,
-                              cwd="/", env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)),
-                              **as_nobody)
+        if os.geteuid() == 0:
+            nobody = request.getfixturevalue("nobody_python")
+            done = run_as_nobody([nobody.python, "-c", code, str(folder)], nobody.environment(dict(os.environ)),
+                                 capture_output=True, text=True, timeout=120, cwd="/")
+        else:
+            done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True,
+                                  timeout=120, cwd="/",
+                                  env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
         assert done.returncode == 0, done.stderr[-2000:]
         keys, problems = json.loads(done.stdout)
         assert keys == ["readable.py"]

@@ -32,6 +32,10 @@ from triage.sandbox.torch_envs import TorchEnvError, release_version
 from triage.settings import RunSettings
 from triage.sweep.buckets import _pair_kind
 
+# Under pytest-xdist (--dist loadgroup): the built torch environment (a session fixture: a pip install)
+# is built once, on the one worker that runs this module.
+pytestmark = pytest.mark.xdist_group("torch-env")
+
 RELEASE = "2.13.0"
 # Prints which installation ran it, then computes something the fault knob can change.
 WHERE = """\
