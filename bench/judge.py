@@ -50,9 +50,10 @@ import tempfile
 import time
 import traceback
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx

@@ -31,9 +31,9 @@ os.environ.setdefault("TRIAGE_TEST_ARMS", "1")
 
 from triage.arms import parse_arms  # noqa: E402
 from triage.compare import compare  # noqa: E402
-from triage.numerics.errors import divergence_kind  # noqa: E402
 from triage.extract import extract_repro  # noqa: E402
 from triage.minimize import minimize_divergence  # noqa: E402
+from triage.numerics.errors import divergence_kind  # noqa: E402
 from triage.run import run_arms  # noqa: E402
 from triage.settings import MinimizeSettings, RunSettings  # noqa: E402
 
@@ -120,7 +120,7 @@ def run_fx_minifier(runs, comparison, arms_text: str) -> dict:  # noqa: ANN001
         outs_a = a if isinstance(a, (tuple, list)) else [a]
         outs_b = b if isinstance(b, (tuple, list)) else [b]
         return any(isinstance(x, torch.Tensor) and divergence_kind(to_numpy(x), to_numpy(y), dtype_name(x.dtype)) == target
-                   for x, y in zip(outs_a, outs_b))
+                   for x, y in zip(outs_a, outs_b, strict=False))
 
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -147,7 +147,7 @@ def run_source_reducer(script: Path, arms_text: str, target) -> dict:  # noqa: A
                                                                           timeout_s=120))
         if not all(r.completed for r in runs):
             return False
-        for x, y in zip(runs[0].observables, runs[1].observables):
+        for x, y in zip(runs[0].observables, runs[1].observables, strict=False):
             if x.value is not None and y.value is not None and x.label == y.label and \
                     divergence_kind(x.value, y.value, x.fingerprint["dtype"]) == target:
                 return True

@@ -25,13 +25,13 @@ import time
 import traceback
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from typing import Any
 
 import judge as bench  # noqa: E402 - bench/judge.py, run as a script from bench/
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -83,7 +83,7 @@ def as_case(info: Any, sample: Any) -> tuple[Callable, tuple] | None:
 
     def fn(*ts: torch.Tensor) -> torch.Tensor:
         full = list(flat)
-        for i, t in zip(slots, ts):
+        for i, t in zip(slots, ts, strict=False):
             full[i] = t
         x, args, kwargs = tree_unflatten(full, spec)
         out = info(x, *args, **kwargs)

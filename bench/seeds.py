@@ -30,10 +30,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import judge as bench  # noqa: E402
-
 
 SEEDS = range(10)
 

@@ -1,12 +1,12 @@
 """The evidence audit (triage/audit.py): each invariant on hand-built evidence, and the
 inconclusive verdict a conflict turns a verdict into."""
 import numpy as np
-
 from test_ladder import REPRO, arm, obs
+
 from triage import audit
+from triage.audit import Evidence
 from triage.classify import classify
 from triage.compare import compare
-from triage.audit import Evidence
 from triage.model import Judgement, Verdict
 
 

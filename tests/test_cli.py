@@ -1,7 +1,6 @@
 """The CLI: end to end (slow: real arm subprocesses, CPU arms and the fault-injecting test arm),
 and its terminal output (fast: the pipeline replaced by a made-up report)."""
 import pytest
-
 from conftest import FIXTURES, ISSUES, SEEDS
 
 

@@ -20,8 +20,22 @@ from markdown_it import MarkdownIt
 
 from triage import __version__, policy
 from triage.judge.describe import strip
-from triage.model import (Ablation, ArmRun, Comparison, Divergence, Issue, IssueRepro, Judgement, LocalizedOp,
-                          Minimal, Observable, Repro, Report, Side, Verdict)
+from triage.model import (
+    Ablation,
+    ArmRun,
+    Comparison,
+    Divergence,
+    Issue,
+    IssueRepro,
+    Judgement,
+    LocalizedOp,
+    Minimal,
+    Observable,
+    Report,
+    Repro,
+    Side,
+    Verdict,
+)
 from triage.report import _CODE_SPAN, COLUMN, MARKER, ZWSP, render_comment, report_json, validate_report
 
 ROOT = Path(__file__).resolve().parent.parent

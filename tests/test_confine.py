@@ -14,8 +14,18 @@ from pathlib import Path
 import pytest
 
 from triage.sandbox.confine import (
-    ARCHES, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO,
-    SECCOMP_RET_KILL_PROCESS, Held, _filter, landlock_abi,
+    ARCHES,
+    BPF_JEQ_K,
+    BPF_JGE_K,
+    BPF_JSET_K,
+    BPF_LD_W_ABS,
+    BPF_RET_K,
+    SECCOMP_RET_ALLOW,
+    SECCOMP_RET_ERRNO,
+    SECCOMP_RET_KILL_PROCESS,
+    Held,
+    _filter,
+    landlock_abi,
 )
 
 ABI = landlock_abi()

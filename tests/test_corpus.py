@@ -6,7 +6,6 @@ core count: then exactly the two outcomes seen on such hosts, "diverges" and "bi
 import json
 
 import pytest
-
 from conftest import ISSUES
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,6 @@ import textwrap
 
 import pytest
 import torch
-
 from conftest import run_triage
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from triage.minimize import data
 from triage.graph import OpGraph
+from triage.minimize import data
 from triage.minimize.problem import ReductionProblem, judge
 from triage.model import DivergenceKind
 
@@ -55,7 +55,7 @@ def _overflowing(x, vector_width=1):
     full = x.size - x.size % vector_width
     with np.errstate(over="ignore"):
         bad = np.zeros(x.size, dtype=bool)
-        bad[:full] = ~np.isfinite((x.reshape(-1)[:full].astype(np.float32) ** 2))
+        bad[:full] = ~np.isfinite(x.reshape(-1)[:full].astype(np.float32) ** 2)
     out.reshape(-1)[bad] = np.inf
     return out
 

@@ -8,7 +8,10 @@ import torch
 
 from triage.worker import expressions
 from triage.worker.expressions import (
-    EXPRESSION_HOOK, ExpressionObserver, compile_observing_expressions, wrap_expression_statements,
+    EXPRESSION_HOOK,
+    ExpressionObserver,
+    compile_observing_expressions,
+    wrap_expression_statements,
 )
 
 

@@ -4,8 +4,8 @@ for report.json's dicts), and distinct random draws are a fact compare finds."""
 import itertools
 
 import pytest
-
 from test_ladder import LEAF, arm, obs
+
 from triage.arms import TEST_ARMS_ENV, parse_arm
 from triage.compare import compare
 from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Side, to_jsonable

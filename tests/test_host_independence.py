@@ -3,7 +3,6 @@ kernels this host picks. A few representative cases run again with ATEN_CPU_CAPA
 (the scalar kernels every x86 and ARM CPU has, in a different summation order from the AVX2 and
 AVX-512 ones) and must give the verdicts test_cli.py, test_explain.py and test_corpus.py assert."""
 import pytest
-
 from conftest import FIXTURES, ISSUES, emulated_casts_round_as_eager
 
 pytestmark = pytest.mark.slow

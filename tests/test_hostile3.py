@@ -32,8 +32,7 @@ from tests.conftest import run_triage
 from triage.arms import parse_arm
 from triage.model import Repro
 from triage.run import _arm_run, run_arm
-from triage.sandbox import cgroups, confine, isolation
-from triage.sandbox import caches
+from triage.sandbox import caches, cgroups, confine, isolation
 from triage.sandbox.jail import host_directory
 from triage.sandbox.process import MAX_DISK_ENTRIES, ProcessOutcome, disk_usage_and_entries
 from triage.settings import RunSettings

@@ -23,16 +23,17 @@ import tempfile
 import time
 import tracemalloc
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURES, run_triage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES, run_triage
 from triage.arm_output import reply_problem
 from triage.cli import main
 from triage.graph import OpGraph

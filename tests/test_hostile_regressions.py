@@ -143,7 +143,7 @@ def outside_fences(markdown: str) -> str:
                 fence = m.group(1)
             else:
                 kept.append(line)
-        elif re.fullmatch(re.escape(fence[0]) + "{%d,}[ \t]*" % len(fence), stripped):
+        elif re.fullmatch(re.escape(fence[0]) + "{" + str(len(fence)) + ",}[ \t]*", stripped):
             fence = None
     return "\n".join(kept)
 

@@ -8,8 +8,8 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import FIXTURES, run_triage
+
 from triage.extract import IN_PROCESS_PARSE_BYTES, TOO_COMPLEX, compile_problem, extract_repro, parse_python
 
 QUICK = ("--no-minimize", "--no-ablate", "--minimal", "-")

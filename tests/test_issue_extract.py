@@ -8,8 +8,8 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triage.extract import MAX_BODY_CHARS, MAX_MARKDOWN_NESTING, extract_issue_body, parse_environment
 from tests.conftest import FIXTURES
+from triage.extract import MAX_BODY_CHARS, MAX_MARKDOWN_NESTING, extract_issue_body, parse_environment
 
 ISSUES = FIXTURES / "issues"
 

@@ -7,14 +7,13 @@ import sys
 import time
 
 import numpy as np
-
 import pytest
-
 from conftest import FIXTURES
-from triage.minimize import passes
-from triage.numerics.errors import divergence_kind
+
 from triage.graph import OpGraph
+from triage.minimize import passes
 from triage.model import DivergenceKind
+from triage.numerics.errors import divergence_kind
 
 
 def _chain(tmp_path, n, extra=()):
@@ -185,9 +184,9 @@ def test_no_minimize_flag_and_single_arm(triage):
 def test_lost_worker_is_restarted(tmp_path):
     from triage.arms import parse_arms
     from triage.extract import extract_repro
+    from triage.minimize.warm import ArmWorker
     from triage.run import run_arms
     from triage.settings import RunSettings
-    from triage.minimize.warm import ArmWorker
 
     arm = parse_arms("cpu")[0]
     run = run_arms(extract_repro(str(FIXTURES / "compile_acosh.py")), [arm], RunSettings(reference=False))[0]

@@ -10,13 +10,12 @@ import sys
 
 import pytest
 import torch
+from conftest import FIXTURES
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from triage.worker.opgraph import OpRecorder
 from triage.worker.reference import replay_fp64
-
-from conftest import FIXTURES
 
 # Both sides compute the same float64 ops from the same inputs: only float64 rounding separates them.
 RTOL = 1e-9

@@ -8,9 +8,18 @@ import jsonschema
 from triage import __version__, policy
 from triage.classify import classify
 from triage.judge.describe import strip
-from triage.model import Ablation, ArmRun, Comparison, Divergence, Judgement, Observable, Repro, Report, Side, Verdict
-from triage.report import (COMMENT_LIMIT, MARKER, OTHER_JUDGEMENTS, _md, comment_digest, render_comment,
-                           render_terminal, report_json, validate_report)
+from triage.model import Ablation, ArmRun, Comparison, Divergence, Judgement, Observable, Report, Repro, Side, Verdict
+from triage.report import (
+    COMMENT_LIMIT,
+    MARKER,
+    OTHER_JUDGEMENTS,
+    _md,
+    comment_digest,
+    render_comment,
+    render_terminal,
+    report_json,
+    validate_report,
+)
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "templates" / "report.schema.json").read_text())
 

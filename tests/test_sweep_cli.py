@@ -81,7 +81,7 @@ def _rows(db: Path) -> list[dict]:
             "SELECT id, key, content_sha256, outcome, verdict_kind, summary, finished_at, stored_at, sweep_id "
             "FROM results ORDER BY id").fetchall()
     names = ("id", "key", "content_sha256", "outcome", "verdict", "summary", "finished_at", "stored_at", "sweep_id")
-    return [dict(zip(names, row)) for row in rows]
+    return [dict(zip(names, row, strict=False)) for row in rows]
 
 
 def _count(db: Path) -> int:

@@ -11,8 +11,8 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import ROOT
+
 from triage.sweep.model import ItemResult
 from triage.sweep.store import APPLICATION_ID, SCHEMA_VERSION, ResultStore, StoreError
 

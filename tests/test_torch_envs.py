@@ -27,8 +27,8 @@ from triage.model import ArmSpec
 from triage.report import validate_report
 from triage.run import worker_python
 from triage.sandbox import isolation, torch_envs
-from triage.sandbox.zygote import CONFINABLE_MACHINES, ZYGOTE_MODULE
 from triage.sandbox.torch_envs import TorchEnvError, release_version
+from triage.sandbox.zygote import CONFINABLE_MACHINES, ZYGOTE_MODULE
 from triage.settings import RunSettings
 from triage.sweep.buckets import _pair_kind
 
@@ -105,8 +105,8 @@ def test_release_pairs_are_their_own_kind():
 
 def test_the_verdict_names_each_arms_release_where_they_differ():
     """The summary says which release each arm ran (from its own collect_env), where they differ."""
-    from triage.model import ArmRun, Comparison
     from triage.classify import _releases_sentence
+    from triage.model import ArmRun, Comparison
 
     def run(spec, version):
         return ArmRun(spec=spec, device="cpu", mode="compile", status="ok",

@@ -15,14 +15,12 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-
 from triage import policy
 from triage.compare import pair_divergence, side_of
 from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro, find_side
 from triage.reporter import QUIET, Reporter
 from triage.run import run_arms
 from triage.settings import AblationSettings, RunSettings
-
 
 LOW_PRECISION = ("float16", "bfloat16")
 FP32 = ("float32", "complex64")
@@ -123,7 +121,7 @@ def ablate(repro: Repro, comparison: Comparison, options: RunSettings, settings:
         needed = [v for v in variants if v is not None and v.spec not in runs]
         t0 = time.monotonic()
         fresh = {r.spec: r for r in run_arms(repro, needed, rerun, reporter)} if needed else {}
-        ablated = [fresh.get(v.spec) or runs.get(v.spec) if v is not None else r for v, r in zip(variants, involved)]
+        ablated = [fresh.get(v.spec) or runs.get(v.spec) if v is not None else r for v, r in zip(variants, involved, strict=False)]
         outcome, detail = _judge(d, ablated)
         inside = _inside_spreads(d, involved, ablated) if outcome in AGREEING_OUTCOMES else None
         if inside is False:
@@ -271,6 +269,6 @@ def _observable(run: ArmRun, index: int):  # noqa: ANN202 - Observable | None
 
 def _result(switch: Switch, variants: list[ArmSpec | None], involved: list[ArmRun], outcome: str, detail: str,
             seconds: float = 0.0) -> Ablation:
-    arms = [v.spec if v is not None else r.spec for v, r in zip(variants, involved)]
+    arms = [v.spec if v is not None else r.spec for v, r in zip(variants, involved, strict=False)]
     return Ablation(switch=f"{switch.knob}={switch.value}", arms=arms, outcome=outcome, detail=detail,
                     section=switch.section.title, setting=switch.setting, supports=switch.verdict, seconds=seconds)

@@ -19,8 +19,20 @@ from typing import Any
 import numpy as np
 
 from triage.untrusted import (
-    Check, UntrustedOutput, all_of, array, boolean, either, integer, load_npz, mapping, number, one_of, read_json,
-    record, text,
+    Check,
+    UntrustedOutput,
+    all_of,
+    array,
+    boolean,
+    either,
+    integer,
+    load_npz,
+    mapping,
+    number,
+    one_of,
+    read_json,
+    record,
+    text,
 )
 from triage.worker.knob_calls import MATMUL_PRECISIONS, MAX_KNOB_CALLS, MAX_THREADS, SETTERS
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES

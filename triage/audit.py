@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -223,10 +224,10 @@ def _differing_prints(a: str, b: str) -> list[tuple[str, str]]:
     """Lines printed in the same place by both arms, alike but for numbers that differ
     (timings and other run-to-run numbers left out)."""
     out = []
-    for x, y in zip(a.splitlines()[:MAX_PRINTED_LINES], b.splitlines()[:MAX_PRINTED_LINES]):
+    for x, y in zip(a.splitlines()[:MAX_PRINTED_LINES], b.splitlines()[:MAX_PRINTED_LINES], strict=False):
         if x == y or UNSTABLE_LINE.search(x) or NUMBER.sub("#", x) != NUMBER.sub("#", y):
             continue
-        if any(_differs(p, q) for p, q in zip(NUMBER.findall(x), NUMBER.findall(y))):
+        if any(_differs(p, q) for p, q in zip(NUMBER.findall(x), NUMBER.findall(y), strict=False)):
             out.append((_short(x.strip()), _short(y.strip())))
     return out
 

@@ -13,8 +13,20 @@ import numpy as np
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
 from triage.compare import side_of, summarize
-from triage.model import (AGREEING_OUTCOMES, Ablation, ArmRun, Comparison, Divergence, Observable, ReportedArm,
-                          ReportedValue, Repro, Side, Verdict, compared_runs)
+from triage.model import (
+    AGREEING_OUTCOMES,
+    Ablation,
+    ArmRun,
+    Comparison,
+    Divergence,
+    Observable,
+    ReportedArm,
+    ReportedValue,
+    Repro,
+    Side,
+    Verdict,
+    compared_runs,
+)
 from triage.numerics.errors import ulp
 from triage.reported import reported_judgement, reported_lines
 

@@ -9,7 +9,8 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any, Iterator, NoReturn
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 import click
 
@@ -419,9 +420,9 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     os.environ.update({name: _SECRETS[name] for name in RAY_AUTHENTICATION if name in _SECRETS})
     from rich.console import Console
 
+    from triage.sandbox.torch_envs import TorchEnvError
     from triage.sweep.driver import SweepOptions, run_sweep
     from triage.sweep.engine import EngineOptions
-    from triage.sandbox.torch_envs import TorchEnvError
     from triage.sweep.store import StoreError
 
     err = Console(stderr=True, soft_wrap=True)

@@ -337,7 +337,7 @@ def _reruns(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
     pairs = []
     for calls in last.values():
         lines = sorted(calls)
-        for first_line, later_line in zip(lines, lines[1:]):
+        for first_line, later_line in zip(lines, lines[1:], strict=False):
             x, y = calls[first_line], calls[later_line]
             if (_inputs_of(run, x) == _inputs_of(run, y) and _bits(x) != _bits(y)
                     and {first_line, later_line} <= drawn_in):

@@ -163,7 +163,7 @@ def _constants(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str
     if [n["target"] for n in na] != [n["target"] for n in nb]:
         return []
     hints = []
-    for x, y in zip(na, nb):
+    for x, y in zip(na, nb, strict=False):
         cx, cy = _constants_of(x), _constants_of(y)
         for k in sorted(set(cx) | set(cy)):
             if cx.get(k) != cy.get(k):

@@ -13,8 +13,18 @@ from triage.classify import classify, torch_of
 from triage.compare import compare, name_from_source
 from triage.extract import extract_repro
 from triage.minimize import MinimizeResult, minimize_divergence
-from triage.model import (Ablation, ArmRun, ArmSpec, Comparison, Issue, IssueRepro, Report, ReportedArm, ReporterOutput,
-                          Repro)
+from triage.model import (
+    Ablation,
+    ArmRun,
+    ArmSpec,
+    Comparison,
+    Issue,
+    IssueRepro,
+    Report,
+    ReportedArm,
+    ReporterOutput,
+    Repro,
+)
 from triage.reported import judge_reported, reporter_device
 from triage.reporter import QUIET, Reporter
 from triage.run import forking_workers, run_arms
@@ -83,7 +93,7 @@ def _run_with_reported(repro: Repro, arms: list[ArmSpec], options: RunSettings, 
     device, evidence = reporter_device(posted.text, posted.environment, repro.source)
     modelled = dataclasses.replace(options, rounding_model=device, export_graphs=False)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="triage-reported") as pool:
-        model_run = pool.submit(run_arms, repro, [ArmSpec("cpu")], modelled, None)
+        model_run = pool.submit(run_arms, repro, [ArmSpec("cpu")], modelled, QUIET)
         runs = run_arms(repro, arms, options, reporter)
         model = model_run.result()[0]
     if model.graph_dir:

@@ -19,7 +19,8 @@ import importlib.resources
 import json
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jinja2
 from markupsafe import Markup
@@ -462,7 +463,7 @@ def rounding_view(data: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows,
             # The strip names only the arm: a claim's two values on one arm need their labels.
             "strips": [(f"{row['label']}:\n" if row["label"] else "") + j["strip"]
-                       for j, row in zip(headline, rows) if _drawable(j)],
+                       for j, row in zip(headline, rows, strict=False) if _drawable(j)],
             "others": others[:OTHER_JUDGEMENTS], "others_left_out": max(0, len(others) - OTHER_JUDGEMENTS),
             "notes": list(dict.fromkeys(notes))[:ROUNDING_NOTES]}
 

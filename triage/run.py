@@ -9,8 +9,9 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -18,10 +19,21 @@ from triage.arm_output import read_result, read_values, streamed_observables, va
 from triage.model import ArmRun, ArmSpec, Observable, Repro
 from triage.reporter import QUIET, Reporter
 from triage.sandbox import (
-    Confinement, Isolation, Limits, ProcessOutcome, isolation, physical_memory, run_isolated, scrubbed_environment,
+    Confinement,
+    Isolation,
+    Limits,
+    ProcessOutcome,
+    isolation,
+    physical_memory,
+    run_isolated,
+    scrubbed_environment,
 )
 from triage.sandbox.caches import (
-    EnvironmentCache, collect_environment, compile_cache, inductor_default_dir, warm_up_cache,
+    EnvironmentCache,
+    collect_environment,
+    compile_cache,
+    inductor_default_dir,
+    warm_up_cache,
 )
 from triage.sandbox.process import MAX_DISK_ENTRIES, MAX_TASKS
 from triage.sandbox.zygote import fork_server
@@ -71,7 +83,7 @@ def run_arms(repro: Repro, arms: list[ArmSpec], options: RunSettings,
             environments[python] = collected.result()
             if environments[python][0]:
                 EnvironmentCache(options.cache_dir, python).put(environments[python][0])
-    for run, python in zip(runs, pythons):
+    for run, python in zip(runs, pythons, strict=False):
         run.environment, run.environment_error = environments[python]
     return runs
 

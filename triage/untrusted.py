@@ -18,8 +18,9 @@ import stat
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 import numpy as np
 

@@ -35,7 +35,7 @@ class RoundingSpread:
     unmeasured: list[str] = field(default_factory=list)  # library ops modelled by the conservative bound
 
     @classmethod
-    def of(cls, o: Observable) -> "RoundingSpread | None":
+    def of(cls, o: Observable) -> RoundingSpread | None:
         r, s = o.rounding or {}, o.spread or {}
         if r.get("status") != "judged" or o.reference_value is None or not all(k in s for k in SPREAD_ARRAYS):
             return None
@@ -51,7 +51,7 @@ class RoundingSpread:
                    precision=r.get("precision") or None, unmeasured=list(r.get("unmeasured") or []))
 
     @classmethod
-    def of_simulation(cls, spread: Any, reference: np.ndarray, dtype: str) -> "RoundingSpread":
+    def of_simulation(cls, spread: Any, reference: np.ndarray, dtype: str) -> RoundingSpread:
         """From the worker's `NodeSpread` directly (in-process use: benchmarks, tests)."""
         arrays = {k: getattr(spread, k).numpy() for k in ("sigma", "up", "down", "mean", "sd", "nonfinite")}
         return cls(dtype=dtype, samples=spread.samples, sample_stats=np.array(spread.sample_stats, dtype=np.float64),

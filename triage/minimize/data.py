@@ -22,13 +22,13 @@ into a view, say) fails on both arms and is simply not kept.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from triage.numerics.literals import FLOATING, literal, to_dtype
 from triage.minimize.problem import POSITIONS_KEPT, ReductionProblem
+from triage.numerics.literals import FLOATING, literal, to_dtype
 
 # A finite divergence keeps at least this share of its size in ulps: the reduced repro shows
 # the same error, not merely some difference of the same kind.

@@ -14,7 +14,7 @@ divergence is reported as such rather than minimized into noise.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from triage.minimize.problem import Outcome, ReductionProblem
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from triage.numerics.errors import divergence_kind, ulp
 from triage.graph import OpGraph, Plan
-from triage.model import DivergenceKind
 from triage.minimize.warm import ArmWorker
+from triage.model import DivergenceKind
+from triage.numerics.errors import divergence_kind, ulp
 
 
 @dataclass

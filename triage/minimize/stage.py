@@ -20,20 +20,21 @@ from pathlib import Path
 from typing import Any
 
 from triage import policy
+from triage.graph import OpGraph
 from triage.minimize import standalone
 from triage.minimize.backend_source import backend_definitions
-from triage.numerics.errors import divergence_kind
-from triage.graph import OpGraph
 from triage.minimize.data import DataReduction, reduce_data
 from triage.minimize.localize import localize
-from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
 from triage.minimize.passes import RELIABILITY_RUNS, reduce, reliability
 from triage.minimize.problem import ReductionProblem
+from triage.minimize.warm import ArmWorker, WorkerFailed
+from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
+from triage.numerics.errors import divergence_kind
 from triage.reporter import QUIET, Reporter
 from triage.run import worker_python
 from triage.settings import MinimizeSettings, RunSettings
 from triage.untrusted import UntrustedOutput, remove_tree
-from triage.minimize.warm import ArmWorker, WorkerFailed
+
 
 @dataclass
 class MinimizeResult:
@@ -237,7 +238,7 @@ def _set_float64_lines(ablations: list[Ablation], ops: list[str], lines: dict[st
     """Each float64 ablation's "set with" line (`upcast_ablations` made one per op, in order):
     the minimal script's own call of that op with float64 inputs, cast back — written from the
     recorded call and run once by arm A's worker.  An op with no such line that runs shows none."""
-    for ablation, op in zip(ablations, ops):
+    for ablation, op in zip(ablations, ops, strict=False):
         ablation.setting = lines.get(op, "")
 
 

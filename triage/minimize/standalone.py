@@ -13,9 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from triage.numerics.errors import divergence_kind
 from triage.extract import extract_repro
 from triage.model import ArmRun, ArmSpec, DivergenceKind
+from triage.numerics.errors import divergence_kind
 from triage.run import run_arms
 from triage.settings import RunSettings
 
@@ -95,7 +95,7 @@ def _within(run: ArmRun, results: list[str]) -> list[DivergenceKind]:
 
 def _kinds(ra: ArmRun, rb: ArmRun) -> list[DivergenceKind]:
     found = []
-    for x, y in zip(ra.observables, rb.observables):
+    for x, y in zip(ra.observables, rb.observables, strict=False):
         if x.value is None or y.value is None or x.label != y.label:
             continue
         kind = divergence_kind(x.value, y.value, (x.fingerprint or {}).get("dtype", "?"))

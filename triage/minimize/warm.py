@@ -19,10 +19,11 @@ import numpy as np
 
 from triage.arm_output import reply_problem
 from triage.model import ArmSpec
+from triage.sandbox import Confinement, OutputCapture, SandboxedProcess, scrubbed_environment
+from triage.sandbox import isolation as isolation_of
 from triage.sandbox.caches import inductor_default_dir
 from triage.sandbox.cgroups import JobCgroup
 from triage.sandbox.process import MAX_TASKS
-from triage.sandbox import Confinement, OutputCapture, SandboxedProcess, isolation as isolation_of, scrubbed_environment
 from triage.untrusted import remove_tree
 from triage.worker.wire import WireError, receive, send
 

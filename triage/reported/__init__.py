@@ -110,10 +110,10 @@ def judge_reported(run: ArmRun | None, text: str, source: str, device: str, devi
         flat = np.asarray(o.value, dtype=np.float64).reshape(-1)
         ours = printed_here.numbers if printed_here is not None else None
         value.observable, value.label, value.line = o.index, o.shown, o.line
-        value.same_as_here = (all(_same(a, b) for a, b in zip(group.numbers, ours)) if ours is not None
-                              else all(prints_as(flat[at], a) for a, at in zip(group.numbers, positions)))
+        value.same_as_here = (all(_same(a, b) for a, b in zip(group.numbers, ours, strict=False)) if ours is not None
+                              else all(prints_as(flat[at], a) for a, at in zip(group.numbers, positions, strict=False)))
         value.nonfinite_flip = any(bool(np.isfinite(a.value)) != bool(np.isfinite(flat[at]))
-                                   for a, at in zip(group.numbers, positions))
+                                   for a, at in zip(group.numbers, positions, strict=False))
         value.judgement, value.why = _judge(group, ours, positions, o)
         value.order_dependent = list((o.rounding or {}).get("order_dependent") or [])
     return reported
@@ -130,7 +130,7 @@ def _displayed(unprinted: list[tuple[ReportedValue, PrintedGroup]], observables:
     if not unprinted or len(unprinted) != len(expressions):
         return []
     out = []
-    for (value, group), o in zip(unprinted, expressions):
+    for (value, group), o in zip(unprinted, expressions, strict=False):
         positions = positions_of(group, o)
         if positions is None:
             return []
@@ -165,7 +165,7 @@ def _judge(reported: PrintedGroup, here: list[PrintedNumber] | None, positions: 
         return None, "the reporter's value has other elements than the one printed here"
     reference = spread.reference.reshape(-1)
     value = reference.copy()  # elements not printed: as the reference, so they cannot count
-    for k, (rn, at) in enumerate(zip(reported.numbers, positions)):
+    for k, (rn, at) in enumerate(zip(reported.numbers, positions, strict=False)):
         low, high = _bounds(rn, here[k]) if here is not None else (rn.low, rn.high)
         value[at] = low if low == high else float(np.clip(reference[at], low, high))
     j = judge_value(value.reshape(spread.reference.shape), spread, "reported", o.index, o.shown, o.line,
@@ -192,7 +192,7 @@ def _overlap(reported: PrintedGroup, here: PrintedGroup) -> bool:
     both printed it)."""
     if len(reported.numbers) != len(here.numbers):
         return False
-    for a, b in zip(reported.numbers, here.numbers):
+    for a, b in zip(reported.numbers, here.numbers, strict=False):
         if np.isnan(a.value) or np.isnan(b.value):
             if not (np.isnan(a.value) and np.isnan(b.value)):
                 return False

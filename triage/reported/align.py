@@ -46,7 +46,7 @@ def pair_groups(reported: list[PrintedRecord], here: list[PrintedRecord]) -> lis
     used_here: set[int] = set()
 
     def tie(rec: PrintedRecord, reported_groups: list[PrintedGroup], here_groups: list[PrintedGroup], how: str) -> None:
-        for rg, hg in zip(reported_groups, here_groups):
+        for rg, hg in zip(reported_groups, here_groups, strict=False):
             if id(rg) in key and key[id(rg)] not in pairs and id(hg) not in used_here:
                 pairs[key[id(rg)]] = Pair(rg, rec, hg, how)
                 used_here.add(id(hg))
@@ -80,8 +80,8 @@ def pair_groups(reported: list[PrintedRecord], here: list[PrintedRecord]) -> lis
     left_reported = [(k, r, g) for k, (r, g) in enumerate(order) if k not in pairs]
     left_here = [g for h in here for g in h.groups if id(g) not in used_here]
     if left_reported and len(left_reported) == len(left_here) and all(
-            _same_shape(g, h) for (_, _, g), h in zip(left_reported, left_here)):
-        for (k, r, g), h in zip(left_reported, left_here):
+            _same_shape(g, h) for (_, _, g), h in zip(left_reported, left_here, strict=False)):
+        for (k, r, g), h in zip(left_reported, left_here, strict=False):
             pairs[k] = Pair(g, r, h, "order")
     context = {id(g): piece.text for r in reported for piece, own in r.segments() for g in own}
     out = [pairs.get(k) or Pair(g, r, None, None) for k, (r, g) in enumerate(order)]
@@ -143,7 +143,7 @@ def _positions_in(group: PrintedGroup, o: Observable) -> list[int] | None:
     if positions is None:
         return None
     flat = np.asarray(o.value).reshape(-1).astype(np.float64)
-    return positions if all(prints_as(flat[at], n) for n, at in zip(group.numbers, positions)) else None
+    return positions if all(prints_as(flat[at], n) for n, at in zip(group.numbers, positions, strict=False)) else None
 
 
 def prints_as(x: float, n: PrintedNumber) -> bool:

@@ -73,7 +73,7 @@ class PrintedRecord:
     line: int = 0  # first line of the record in its text (1-based)
     _segments: list | None = field(default=None, repr=False, compare=False)
 
-    def segments(self) -> list[tuple["PrintedRecord", list[PrintedGroup]]]:
+    def segments(self) -> list[tuple[PrintedRecord, list[PrintedGroup]]]:
         """The record cut where a reporter joined several printed lines into one (`CPU: -inf;
         GPU: -108.3`): at each `;` or ` | ` outside brackets; each piece with the record's own
         groups it holds."""
@@ -83,7 +83,7 @@ class PrintedRecord:
             self._segments = [(self, self.groups)] if not cuts else self._cut(cuts)
         return self._segments
 
-    def _cut(self, cuts: list[int]) -> list[tuple["PrintedRecord", list[PrintedGroup]]]:
+    def _cut(self, cuts: list[int]) -> list[tuple[PrintedRecord, list[PrintedGroup]]]:
         out, start, taken = [], 0, 0
         for c in cuts + [len(self.text)]:
             text = self.text[start:c].strip(" ;|")
@@ -325,7 +325,7 @@ def flat_index(index: tuple[int, ...] | None, shape: list[int]) -> int | None:
             return 0
         return None
     flat = 0
-    for i, n in zip(index, shape):
+    for i, n in zip(index, shape, strict=False):
         i = i + n if i < 0 else i
         if not 0 <= i < n:
             return None

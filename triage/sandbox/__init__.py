@@ -26,7 +26,12 @@ report, or make the bot act on another issue.
 from triage.sandbox.environment import scrub_own_secrets, scrubbed_environment, take_secret
 from triage.sandbox.jail import NAMESPACE, PROCESS, Confinement, Isolation, isolation
 from triage.sandbox.process import (
-    Limits, OutputCapture, ProcessOutcome, SandboxedProcess, physical_memory, run_isolated,
+    Limits,
+    OutputCapture,
+    ProcessOutcome,
+    SandboxedProcess,
+    physical_memory,
+    run_isolated,
 )
 
 __all__ = ["NAMESPACE", "PROCESS", "Confinement", "Isolation", "Limits", "OutputCapture", "ProcessOutcome",

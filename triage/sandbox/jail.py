@@ -177,7 +177,7 @@ def host_path(path: str) -> str:
     return resolved
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def interpreter_paths(python: str | None = None) -> tuple[str, ...]:
     """What `python -I -m triage.worker` reads: the installation, site-packages, whatever the
     .pth files add (an editable install's finder points at the checkout's `triage/` only; a
@@ -206,7 +206,7 @@ def interpreter_paths(python: str | None = None) -> tuple[str, ...]:
     return tuple(chosen)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def isolation(requested: str = "auto") -> Isolation:
     """What this machine allows: the namespace sandbox when bubblewrap runs a Python in it,
     else the process sandbox, with the reason.  `requested` is auto, namespace or process."""

@@ -32,8 +32,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from triage.sandbox import forkservers
 from triage.sandbox import jail as jails

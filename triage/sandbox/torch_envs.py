@@ -38,8 +38,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from triage.sandbox.caches import cache_root
 from triage.untrusted import UntrustedOutput, read_json

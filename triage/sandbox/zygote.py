@@ -29,15 +29,16 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from triage.sandbox import forkservers
+from triage.sandbox import jail as jails
+from triage.sandbox.caches import copy_plain_tree
+from triage.sandbox.cgroups import JobCgroup
+from triage.sandbox.confine import SYS_CAPSET
 from triage.sandbox.process import SandboxedProcess
 from triage.sandbox.proctable import descendants, process_table
-from triage.sandbox import jail as jails
-from triage.sandbox.cgroups import JobCgroup
-from triage.sandbox.caches import copy_plain_tree
-from triage.sandbox.confine import SYS_CAPSET
 from triage.untrusted import remove_tree
 from triage.worker.protocol import ENTRY_POINTS, FIRST_JOB_FD, STAGE, WARM_UP_FOLDER
 
@@ -53,7 +54,7 @@ class ForkedProcess:
     """A job the zygote forked, as `subprocess.Popen` shows a process: the parts of that
     interface the sandbox uses."""
 
-    def __init__(self, server: "ForkServer", job: str, stdout: Any, stderr: Any) -> None:
+    def __init__(self, server: ForkServer, job: str, stdout: Any, stderr: Any) -> None:
         self.server, self.job = server, job
         self.stdout, self.stderr = stdout, stderr
         self.pid: int | None = None  # the host's pid of the forked child, once known

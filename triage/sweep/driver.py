@@ -13,9 +13,10 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from triage.settings import Settings
 from triage.sweep.item import ItemTask, triage_item
@@ -57,13 +58,13 @@ def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: A
     """Resolve the sources, prepare each torch release's environment (`log` says when one is
     installed), run what the store does not hold yet, write the report."""
     from triage.report import SUMMARY_LIMIT_BYTES
+    from triage.sandbox.torch_envs import running_env, torch_env
     from triage.sweep.engine import ItemWork, run_items
     from triage.sweep.report import build_report, render_html, render_markdown
     from triage.sweep.sources import items_from
-    from triage.sandbox.torch_envs import running_env, torch_env
     from triage.sweep.store import ResultStore
 
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     began = time.monotonic()
     found = items_from(list(options.sources), github, limit=options.limit)
     # Built here, once, before any task: a task on this node finds its release ready (a task

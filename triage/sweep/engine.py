@@ -41,9 +41,10 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import ray
 from ray.actor import ActorHandle
@@ -432,4 +433,4 @@ def _one_line(text: str) -> str:
 
 
 def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from triage.settings import Settings
@@ -59,7 +59,7 @@ def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, task: ItemTa
                       torch_build=build, arms=",".join(arms), outcome="triaged", url=item.url,
                       verdict_kind=report.verdict.kind, expected=report.verdict.expected,
                       summary=report.verdict.summary, report=data,
-                      finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                      finished_at=datetime.now(UTC).isoformat(timespec="seconds"))
 
 
 def issue_of(item: SweepItem) -> Any:  # noqa: ANN401 - triage.model.Issue

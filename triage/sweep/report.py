@@ -24,15 +24,26 @@ import importlib.resources
 import math
 import re
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import jinja2
 from markupsafe import Markup, escape
 
 from triage.classify import KINDS
-from triage.report import (cut_to_fit, _CODE_SPAN, COMMENT_LIMIT, _breakable, _cell, _code, _finalize, _md, _one_line,
-                           visible)
+from triage.report import (
+    _CODE_SPAN,
+    COMMENT_LIMIT,
+    _breakable,
+    _cell,
+    _code,
+    _finalize,
+    _md,
+    _one_line,
+    cut_to_fit,
+    visible,
+)
 from triage.sweep.buckets import UNBUCKETED_VERDICTS, DivergenceSignature, NearMatch, bucket
 from triage.sweep.model import ItemResult
 

@@ -51,7 +51,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -121,7 +121,7 @@ class StoreError(Exception):
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _enc(text: str | None) -> str | bytes | None:
@@ -327,7 +327,7 @@ class ResultStore:
         """A row (its `_FIELDS`, then its id) as an ItemResult. A row whose `report` or `extra`
         is not JSON (the file was edited, or damaged inside one cell) is read as a failed
         result whose error names the row; the other rows are unaffected."""
-        values = dict(zip(_FIELDS, row))
+        values = dict(zip(_FIELDS, row, strict=False))
         row_id = row[len(_FIELDS)] if len(row) > len(_FIELDS) else None
         for name in ("key", "content_sha256", "torch_build", "arms", "kind", "title", "outcome",
                      "url", "verdict_kind", "summary", "error", "node", "finished_at"):

@@ -11,7 +11,8 @@ is then between arms running the same program, op for op.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode

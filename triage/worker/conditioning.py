@@ -162,7 +162,7 @@ def exact_rank(a: torch.Tensor) -> int | None:
         rows[rank], rows[pivot] = rows[pivot], rows[rank]
         for i in range(rank + 1, len(rows)):
             factor = rows[i][col] / rows[rank][col]
-            rows[i] = [x - factor * y for x, y in zip(rows[i], rows[rank])]
+            rows[i] = [x - factor * y for x, y in zip(rows[i], rows[rank], strict=False)]
         rank += 1
     return rank
 

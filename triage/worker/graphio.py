@@ -9,12 +9,12 @@ to compute, the names whose values are given as inputs, and the names to return.
 from __future__ import annotations
 
 import functools
-
 import json
 import math
 import operator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from types import CodeType, ModuleType
-from typing import Any, Callable
+from typing import Any
 
 # Bound before any script runs: the script may replace the module attributes.
 _set_trace = sys.settrace

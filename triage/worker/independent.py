@@ -72,7 +72,7 @@ class Answer:
     # as far as they are bounded, answer): where they leave the dtype's range, no conclusion.
     magnitudes: tuple[float, float]
 
-    def check(self, outputs: Any) -> "Check | None":
+    def check(self, outputs: Any) -> Check | None:
         """How far the op's actual `outputs` lie from this answer, at the unit roundoff of the
         dtype they were computed in; None where nothing can be concluded."""
         got = outputs[self.output] if isinstance(outputs, (tuple, list)) else outputs

@@ -28,9 +28,10 @@ import math
 import platform
 import time
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -78,7 +79,7 @@ class KernelTable:
         self.source = source
 
     @classmethod
-    def load(cls, device: str, capability: str | None, torch_version: str, path: Path = TABLE) -> "KernelTable":
+    def load(cls, device: str, capability: str | None, torch_version: str, path: Path = TABLE) -> KernelTable:
         try:
             tables = json.loads(path.read_text())["tables"]
         except (OSError, ValueError, KeyError):
@@ -168,7 +169,7 @@ def measure(device: str = "cpu", dtypes: Iterable[str] = ("float32", "float16", 
 
 
 def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, samples_per_op: int,
-                 probe: "_Probe", progress: Callable[[str], None] | None) -> None:
+                 probe: _Probe, progress: Callable[[str], None] | None) -> None:
     for info in op_db:
         if keep is not None and info.name not in keep and f"{info.name}.{info.variant_test_name}" not in keep:
             continue
@@ -266,7 +267,7 @@ class _Probe(TorchDispatchMode):
         sensitivity = input_sensitivity(func, args, kwargs, dtype, outs[0].shape) if pointwise else None
         magnitude = input_magnitude(args, dtype, outs[0].shape) if pointwise else None
         forward, backward, elements, agreeing, compared = 0.0, 0.0, 0, 0, 0
-        for i, (y, r) in enumerate(zip(outs, reference)):
+        for i, (y, r) in enumerate(zip(outs, reference, strict=False)):
             if not y.is_floating_point() or y.shape != r.shape or y.numel() == 0:
                 continue
             y, r = y.detach().double().cpu(), r.detach().double().cpu()

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch.overrides import _get_current_function_mode_stack
@@ -78,7 +79,7 @@ def suspended_modes() -> Iterator[None]:
 class Quiet:
     """Context for triage's bookkeeping: no torch-function modes, recorder paused."""
 
-    def __init__(self, recorder: "object | None") -> None:
+    def __init__(self, recorder: object | None) -> None:
         self.recorder = recorder
         self._disable = None
 
@@ -104,7 +105,7 @@ class ModeStacks:
     default_device_context: Any
 
     @classmethod
-    def now(cls) -> "ModeStacks":
+    def now(cls) -> ModeStacks:
         return cls(function=_get_current_function_mode_stack(),
                    dispatch=_python_dispatch._get_current_dispatch_mode_stack(),
                    default_device=_device.CURRENT_DEVICE,
@@ -149,7 +150,7 @@ def _restore_stack(saved: list[Any], current: Callable[[], list[Any]], pop: Call
 
 
 def _is_prefix(stack: list[Any], saved: list[Any]) -> bool:
-    return len(stack) <= len(saved) and all(a is b for a, b in zip(stack, saved))
+    return len(stack) <= len(saved) and all(a is b for a, b in zip(stack, saved, strict=False))
 
 
 def _leave_dispatch_mode(mode: Any) -> None:

@@ -19,7 +19,8 @@ import hashlib
 import itertools
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

@@ -40,17 +40,18 @@ import functools
 import operator
 import sys
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
-from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from triage.worker.conditioning import LINALG_OPS, SENSITIVE_OPS, condition_of, sensitivity_of
 from triage.worker.independent import Budget, note_fields
+from triage.worker.modes import TriageDispatchMode
 
 UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 # Ops whose outputs carry no numerical meaning worth a node (scalar extraction, metadata).
@@ -81,7 +82,7 @@ class Fault:
     how: str = "scale"
 
     @classmethod
-    def parse(cls, text: str) -> "Fault":
+    def parse(cls, text: str) -> Fault:
         """``OP[:how]``, as the arm spec gives it (how defaults to scale)."""
         op, _, how = text.partition(":")
         return cls(op, how or "scale")
@@ -292,7 +293,7 @@ class OpRecorder(TriageDispatchMode):
         outside a dispatch mode: autograd's saved-tensor checks and the staleness here rely on it."""
         self.paused += 1
         try:
-            for t, v in zip(tensors, before):
+            for t, v in zip(tensors, before, strict=False):
                 if _version(t) == v and not t.is_inference():
                     torch.autograd.graph.increment_version(t)
         finally:
@@ -521,7 +522,7 @@ def draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
         return False
     schema = func._schema.arguments
     values = {a.name: a.default_value for a in schema if a.has_default_value()}
-    values |= dict(zip((a.name for a in schema), args)) | kwargs
+    values |= dict(zip((a.name for a in schema), args, strict=False)) | kwargs
     if "dropout_p" in values:
         return float(values["dropout_p"] or 0) > 0
     if func.overloadpacket.__name__ in ("native_dropout", "dropout", "feature_dropout", "alpha_dropout"):

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_map
 
 from triage.worker.independent import COVERED_OPS, Budget, Check
+from triage.worker.modes import TriageDispatchMode
 from triage.worker.opgraph import written_positions
 
 # Ops whose meaning depends on the exact dtype: widening their inputs would change the
@@ -246,7 +246,7 @@ def _run_at_recorded_precision(n: fx.Node, op: Any, args: tuple, kwargs: dict, r
     dtypes = [a.meta.get("dtype") if isinstance(a, fx.Node) else None for a in n.args]
     narrowed = tuple(
         a.to(d) if isinstance(a, torch.Tensor) and d is not None else a
-        for a, d in zip(args, dtypes + [None] * (len(args) - len(dtypes)))
+        for a, d in zip(args, dtypes + [None] * (len(args) - len(dtypes)), strict=False)
     )
     result.approximate[n.name] = _op_name(op)
     return tree_map(widen, op(*narrowed, **kwargs))

@@ -173,8 +173,8 @@ def _epilogue(request: dict[str, Any], params: str, outputs: int, exact: bool) -
     elif style == "devices":
         names = [_identifier(d) for d in request["devices"]]
         lines = [f"{n} = f({', '.join(f'{p}.to({d!r})' for p in params.split(', '))})" if params else f"{n} = f()"
-                 for n, d in zip(names, request["devices"])]
-        shown = [(d, n) for d, n in zip(request["devices"], names)]
+                 for n, d in zip(names, request["devices"], strict=False)]
+        shown = [(d, n) for d, n in zip(request["devices"], names, strict=False)]
     else:
         lines, shown = [f"value = f({params})"], [("value", "value")]
     if exact:
@@ -193,7 +193,7 @@ def _settings_lines(request: dict[str, Any], params: str) -> tuple[list[str], li
     touched = sorted({k for side in sides for k in side})
     lines = [f"default_{k} = {KNOB_CODE[k][0]}" for k in touched]
     shown = []
-    for arm, knobs in zip(request["arms"], sides):
+    for arm, knobs in zip(request["arms"], sides, strict=False):
         for k in touched:
             value = _knob_value(k, knobs[k]) if k in knobs else f"default_{k}"
             lines.append(KNOB_CODE[k][1].format(value))

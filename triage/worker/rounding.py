@@ -56,14 +56,13 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._decomp import decomposition_table
-from triage.worker.modes import TriageDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from triage import policy
-from triage.worker.kernel_errors import (UNMEASURED_U, KernelTable, input_magnitude, input_sensitivity,
-                                         well_conditioned)
-from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
+from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, input_magnitude, input_sensitivity, well_conditioned
+from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
+from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
 from triage.worker.reference import EXACT_OPS, cone, last_uses, release, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
@@ -134,7 +133,7 @@ class SimulationOptions:
     half_accumulation: bool = False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_table(device: str) -> KernelTable:
     """The measured kernel errors of this torch release on `device` (cpu: this CPU's
     capability; cuda: this GPU)."""
@@ -309,7 +308,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
             rep = _replay(order, set(live) | calibrating, RoundingMode(options, cache, direction=0, generator=g))
         else:
             drawn = {center.calls[r.name][0]: error for group in collapsed
-                     for r, error in zip(group.reductions, group.errors(g))}
+                     for r, error in zip(group.reductions, group.errors(g), strict=False)}
             rep = _replay(order, set(live), RoundingMode(options, cache, direction=0, generator=g, collapsed=drawn),
                           collapsed, center.calls)
         if rep.failed:
@@ -489,7 +488,7 @@ def _exact_terms(order: list[fx.Node], candidates: list[_Collapsed], options: Si
     return kept
 
 
-def _calibrate(groups: list[_Collapsed], replays: list["_Replayed"]) -> list[_Collapsed]:
+def _calibrate(groups: list[_Collapsed], replays: list[_Replayed]) -> list[_Collapsed]:
     """Each group's error factor from full replays' terms: the covariance of two reductions'
     errors per output element, Σᵢ wδᵢ·w'δ'ᵢ averaged over the replays (w the terms' weights),
     as a square root that keeps a singular one (two reductions of the same terms); the terms
@@ -500,7 +499,7 @@ def _calibrate(groups: list[_Collapsed], replays: list["_Replayed"]) -> list[_Co
         covariance = None
         for rep in replays:
             deviations = []
-            for r, s in zip(g.reductions, g.sources):
+            for r, s in zip(g.reductions, g.sources, strict=False):
                 dims, keepdim, weight = _reduction_of(r, g.exact[s])
                 deviations.append(((rep.values[s.name] - g.exact[s]) * weight, dims, keepdim))
             entries = [[torch.sum(a * b, dims, keepdim=keepdim) for b, _, _ in deviations]
@@ -531,9 +530,9 @@ NEAR_FLOOR_EXCEEDING = 2
 EXTENSION = 10
 
 
-def _settled(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
-             out_dtypes: dict[str, torch.dtype], directed: dict[int, "_Replayed"],
-             scored: dict[str, tuple[int, "NodeSpread"]]) -> bool:
+def _settled(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values: dict[str, torch.Tensor],
+             out_dtypes: dict[str, torch.dtype], directed: dict[int, _Replayed],
+             scored: dict[str, tuple[int, NodeSpread]]) -> bool:
     """Every observed value of the arm is decided, its non-finite values (if any) already
     occurring in the samples: certainly inside (enough samples at least as far out), or,
     once p ≤ α is possible, in its directed envelope past FRAGILE_MARGIN times every
@@ -558,9 +557,9 @@ def _settled(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_valu
     return True
 
 
-def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list["_Replayed"],
+def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list[_Replayed],
             out_dtypes: dict[str, torch.dtype],
-            scored: dict[str, tuple[int, "NodeSpread"]]) -> tuple["NodeSpread", float]:
+            scored: dict[str, tuple[int, NodeSpread]]) -> tuple[NodeSpread, float]:
     """The spread of the samples so far (noted in `scored`; its directed replays are the
     reference until the end), and the arm's value's statistic against it."""
     partial = _spread(ref, [_stored(s.values[w], out_dtypes.get(w, torch.float32)) for s in samples], ref, ref)
@@ -568,9 +567,9 @@ def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list["_Repl
     return partial, deviation_stat(value.double(), ref, partial.sigma)
 
 
-def _near_floor(live: dict[str, torch.Tensor], samples: list["_Replayed"], arm_values: dict[str, torch.Tensor],
-                out_dtypes: dict[str, torch.dtype], directed: dict[int, "_Replayed"],
-                scored: dict[str, tuple[int, "NodeSpread"]]) -> bool:
+def _near_floor(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values: dict[str, torch.Tensor],
+                out_dtypes: dict[str, torch.dtype], directed: dict[int, _Replayed],
+                scored: dict[str, tuple[int, NodeSpread]]) -> bool:
     """Some observed value's Monte Carlo p-value rests on one or two samples: one more sample
     at least as far out would turn "outside" into "inside" (or back). A value within its
     directed envelope cannot be judged outside however the samples fall (they only tell
@@ -695,7 +694,7 @@ def _stored(v: Any, dtype: torch.dtype) -> torch.Tensor:
     return widen(t)
 
 
-def _flips(center: "_Replayed", runs: list["_Replayed"], target: fx.Node) -> list[dict[str, Any]]:
+def _flips(center: _Replayed, runs: list[_Replayed], target: fx.Node) -> list[dict[str, Any]]:
     """Discrete decisions upstream of `target` (comparisons, argmax, masks) that come out
     differently in some replay than in the unperturbed one: the value rests on a branch that
     rounding alone can switch."""
@@ -762,8 +761,8 @@ def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
     return why
 
 
-def _replay(order: list[fx.Node], wanted: set[str], mode: "RoundingMode",
-            collapsed: list["_Collapsed"] | None = None, calls: dict[str, tuple[int, int]] | None = None
+def _replay(order: list[fx.Node], wanted: set[str], mode: RoundingMode,
+            collapsed: list[_Collapsed] | None = None, calls: dict[str, tuple[int, int]] | None = None
             ) -> _Replayed:
     """One replay of the cone under `mode`; the centre replay (to nearest, unperturbed) also
     notes cancellations and the mode's call indices of every node. Recorded aten ops go to
@@ -1236,7 +1235,7 @@ class RoundingMode(TriageDispatchMode):
         return _dtypes(func, meta, spec, torch.device("meta"))
 
     def _tag(self, out: Any, out_vd: list) -> Any:
-        for t, d in zip(tree_flatten(out)[0], out_vd):
+        for t, d in zip(tree_flatten(out)[0], out_vd, strict=False):
             if isinstance(t, torch.Tensor) and d is not None:
                 t._arm_dtype = d
         return out

@@ -158,7 +158,7 @@ class Server:
 
         out = self._execute(request, self.overridden(arrays))
         values, specs = {}, []
-        for name, value in zip(request["outputs"], out):
+        for name, value in zip(request["outputs"], out, strict=False):
             if isinstance(value, self.torch.Tensor):
                 array = to_numpy(value)
                 if array is not None:
@@ -186,14 +186,14 @@ class Server:
         rows: dict[str, dict[str, Any]] = {}
         try:
             values = self._execute(dict(request["whole"]))
-            for name, value in zip(request["whole"]["outputs"], values):
+            for name, value in zip(request["whole"]["outputs"], values, strict=False):
                 rows.setdefault(name, {})["end_to_end"] = errors(name, value)
         except Exception as e:  # noqa: BLE001 - an arm failing on the whole plan is a finding
             rows["__whole__"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         for single in request["local"]:
             try:
                 values = self._execute(single)
-                for name, value in zip(single["outputs"], values):
+                for name, value in zip(single["outputs"], values, strict=False):
                     rows.setdefault(name, {})["local"] = errors(name, value)
             except Exception as e:  # noqa: BLE001
                 rows.setdefault(single["outputs"][0], {})["local"] = {

@@ -8,8 +8,9 @@ import time
 import traceback
 import types
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -30,8 +31,13 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     from triage.worker.fingerprint import readable_fingerprint, to_numpy
     from triage.worker.modes import ModeStacks
     from triage.worker.observe import (
-        ObservationStore, Observer, RootCalls, final_tensors, install_assert_close,
-        install_compile, install_seed_watch,
+        ObservationStore,
+        Observer,
+        RootCalls,
+        final_tensors,
+        install_assert_close,
+        install_compile,
+        install_seed_watch,
     )
     from triage.worker.opgraph import Fault, OpRecorder, floating_dtypes, script_outer_site, script_site
     from triage.worker.reference import replay_fp64

@@ -50,7 +50,8 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any, Iterator, NoReturn
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 from triage.sandbox.confine import drop_capabilities
 from triage.worker.protocol import ENTRY_POINTS, FIRST_JOB_FD, STAGE, WARM_UP_FOLDER
