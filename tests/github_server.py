@@ -292,7 +292,7 @@ def rate_limited(method: str, path: str, reset_in_s: float = 1.0) -> Failure:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve issues from body files until interrupted; print every comment posted."""
-    from triage.publish import parse_issue_ref
+    from triage.github import parse_issue_ref
 
     parser = argparse.ArgumentParser(prog="python -m tests.github_server", description=main.__doc__)
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")

@@ -19,8 +19,8 @@ from tests.github_server import FakeGitHub
 from triage import __version__, cli
 from triage.classify import classify
 from triage.extract import extract_issue_body
+from triage.github import body_sha256, issue_from_event, issue_from_run_title
 from triage.model import ArmRun, Comparison, Divergence, Issue, LocalizedOp, Report, Repro, Side, Verdict
-from triage.publish import body_sha256, issue_from_event, issue_from_run_title
 from triage.report import _md, render_comment, render_terminal, report_json, validate_report, visible
 
 REPO = "octo/demo"

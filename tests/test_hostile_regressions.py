@@ -30,8 +30,8 @@ from tests.github_server import FakeGitHub
 from triage import __version__
 from triage.classify import classify
 from triage.extract import extract_issue_body
+from triage.github import body_sha256
 from triage.model import Issue, Report, Repro
-from triage.publish import body_sha256
 from triage.report import MARKER, report_json, validate_report
 
 CONTROL_FD = """

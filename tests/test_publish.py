@@ -13,8 +13,8 @@ from tests.github_server import Failure, FakeGitHub, rate_limited
 from triage import __version__
 from triage.classify import classify
 from triage.extract import extract_issue_body
+from triage.github import GitHubOptions, GitHubUnreachable, PublishError, body_sha256, connect, post_report
 from triage.model import Issue, Report, Repro
-from triage.publish import GitHubOptions, GitHubUnreachable, PublishError, body_sha256, connect, post_report
 from triage.report import COMMENT_LIMIT, MARKER, report_json, validate_report
 
 REPO, NUMBER = "octo/demo", 7

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import ISSUES, SEEDS, run_as_nobody
 from tests.github_server import Failure, FakeGitHub
-from triage.publish import GitHubOptions
+from triage.github import GitHubOptions
 from triage.sweep import sources
 from triage.sweep.sources import MAX_SCRIPT_BYTES, items_from
 
@@ -331,7 +331,7 @@ def test_server_search_links_pages_as_github_does(github):
 
 
 def test_server_search_serves_pygithubs_own_pagination(github):
-    from triage.publish import connect
+    from triage.github import connect
 
     for number in range(1, 76):
         github.add_issue(REPO, number, "body", state="closed" if number % 2 else "open")

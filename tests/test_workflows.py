@@ -121,7 +121,7 @@ RUN_WORKFLOWS = [ROOT / ".github" / "workflows" / "triage-run.yml", ROOT / "exam
 def test_the_run_is_titled_by_its_issue_number_alone(path):
     """triage-post takes the issue it may answer from this title, so nothing the reporter
     writes (the issue's title or body) may reach it."""
-    from triage.publish import issue_from_run_title
+    from triage.github import issue_from_run_title
 
     run_name = _load(path)["run-name"]
     assert run_name == "triage #${{ github.event.issue.number }}"

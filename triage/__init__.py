@@ -16,7 +16,7 @@ in the order pipeline.py runs them:
     5   classify.py   Comparison + Ablations -> Verdict: the ladder (policy.py holds the note)
     5b  audit.py      Verdict -> Verdict: checked against the raw evidence (inconclusive)
     6   report.py     Report -> comment.md, report.json, the terminal view
-    7   publish.py    GitHub: read an issue, upsert the bot's comment
+    7   github.py     GitHub: read an issue, upsert the bot's comment
 
 pipeline.py runs the stages (settings.py holds every option once; reporter.py tells a
 watcher how far it got); cli.py, the Action and sweep/ are shells around it.

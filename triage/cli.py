@@ -149,7 +149,7 @@ def _github_options(f: Any) -> Any:
 
 def _github(api_url: str, bot_login: str | None, allowed_labels: str | None, trigger_label: str | None,
             err: Any) -> Any:
-    from triage.publish import GitHubOptions
+    from triage.github import GitHubOptions
     from triage.sandbox import take_secret
 
     options = GitHubOptions(api_url=api_url, token=take_secret("GITHUB_TOKEN") or _SECRETS.get("GITHUB_TOKEN"),
@@ -503,7 +503,7 @@ def _post_swept(results: list[Any], github: Any, err: Any) -> tuple[int, bool]:
     them failed because GitHub could not be reached."""
     from github import GithubException
 
-    from triage.publish import GitHubUnreachable, PublishError, connect, post_report
+    from triage.github import GitHubUnreachable, PublishError, connect, post_report
     from triage.report import validate_report, visible
 
     gh, unposted, unreachable = connect(github), 0, False
@@ -600,7 +600,7 @@ def post_command(report_path: str, repo: str | None, expect_issue: int | None, r
     4 not posted (said why), 6 GitHub could not be reached."""
     from rich.console import Console
 
-    from triage.publish import is_repo_name, issue_from_run_title, load_report
+    from triage.github import is_repo_name, issue_from_run_title, load_report
     from triage.report import visible
 
     if not repo or not is_repo_name(repo):
@@ -654,7 +654,7 @@ def _take_token_file(github: Any, token_file: str | None) -> None:
 def _post(data: dict[str, Any], github: Any, err: Any) -> None:
     from github import GithubException
 
-    from triage.publish import GitHubUnreachable, PublishError, connect, post_report
+    from triage.github import GitHubUnreachable, PublishError, connect, post_report
     from triage.report import visible
 
     try:
@@ -691,7 +691,7 @@ def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
     import json
 
     from triage.extract import extract_issue_body
-    from triage.publish import connect, issue_from_api, issue_from_event, parse_issue_ref
+    from triage.github import connect, issue_from_api, issue_from_event, parse_issue_ref
 
     if (ref is None) == (event_path is None):
         raise click.UsageError("give exactly one of OWNER/REPO#N and --event PATH")
@@ -707,7 +707,7 @@ def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
         raise click.UsageError(str(e)) from None
     from github import GithubException
 
-    from triage.publish import GitHubUnreachable, PublishError
+    from triage.github import GitHubUnreachable, PublishError
 
     try:
         return issue_from_api(connect(github), repo, number, github, extract_issue_body)
@@ -805,9 +805,10 @@ def _preload_rendering() -> None:
 
 
 def _preload_posting() -> None:
-    import github  # noqa: F401 - PyGithub and its dependencies, imported while no arm has run
+    """PyGithub and its dependencies, and triage's GitHub stage, imported while no arm has run."""
+    import github  # noqa: F401
 
-    from triage import publish  # noqa: F401
+    import triage.github  # noqa: F401
 
 
 def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path: str,

@@ -65,8 +65,8 @@ def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, task: ItemTa
 def issue_of(item: SweepItem) -> Any:  # noqa: ANN401 - triage.model.Issue
     """The issue item as the pipeline's `Issue`, its repro extracted from the body."""
     from triage.extract import extract_issue_body
+    from triage.github import body_sha256
     from triage.model import Issue
-    from triage.publish import body_sha256
 
     info = item.issue or {}
     repo, _, number = item.key.rpartition("#")

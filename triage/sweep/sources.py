@@ -20,7 +20,7 @@ Each SOURCE is read as the first of these that fits:
   the query says is:/type:), at most ``limit`` of them per query, each from its search result
   without reading the issue again. GitHub's search serves only the first 1000 results of a query.
 
-Every GitHub call goes through `publish.with_retries`, so 5xx answers and rate limits are
+Every GitHub call goes through `github.with_retries`, so 5xx answers and rate limits are
 waited out as publishing waits them out. A source that fails, or an item in it that is refused,
 gives one line in `SourceItems.problems` (a reason, never a traceback) and the sweep goes on
 with the rest. Items are deduplicated by key, the first one kept.
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from triage.publish import GitHubOptions, GitHubUnreachable, PublishError, connect, parse_issue_ref, with_retries
+from triage.github import GitHubOptions, GitHubUnreachable, PublishError, connect, parse_issue_ref, with_retries
 from triage.report import visible
 from triage.sweep.model import SweepItem
 
