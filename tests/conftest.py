@@ -230,3 +230,25 @@ def nobody_python() -> Iterator[NobodyPython]:
         yield built
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def simulated_spread(fn, *inputs, samples=29):
+    """Record `fn` eagerly and simulate its rounding: (arm value, RoundingSpread, Simulation)."""
+    import torch
+
+    from triage.judge import RoundingSpread
+    from triage.worker.opgraph import OpRecorder
+    from triage.worker.reference import replay_fp64
+    from triage.worker.rounding import SimulationOptions, simulate_rounding
+
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = fn(*inputs)
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=samples),
+                            {node.name: out.dtype})
+    spread = sim.spreads[node.name]
+    assert spread.status == "judged", spread.reason
+    return out, RoundingSpread.of_simulation(spread, reference.numpy(), str(out.dtype).replace("torch.", "")), sim

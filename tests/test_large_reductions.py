@@ -6,30 +6,18 @@ terms included, and an error in a large sum must still be found."""
 import numpy as np
 import pytest
 import torch
+from conftest import simulated_spread
 
-from triage.judge import RoundingSpread, judge_value
+from triage.judge import judge_value
 from triage.worker import rounding
-from triage.worker.opgraph import OpRecorder
-from triage.worker.reference import replay_fp64
-from triage.worker.rounding import SimulationOptions, simulate_rounding
 
 TERMS = 1 << 17  # above ANALYTIC_TERMS: drawn whole
 
 
 def simulated(fn, *inputs, samples=59):
     """Record fn eagerly, simulate its rounding: (arm value, RoundingSpread, reductions drawn whole)."""
-    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
-    with recorder:
-        out = fn(*inputs)
-    recording = recorder.finish()
-    node = recorder.lookup(out)
-    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
-    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=samples),
-                            {node.name: out.dtype})
-    spread = sim.spreads[node.name]
-    assert spread.status == "judged", spread.reason
-    return out, RoundingSpread.of_simulation(spread, reference.numpy(), str(out.dtype).replace("torch.", "")), \
-        sim.drawn_whole
+    out, spread, sim = simulated_spread(fn, *inputs, samples=samples)
+    return out, spread, sim.drawn_whole
 
 
 def replayed_in_full(monkeypatch, fn, *inputs):

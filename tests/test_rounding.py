@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import simulated_spread
 
 from triage.judge import RoundingSpread, judge_value
 from triage.worker.opgraph import OpRecorder
@@ -15,17 +16,7 @@ from triage.worker.rounding import SimulationOptions, round_to, simulate_roundin
 
 def spread_of(fn, *inputs, samples=29):
     """Record fn eagerly, simulate its rounding; (arm value, RoundingSpread)."""
-    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
-    with recorder:
-        out = fn(*inputs)
-    recording = recorder.finish()
-    node = recorder.lookup(out)
-    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
-    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=samples),
-                            {node.name: out.dtype})
-    spread = sim.spreads[node.name]
-    assert spread.status == "judged", spread.reason
-    return out, RoundingSpread.of_simulation(spread, reference.numpy(), str(out.dtype).replace("torch.", ""))
+    return simulated_spread(fn, *inputs, samples=samples)[:2]
 
 
 def judge(value, spread):

@@ -264,7 +264,7 @@ def _solve(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[
     out_shape = batch + tuple(x.shape[-2:])
     x, scale = x.reshape(out_shape), scale.reshape(batch + (1, x.shape[-1]))
     if vector:
-        x, scale = x.squeeze(-1), scale.squeeze(-1).squeeze(-1).unsqueeze(-1)
+        x, scale = x.squeeze(-1), scale.squeeze(-1)
     kappa = max(e[2] for e in exact)
     return [Answer("solve", "rational arithmetic", 0, x, scale, n * kappa, _magnitudes(wide, rhs, scale))]
 
@@ -384,7 +384,6 @@ def _evaluate(mp: Any, f: Any, v: float) -> tuple[float, float]:
 
 
 COVERED_OPS = frozenset(_SOLVERS) | frozenset(_FUNCTIONS)
-LINALG_COVERED = frozenset(_SOLVERS)
 
 
 class Budget:

@@ -141,7 +141,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         emit({"phase": "reference-start", "nodes": len(by_name)})
         singular = {c["node"]: c.get("exact_rank") for c in recording.conditioning if c.get("exact_singular")}
         replay = replay_fp64(recording.graph, wanted, job["reference_budget_s"], singular)
-        _note_checks(recording, replay.checked)
+        _note_checks(recording, by_name, replay.checked)
         reference.update(
             status="partial" if (replay.incomplete or replay.failed or recording.stopped) else "complete",
             seconds=round(replay.seconds, 3),
@@ -231,26 +231,25 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     return result
 
 
-def _note_checks(recording: Any, checked: dict[str, Any]) -> None:
+def _note_checks(recording: Any, by_name: dict[str, Any], checked: dict[str, Any]) -> None:
     """The float64 replay's checks against independent answers, in the conditioning notes: a
     linalg call's note gains them; a special function whose float64 kernel strayed from its
     mpmath answer gets a note of its own (only then: agreement is the rule there)."""
     from triage.worker.independent import note_fields
 
     notes = {c["node"]: c for c in recording.conditioning}
-    nodes = {n.name: n for n in recording.graph.nodes}
     for name, check in checked.items():
         if name in notes:
             notes[name].update(note_fields(check, "float64"))
-        elif check.disagrees and name in nodes:
-            node = nodes[name]
+        elif check.disagrees and name in by_name:
+            node = by_name[name]
             recording.conditioning.append(dict(
                 note_fields(check, "float64"), op=check.answer.op, node=name, line=node.meta.get("line"),
                 kind="float64-reference-inaccurate", shape=list(check.answer.value.shape),
                 dtype="float64", singular=False, ill_conditioned=False,
                 figure=(f"the float64 replay's `{check.answer.op}` gives {check.got:.17g} where {check.answer.method} "
                         f"gives {check.exact:.17g}: {check.error:.2g} of max(|f|, |x·f′|) off, where a correct "
-                        f"float64 library stays within {check.bound:.2g}. Its formula cancels there, so the "
+                        f"float64 library stays within {check.bound:.2g}. Its formula loses digits there, so the "
                         "reference continues from the independent value")))
 
 
