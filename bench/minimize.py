@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TRIAGE_TEST_ARMS", "1")
 
-from triage.arms import parse_arms  # noqa: E402
+from triage.arms.run import run_arms  # noqa: E402
+from triage.arms.spec import parse_arms  # noqa: E402
 from triage.compare import compare  # noqa: E402
 from triage.extract import extract_repro  # noqa: E402
 from triage.minimize import minimize_divergence  # noqa: E402
 from triage.numerics.errors import divergence_kind  # noqa: E402
-from triage.run import run_arms  # noqa: E402
 from triage.settings import MinimizeSettings, RunSettings  # noqa: E402
 
 PLANTED = '''import torch
@@ -73,7 +73,7 @@ def run_triage(name: str, script: Path, arms_text: str) -> tuple[dict, object, o
 
 
 def _ops(run) -> list[str]:  # noqa: ANN001
-    from triage.graph import OpGraph
+    from triage.arms.graph import OpGraph
 
     return OpGraph(run.graph_dir).ops
 
@@ -82,7 +82,7 @@ def run_fx_minifier(runs, comparison, arms_text: str) -> dict:  # noqa: ANN001
     import torch
     from torch._functorch.fx_minifier import minifier
 
-    from triage.graph import OpGraph
+    from triage.arms.graph import OpGraph
     from triage.worker.fingerprint import dtype_name, to_numpy
     from triage.worker.graphio import LoadedGraph
     from triage.worker.opgraph import Fault

@@ -53,7 +53,7 @@ from typing import NoReturn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from triage.arms import calls_compile  # noqa: E402
+from triage.arms.spec import calls_compile  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 TRIAGE_RUN = [sys.executable, "-m", "triage", "run"]

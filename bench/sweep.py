@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from triage.arms import default_arms  # noqa: E402
+from triage.arms.spec import default_arms  # noqa: E402
 from triage.sweep.model import ItemResult  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from triage.report import render_comment
+from triage.report.comment import render_comment
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FIXTURE = ROOT / "fixtures" / "compile_acosh.py"

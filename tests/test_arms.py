@@ -1,6 +1,6 @@
 import pytest
 
-from triage.arms import ArmSpecError, default_arms, parse_arms
+from triage.arms.spec import ArmSpecError, default_arms, parse_arms
 
 
 def test_parses_devices_modes_backends_and_knobs():
@@ -31,7 +31,7 @@ def test_fault_arms_need_the_test_switch(monkeypatch):
 
 
 def test_default_arms_follow_what_the_script_compares(monkeypatch):
-    monkeypatch.setattr("triage.arms.cuda_present", lambda: False)
+    monkeypatch.setattr("triage.arms.spec.cuda_present", lambda: False)
     arms, notes = default_arms("import torch\nprint(torch.ones(3).sum())\n")
     assert [a.spec for a in arms] == ["cpu"] and not any("CUDA" in n for n in notes)
     compiled = "import torch\nf = torch.compile(lambda x: x + 1, backend=my_backend)\n"
@@ -41,7 +41,7 @@ def test_default_arms_follow_what_the_script_compares(monkeypatch):
     assert [a.spec for a in arms] == ["cpu", "cpu/compile"]
     arms, notes = default_arms("import torch\nx = torch.ones(3).cuda()\n")
     assert [a.spec for a in arms] == ["cpu"] and "no CUDA device" in notes[0] and "--arms cpu,cuda" in notes[0]
-    monkeypatch.setattr("triage.arms.cuda_present", lambda: True)
+    monkeypatch.setattr("triage.arms.spec.cuda_present", lambda: True)
     assert [a.spec for a in default_arms("x = 1\n")[0]] == ["cpu", "cuda"]
     arms, _ = default_arms("import torch\nm = torch.compile(model).cuda()\n")
     assert [a.spec for a in arms] == ["cuda", "cuda/compile"]

@@ -5,7 +5,7 @@ from test_ladder import REPRO, arm, obs
 
 from triage import audit
 from triage.audit import Evidence
-from triage.classify import classify
+from triage.classify.ladder import classify
 from triage.compare import compare
 from triage.model import Judgement, Verdict
 

@@ -276,10 +276,11 @@ def test_in_a_terminal_code_and_urls_are_never_broken(tmp_path):
 
     from rich.console import Console
 
-    from triage.report import render_terminal
+    from triage.report.data import report_json
+    from triage.report.terminal import render_terminal
 
     out = io.StringIO()
-    render_terminal(_long_lines_report(tmp_path / "repro.py"), Console(file=out, width=80, force_terminal=True))
+    render_terminal(report_json(_long_lines_report(tmp_path / "repro.py")), Console(file=out, width=80, force_terminal=True))
     lines = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue()).splitlines()
     assert LONG_CODE_LINE in lines and f"policy: Batched computations {LONG_URL}" in lines
     # Prose is still wrapped to the terminal's width.

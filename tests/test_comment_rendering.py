@@ -36,7 +36,9 @@ from triage.model import (
     Side,
     Verdict,
 )
-from triage.report import _CODE_SPAN, COLUMN, MARKER, ZWSP, render_comment, report_json, validate_report
+from triage.report.comment import MARKER, render_comment
+from triage.report.data import report_json, validate_report
+from triage.report.markdown import CODE_SPAN, COLUMN, ZWSP
 
 ROOT = Path(__file__).resolve().parent.parent
 # GitHub reads a comment as CommonMark with raw HTML (then sanitized), GFM tables and
@@ -499,7 +501,7 @@ def _shown(text: str, root: Element, opening: str, closing: str) -> str:
 def _as_read(text: str, code_spans: bool) -> str:
     """`text` as it should show: one line, and in prose its `code spans` as their code."""
     if code_spans:
-        text = _CODE_SPAN.sub(lambda m: m.group(2).strip() or m.group(2), " ".join(text.split("\n")))
+        text = CODE_SPAN.sub(lambda m: m.group(2).strip() or m.group(2), " ".join(text.split("\n")))
     return re.sub(r"\s+", " ", text).strip()
 
 

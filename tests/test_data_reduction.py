@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from triage.graph import OpGraph
+from triage.arms.graph import OpGraph
 from triage.minimize import data
 from triage.minimize.problem import ReductionProblem, judge
 from triage.model import DivergenceKind

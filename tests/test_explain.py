@@ -5,7 +5,7 @@ import torch
 
 from tests.conftest import FIXTURES, ISSUES, SEEDS, emulated_casts_round_as_eager
 from triage.ablate import SWITCHES, _with
-from triage.arms import parse_arm
+from triage.arms.spec import parse_arm
 from triage.worker.conditioning import sensitivity_of
 
 

@@ -292,7 +292,7 @@ def test_a_forked_arm_past_its_timeout_is_killed_with_everything_it_started(tmp_
 @pytest.fixture(scope="module")
 def zygote(tmp_path_factory):
     """One real fork server for the module (eager imports only), with what it was given."""
-    from triage.run import arm_environment
+    from triage.arms.run import arm_environment
 
     compiled = str(tmp_path_factory.mktemp("fork-server-cache"))
     env = arm_environment(compiled)
@@ -397,7 +397,7 @@ def test_refuses_a_job_that_reads_a_path_the_zygote_cannot_see(zygote, tmp_path,
 def _compile_server(tmp_path):
     """A fork server that will load inductor, and a job's jail and environment beside it:
     (server, jail, env, isolation)."""
-    from triage.run import arm_environment
+    from triage.arms.run import arm_environment
 
     compiled = str(tmp_path / "cache")
     os.makedirs(compiled)
@@ -441,9 +441,9 @@ def test_a_job_cancelled_while_it_waits_for_its_imports_ends_unforked(tmp_path, 
 def test_a_running_forked_job_past_its_timeout_is_killed(zygote, tmp_path, namespace_sandbox):
     """`run_arm` within the fork server: the arm is forked, runs, is killed at its deadline,
     and neither the worker nor what it started remains."""
-    from triage.arms import parse_arm
+    from triage.arms.run import run_arm
+    from triage.arms.spec import parse_arm
     from triage.extract import extract_repro
-    from triage.run import run_arm
     from triage.settings import RunSettings
 
     name = "tfs" + uuid.uuid4().hex[:12]

@@ -6,7 +6,7 @@ import itertools
 import pytest
 from test_ladder import LEAF, arm, obs
 
-from triage.arms import TEST_ARMS_ENV, parse_arm
+from triage.arms.spec import TEST_ARMS_ENV, parse_arm
 from triage.compare import compare
 from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Side, to_jsonable
 from triage.sweep.buckets import _parts, explains

@@ -255,13 +255,13 @@ def test_case_007_008_the_parent_is_out_of_reach():
 def test_case_015_016_installed_triage_and_checkout_are_read_only(user, user_python):
     """S2: the repro edits triage's installed code (imported later while the token is held),
     or, with an editable install, the checkout and its git hooks."""
-    import triage.classify
+    import triage
     import triage.templates
 
     # The triage that runs: this checkout's, or for another user the copy its interpreter imports.
     package, templates = ((user_python.triage, user_python.triage / "templates") if user_python else
-                          (Path(triage.classify.__file__).parent, Path(triage.templates.__file__).parent))
-    targets = [str(package / "classify.py"), str(templates / "__init__.py"), str(package),
+                          (Path(triage.__file__).parent, Path(triage.templates.__file__).parent))
+    targets = [str(package / "classify" / "ladder.py"), str(templates / "__init__.py"), str(package),
                str(ROOT / ".git" / "hooks"), str(ROOT / "pyproject.toml")]
     script = f"""
     import os, torch

@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_triage
-from triage.arms import parse_arm
+from triage.arms.run import _arm_run, run_arm
+from triage.arms.spec import parse_arm
 from triage.model import Repro
-from triage.run import _arm_run, run_arm
 from triage.sandbox import caches, cgroups, confine, isolation
 from triage.sandbox.jail import host_directory
 from triage.sandbox.process import MAX_DISK_ENTRIES, ProcessOutcome, disk_usage_and_entries

@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.test_hostile_regressions import triage_run
 from triage import extract
-from triage.arms import ArmSpecError, parse_arm, torch_release
+from triage.arms.spec import ArmSpecError, parse_arm, torch_release
 from triage.extract import MAX_SOURCE_BYTES, ScriptUnreadable, extract_issue_body, extract_repro, read_script
 from triage.sandbox import torch_envs
 from triage.sandbox.torch_envs import TorchEnvError
@@ -230,7 +230,7 @@ session.write_result(session.run_job(job, lambda message: None), Path(job["resul
 def run_worker(tmp_path: Path, source: str) -> dict:
     """The worker's own run_job on `source` (in a subprocess, without the sandbox), and its
     result.json as the parent reads it: `read_result` raises where the parent would crash the arm."""
-    from triage.arm_output import read_result
+    from triage.arms.output import read_result
 
     script = tmp_path / "script.py"
     script.write_text(source)

@@ -2,7 +2,7 @@
 
 The script runs in the worker's interpreter, so result.json, values.npz, the op graph, the
 control messages and anything in the arm's (or the warm worker's) directory are the script's
-to forge.  Fast tests inject forged outputs at the boundary — `triage.run.run_isolated` is
+to forge.  Fast tests inject forged outputs at the boundary — `triage.arms.run.run_isolated` is
 replaced by a stand-in that writes them into the arm's `out/` and returns the messages — and
 run the real CLI in-process; every outcome must be a report that validates, exit status 0 or
 3, bounded memory and time, and no temp directory left.  Tests named `test_case_NNN_…` are the
@@ -34,10 +34,10 @@ from conftest import FIXTURES, run_triage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triage.arm_output import reply_problem
+from triage.arms.graph import OpGraph
+from triage.arms.output import reply_problem
 from triage.cli import main
-from triage.graph import OpGraph
-from triage.report import validate_report
+from triage.report.data import validate_report
 from triage.sandbox import ProcessOutcome
 from triage.untrusted import UntrustedOutput, load_npz, read_json, remove_tree
 from triage.worker.wire import WireError, receive, send
@@ -165,7 +165,7 @@ def arms_write(monkeypatch, tmp_path):
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     monkeypatch.setenv("TRIAGE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("triage.run.collect_environment", lambda *a, **k: ("PyTorch version: test", None))
+    monkeypatch.setattr("triage.arms.run.collect_environment", lambda *a, **k: ("PyTorch version: test", None))
     launched: list[str] = []
 
     def install(per_spec: dict[str, tuple]) -> list[str]:
@@ -177,7 +177,7 @@ def arms_write(monkeypatch, tmp_path):
             write_files(job_file.parent, files)
             return outcome(messages, exit_code, signal)
 
-        monkeypatch.setattr("triage.run.run_isolated", fake_run_isolated)
+        monkeypatch.setattr("triage.arms.run.run_isolated", fake_run_isolated)
         return launched
 
     install.leftovers = lambda: sorted(p.name for p in temp.iterdir())
@@ -500,7 +500,7 @@ def test_case_117_r10_the_arm_folder_goes_when_triage_itself_fails(tmp_path, arm
     def broken(*_: Any) -> None:
         raise RuntimeError("a bug in triage's own reading")
 
-    monkeypatch.setattr("triage.run._arm_run", broken)
+    monkeypatch.setattr("triage.arms.run._arm_run", broken)
     with pytest.raises(RuntimeError, match="a bug in triage"):
         run_cli(tmp_path)
     assert arms_write.leftovers() == []
@@ -510,7 +510,7 @@ def test_case_117_r10_a_failing_arm_takes_no_other_arms_graph_folder_with_it(tmp
     result, values = valid_output()
     arms_write({"cpu": (arm_files(result, values, {"graph/graph.json": json.dumps(graph_doc())}), FINISHED, 0, None),
                 "cpu/threads=1": ({}, FINISHED, 0, None)})
-    real = __import__("triage.run", fromlist=["_arm_run"])._arm_run
+    real = __import__("triage.arms.run", fromlist=["_arm_run"])._arm_run
 
     def broken_on_threads(arm: Any, *rest: Any) -> Any:
         if arm.spec == "cpu/threads=1":
@@ -518,7 +518,7 @@ def test_case_117_r10_a_failing_arm_takes_no_other_arms_graph_folder_with_it(tmp
             raise RuntimeError("a bug in triage's own reading")
         return real(arm, *rest)
 
-    monkeypatch.setattr("triage.run._arm_run", broken_on_threads)
+    monkeypatch.setattr("triage.arms.run._arm_run", broken_on_threads)
     with pytest.raises(RuntimeError):
         run_cli(tmp_path, "cpu,cpu/threads=1")
     assert arms_write.leftovers() == []

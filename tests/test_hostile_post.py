@@ -17,11 +17,14 @@ from click.testing import CliRunner
 from tests.conftest import FIXTURES, ROOT
 from tests.github_server import FakeGitHub
 from triage import __version__, cli
-from triage.classify import classify
+from triage.classify.ladder import classify
 from triage.extract import extract_issue_body
 from triage.github import body_sha256, issue_from_event, issue_from_run_title
 from triage.model import ArmRun, Comparison, Divergence, Issue, LocalizedOp, Report, Repro, Side, Verdict
-from triage.report import _md, render_comment, render_terminal, report_json, validate_report, visible
+from triage.report.comment import render_comment
+from triage.report.data import report_json, validate_report
+from triage.report.markdown import md, visible
+from triage.report.terminal import render_terminal
 
 REPO = "octo/demo"
 BODY_11 = "### 🐛 Describe the bug\n\n```python\nimport torch\nprint(torch.ones(3))\n```\n"
@@ -359,7 +362,7 @@ def test_case_071_terminal_view_of_an_infinite_local_error(capsys):
                      local={"kind": "mismatch", "max_ulps": float("inf"), "max_abs": float("nan")})
     report = Report(repro=repro, arms_requested=["cpu"], comparison=None, verdict=verdict, triage_version="t",
                     seconds=1.0, localization=[op])
-    render_terminal(report, Console(width=200))
+    render_terminal(report_json(report), Console(width=200))
     assert "mismatch: inf ulp, abs nan" in capsys.readouterr().out
 
 
@@ -412,8 +415,8 @@ def _hostile_report():
 
 def test_case_111_r9_a_megabyte_of_whitespace_renders_in_linear_time():
     start = time.monotonic()
-    _md("\t" * 20_000 + "x")
-    _md(" \n" * 10_000 + "x")
+    md("\t" * 20_000 + "x")
+    md(" \n" * 10_000 + "x")
     assert time.monotonic() - start < 0.5
     data = _hostile_report()
     start = time.monotonic()
@@ -430,7 +433,7 @@ def test_case_111_r9_a_megabyte_of_whitespace_renders_in_linear_time():
 ])
 def test_r9_prose_regexes_stay_linear_on_hostile_text(text):
     start = time.monotonic()
-    _md(text)
+    md(text)
     assert time.monotonic() - start < 1.0
 
 

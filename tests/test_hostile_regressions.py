@@ -28,11 +28,12 @@ import pytest
 from tests.conftest import ROOT
 from tests.github_server import FakeGitHub
 from triage import __version__
-from triage.classify import classify
+from triage.classify.ladder import classify
 from triage.extract import extract_issue_body
 from triage.github import body_sha256
 from triage.model import Issue, Report, Repro
-from triage.report import MARKER, report_json, validate_report
+from triage.report.comment import MARKER
+from triage.report.data import report_json, validate_report
 
 CONTROL_FD = """
 def control_fd():   # the control pipe: named in /proc/self/environ of a spawned worker; in a

@@ -88,7 +88,7 @@ def test_a_decision_at_the_monte_carlo_floor_gets_more_samples():
 
 
 def test_equality_checks_are_read_off_the_failing_line():
-    from triage.classify import equality_checks
+    from triage.classify.facts import equality_checks
 
     source = "import torch\nx = 1\nassert x.item() == 1.0, 'no'\nassert -2 != y.sum().item()\nassert a == b\n"
     assert equality_checks(source, 3) == [("x.item()", 1.0, True)]

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from triage.arm_output import RESULT
+from triage.arms.output import RESULT
 from triage.model import ArmRun
 from triage.pipeline import _knob_call_notes
 

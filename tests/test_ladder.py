@@ -3,7 +3,7 @@ import hashlib
 
 import numpy as np
 
-from triage.classify import classify
+from triage.classify.ladder import classify
 from triage.compare import compare
 from triage.model import ArmRun, Observable, Repro
 

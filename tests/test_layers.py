@@ -146,7 +146,7 @@ def test_no_module_imports_itself_through_others():
 # The stages in the order their imports may run (triage/__init__.py's map): a stage may import
 # an earlier one, never a later one. The judge is the service compare, the reported arm and
 # classify call; the audit is the check classify runs on its own verdict.
-STAGES = ["triage.extract", "triage.run", "triage.graph", "triage.judge", "triage.compare", "triage.reported",
+STAGES = ["triage.extract", "triage.arms", "triage.judge", "triage.compare", "triage.reported",
           "triage.ablate", "triage.minimize", "triage.audit", "triage.classify", "triage.report", "triage.github"]
 # Siblings that run side by side: neither imports the other.
 SIBLINGS = [("triage.ablate", "triage.minimize")]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES
 
-from triage.graph import OpGraph
+from triage.arms.graph import OpGraph
 from triage.minimize import passes
 from triage.model import DivergenceKind
 from triage.numerics.errors import divergence_kind
@@ -182,10 +182,10 @@ def test_no_minimize_flag_and_single_arm(triage):
 
 @pytest.mark.slow
 def test_lost_worker_is_restarted(tmp_path):
-    from triage.arms import parse_arms
+    from triage.arms.run import run_arms
+    from triage.arms.spec import parse_arms
     from triage.extract import extract_repro
     from triage.minimize.warm import ArmWorker
-    from triage.run import run_arms
     from triage.settings import RunSettings
 
     arm = parse_arms("cpu")[0]
@@ -213,7 +213,7 @@ def test_lost_worker_is_restarted(tmp_path):
 def test_the_run_has_one_compile_cache_its_verification_uses(tmp_path, monkeypatch):
     """The minimal script's verification compiles into the triage run's cache (warm from the
     arms), not one of its own: it is triage's script, run for this run only."""
-    from triage.arms import parse_arms
+    from triage.arms.spec import parse_arms
     from triage.minimize import standalone
     from triage.settings import RunSettings
 

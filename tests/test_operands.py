@@ -4,7 +4,7 @@ op graphs part (triage/paths.py), and the script's backend cut out of its source
 import json
 import textwrap
 
-from triage.graph import OpGraph
+from triage.arms.graph import OpGraph
 from triage.minimize.backend_source import backend_definitions
 from triage.operands import operand_names, readback_name
 from triage.paths import part_ways

@@ -11,11 +11,12 @@ import pytest
 from tests.conftest import FIXTURES, ROOT
 from tests.github_server import Failure, FakeGitHub, rate_limited
 from triage import __version__
-from triage.classify import classify
+from triage.classify.ladder import classify
 from triage.extract import extract_issue_body
 from triage.github import GitHubOptions, GitHubUnreachable, PublishError, body_sha256, connect, post_report
 from triage.model import Issue, Report, Repro
-from triage.report import COMMENT_LIMIT, MARKER, report_json, validate_report
+from triage.report.comment import COMMENT_LIMIT, MARKER
+from triage.report.data import report_json, validate_report
 
 REPO, NUMBER = "octo/demo", 7
 BODY = (FIXTURES / "issues" / "logdet_form.md").read_text()

@@ -6,30 +6,24 @@ from pathlib import Path
 import jsonschema
 
 from triage import __version__, policy
-from triage.classify import classify
+from triage.classify.ladder import classify
 from triage.judge.describe import strip
 from triage.model import Ablation, ArmRun, Comparison, Divergence, Judgement, Observable, Report, Repro, Side, Verdict
-from triage.report import (
-    COMMENT_LIMIT,
-    MARKER,
-    OTHER_JUDGEMENTS,
-    _md,
-    comment_digest,
-    render_comment,
-    render_terminal,
-    report_json,
-    validate_report,
-)
+from triage.report.comment import COMMENT_LIMIT, MARKER, comment_digest, render_comment
+from triage.report.data import report_json, validate_report
+from triage.report.markdown import md
+from triage.report.terminal import render_terminal
+from triage.report.views import OTHER_JUDGEMENTS
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "templates" / "report.schema.json").read_text())
 
 
 def test_prose_escaping_keeps_code_spans_and_stops_mentions_links_and_html():
-    out = _md("see `a <b> @c` and @d #12 [x](http://e) <img src=y> *em* | pipe")
+    out = md("see `a <b> @c` and @d #12 [x](http://e) <img src=y> *em* | pipe")
     assert "<code>a &lt;b&gt; @\u200bc</code>" in out
     assert "@\u200bd" in out and "#\u200b12" in out and "\\[x\\](http:\u200b//e)" in out
     assert "&lt;img src=y&gt;" in out and "\\*em\\*" in out and "\\|" in out
-    assert "\n" not in _md("two\nlines")
+    assert "\n" not in md("two\nlines")
 
 
 def test_digest_ignores_timings_but_not_outcomes():
@@ -207,6 +201,6 @@ def test_terminal_shows_the_judgement_table_and_strips():
     from rich.console import Console
 
     console = Console(record=True, width=200)
-    render_terminal(_judged_report([_judgement("cpu", 0)]), console)
+    render_terminal(report_json(_judged_report([_judgement("cpu", 0)])), console)
     out = console.export_text()
     assert "rounding judgement" in out and _judgement("cpu", 0).strip in out and "<script>" in out

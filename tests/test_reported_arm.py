@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from tests.conftest import FIXTURES, ROOT, SEEDS, run_triage
-from triage.arms import cuda_present
-from triage.report import validate_report
+from triage.arms.spec import cuda_present
+from triage.report.data import validate_report
 
 # Under pytest-xdist (--dist loadgroup): the five shared runs (a module fixture) are made once, on
 # one worker.

@@ -1,9 +1,9 @@
-"""The ladder with a reported arm (triage/classify.py `_with_reported`): what the posted values,
+"""The ladder with a reported arm (triage/classify/ladder.py `_with_reported`): what the posted values,
 judged, do to the verdict of the runs here. No arm runs here."""
 import pytest
 
 from triage import policy
-from triage.classify import _with_reported
+from triage.classify.ladder import _with_reported
 from triage.model import Judgement, ReportedArm, ReportedValue, Verdict
 
 HERE_SINGULAR = Verdict(kind="expected-ill-conditioned", expected=True, policy_section=policy.LINALG.title,

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import triage.pipeline
 from triage import cli
-from triage.arms import parse_arms
+from triage.arms.spec import parse_arms
 from triage.model import Report, Repro, Verdict
 from triage.settings import RunSettings
 
@@ -74,22 +74,22 @@ def test_the_arguments_note_is_cut_to_a_notes_size():
 
 
 def test_every_arms_job_carries_the_arguments(tmp_path, monkeypatch):
-    import triage.run
+    import triage.arms.run
 
     jobs = []
 
     def launched(argv, **kw):
         jobs.append(json.loads(Path(argv[-1]).read_text()))
-        return triage.run.ProcessOutcome(exit_code=1, signal=None, timed_out=False, memory_exceeded=False,
+        return triage.arms.run.ProcessOutcome(exit_code=1, signal=None, timed_out=False, memory_exceeded=False,
                                          elapsed_s=0.0, stdout="", stderr="", output_dropped=0, messages=[],
                                          peak_rss_bytes=0)
 
-    monkeypatch.setattr(triage.run, "run_isolated", launched)
+    monkeypatch.setattr(triage.arms.run, "run_isolated", launched)
     repro = Repro(path=str(tmp_path / "s.py"), name="s.py", source="x = 1\n")
     options = RunSettings(cache_dir=str(tmp_path / "cache"), isolation="process", script_args=("--n", "7", "a b"))
     cpu = parse_arms("cpu")[0]
-    triage.run.run_arm(repro, cpu, options, 1 << 30)
-    triage.run.run_arm(repro, cpu, RunSettings(cache_dir=str(tmp_path / "cache"), isolation="process"), 1 << 30)
+    triage.arms.run.run_arm(repro, cpu, options, 1 << 30)
+    triage.arms.run.run_arm(repro, cpu, RunSettings(cache_dir=str(tmp_path / "cache"), isolation="process"), 1 << 30)
     assert [job["script_args"] for job in jobs] == [["--n", "7", "a b"], []]
 
 

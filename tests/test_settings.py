@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import triage.pipeline
 from triage import cli
-from triage.arms import parse_arms
+from triage.arms.spec import parse_arms
 from triage.model import DivergenceKind, Repro
 from triage.settings import AblationSettings, MinimizeSettings, RunSettings, Settings
 

@@ -18,7 +18,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from triage.arms import ArmSpecError
+from triage.arms.spec import ArmSpecError
 from triage.sweep.engine import EngineOptions, ItemWork, resources_for, run_items
 from triage.sweep.model import ItemResult, SweepItem
 

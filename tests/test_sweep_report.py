@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from triage.report import SUMMARY_LIMIT_BYTES, ZWSP
+from triage.report.comment import SUMMARY_LIMIT_BYTES
+from triage.report.markdown import ZWSP
 from triage.sweep.buckets import DivergenceSignature, bucket, signature
 from triage.sweep.model import ItemResult
 from triage.sweep.report import build_report, render_html, render_markdown

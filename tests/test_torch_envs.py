@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, run_triage, sweep_environment
-from triage.arms import ArmSpecError, parse_arm, parse_arms
+from triage.arms.run import worker_python
+from triage.arms.spec import ArmSpecError, parse_arm, parse_arms
 from triage.minimize.standalone import script_style
 from triage.model import ArmSpec
-from triage.report import validate_report
-from triage.run import worker_python
+from triage.report.data import validate_report
 from triage.sandbox import isolation, torch_envs
 from triage.sandbox.torch_envs import TorchEnvError, release_version
 from triage.sandbox.zygote import CONFINABLE_MACHINES, ZYGOTE_MODULE
@@ -105,7 +105,7 @@ def test_release_pairs_are_their_own_kind():
 
 def test_the_verdict_names_each_arms_release_where_they_differ():
     """The summary says which release each arm ran (from its own collect_env), where they differ."""
-    from triage.classify import _releases_sentence
+    from triage.classify.wording import releases_sentence
     from triage.model import ArmRun, Comparison
 
     def run(spec, version):
@@ -117,9 +117,9 @@ def test_the_verdict_names_each_arms_release_where_they_differ():
                           divergence=None, divergences=0, claims=[], conditioning=[])
 
     two = comparison(run("cpu/compile", "2.13.0+cpu"), run("cpu/compile@2.15.0", "2.15.0+cu132"))
-    assert _releases_sentence(two) == " Torch releases: `cpu/compile` ran 2.13.0+cpu, `cpu/compile@2.15.0` ran 2.15.0+cu132."
+    assert releases_sentence(two) == " Torch releases: `cpu/compile` ran 2.13.0+cpu, `cpu/compile@2.15.0` ran 2.15.0+cu132."
     one = comparison(run("cpu/compile", "2.13.0+cpu"), run("cpu/compile@2.13.0", "2.13.0+cpu"))
-    assert _releases_sentence(one) == ""
+    assert releases_sentence(one) == ""
 
 
 def test_a_minimal_script_for_two_releases_is_plain():

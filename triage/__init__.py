@@ -5,17 +5,20 @@ Pipeline (a module or package per stage, plain data objects from model.py betwee
 in the order pipeline.py runs them:
 
     1   extract.py    script file or issue body -> Repro
-    2   run.py        Repro x arms -> ArmRun per arm: a fresh worker (worker/) in the jail
-                      (sandbox/), its output checked before it is believed (arm_output.py)
+    2   arms/         Repro x arms -> ArmRun per arm: spec.py (what an arm is), run.py (a fresh
+                      worker, worker/, in the jail, sandbox/), output.py (its result checked
+                      before it is believed), graph.py (its recorded op graph, read as untrusted)
     2b  reported/     what the reporter's machine printed -> ReportedArm, judged on this one
     3   compare.py    ArmRuns -> Comparison: alignment, errors vs float64 (numerics/), the
                       script's own names (operands.py) and where two paths part (paths.py)
     3b  judge/        each side against the simulated rounding of its own computation
     4a  ablate.py     Comparison -> Ablations: the arms re-run with one switch changed
     4b  minimize/     Comparison -> a minimal op set and a verified standalone script
-    5   classify.py   Comparison + Ablations -> Verdict: the ladder (policy.py holds the note)
+    5   classify/     Comparison + Ablations -> Verdict: ladder.py decides the rung, wording.py
+                      writes it (policy.py holds the note)
     5b  audit.py      Verdict -> Verdict: checked against the raw evidence (inconclusive)
-    6   report.py     Report -> comment.md, report.json, the terminal view
+    6   report/       Report -> report.json (data.py), comment.md (comment.py) and the terminal
+                      view (terminal.py), both read from report data through markdown.py
     7   github.py     GitHub: read an issue, upsert the bot's comment
 
 pipeline.py runs the stages (settings.py holds every option once; reporter.py tells a

@@ -3,7 +3,7 @@
 Maintainers close most "CPU ≠ GPU" reports by naming a setting — TF32, reduced-precision
 reductions, the thread count, mkldnn, inductor's RNG — and the way to *show* it is to flip
 that one setting and watch the sides agree. For a divergence this stage re-runs the arms
-involved with one switch changed at a time (an arm knob, see `arms.py`), keeping everything
+involved with one switch changed at a time (an arm knob, see `arms/spec.py`), keeping everything
 else, and compares the same observables again. Only switches that apply to an arm are
 tried (TF32 on CUDA arms, `fallback_random` on compile arms, …); each result names the
 accuracy-note section and the exact line a user sets. `classify` rests
@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 
 from triage import policy
+from triage.arms.run import run_arms
 from triage.compare import pair_divergence, side_of
 from triage.model import AGREEING_OUTCOMES, Ablation, ArmRun, ArmSpec, Comparison, Divergence, Repro, find_side
 from triage.reporter import QUIET, Reporter
-from triage.run import run_arms
 from triage.settings import AblationSettings, RunSettings
 
 LOW_PRECISION = ("float16", "bfloat16")
@@ -164,7 +164,7 @@ def _elementwise(d: Divergence, involved: list[ArmRun]) -> bool:
     """The diverging value is computed without accumulation, on every arm that recorded its
     op graph (at least one): no reduction or contraction whose order the thread count sets,
     so `threads=1` cannot turn a non-finite value of a finite computation into rounding."""
-    from triage.graph import OpGraph
+    from triage.arms.graph import OpGraph
     from triage.untrusted import UntrustedOutput
 
     sides = {s.arm: s for s in (d.a, d.b) if s is not None}

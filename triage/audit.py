@@ -1,6 +1,6 @@
 """Stage 5b: the evidence audit — a verdict never contradicts its own evidence.
 
-The ladder (classify.py) picks the first rung that holds; each rung reads part of the
+The ladder (classify/ladder.py) picks the first rung that holds; each rung reads part of the
 evidence.  Before a verdict is shown, it is checked against the raw evidence the rungs did
 not read: what the arms printed, the script's own checks, the figures its sentences rest on.
 Each invariant is one function of (verdict, comparison) returning the conflicts it finds, in

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import click
 
-from triage.arms import ArmSpecError, default_arms, parse_arms, torch_release
+from triage.arms.spec import ArmSpecError, default_arms, parse_arms, torch_release
 from triage.reporter import QUIET, Reporter
 from triage.settings import AblationSettings, MinimizeSettings, RunSettings, Settings
 
@@ -281,7 +281,7 @@ def extract_command(source: str | None, event_path: str | None, out_dir: str, ap
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "extraction.json"), "w", encoding="utf-8") as f:
         json.dump(to_jsonable(found), f, indent=1)
-    from triage.report import visible
+    from triage.report.markdown import visible
 
     console = Console(soft_wrap=True)
     if found.script is not None:
@@ -469,7 +469,7 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     finally:
         if progress:
             progress.stop()
-    from triage.report import visible
+    from triage.report.markdown import visible
 
     for problem in outcome.problems:
         err.print(f"skipped: {visible(problem)}", markup=False, highlight=False)
@@ -504,7 +504,8 @@ def _post_swept(results: list[Any], github: Any, err: Any) -> tuple[int, bool]:
     from github import GithubException
 
     from triage.github import GitHubUnreachable, PublishError, connect, post_report
-    from triage.report import validate_report, visible
+    from triage.report.data import validate_report
+    from triage.report.markdown import visible
 
     gh, unposted, unreachable = connect(github), 0, False
     for result in results:
@@ -601,7 +602,7 @@ def post_command(report_path: str, repo: str | None, expect_issue: int | None, r
     from rich.console import Console
 
     from triage.github import is_repo_name, issue_from_run_title, load_report
-    from triage.report import visible
+    from triage.report.markdown import visible
 
     if not repo or not is_repo_name(repo):
         raise click.UsageError("--repo OWNER/REPO (or GITHUB_REPOSITORY) is required: the repository the report "
@@ -655,7 +656,7 @@ def _post(data: dict[str, Any], github: Any, err: Any) -> None:
     from github import GithubException
 
     from triage.github import GitHubUnreachable, PublishError, connect, post_report
-    from triage.report import visible
+    from triage.report.markdown import visible
 
     try:
         result = post_report(connect(github), data, github)
@@ -679,7 +680,7 @@ def _post(data: dict[str, Any], github: Any, err: Any) -> None:
 
 def _not_posted(why: str, err: Any, status: int = EXIT_NOT_POSTED) -> NoReturn:
     """Say why nothing was posted (terminal and job summary) and exit with `status`."""
-    from triage.report import visible
+    from triage.report.markdown import visible
 
     err.print(f"not posted: {visible(why)}", markup=False, highlight=False)
     _write_step_summary(None, f"triage: not posted: {visible(why)}")
@@ -798,10 +799,12 @@ def _isolation(requested: str) -> Any:
 def _preload_rendering() -> None:
     """Import and read, before any arm runs, all the code and templates used after the arms:
     nothing triage executes after a repro ran is loaded from where a repro could have written."""
-    from triage import report
+    import triage.report.terminal  # noqa: F401
+    from triage.report.comment import template_environment
+    from triage.report.data import load_schema
 
-    report.load_schema()
-    report._environment()
+    load_schema()
+    template_environment()
 
 
 def _preload_posting() -> None:
@@ -817,7 +820,9 @@ def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path:
     paths that could not be written (each said on stderr; every other output is still written)."""
     from rich.console import Console
 
-    from triage.report import render_comment, render_terminal, report_json, write_json
+    from triage.report.comment import render_comment
+    from triage.report.data import report_json, write_json
+    from triage.report.terminal import render_terminal
     from triage.untrusted import UntrustedOutput, remove_tree
 
     data = report_json(report)
@@ -847,7 +852,7 @@ def _finish(report: Any, json_path: str | None, comment_path: str, minimal_path:
         attempt(comment_path, lambda: _write_text(comment_path, render_comment(data, full_report=full_report)))
     if not quiet:
         console = _console()
-        render_terminal(report, console)
+        render_terminal(data, console)
         if written:
             console.print("wrote " + ", ".join(written), markup=False, highlight=False)
     return data, unwritten
@@ -905,7 +910,7 @@ def _write_step_summary(data: dict[str, Any] | None, line: str | None = None) ->
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
-    from triage.report import SUMMARY_LIMIT_BYTES, render_comment
+    from triage.report.comment import SUMMARY_LIMIT_BYTES, render_comment
 
     text = render_comment(data, SUMMARY_LIMIT_BYTES, size=lambda t: len(t.encode("utf-8"))) if data else f"{line}\n"
     with open(path, "a", encoding="utf-8") as f:
@@ -953,7 +958,7 @@ class _SweepProgress:
             self.bar.start()
 
     def update(self, event: str, work: Any, result: Any) -> None:
-        from triage.report import visible
+        from triage.report.markdown import visible
 
         with self.lock:
             if event == "planned":

@@ -125,7 +125,7 @@ def _paths(runs: list[ArmRun], d: Divergence) -> dict[str, Any] | None:
     nodes = [o.node for _, o in found]
     if None in nodes:
         return None
-    from triage.graph import OpGraph
+    from triage.arms.graph import OpGraph
     from triage.paths import part_ways
     from triage.untrusted import UntrustedOutput
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from triage import policy
 from triage.model import Issue, IssueRepro
-from triage.report import COMMENT_LIMIT, MARKER, render_comment
+from triage.report.comment import COMMENT_LIMIT, MARKER, render_comment
 
 ACTIONS_BOT = "github-actions[bot]"  # the author of comments made with an Action's GITHUB_TOKEN
 DEFAULT_API_URL = "https://api.github.com"
@@ -144,7 +144,7 @@ def load_report(path: str) -> tuple[dict[str, Any], list[str]]:
     file comes from a job that ran untrusted code, so nothing in it is believed before this."""
     import json
 
-    from triage.report import validate_report
+    from triage.report.data import validate_report
 
     try:
         size = os.path.getsize(path)

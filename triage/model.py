@@ -71,7 +71,7 @@ class ArmSpec:
     def read(cls, text: str) -> ArmSpec:
         """`text` as `spec` writes it, read back without checking anything: a spec a report or a
         hand-built run holds need not be one this machine accepts (the fault knob is refused
-        outside triage's tests). What a user types goes through `triage.arms.parse_arm`, which
+        outside triage's tests). What a user types goes through `triage.arms.spec.parse_arm`, which
         checks every part and normalises it."""
         text, at, release = text.partition("@")
         device, *parts = text.split("/")
@@ -159,7 +159,7 @@ class ArmRun:
     torch_import_s: float | None = None
     graph_dir: str | None = field(default=None, metadata={"json": False})  # exported op graph
     # The arm as parsed (`spec` is its text, which report.json keeps): ablations and the
-    # minimizer derive their variants from it without parsing the text again. run.py gives
+    # minimizer derive their variants from it without parsing the text again. arms/run.py gives
     # it; a run built from its spec alone (the tests' hand-made runs) reads it back from `spec`.
     arm: ArmSpec = field(default=None, metadata={"json": False})  # type: ignore[assignment]
 

@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any
 
-from triage.graph import OpGraph
+from triage.arms.graph import OpGraph
 
 MAX_LISTED = 6
 # Normalization kernels that divide the variance by n (biased), where `x.var()`/`x.std()`

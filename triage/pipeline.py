@@ -8,8 +8,10 @@ import time
 
 from triage import __version__
 from triage.ablate import ablate
-from triage.arms import calls_compile, cuda_present, mentions_cuda
-from triage.classify import classify, torch_of
+from triage.arms.run import forking_workers, run_arms
+from triage.arms.spec import calls_compile, cuda_present, mentions_cuda
+from triage.classify.facts import torch_of
+from triage.classify.ladder import classify
 from triage.compare import compare, name_from_source
 from triage.extract import extract_repro
 from triage.minimize import MinimizeResult, minimize_divergence
@@ -27,7 +29,6 @@ from triage.model import (
 )
 from triage.reported import judge_reported, reporter_device
 from triage.reporter import QUIET, Reporter
-from triage.run import forking_workers, run_arms
 from triage.sandbox import isolation
 from triage.sandbox.caches import compile_cache, trim_compile_cache
 from triage.settings import AblationSettings, MinimizeSettings, RunSettings, Settings

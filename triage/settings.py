@@ -16,7 +16,7 @@ GiB = 1 << 30
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How each arm runs the script (`triage.run`)."""
+    """How each arm runs the script (`triage.arms.run`)."""
 
     timeout_s: float = 300.0
     memory_bytes: int | None = None  # per arm; None: a share of this machine's memory

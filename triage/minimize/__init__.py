@@ -10,7 +10,7 @@
 ``warm``        the parent's side of a warm arm worker
 ``standalone``  the minimal script written by arm A's worker and verified in fresh arms
 
-The recorded op graph it reduces is `triage.graph` (an arm's output, read as untrusted).
+The recorded op graph it reduces is `triage.arms.graph` (an arm's output, read as untrusted).
 """
 from triage.minimize.stage import MinimizeResult, minimize_divergence
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from triage.graph import OpGraph, Plan
+from triage.arms.graph import OpGraph, Plan
 from triage.minimize.warm import ArmWorker
 from triage.model import DivergenceKind
 from triage.numerics.errors import divergence_kind, ulp

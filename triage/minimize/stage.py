@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from triage import policy
-from triage.graph import OpGraph
+from triage.arms.graph import OpGraph
+from triage.arms.run import worker_python
 from triage.minimize import standalone
 from triage.minimize.backend_source import backend_definitions
 from triage.minimize.data import DataReduction, reduce_data
@@ -31,7 +32,6 @@ from triage.minimize.warm import ArmWorker, WorkerFailed
 from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
 from triage.numerics.errors import divergence_kind
 from triage.reporter import QUIET, Reporter
-from triage.run import worker_python
 from triage.settings import MinimizeSettings, RunSettings
 from triage.untrusted import UntrustedOutput, remove_tree
 

@@ -13,10 +13,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from triage.arms.run import run_arms
 from triage.extract import extract_repro
 from triage.model import ArmRun, ArmSpec, DivergenceKind
 from triage.numerics.errors import divergence_kind
-from triage.run import run_arms
 from triage.settings import RunSettings
 
 SCRIPT_NAME = "minimal.py"

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from triage.arm_output import reply_problem
+from triage.arms.output import reply_problem
 from triage.model import ArmSpec
 from triage.sandbox import Confinement, OutputCapture, SandboxedProcess, scrubbed_environment
 from triage.sandbox import isolation as isolation_of

@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from triage.arms import mentions_cuda
+from triage.arms.spec import mentions_cuda
 from triage.judge import RoundingSpread, judge_value
 from triage.judge.describe import spread_text
 from triage.model import ArmRun, Judgement, Observable, ReportedArm, ReportedValue

@@ -171,7 +171,7 @@ def _arm_kinds(report: dict[str, Any], divergence: dict[str, Any] | None) -> tup
 def _parts(spec: str) -> tuple[str, str | None, dict[str, str], str | None]:
     """(device without its index, compile backend — "inductor" where none is named — or None
     for eager, knobs, torch release or None) of an arm spec, read without checks
-    (`ArmSpec.read`): a report's spec need not parse with `triage.arms` on this machine (the
+    (`ArmSpec.read`): a report's spec need not parse with `triage.arms.spec` on this machine (the
     fault knob is refused outside triage's tests)."""
     arm = ArmSpec.read(spec)
     backend = (arm.backend or "inductor") if arm.mode == "compile" else None

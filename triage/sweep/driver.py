@@ -57,7 +57,7 @@ def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: A
               progress: Progress | None = None, log: Callable[[str], None] | None = None) -> SweepOutcome:
     """Resolve the sources, prepare each torch release's environment (`log` says when one is
     installed), run what the store does not hold yet, write the report."""
-    from triage.report import SUMMARY_LIMIT_BYTES
+    from triage.report.comment import SUMMARY_LIMIT_BYTES
     from triage.sandbox.torch_envs import running_env, torch_env
     from triage.sweep.engine import ItemWork, run_items
     from triage.sweep.report import build_report, render_html, render_markdown
@@ -111,7 +111,7 @@ def run_sweep(options: SweepOptions, engine: Any, github: Any = None,  # noqa: A
 def arms_for(item: SweepItem) -> tuple[str, ...]:
     """The arms `triage run` would pick for the item's script (for an issue, the script its
     body gives; none found: `cpu`, and the report says why it could not run)."""
-    from triage.arms import default_arms
+    from triage.arms.spec import default_arms
 
     source = item.text
     if item.kind == "issue":

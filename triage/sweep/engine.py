@@ -51,7 +51,7 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from triage.arms import parse_arm
+from triage.arms.spec import parse_arm
 from triage.sweep.model import ItemResult, SweepItem
 
 # How often the driver looks for newly started attempts (their budgets start then): the

@@ -33,9 +33,9 @@ def triage_item(item: SweepItem, arms: tuple[str, ...], build: str, task: ItemTa
     """The item's report on this node's torch, or on `task.torch`'s release from its
     environment (built on this node where it is missing), as an `ItemResult` (outcome
     ``triaged``)."""
-    from triage.arms import parse_arm
+    from triage.arms.spec import parse_arm
     from triage.pipeline import triage_issue, triage_script
-    from triage.report import report_json
+    from triage.report.data import report_json
     from triage.sandbox.torch_envs import interpreters_for
 
     run = task.settings.run

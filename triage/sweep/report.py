@@ -7,8 +7,8 @@ items that no longer reproduce with the evidence that says so, the duplicate buc
 near matches (triage/sweep/buckets.py), why items could not run, and the items triage failed on.
 
 Titles, summaries, evidence, keys and errors come from issues and scripts, so every one is
-hostile text. The markdown passes them through triage/report.py's escaping (`_md`, `_cell`,
-`_code`: entities, backslash escapes, defused @mentions, #refs and autolinks), and its items are
+hostile text. The markdown passes them through triage/report/markdown.py's escaping (`md`, `cell`,
+`code`: entities, backslash escapes, defused @mentions, #refs and autolinks), and its items are
 never links: a link to an issue from an issue is a cross-reference in that issue's timeline, and
 a sweep of a few hundred issues would post one in each. The HTML page escapes every value
 (jinja2's autoescape, after `visible` writes out control characters) and links each issue; its
@@ -31,19 +31,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from triage.classify import KINDS
-from triage.report import (
-    _CODE_SPAN,
-    COMMENT_LIMIT,
-    _breakable,
-    _cell,
-    _code,
-    _finalize,
-    _md,
-    _one_line,
-    cut_to_fit,
-    visible,
-)
+from triage.classify.ladder import KINDS
+from triage.report.comment import COMMENT_LIMIT, cut_to_fit
+from triage.report.markdown import CODE_SPAN, breakable, cell, code, finalize, md, one_line, visible
 from triage.sweep.buckets import UNBUCKETED_VERDICTS, DivergenceSignature, NearMatch, bucket
 from triage.sweep.model import ItemResult
 
@@ -252,7 +242,7 @@ def _build_changes(triaged: list[ItemResult], rows: dict[int, Row], build_rank: 
 # -- rendering ---------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=1)
 def _template_texts() -> dict[str, str]:
-    """The templates, read once (as triage/report.py reads the comment's)."""
+    """The templates, read once (as triage/report/comment.py reads the comment's)."""
     folder = importlib.resources.files("triage.templates")
     return {name: folder.joinpath(name).read_text(encoding="utf-8") for name in ("sweep.md.j2", "sweep.html.j2")}
 
@@ -287,15 +277,15 @@ _HELPERS = {"seconds_text": _seconds_text, "duration": _duration, "expected_text
 @functools.lru_cache(maxsize=1)
 def _markdown_environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.DictLoader(_template_texts()), autoescape=False, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined, finalize=_finalize)
-    env.filters.update(code=_code, cell=_cell, md=_md)
+                             undefined=jinja2.StrictUndefined, finalize=finalize)
+    env.filters.update(code=code, cell=cell, md=md)
     env.globals.update(_HELPERS)
     return env
 
 
 def render_markdown(report: SweepReport, limit: int = COMMENT_LIMIT, size: Callable[[str], int] = len) -> str:
     """The report as GitHub markdown that fits `limit` as `size` measures it: GitHub's 65,536
-    characters for an issue or comment (the default), or `triage.report.SUMMARY_LIMIT_BYTES`
+    characters for an issue or comment (the default), or `triage.report.comment.SUMMARY_LIMIT_BYTES`
     with `size=lambda t: len(t.encode())` for a job summary. Longer cells, evidence and tables
     are capped further until it fits; a report that still does not fit is cut at a line, with a
     line that says so."""
@@ -312,9 +302,9 @@ def render_markdown(report: SweepReport, limit: int = COMMENT_LIMIT, size: Calla
 
 def _html_prose(text: Any) -> Markup:
     """Report prose as HTML: one line, its `code spans` as <code>, everything escaped."""
-    text = _one_line(visible(str(text)))
+    text = one_line(visible(str(text)))
     out, pos = [], 0
-    for m in _CODE_SPAN.finditer(text):
+    for m in CODE_SPAN.finditer(text):
         out.append(escape(text[pos:m.start()]))
         out.append(Markup("<code>{}</code>").format(m.group(2).strip() or m.group(2)))
         pos = m.end()
@@ -325,7 +315,7 @@ def _html_prose(text: Any) -> Markup:
 def _html_breakable(text: Any) -> Markup:
     """A name without spaces (an item's key, arms, a torch build) escaped, with a line-break
     opportunity after each dot and slash of a long one, where it reads best broken."""
-    return Markup(_breakable(str(escape(_one_line(visible(str(text)))))))
+    return Markup(breakable(str(escape(one_line(visible(str(text)))))))
 
 
 def _html_finalize(value: Any) -> Any:

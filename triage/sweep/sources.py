@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triage.github import GitHubOptions, GitHubUnreachable, PublishError, connect, parse_issue_ref, with_retries
-from triage.report import visible
+from triage.report.markdown import visible
 from triage.sweep.model import SweepItem
 
 MAX_SCRIPT_BYTES = 1 << 20

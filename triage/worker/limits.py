@@ -1,5 +1,5 @@
 """Limits on what an arm's worker writes, shared by the worker (which keeps to them) and
-triage's own process (`triage.arm_output`, which refuses a result that breaks them).
+triage's own process (`triage.arms.output`, which refuses a result that breaks them).
 
 This module imports nothing: triage's process imports it without torch.
 """

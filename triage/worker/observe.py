@@ -84,7 +84,7 @@ CHECK_FOLDS = {
 }
 CHECK_CONVERSIONS = {torch.Tensor.__bool__, torch.Tensor.item}
 MAX_CHECKS_PER_VALUE = 8
-MAX_BUFFERS = 64  # result.json's limit on a module call's buffers (triage/arm_output.py)
+MAX_BUFFERS = 64  # result.json's limit on a module call's buffers (triage/arms/output.py)
 MAX_BUFFER_BYTES = 1 << 20
 
 
@@ -154,7 +154,7 @@ class ObservationStore:
             self.add(kind, label + suffix, t, line, module=module)
 
 
-MAX_LABEL = 300  # result.json's limit (triage/arm_output.py): a longer one would cost the arm
+MAX_LABEL = 300  # result.json's limit (triage/arms/output.py): a longer one would cost the arm
 
 
 def _fitted(label: str, note: str, limit: int = MAX_LABEL) -> str:

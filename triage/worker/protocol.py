@@ -1,17 +1,17 @@
 """The names both sides of the jail use for what crosses it, written once.
 
-The parent (run.py, arm_output.py, sandbox/zygote.py, judge/) and the worker import them from
+The parent (arms/run.py, arms/output.py, sandbox/zygote.py, judge/) and the worker import them from
 here instead of keeping copies in step by comments. Imported by the worker before torch and by
 the fork server before anything else, so it imports nothing at all.
 """
 from __future__ import annotations
 
 # The exit status of `python -m triage.worker` when run_job raised: its traceback went out as a
-# `worker-error` message, which run.py reads as triage's own failure, not the script's.
+# `worker-error` message, which arms/run.py reads as triage's own failure, not the script's.
 WORKER_ERROR_STATUS = 70
 
 # The side file a minimal script loads its larger inputs from (render.py writes it beside
-# minimal.py; a reporter's script that loads it has it staged beside it by run.py).
+# minimal.py; a reporter's script that loads it has it staged beside it by arms/run.py).
 INPUTS_FILE = "minimal_inputs.pt"
 
 # values.npz: one array per observable index i, named PREFIX + str(i): the observed value, its

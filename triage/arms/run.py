@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from triage.arm_output import read_result, read_values, streamed_observables, values_budget, worker_error_text
+from triage.arms.output import read_result, read_values, streamed_observables, values_budget, worker_error_text
 from triage.model import ArmRun, ArmSpec, Observable, Repro
 from triage.reporter import QUIET, Reporter
 from triage.sandbox import (

@@ -1,9 +1,12 @@
-"""Stage 5: the verdict ladder.  The first rung that holds wins; each verdict names the
-section of PyTorch's numerical accuracy note it rests on and suggests labels (never
-``high priority``, never a close)."""
+"""Stage 5, which rung holds: Comparison + Ablations (+ the reported arm) → Verdict.
+
+The first rung that holds wins; each verdict names the section of PyTorch's numerical accuracy
+note it rests on and suggests labels (never ``high priority``, never a close). A rung decides
+from the comparison's facts (`facts.py`) and has its sentences written by `wording.py`; the
+verdict is then audited against the raw evidence (triage/audit.py).
+"""
 from __future__ import annotations
 
-import ast
 import dataclasses
 import math
 from typing import Any
@@ -12,6 +15,39 @@ import numpy as np
 
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
+from triage.classify.facts import equality_checks, matrix_upstream, precision_of, singular_upstream, site_key, state_key
+from triage.classify.wording import (
+    CAUSES,
+    SETTING_NAMES,
+    agree_text,
+    cancellation_hint,
+    cancellation_site,
+    check_note,
+    code_at,
+    cond_text,
+    device_disagreement,
+    difference_shape,
+    difference_text,
+    digits_text,
+    evidence_lines,
+    hazards,
+    identical_copies,
+    ill_conditioning,
+    make_verdict,
+    ops_text,
+    pair_text,
+    parting_text,
+    posted_text,
+    printed_mix,
+    releases_sentence,
+    short_figure,
+    stopped_sentence,
+    unmeasured_lines,
+    unstable_lines,
+    where_text,
+    who_is_right,
+    wrong_kernel_text,
+)
 from triage.compare import side_of, summarize
 from triage.model import (
     AGREEING_OUTCOMES,
@@ -21,9 +57,7 @@ from triage.model import (
     Divergence,
     Observable,
     ReportedArm,
-    ReportedValue,
     Repro,
-    Side,
     Verdict,
     compared_runs,
 )
@@ -32,12 +66,6 @@ from triage.reported import reported_judgement, reported_lines
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
          "expected-rounding", "expected-precision-mode", "expected-ill-conditioned", "likely-bug", "inconclusive")
-
-
-def _verdict(kind: str, expected: bool | None, section: policy.Section, labels: list[str],
-             summary: str, evidence: list[str] | None = None) -> Verdict:
-    return Verdict(kind=kind, expected=expected, policy_section=section.title, policy_url=section.url,
-                   labels=[policy.LABELS[k] for k in labels], summary=summary, evidence=evidence or [])
 
 
 def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablation] | None = None,
@@ -49,65 +77,29 @@ def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablati
     ablations = ablations or []
     verdict = _ladder(repro, comparison, ablations, reported)
     upcast = [f"with `aten.{a.switch.partition('=')[2]}` alone computed in float64 on both arms the divergence "
-              f"disappears ({a.detail}): it starts in that op's {_precision_of(comparison)} arithmetic"
+              f"disappears ({a.detail}): it starts in that op's {precision_of(comparison)} arithmetic"
               for a in ablations if a.supports == "evidence" and a.outcome in AGREEING_OUTCOMES]
     verdict = dataclasses.replace(verdict, evidence=verdict.evidence + upcast,
-                                  summary=verdict.summary + _stopped_sentence(comparison)
-                                  + _releases_sentence(comparison))
+                                  summary=verdict.summary + stopped_sentence(comparison)
+                                  + releases_sentence(comparison))
     conflicts = audit(verdict, Evidence(comparison, replay)) if comparison is not None else []
     return inconclusive(verdict, conflicts) if conflicts else verdict
-
-
-def _stopped_sentence(comparison: Comparison | None) -> str:
-    """Where every arm raised after producing values, the verdict is on those values, and
-    says where the script stopped."""
-    runs = [r for r in (comparison.arms if comparison else []) if r.status != "unavailable"]
-    if not runs or any(r.completed for r in runs) or not all(r.raised_after_values for r in runs):
-        return ""
-    first = runs[0]
-    n = sum(1 for o in first.observables if o.kind != "final")
-    return (f" The script did not finish: {'every arm' if len(runs) > 1 else f'`{first.spec}`'} stopped with "
-            f"{first.failure}, after producing {n} value{'s' if n != 1 else ''}; those values are what is judged here.")
-
-
-def _releases_sentence(comparison: Comparison | None) -> str:
-    """Which torch each arm ran, where the arms ran different releases: said in the verdict's
-    summary, since what a release changed is the point of such a comparison."""
-    if comparison is None:
-        return ""
-    releases = {r.spec: torch_of(r) for r in comparison.arms}
-    if len(set(releases.values())) < 2:
-        return ""
-    return " Torch releases: " + ", ".join(f"`{spec}` ran {version}" for spec, version in releases.items()) + "."
-
-
-def torch_of(run: ArmRun) -> str:
-    """The torch version the arm's collect_env names, else its spec's release, else "this"."""
-    from triage.extract import parse_environment
-
-    found = parse_environment(run.environment).get("PyTorch version") if run.environment else None
-    return found or (run.spec.partition("@")[2] or "the running release")
-
-
-def _precision_of(comparison: Comparison | None) -> str:
-    d = comparison.divergence if comparison else None
-    return d.dtype if d else "working-precision"
 
 
 def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablation],
             reported: ReportedArm | None = None) -> Verdict:
     if repro.problem is not None or comparison is None:
-        return _verdict("could-not-run", None, policy.NONE, ["repro"],
+        return make_verdict("could-not-run", None, policy.NONE, ["repro"],
                         f"triage could not run the script: {repro.problem}.")
     runs = [r for r in comparison.arms if r.status != "unavailable"]
     if not runs:
         why = "; ".join(f"{r.spec}: {r.failure}" for r in comparison.arms)
-        return _verdict("could-not-run", None, policy.NONE, ["repro"], f"No arm could run on this machine ({why}).")
+        return make_verdict("could-not-run", None, policy.NONE, ["repro"], f"No arm could run on this machine ({why}).")
     missing = [r for r in comparison.arms if r.status == "unavailable"]
     partial = _ladder_of_runs(repro, comparison, ablations, runs)
     judged = _with_reported(partial, reported) if reported is not None else None
     if judged is not None:
-        return dataclasses.replace(judged, summary=judged.summary + _device_disagreement(reported))
+        return dataclasses.replace(judged, summary=judged.summary + device_disagreement(reported))
     verdict = _not_tested(missing, runs, partial) if missing else partial
     return dataclasses.replace(verdict, evidence=verdict.evidence + reported_lines(reported)) if reported else verdict
 
@@ -138,8 +130,8 @@ def _with_reported(here: Verdict, reported: ReportedArm) -> Verdict | None:
     if racy:
         v = racy[0]
         ops = ", ".join(f"`{op}`" for op in v.order_dependent)
-        return _verdict("nondeterministic", True, policy.GENERAL, ["reproducibility", "gpu_confirmation"],
-                        basis + f"{_posted(v)} is outside every rounding of this computation on their GPU as modelled "
+        return make_verdict("nondeterministic", True, policy.GENERAL, ["reproducibility", "gpu_confirmation"],
+                        basis + f"{posted_text(v)} is outside every rounding of this computation on their GPU as modelled "
                         f"here ({reported_judgement(v.judgement)}), and the computation goes through {ops}, whose CUDA "
                         "kernels add or write in an order the hardware picks (with repeated indices the result "
                         "changes from run to run): a testing-method problem, not a numerical one. To tell, run it "
@@ -149,8 +141,8 @@ def _with_reported(here: Verdict, reported: ReportedArm) -> Verdict | None:
         # inf/nan on their side only, where no rounding gives it: the ladder's non-finite rung, not expected.
         kind = "nonfinite-flip" if v.nonfinite_flip else "likely-bug"
         labels = (["nonfinite"] if v.nonfinite_flip else []) + ["silent", "review", "gpu_confirmation"]
-        return _verdict(kind, False, policy.NONE, labels,
-                        basis + f"{_posted(v)} is outside every rounding of this computation on their GPU as "
+        return make_verdict(kind, False, policy.NONE, labels,
+                        basis + f"{posted_text(v)} is outside every rounding of this computation on their GPU as "
                         f"modelled here ({reported_judgement(v.judgement)}). Unless their build or settings differ "
                         "from the script's, their GPU computed something else; confirm it there: "
                         "`triage run repro.py --arms cpu,cuda`.", evidence)
@@ -158,8 +150,8 @@ def _with_reported(here: Verdict, reported: ReportedArm) -> Verdict | None:
         v = outside[0]
         release = (f"their torch {reported.torch}, here {reported.here_torch or 'this release'}" if reported.torch
                    else "their collect_env is not in the report")
-        return _verdict("not-reproduced", None, policy.NONE, ["repro"],
-                        basis + f"{_posted(v)} is outside every rounding of this computation "
+        return make_verdict("not-reproduced", None, policy.NONE, ["repro"],
+                        basis + f"{posted_text(v)} is outside every rounding of this computation "
                         f"({reported_judgement(v.judgement)}), but the CPU here computes it inside its spread: the "
                         f"difference does not reproduce on this release and build ({release}); it was fixed since, "
                         "or comes from their build. " + here.summary, evidence)
@@ -169,7 +161,7 @@ def _with_reported(here: Verdict, reported: ReportedArm) -> Verdict | None:
         return dataclasses.replace(here, summary=basis + why + ". " + here.summary, evidence=evidence)
     v = differ[0]
     device = {"cuda": "GPU", "cpu": "CPU"}.get(v.device or reported.device, "machine")
-    inside = (f"{_posted(v)} is inside the rounding spread of this computation on their {device} as modelled here"
+    inside = (f"{posted_text(v)} is inside the rounding spread of this computation on their {device} as modelled here"
               f"{f' (and {len(differ) - 1} more)' if len(differ) > 1 else ''}. ")
     if any(x.nonfinite_flip for x in differ):
         # inf/nan on one machine only, and the posted value inside its spread: the ladder's
@@ -180,31 +172,14 @@ def _with_reported(here: Verdict, reported: ReportedArm) -> Verdict | None:
     if here.kind == "not-reproduced":
         wide = [x for x in differ if x.judgement.wide or x.judgement.computational_zero]
         if wide:
-            return _verdict("expected-ill-conditioned", True, policy.GENERAL, ["numerical"],
+            return make_verdict("expected-ill-conditioned", True, policy.GENERAL, ["numerical"],
                             basis + inside + f"The computation itself keeps few digits of {wide[0].label} "
                             f"({reported_judgement(wide[0].judgement)}): another device's rounding moves it that far.",
                             evidence)
-        return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+        return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
                         basis + inside + "It differs from the value printed here only as another device's rounding "
                         "of the same computation does, which the accuracy note does not guarantee bitwise.", evidence)
     return dataclasses.replace(here, summary=basis + inside + here.summary, evidence=evidence)
-
-
-def _device_disagreement(reported: ReportedArm) -> str:
-    """Where an arm of the reporter's device ran here too: the posted values it does not
-    reproduce (a bug fixed since, another build) — evidence in itself."""
-    differ = [v for v in reported.values if v.device_agrees is False]
-    if not differ:
-        return ""
-    v = differ[0]
-    return (f" The {reported.device} arm here prints `{v.device_here}` where they posted `{v.printed}`"
-            f"{f' (and {len(differ) - 1} more)' if len(differ) > 1 else ''}: a bug fixed since, or another build "
-            f"or device{f' (their torch {reported.torch})' if reported.torch else ''}.")
-
-
-def _posted(v: ReportedValue) -> str:
-    where = f" (line {v.line})" if v.line else ""
-    return f"{v.label or 'the value'}{where} = `{v.printed}` on their side (`{v.here}` here)"
 
 
 def _not_tested(missing: list[ArmRun], ran: list[ArmRun], partial: Verdict) -> Verdict:
@@ -212,7 +187,7 @@ def _not_tested(missing: list[ArmRun], ran: list[ArmRun], partial: Verdict) -> V
     is never a reproduction, a pass or a verdict on the numbers."""
     lines = [f"`{r.spec}`: {r.failure}" for r in missing]
     asked = ",".join(r.spec for r in ran + missing)
-    return _verdict("could-not-run", None, policy.NONE, ["repro"],
+    return make_verdict("could-not-run", None, policy.NONE, ["repro"],
                     f"Not tested here: the comparison asked for needs {', '.join(f'`{r.spec}`' for r in missing)}, "
                     f"which this machine cannot run ({'; '.join(lines)}). On a machine that has it, run "
                     f"`triage run repro.py --arms {asked}`. What did run: {', '.join(f'`{r.spec}`' for r in ran)} — "
@@ -266,17 +241,17 @@ def _by_float64(comparison: Comparison, d: Divergence, agree: list[Ablation]) ->
     if d.b is not None and d.within_tolerance:
         return _rounding(d)
     # Ill-conditioning explains more than "both arms are equally far from float64" does.
-    conditioned = _ill_conditioning(comparison, d)
+    conditioned = ill_conditioning(comparison, d)
     if d.b is not None and not conditioned and (d.fp64_rule or "").startswith("pass"):
         return _rounding(d)
     if conditioned:
-        note = _singular_upstream(comparison, d) or {}
+        note = singular_upstream(comparison, d) or {}
         matrix = "figure" not in note
         section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
-        return _verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
-                        f"{_where(d)} differs beyond tolerance, but it depends on {conditioned}. "
+        return make_verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
+                        f"{where_text(d)} differs beyond tolerance, but it depends on {conditioned}. "
                         "On such inputs results may vary between devices and backends.",
-                        _evidence(d) + ([_cond_text(note, full=True)] if note else []))
+                        evidence_lines(d) + ([cond_text(note, full=True)] if note else []))
     return _likely_bug(d)
 
 
@@ -295,30 +270,9 @@ def _wrong_kernel(c: Comparison, completed: list[ArmRun]) -> Verdict | None:
             both = [r.spec for r in completed if r is not run and any(
                 x.get("kernel_disagrees") is True and x.get("op") == note["op"] and x.get("line") == note.get("line")
                 for x in r.conditioning)]
-            return _verdict("likely-bug", False, policy.NONE, ["silent", "linalg", "review"],
-                            _wrong_kernel_text(run, o, note, both), [_cond_text(note, full=True)])
+            return make_verdict("likely-bug", False, policy.NONE, ["silent", "linalg", "review"],
+                            wrong_kernel_text(run, o, note, both), [cond_text(note, full=True)])
     return None
-
-
-def _wrong_kernel_text(run: ArmRun, o: Observable, note: dict[str, Any], also: list[str]) -> str:
-    shape = "×".join(map(str, note.get("shape") or []))
-    text = (f"`aten.{note['op']}` at line {note.get('line')} (`{run.spec}`, {shape} {note.get('dtype')}) returns "
-            f"{_num(note.get('kernel_value'))} where the exact answer on the very input it was given is "
-            f"{_num(note.get('kernel_exact'))} ({note.get('independent')}): off by {_num(note.get('kernel_error'), 2)} "
-            f"of the answer's scale, where a correct kernel at {note.get('dtype')} stays within "
-            f"{_num(note.get('kernel_bound'), 2)} ({policy.INDEPENDENT_SAFETY:g}× the backward-stable bound, conditioning "
-            f"included). {o.shown} (line {o.line}) depends on it and is far from the float64 value.")
-    if also:
-        text += f" {', '.join(f'`{a}`' for a in also)} returns the same wrong answer: the arms share the kernel."
-    if note.get("float64_disagrees") is True:
-        text += (" The float64 replay, which runs the same library, is off too "
-                 f"({_num(note.get('float64_error'), 2)} where float64 allows {_num(note.get('float64_bound'), 2)}): "
-                 "the reference continues from the exact answer.")
-    return text + " A kernel bug, shown by an independent computation, not rounding and not conditioning."
-
-
-def _num(x: Any, digits: int = 9) -> str:
-    return f"{x:.{digits}g}" if isinstance(x, (int, float)) else str(x)
 
 
 # -- the judged ladder: each side against its own simulated rounding -----------------------
@@ -329,7 +283,7 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     js = d.judgements
     outside = [j for j in js if j.zone == "outside"]
     # The judgements themselves are the report's rounding table; the evidence adds what they do not say.
-    evidence = _unstable_lines(js) + _unmeasured_lines(js) + _evidence(d, sides=False)
+    evidence = unstable_lines(js) + unmeasured_lines(js) + evidence_lines(d, sides=False)
     redrawn = _different_computations(c, d)
     if redrawn is not None:
         return redrawn
@@ -337,14 +291,14 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
         precision = [a for a in agree if a.supports == "expected-precision-mode"]
         if precision:
             verdict = _ablated(c, d, precision)
-            verdict.evidence = evidence + verdict.evidence[len(_evidence(d)):]
+            verdict.evidence = evidence + verdict.evidence[len(evidence_lines(d)):]
             return verdict
         return _outside(c, d, outside, evidence)
-    cancels = _cancellation_hint(c, d)
+    cancels = cancellation_hint(c, d)
     if d.nonfinite_mismatch > 0:
         return _nonfinite_inside(c, d, evidence)
     wide = [j for j in js if j.wide]
-    if not wide and _matrix_upstream(c, d):
+    if not wide and matrix_upstream(c, d):
         # An ill-conditioned matrix upstream (close eigenvalues, near-singular) whose figure
         # shows in some elements of the value, though not in a typical one: those elements
         # carry no digits to be rounding-accurate in. (A cancelling matmul element is not
@@ -354,21 +308,21 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
         return _ill_conditioned(c, d, wide, evidence, cancels)
     envelope = [j for j in js if j.zone == "envelope"]
     inside = " and ".join(f"`{j.arm}` {j.label}" if d.source == "claim" else f"`{j.arm}`" for j in js)
-    digits = _digits_text(js)
-    how = _difference_text(d)
+    digits = digits_text(js)
+    how = difference_text(d)
     if envelope:
         e = envelope[0]
-        summary = (f"{_where(d)} {how}. `{e.arm}` lies outside the unbiased rounding spread of its computation but "
+        summary = (f"{where_text(d)} {how}. `{e.arm}` lies outside the unbiased rounding spread of its computation but "
                    "inside the envelope of rounding every operation the same way (all up or all down): an "
                    "order-dependent, biased accumulation such as stagnation in a long running sum, which floating "
                    f"point allows. Accumulating in a wider type (or with a compensated sum) removes it.{digits}")
     else:
         both = "both" if len(js) == 2 else "its value is"
-        summary = (f"{_where(d)} {how}, and {both} inside {'their' if len(js) == 2 else 'its'} own rounding spread "
+        summary = (f"{where_text(d)} {how}, and {both} inside {'their' if len(js) == 2 else 'its'} own rounding spread "
                    f"({inside}): replaying the recorded computation with every operation rounded at the "
                    f"{'arms’' if len(js) == 2 and d.source == 'arms' else 'arm’s'} own precision gives differences this "
                    f"large. Ordinary floating-point rounding, which the accuracy note does not guarantee bitwise.{digits}")
-    return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"], summary, evidence)
+    return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"], summary, evidence)
 
 
 def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
@@ -412,8 +366,8 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     first = next((leaf for leaf in draws if leaf.get("op") == "randperm"), draws[0])
     how = (" — a `DataLoader(shuffle=True)` draws it for every pass over the data" if first.get("op") == "randperm"
            else "")
-    return _verdict("nondeterministic", True, policy.GENERAL, ["random"],
-                    f"{_where(d)}: the two sides are different computations, not one computed twice — even in "
+    return make_verdict("nondeterministic", True, policy.GENERAL, ["random"],
+                    f"{where_text(d)}: the two sides are different computations, not one computed twice — even in "
                     f"float64 they differ by {float(gap.max()):.3g}, far beyond both rounding spreads. Random "
                     f"numbers drawn anew for each side reach them through Python values: `aten.{first.get('op')}` at "
                     f"line {first.get('line')}{how}, drawn for the calls at lines "
@@ -436,59 +390,22 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
     gap = float(np.abs(a64 - b64).max())
     paths = d.paths or {}
     names = (d.a.label, d.b.label)
-    shape = _difference_shape(a64, b64, names)
+    shape = difference_shape(a64, b64, names)
     if paths.get("constant_a") or paths.get("constant_b"):
         computed, fixed = (d.b, d.a) if paths.get("constant_a") else (d.a, d.b)
-        return _verdict("inconclusive", None, policy.NONE, ["review"],
-                        f"{_where(d)}: {computed.label} differs from the value the script expects ({fixed.label}) "
+        return make_verdict("inconclusive", None, policy.NONE, ["review"],
+                        f"{where_text(d)}: {computed.label} differs from the value the script expects ({fixed.label}) "
                         f"by {gap:.3g}, and its float64 replay differs from it just as much{shape}: not rounding. "
                         "But the float64 reference runs the same kernels as the arm, so triage cannot tell whether "
                         "the kernel is wrong in every precision or the expected value is; a maintainer should "
                         "check the expected value.", [spreads])
-    return _verdict("likely-bug", False, policy.NONE, ["review"],
-                    f"{_where(d)}: the two sides compute different functions, not one quantity rounded twice — "
+    return make_verdict("likely-bug", False, policy.NONE, ["review"],
+                    f"{where_text(d)}: the two sides compute different functions, not one quantity rounded twice — "
                     f"replayed in float64 they still differ by up to {gap:.3g}{shape}, far beyond both rounding "
                     f"spreads. Rounding does not explain it: one of the two paths computes something else "
-                    f"(a different formula, a wrong constant or gradient, a custom kernel).{_parting_text(paths, names)}",
-                    [spreads] + [f"only in {name}: {_ops_text(paths[key], paths.get(key + '_count'))}"
+                    f"(a different formula, a wrong constant or gradient, a custom kernel).{parting_text(paths, names)}",
+                    [spreads] + [f"only in {name}: {ops_text(paths[key], paths.get(key + '_count'))}"
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
-
-
-def _difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> str:
-    """A constant factor or a constant offset between the float64 values, where there is one."""
-    if a.size >= 2:
-        nonzero = (np.abs(b) > 0) & (np.abs(a) > 0)
-        if nonzero.sum() >= 2:
-            ratio = a[nonzero] / b[nonzero]
-            mid = float(np.median(ratio))
-            if abs(mid - 1) > 1e-3 and np.all(np.abs(ratio - mid) <= 1e-3 * abs(mid)):
-                return (f", by a constant factor: {names[0]} = {mid:.6g} × {names[1]} in every element"
-                        if np.all(np.abs(ratio - mid) <= 1e-9 * abs(mid)) else
-                        f", by a nearly constant factor: {names[0]} ≈ {mid:.6g} × {names[1]} "
-                        f"({float(ratio.min()):.8g}–{float(ratio.max()):.8g})")
-        offset = a - b
-        mid = float(np.median(offset))
-        if mid != 0 and np.all(np.abs(offset - mid) <= 1e-6 * max(abs(mid), 1e-300)):
-            return f", by a constant offset: {names[0]} = {names[1]} + {mid:.6g} in every element"
-    return ""
-
-
-def _parting_text(paths: dict[str, Any], names: tuple[str, str]) -> str:
-    if not paths:
-        return ""
-    parts = []
-    for key, name in (("only_a", names[0]), ("only_b", names[1])):
-        if paths.get(key):
-            parts.append(f"{name} computes {_ops_text(paths[key], paths.get(key + '_count'), 3)}")
-    text = (" Where they part: " + "; ".join(parts) + ", with no counterpart on the other side.") if parts else ""
-    hints = paths.get("hints") or []
-    return text + "".join(f" {h}." for h in hints)
-
-
-def _ops_text(ops: list[dict[str, Any]] | None, count: int | None, limit: int = 6) -> str:
-    listed = ", ".join(f"`{o['op']}` (line {o['line']})" for o in (ops or [])[:limit])
-    more = (count or 0) - min(len(ops or []), limit)
-    return listed + (f" and {more} more" if more > 0 else "")
 
 
 def _arms_differ(run_a: ArmRun, run_b: ArmRun, d: Divergence, gap: float, spreads: str) -> Verdict:
@@ -500,10 +417,10 @@ def _arms_differ(run_a: ArmRun, run_b: ArmRun, d: Divergence, gap: float, spread
               "different formula." if None not in nodes and nodes[0] != nodes[1] else
               " Their recorded graphs have the same size, so an op computes a different formula on one arm "
               "(a kernel or dispatch difference), or the script feeds the arms different data.")
-    summary = (f"{_where(d)}: `{run_a.spec}` and `{run_b.spec}` ran different computations — each value is inside the "
+    summary = (f"{where_text(d)}: `{run_a.spec}` and `{run_b.spec}` ran different computations — each value is inside the "
                f"rounding spread of its own arm's computation, but replayed in float64 those computations differ by "
                f"{gap:.3g}, far beyond both spreads. Rounding does not explain it.{graphs}")
-    return _verdict("likely-bug", False, policy.NONE, ["silent", "review"], summary, [spreads])
+    return make_verdict("likely-bug", False, policy.NONE, ["silent", "review"], summary, [spreads])
 
 
 def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -> Verdict:
@@ -512,35 +429,35 @@ def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -
     contrast = f", while `{inside[0].arm}` {inside[0].label} is inside its own (p = {inside[0].p:.2f})" if inside else ""
     if j.nonfinite and j.nonfinite.startswith("outside"):
         what = j.nonfinite.removeprefix("outside: ")
-        summary = (f"{_where(d)}: `{j.arm}` {j.label} has {what}{contrast}. The recorded computation, rounded at "
+        summary = (f"{where_text(d)}: `{j.arm}` {j.label} has {what}{contrast}. The recorded computation, rounded at "
                    f"the arm's own precision with its range emulated, does not produce that. A different computation "
                    "(a kernel or compiler bug, a different formula that overflows or cancels) — not rounding, and not "
                    "an extremal input.")
-        return _verdict("nonfinite-flip", False, policy.NONE, ["nonfinite", "silent", "review"], summary,
-                        evidence + _hazards(c, d))
+        return make_verdict("nonfinite-flip", False, policy.NONE, ["nonfinite", "silent", "review"], summary,
+                        evidence + hazards(c, d))
     away = (f"{j.statistic:.3g}σ from the float64 value" if j.statistic is not None and j.statistic != float("inf")
             else "away from the float64 value where no simulated rounding moves it")
-    summary = (f"{_where(d)}: `{j.arm}` {j.label} lies outside its own rounding spread — {away}, where "
+    summary = (f"{where_text(d)}: `{j.arm}` {j.label} lies outside its own rounding spread — {away}, where "
                f"{j.samples} simulated roundings of the same computation at {j.dtype} reach at most "
                f"{(j.max_sample_stat or 0):.3g}σ (p = {j.p:.2f}){contrast}. The arm computes something other than "
                "the recorded formula at its precision (a kernel or compiler bug, a different formula, or a precision "
                "mode no ablation explains).")
     kind = "nonfinite-flip" if d.nonfinite_mismatch > 0 else "likely-bug"
     labels = ["nonfinite", "silent", "review"] if kind == "nonfinite-flip" else ["silent", "review"]
-    return _verdict(kind, False, policy.NONE, labels, summary, evidence + _hazards(c, d))
+    return make_verdict(kind, False, policy.NONE, labels, summary, evidence + hazards(c, d))
 
 
 def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verdict:
     """Inf/NaN on one side only, with both sides inside their spreads: rounding alone reaches
     the nonfinite value here (an exactly singular matrix, a value at the edge of the range)."""
-    who = _who_is_right(d, [], [])
+    who = who_is_right(d, [], [])
     exact = [s for s in (d.a, d.b) if s is not None and s.agrees_with_reference and s.nonfinite_vs_reference == 0]
-    note = _singular_upstream(c, d)
+    note = singular_upstream(c, d)
     if exact and any(s.summary != (exact[0].summary) for s in (d.a, d.b) if s is not None):
         who += f" `{exact[0].arm}` {exact[0].label} equals the exact answer ({exact[0].reference_summary})."
     if note and "figure" not in note:
         section, labels = policy.LINALG, ["nonfinite", "linalg"]
-        why = (f" The matrix fed to `{note['op']}` at line {note['line']} is singular ({_cond_text(note)}), so the "
+        why = (f" The matrix fed to `{note['op']}` at line {note['line']} is singular ({cond_text(note)}), so the "
                "exact answer is not finite and any finite value is rounding noise.")
     elif note:
         section = policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
@@ -553,16 +470,16 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
             why = (f" The float64 value ({over[0].reference_summary}) lies beyond the largest finite {over[0].dtype}, "
                    f"so `inf` is the correctly rounded {over[0].dtype} answer: range overflow.")
     both = "Both sides are" if d.b is not None else "The value is"
-    return _verdict("nonfinite-flip", True, section, labels,
+    return make_verdict("nonfinite-flip", True, section, labels,
                     f"{who}{why} {both} inside the rounding spread of their own computation: replaying it with every "
                     "operation rounded at the arm's precision (its range emulated) reaches the same non-finite "
                     "values, so this is where rounding and the dtype's range lead, not a bug.",
-                    evidence + ([_cond_text(note, full=True)] if note else []))
+                    evidence + ([cond_text(note, full=True)] if note else []))
 
 
 def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[str], hint: str) -> Verdict:
     j = wide[0]
-    note = _singular_upstream(c, d) or {}
+    note = singular_upstream(c, d) or {}
     matrix = bool(note) and "figure" not in note
     section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
     if j.computational_zero:
@@ -575,75 +492,14 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
         state = (f"{j.poorly_determined} of the {j.numel} elements of `{j.arm}` {j.label} keep almost none of "
                  f"{j.dtype}'s digits (the fewest: {j.fewest_digits or 0:.1f}), though a typical element keeps "
                  f"{j.digits or 0:.1f}")
-    behind = _ill_conditioning(c, d) or _cancellation_site(c, d)
+    behind = ill_conditioning(c, d) or cancellation_site(c, d)
     figure = f" The figure behind it: {behind}." if behind else ""
-    return _verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
-                    f"{_where(d)} {_difference_text(d)}, and {'every side is' if d.b is not None else 'it is'} "
+    return make_verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
+                    f"{where_text(d)} {difference_text(d)}, and {'every side is' if d.b is not None else 'it is'} "
                     "inside its own rounding spread, but "
                     f"{state}.{figure}{hint} On such a computation results may differ between devices, backends and "
                     "orders of evaluation; neither side is a bug.",
-                    evidence + ([_cond_text(note, full=True)] if note else []))
-
-
-def _cancellation_sites(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
-    """The additions/subtractions upstream of the sides that lose the most digits to
-    cancellation (found by the rounding simulation's unperturbed replay)."""
-    sites = []
-    for s in (d.a, d.b):
-        found = c.find(s)
-        sites += ((found[1].rounding or {}).get("cancellations") or []) if found else []
-    return sites
-
-
-def _cancellation_site(c: Comparison, d: Divergence) -> str | None:
-    sites = _cancellation_sites(c, d)
-    if not sites:
-        return None
-    top = sites[0]
-    lost = top["digits_lost"]
-    lost = "every digit" if lost in ("inf", float("inf")) else f"{float(lost):.1f} digits"
-    return f"`{top['op']}` at line {top['line']} cancels its operands, losing {lost}"
-
-
-def _cancellation_hint(c: Comparison, d: Divergence) -> str:
-    """A textbook rewrite for a cancelling formula the sides' graphs contain."""
-    texts = []
-    for site in _cancellation_sites(c, d):
-        if site.get("hint") and site["hint"] not in texts:
-            texts.append(site["hint"])
-    return (" " + " ".join(texts)) if texts else ""
-
-
-def _unstable_lines(js: list) -> list[str]:
-    return [f"decision unstable under rounding (`{j.arm}` {j.label}): {u}" for j in js for u in j.unstable][:4]
-
-
-def _unmeasured_lines(js: list) -> list[str]:
-    """The library ops whose kernel error no measurement covers: the spread used the
-    conservative bound for them, which a verdict resting on it must say."""
-    ops = sorted({op for j in js for op in j.unmeasured})
-    if not ops:
-        return []
-    shown = ", ".join(f"`{op}`" for op in ops[:6]) + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")
-    return [f"no measured kernel error for {shown} at this release, device and dtype: the simulation gave "
-            f"{'it' if len(ops) == 1 else 'them'} a conservative {policy.UNMEASURED_U:g} u bound (`triage calibrate` "
-            "measures the kernels of this machine)"]
-
-
-def _digits_text(js: list) -> str:
-    same_arm = len({j.arm for j in js}) < len(js)
-    parts = [f"{j.label if same_arm else '`' + j.arm + '`'} keeps {j.digits:.1f} significant digits at {j.dtype}"
-             for j in js if j.digits is not None and not j.computational_zero]
-    return (" (" + "; ".join(parts) + ")") if parts else ""
-
-
-def _difference_text(d: Divergence) -> str:
-    if d.b is None:
-        return f"is {d.a.summary} on `{d.a.arm}` where float64 gives {d.a.reference_summary or 'no value'}"
-    if d.max_abs_diff is None:
-        return f"differs between {_pair(d)}"
-    tol = f"within {d.dtype} tolerance" if d.within_tolerance else f"beyond {d.dtype} tolerance"
-    return f"differs between {_pair(d)} by {d.max_abs_diff:.3g} ({tol})"
+                    evidence + ([cond_text(note, full=True)] if note else []))
 
 
 # -- rungs --------------------------------------------------------------------------------
@@ -651,7 +507,7 @@ def _could_not_run(failed: list[ArmRun]) -> Verdict:
     kinds = {(r.status, (r.exception or {}).get("type")) for r in failed}
     same = "the same way" if len(kinds) == 1 else "(not all the same way)"
     lines = [f"`{r.spec}`: {r.failure}" for r in failed]
-    return _verdict("could-not-run", None, policy.NONE, ["repro"],
+    return make_verdict("could-not-run", None, policy.NONE, ["repro"],
                     f"Every arm failed {same} before the script produced a result to compare: {lines[0]}",
                     lines)
 
@@ -660,7 +516,7 @@ def _crash_one_arm(completed: list[ArmRun], failed: list[ArmRun]) -> Verdict:
     bad = failed[0]
     good = ", ".join(f"`{r.spec}`" for r in completed)
     labels = ["review"] + (["compile"] if bad.mode == "compile" else [])
-    return _verdict("crash-one-arm", False, policy.NONE, labels,
+    return make_verdict("crash-one-arm", False, policy.NONE, labels,
                     f"`{bad.spec}` fails ({bad.failure}) while {good} runs the same program to the end. "
                     "The accuracy note allows different numbers, not a failure on one configuration.",
                     [f"`{r.spec}`: {r.failure}" for r in failed])
@@ -683,28 +539,19 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
                      "for each side")
             fix = ("create modules and random inputs once, outside the compared computation, under "
                    "torch.manual_seed(…), and call model.eval() before comparing")
-        return _verdict("nondeterministic", True, policy.GENERAL, ["random"],
-                        f"The two sides of {_where(d)} start from different values: {cause}. "
+        return make_verdict("nondeterministic", True, policy.GENERAL, ["random"],
+                        f"The two sides of {where_text(d)} start from different values: {cause}. "
                         f"This is a testing-method problem, not a numerical one. Fix: {fix}.",
-                        _evidence(d) + [f"differing leaf: {leaf['kind']} `{leaf['op'] or 'data'}` line {leaf['line']}, shape {leaf['shape']}"])
+                        evidence_lines(d) + [f"differing leaf: {leaf['kind']} `{leaf['op'] or 'data'}` line {leaf['line']}, shape {leaf['shape']}"])
     compile_runs = [r for r in c.arms if r.mode == "compile" and r.compiled_random_ops]
     if d.source == "arms" and compile_runs:
         ops = ", ".join(sorted(set(compile_runs[0].compiled_random_ops)))
-        return _verdict("nondeterministic", True, policy.GENERAL, ["random", "compile"],
-                        f"{_where(d)} differs between eager and compiled runs, and the compiled region draws "
+        return make_verdict("nondeterministic", True, policy.GENERAL, ["random", "compile"],
+                        f"{where_text(d)} differs between eager and compiled runs, and the compiled region draws "
                         f"random numbers ({ops}): inductor's generator differs from eager's. Compare with "
                         "`torch._inductor.config.fallback_random = True`, or move random draws out of the compiled function.",
-                        _evidence(d))
+                        evidence_lines(d))
     return None
-
-
-SETTING_NAMES = {"num_threads": "torch.set_num_threads({})", "deterministic": "torch.use_deterministic_algorithms({})",
-                 "mkldnn": "torch.backends.mkldnn.enabled = {}",
-                 "float32_matmul_precision": "torch.set_float32_matmul_precision({!r})",
-                 "cuda_matmul_tf32": "torch.backends.cuda.matmul.allow_tf32 = {}",
-                 "cudnn_tf32": "torch.backends.cudnn.allow_tf32 = {}", "cudnn_benchmark": "torch.backends.cudnn.benchmark = {}",
-                 "default_dtype": "torch.set_default_dtype({})",
-                 "autocast_cpu": "autocast(\"cpu\", dtype={})", "autocast_cuda": "autocast(\"cuda\", dtype={})"}
 
 
 def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verdict | None:
@@ -715,7 +562,7 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
     ma, mb = first.module or {}, later.module or {}
     name = ma.get("variable") or "the model"
     calls = f"{first.label} (line {first.line}) and {later.label} (line {later.line})"
-    evidence = _evidence(d) + [f"both calls: module instance {ma.get('instance')}, weights unchanged, "
+    evidence = evidence_lines(d) + [f"both calls: module instance {ma.get('instance')}, weights unchanged, "
                                "bit-identical inputs"]
     layers = ma.get("train_layers") or mb.get("train_layers") or []
     if layers:
@@ -724,7 +571,7 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
         if ma.get("training") != mb.get("training"):
             modes = (f" The first call ran in {'training' if ma.get('training') else 'eval'} mode, the second in "
                      f"{'training' if mb.get('training') else 'eval'} mode.")
-        return _verdict("nondeterministic", True, policy.GENERAL, ["reproducibility"],
+        return make_verdict("nondeterministic", True, policy.GENERAL, ["reproducibility"],
                         f"`{name}` gives different outputs for the same input in {calls}: it has layers that behave "
                         f"differently in training mode — {listing}.{modes} This is the model's mode, not numerics. "
                         f"Fix: call `{name}.eval()` before comparing outputs (and use `torch.no_grad()`).",
@@ -741,17 +588,17 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
         tf32 = any("tf32" in k or k == "float32_matmul_precision" for k in changed)
         pinned = next((a for a in agree if a.supports == "expected-precision-mode"), None)
         shown = (f" With `{pinned.switch}` held for the whole script ({pinned.setting}) the two calls "
-                 f"{_agree_text(pinned)}." if pinned else "")
+                 f"{agree_text(pinned)}." if pinned else "")
         how = (f"within {d.dtype} tolerance (max |diff| {d.max_abs_diff:.3g})" if d.within_tolerance
                else f"by {d.max_abs_diff:.3g}" if d.max_abs_diff is not None else "")
-        return _verdict("expected-precision-mode", True, policy.TF32 if tf32 else policy.GENERAL,
+        return make_verdict("expected-precision-mode", True, policy.TF32 if tf32 else policy.GENERAL,
                         ["numerical", "reproducibility"] + (["tf32"] if tf32 else []),
                         f"`{name}` gives different outputs for the same input and weights in {calls} {how}, and the "
                         f"script changes a numerics setting between the calls: {lines}. Kernels pick different "
                         "blocking and reduction orders for different settings, so the rounding differs; PyTorch does "
                         f"not promise bitwise-identical results across such settings.{shown}",
                         evidence + [f"setting at the first call: {k}={sa[k]}; at the second: {k}={sb[k]}" for k in changed])
-    return _verdict("nondeterministic", None, policy.GENERAL, ["reproducibility", "review"],
+    return make_verdict("nondeterministic", None, policy.GENERAL, ["reproducibility", "review"],
                     f"`{name}` gives different outputs in {calls} although the weights, the input bits and the "
                     "numerics settings are the same and no layer depends on training mode: a kernel is "
                     "nondeterministic run to run. Re-run with `torch.use_deterministic_algorithms(True)` "
@@ -770,14 +617,14 @@ def _rerun(c: Comparison, d: Divergence | None) -> Verdict | None:
     top = shuffled or draws[0]
     how = (" — a `DataLoader(shuffle=True)` draws a new order of the data for every pass" if shuffled else "")
     ops = ", ".join(sorted({f"`aten.{x.get('op')}` (line {x.get('line')})" for x in draws})[:4])
-    return _verdict("nondeterministic", True, policy.GENERAL, ["random", "reproducibility"],
+    return make_verdict("nondeterministic", True, policy.GENERAL, ["random", "reproducibility"],
                     f"The script runs the same computation twice — the calls at lines {first.call_line} and "
                     f"{later.call_line} — from the same inputs and weights, and {first.shown} (line {first.line}) "
                     f"differs between them ({d.a.summary} vs {d.b.summary}): each run consumes fresh random numbers "
                     f"from the global generator, `aten.{top.get('op')}` at line {top.get('line')}{how}. A "
                     "testing-method problem, not a numerical one. Fix: seed each run identically "
                     "(`torch.manual_seed(…)` before each, or a seeded `generator=` for the DataLoader and samplers).",
-                    _evidence(d) + [f"random ops drawn in both runs: {ops}",
+                    evidence_lines(d) + [f"random ops drawn in both runs: {ops}",
                                     "both runs read the same leaf tensors (inputs, weights)"])
 
 
@@ -794,7 +641,7 @@ def _state_changed(run: ArmRun, first: Observable, later: Observable, name: str,
     cause = (f"the training-mode call {between[0].label} at line {between[0].line} updated {buffers}"
              f" (`torch.no_grad()` does not stop that: running statistics are buffers, not gradients)"
              if between else f"{buffers} changed between the calls")
-    return _verdict("nondeterministic", True, policy.GENERAL, ["reproducibility"],
+    return make_verdict("nondeterministic", True, policy.GENERAL, ["reproducibility"],
                     f"`{name}` gives different outputs for the same input and weights in {first.label} (line "
                     f"{first.line}) and {later.label} (line {later.line}) because its state changed in between: "
                     f"{cause}. The module computes with other statistics, not other rounding. Fix: keep `{name}` in "
@@ -803,28 +650,12 @@ def _state_changed(run: ArmRun, first: Observable, later: Observable, name: str,
                     + [f"training-mode call between them: {o.label} (line {o.line})" for o in between[:2]])
 
 
-CAUSES = {
-    "threads": "how the work is split across threads (the reduction order)",
-    "mkldnn": "oneDNN's kernels, which block and accumulate differently",
-    "tf32": "TF32 tensor cores, which read only 10 bits of each fp32 input's mantissa",
-    "reduced_precision": "fp16/bf16 GEMMs accumulating in reduced precision",
-    "cudnn_benchmark": "cuDNN's benchmark choosing a different algorithm",
-    "emulate_precision_casts": "inductor keeping fp16/bf16 intermediates in fp32 where eager rounds at every cast",
-    "fallback_random": "inductor's own random number generator, which draws other numbers than eager's",
-    "deterministic": "a nondeterministic kernel",
-}
-
-
-def _agree_text(a: Ablation) -> str:
-    return "agree bitwise" if a.outcome == "agree-bitwise" else f"agree within tolerance ({a.detail})"
-
-
 def _ablated(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verdict | None:
     """A switch under which the divergence disappears names its cause (and an ill-conditioned
     input, where there is one, says why that switch matters this much)."""
     if d is None or not agree:
         return None
-    conditioned = _ill_conditioning(c, d) if not d.within_tolerance else None
+    conditioned = ill_conditioning(c, d) if not d.within_tolerance else None
     why_big = f" It matters this much because the value depends on {conditioned}." if conditioned else ""
     a = agree[0]
     knob = a.switch.partition("=")[0]
@@ -836,13 +667,13 @@ def _ablated(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verd
             if d.max_abs_diff is not None else "")
     on = ("on both arms, which then are one configuration: the arms differ only in this setting"
           if len(a.arms) == 2 and a.arms[0] == a.arms[1] else "on " + ", ".join(f"`{s}`" for s in a.arms))
-    return _verdict(a.supports, True if a.supports == "expected-precision-mode" or knob == "fallback_random" else None,
+    return make_verdict(a.supports, True if a.supports == "expected-precision-mode" or knob == "fallback_random" else None,
                     section, labels,
-                    f"{_where(d)} differs between {_pair(d)}{size}. With `{a.switch}` {on} — the sides "
-                    f"{_agree_text(a)}{' (so do they under ' + others + ')' if others else ''}. The difference comes from "
+                    f"{where_text(d)} differs between {pair_text(d)}{size}. With `{a.switch}` {on} — the sides "
+                    f"{agree_text(a)}{' (so do they under ' + others + ')' if others else ''}. The difference comes from "
                     f"{CAUSES.get(knob, knob)}; PyTorch does not promise bitwise-identical results across such "
                     f"settings.{why_big} To get the same numbers, set `{a.setting}`.",
-                    _evidence(d) + [f"ablation `{x.switch}` ({', '.join(x.arms)}): {x.outcome}, {x.detail}" for x in agree])
+                    evidence_lines(d) + [f"ablation `{x.switch}` ({', '.join(x.arms)}): {x.outcome}, {x.detail}" for x in agree])
 
 
 def _unseeded_runs(completed: list[ArmRun], source: str) -> Verdict | None:
@@ -854,14 +685,14 @@ def _unseeded_runs(completed: list[ArmRun], source: str) -> Verdict | None:
         sites: dict[tuple, list[dict[str, Any]]] = {}
         for leaf in run.leaves:
             if leaf.get("kind") == "random" and leaf.get("seed") is not None:
-                sites.setdefault(_site(leaf), []).append(leaf)
+                sites.setdefault(site_key(leaf), []).append(leaf)
         for leaves in sites.values():
-            states = [_state(x) for x in leaves]
+            states = [state_key(x) for x in leaves]
             usual_state = max(set(states), key=states.count)
             if states.count(usual_state) < 2 or len(set(states)) < 2:
                 continue
-            usual = [x for x in leaves if _state(x) == usual_state]
-            odd = [x for x in leaves if _state(x) != usual_state]
+            usual = [x for x in leaves if state_key(x) == usual_state]
+            odd = [x for x in leaves if state_key(x) != usual_state]
             leaf, seed_at = odd[0], usual[0]["seed"]
             where = (f"`torch.manual_seed({seed_at['value']})` at line {seed_at['line']}" if seed_at.get("line")
                      else "the start of the script")
@@ -870,9 +701,9 @@ def _unseeded_runs(completed: list[ArmRun], source: str) -> Verdict | None:
                      else f"from the generator as {'line ' + str(state['line']) if state.get('line') else 'triage'} seeded it")
             seeded_calls = sorted({x.get("call_line") for x in usual if x.get("call_line")})
             odd_calls = sorted({x.get("call_line") for x in odd if x.get("call_line")})
-            code = _code_at(source, odd_calls[0]) if odd_calls else ""
-            printed = _printed_mix(run, {x["index"] for x in usual}, {x["index"] for x in odd})
-            return _verdict(
+            code = code_at(source, odd_calls[0]) if odd_calls else ""
+            printed = printed_mix(run, {x["index"] for x in usual}, {x["index"] for x in odd})
+            return make_verdict(
                 "nondeterministic", True, policy.GENERAL, ["reproducibility", "random"],
                 f"The script reseeds to reproduce a random computation, and one run is not reseeded. "
                 f"`aten.{leaf['op']}` (line {leaf['line']}) is drawn for the calls at line"
@@ -883,29 +714,6 @@ def _unseeded_runs(completed: list[ArmRun], source: str) -> Verdict | None:
                 [f"`aten.{x['op']}` line {x['line']}, top-level line {x.get('call_line')}: {x['seed'].get('draws')} "
                  f"draws after seed {x['seed'].get('value')} (line {x['seed'].get('line')})" for x in (usual[0], leaf)])
     return None
-
-
-def _code_at(source: str, line: int) -> str:
-    lines = source.splitlines()
-    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-    return f" (`{text}`)" if text and len(text) <= 120 else ""
-
-
-def _site(leaf: dict[str, Any]) -> tuple:
-    return leaf.get("op"), leaf.get("line"), tuple((leaf.get("fingerprint") or {}).get("shape") or ())
-
-
-def _printed_mix(run: ArmRun, usual: set[int], odd: set[int]) -> str:
-    """A value the script prints that depends on both kinds of draw, when ancestry shows one."""
-    for o in run.observables:
-        if o.kind in ("readback", "claim") and set(o.ancestors) & usual and set(o.ancestors) & odd:
-            return f" ({o.shown} at line {o.line} compares the two)"
-    return ""
-
-
-def _state(leaf: dict[str, Any]) -> tuple:
-    seed = leaf.get("seed") or {}
-    return seed.get("line"), seed.get("value"), seed.get("draws")
 
 
 def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
@@ -935,7 +743,7 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
                 continue
             op = "==" if equal else "!="
             ulps = abs(value - literal) / float(ulp(np.float64(literal), j.dtype)) if literal else math.inf
-            return _verdict(
+            return make_verdict(
                 "expected-rounding", True, policy.GENERAL, ["numerical"],
                 f"The script's own check fails on `{run.spec}` at line {e['line']}: it compares `{text}` with the "
                 f"literal {literal!r} using `{op}`. The value is {value!r} ({j.dtype}), {ulps:.3g} ulp from "
@@ -949,40 +757,10 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
     return None
 
 
-def equality_checks(source: str, line: int) -> list[tuple[str, float, bool]]:
-    """(expression, literal, True for ==) of each `expr == number` / `expr != number` on `line`."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    out = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Compare) or node.lineno != line or len(node.ops) != 1:
-            continue
-        if not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
-            continue
-        left, right = node.left, node.comparators[0]
-        for expr, other in ((left, right), (right, left)):
-            literal = _number(other)
-            text = ast.get_source_segment(source, expr)
-            if literal is not None and text and _number(expr) is None:
-                out.append((text, literal, isinstance(node.ops[0], ast.Eq)))
-    return out
-
-
-def _number(node: ast.AST) -> float | None:
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = _number(node.operand)
-        return None if inner is None else -inner
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return float(node.value)
-    return None
-
-
 def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
     n = sum(len(r.observables) for r in completed)
     if n == 0:
-        return _verdict("not-reproduced", None, policy.NONE, ["repro"],
+        return make_verdict("not-reproduced", None, policy.NONE, ["repro"],
                         "The script ran on every arm but never produced a tensor triage could observe "
                         "(no module output, no printed or compared tensor): there is nothing numerical to compare.")
     singular = [x for x in c.conditioning if x.get("singular") and "figure" not in x]
@@ -992,103 +770,81 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
     if len(completed) == 1 and singular and nonfinite_ok:
         run, o = nonfinite_ok[0]
         note = singular[0]
-        return _verdict("expected-ill-conditioned", True, policy.LINALG, ["numerical", "linalg"],
+        return make_verdict("expected-ill-conditioned", True, policy.LINALG, ["numerical", "linalg"],
                         f"Only `{run.spec}` could run here. Its {o.shown} (line {o.line}) is {summarize(o.fingerprint)}, which agrees "
                         f"with the float64 reference: the matrix fed to `{note['op']}` at line {note['line']} is singular "
-                        f"({_cond_text(note)}). A finite value from another device is rounding noise.",
-                        [_cond_text(note, full=True)])
-    same = _identical_copies(completed[0])
+                        f"({cond_text(note)}). A finite value from another device is rounding noise.",
+                        [cond_text(note, full=True)])
+    same = identical_copies(completed[0])
     if len(completed) == 1:
-        return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
+        return make_verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                         f"Only `{completed[0].spec}` ran. Every one of its {n} observed values agrees with the float64 "
                         f"reference and no comparison the script makes fails: nothing diverges here.{same}")
     checks = [r for r in completed if r.exception and r.exception.get("claim")]
     if not checks:
-        return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
+        return make_verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                         f"The arms agree bitwise on all {c.aligned} aligned observables and every comparison the "
                         "script makes holds: the reported divergence does not reproduce here.")
     # The script's own check failed although the arms agree: it checks something true of
     # neither arm's values (often the reported wrong result itself, `assert torch.isinf(out)`).
     which = "every arm" if len(checks) == len(completed) else ", ".join(f"`{r.spec}`" for r in checks)
-    return _verdict("not-reproduced", None, policy.GENERAL, ["repro"],
+    return make_verdict("not-reproduced", None, policy.GENERAL, ["repro"],
                     f"The arms agree bitwise on all {c.aligned} aligned observables, but the script's own check "
-                    f"fails on {which} ({_check_note(checks[0])}): what it asserts holds for neither arm's values here. "
+                    f"fails on {which} ({check_note(checks[0])}): what it asserts holds for neither arm's values here. "
                     "Where it asserts the reported wrong result, the reported divergence does not reproduce here.")
-
-
-def _check_note(run: ArmRun) -> str:
-    e = run.exception or {}
-    return run.exit_note or f"{e.get('type')} at line {e.get('line')}"
-
-
-def _identical_copies(run: ArmRun) -> str:
-    """Two of the script's named tensors holding the same bits (weights before and after a
-    device move): said outright, because that is usually what the reporter doubted."""
-    groups: dict[tuple, list[Observable]] = {}
-    for o in run.observables:
-        fp = o.fingerprint or {}
-        if o.kind == "final" and fp.get("numel", 0) > 1 and fp.get("sha256"):
-            groups.setdefault((tuple(fp.get("shape") or ()), fp.get("dtype"), fp["sha256"]), []).append(o)
-    for (shape, dtype, _), same in groups.items():
-        if len(same) >= 2:
-            names = " and ".join(o.label.replace(" at exit", "") for o in same[:3])
-            moved = any(k in o.label.lower() for o in same for k in ("gpu", "cuda", "device"))
-            why = ": moving a tensor between devices copies its bits exactly" if moved else ""
-            return f" {names} are bit-identical ({'×'.join(map(str, shape))} {dtype}){why}."
-    return ""
 
 
 def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:
     sides = [s for s in (d.a, d.b) if s is not None]
     wrong = [s for s in sides if s.agrees_with_reference is False and s.nonfinite_vs_reference]
     right = [s for s in sides if s.agrees_with_reference]
-    singular = _singular_upstream(c, d)
-    evidence = _evidence(d)
-    who = _who_is_right(d, right, wrong)
+    singular = singular_upstream(c, d)
+    evidence = evidence_lines(d)
+    who = who_is_right(d, right, wrong)
     overflowed = [s for s in sides if s.overflow_to_inf and s.overflow_to_inf == s.nonfinite_vs_reference]
     if overflowed and not wrong:
         s = overflowed[0]
-        return _verdict("nonfinite-flip", True, policy.EXTREMAL, ["nonfinite", "numerical"],
+        return make_verdict("nonfinite-flip", True, policy.EXTREMAL, ["nonfinite", "numerical"],
                         f"{who} The float64 value ({s.reference_summary}) lies beyond the largest finite {s.dtype}, "
                         f"so `inf` is the correctly rounded {s.dtype} answer: expected range overflow, not a bug.",
                         evidence)
     if singular and "figure" in singular:
         section = policy.EXTREMAL if "overflow" in singular["kind"] else policy.GENERAL
-        return _verdict("nonfinite-flip", True, section, ["nonfinite", "numerical"],
+        return make_verdict("nonfinite-flip", True, section, ["nonfinite", "numerical"],
                         f"{who} At `aten.{singular['op']}` (line {singular['line']}) {singular['figure']}, so a "
                         "non-finite value on one side is the input's doing, not a kernel's.",
-                        evidence + [_cond_text(singular, full=True)])
+                        evidence + [cond_text(singular, full=True)])
     if singular:
-        return _verdict("nonfinite-flip", True, policy.LINALG, ["nonfinite", "linalg"],
+        return make_verdict("nonfinite-flip", True, policy.LINALG, ["nonfinite", "linalg"],
                         f"{who} The matrix fed to `{singular['op']}` at line {singular['line']} is singular "
-                        f"({_cond_text(singular)}), so the exact answer is not finite and any finite value is rounding noise.",
-                        evidence + [_cond_text(singular, full=True)])
+                        f"({cond_text(singular)}), so the exact answer is not finite and any finite value is rounding noise.",
+                        evidence + [cond_text(singular, full=True)])
     if not wrong and not right:
-        return _verdict("nonfinite-flip", None, policy.NONE, ["nonfinite", "review"],
-                        f"{_where(d)} is non-finite on one side only, and there is no float64 reference to say which "
+        return make_verdict("nonfinite-flip", None, policy.NONE, ["nonfinite", "review"],
+                        f"{where_text(d)} is non-finite on one side only, and there is no float64 reference to say which "
                         "side is right.", evidence)
-    return _verdict("nonfinite-flip", False, policy.NONE, ["nonfinite", "silent", "review"],
+    return make_verdict("nonfinite-flip", False, policy.NONE, ["nonfinite", "silent", "review"],
                     f"{who} The input is well-conditioned and within range, so the accuracy note does not "
-                    "cover this: likely a bug.", evidence + _hazards(c, d))
+                    "cover this: likely a bug.", evidence + hazards(c, d))
 
 
 def _rounding(d: Divergence) -> Verdict:
     if d.bit_difference == "signed-zero":
-        return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
-                        f"{_where(d)}: {_pair(d)} hold equal values that differ only in the sign of a zero "
+        return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+                        f"{where_text(d)}: {pair_text(d)} hold equal values that differ only in the sign of a zero "
                         f"({d.a.summary} vs {d.b.summary}). IEEE 754 defines -0 == +0; which sign a computation "
                         "ends with depends on the order of its operations, which the accuracy note does not fix.",
-                        _evidence(d))
+                        evidence_lines(d))
     if d.bit_difference == "nan-bits":
-        return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
-                        f"{_where(d)}: {_pair(d)} hold the same values with NaN in the same places; only the bits "
-                        "of those NaNs (sign or payload) differ, which no comparison can observe.", _evidence(d))
+        return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+                        f"{where_text(d)}: {pair_text(d)} hold the same values with NaN in the same places; only the bits "
+                        "of those NaNs (sign or payload) differ, which no comparison can observe.", evidence_lines(d))
     how = (f"within {d.dtype} tolerance (rtol={d.rtol:g}, atol={d.atol:g}; max |diff| {d.max_abs_diff:.3g})"
            if d.within_tolerance else f"by dynamo's float64 rule ({d.fp64_rule})")
-    return _verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
-                    f"{_where(d)} differs between {_pair(d)} {how}. Both are about equally close to the float64 "
+    return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+                    f"{where_text(d)} differs between {pair_text(d)} {how}. Both are about equally close to the float64 "
                     "value: ordinary floating-point rounding, which the accuracy note does not guarantee bitwise.",
-                    _evidence(d))
+                    evidence_lines(d))
 
 
 def _likely_bug(d: Divergence) -> Verdict:
@@ -1097,131 +853,11 @@ def _likely_bug(d: Divergence) -> Verdict:
     near = [s for s in sides if s.agrees_with_reference]
     if far and near:
         what = (f"`{far[0].arm}` {far[0].label} is far from the float64 value (max rel. error "
-                f"{_fmt(far[0].max_rel_error)}) while `{near[0].arm}` {near[0].label} agrees with it")
+                f"{short_figure(far[0].max_rel_error)}) while `{near[0].arm}` {near[0].label} agrees with it")
     elif far:
-        what = f"`{far[0].arm}` {far[0].label} is far from the float64 value (max rel. error {_fmt(far[0].max_rel_error)})"
+        what = f"`{far[0].arm}` {far[0].label} is far from the float64 value (max rel. error {short_figure(far[0].max_rel_error)})"
     else:
-        what = f"{_pair(d)} differ beyond tolerance"
-    return _verdict("likely-bug", False, policy.NONE, ["silent", "review"],
-                    f"{_where(d)}: {what}. The input is well-conditioned and in range, so neither rounding nor an "
-                    "ill-conditioned input explains it.", _evidence(d))
-
-
-# -- helpers ------------------------------------------------------------------------------
-def _notes_upstream(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
-    """The conditioning notes of the ops each side's value depends on, tagged with the arm."""
-    notes = []
-    for s in (d.a, d.b):
-        found = c.find(s)
-        if found is None:
-            continue
-        run, o = found
-        notes += [dict(run.conditioning[i], arm=run.spec) for i in o.conditioning if i < len(run.conditioning)]
-    return notes
-
-
-def _singular_upstream(c: Comparison, d: Divergence) -> dict[str, Any] | None:
-    # A singular matrix explains more than a cancelling sum does; both more than nothing.
-    ranked = sorted(_notes_upstream(c, d), key=lambda n: (not n.get("singular"), "figure" in n))
-    return next((n for n in ranked if n.get("singular") or n.get("ill_conditioned")), None)
-
-
-def _matrix_upstream(c: Comparison, d: Divergence) -> bool:
-    return any((n.get("singular") or n.get("ill_conditioned")) and
-               ("figure" not in n or str(n.get("kind", "")).startswith("close-")) for n in _notes_upstream(c, d))
-
-
-def _hazards(c: Comparison, d: Divergence) -> list[str]:
-    """Hazards upstream that do not make the input ill-conditioned but point at how an
-    implementation can fail on it (acosh's x² overflowing in the textbook formula)."""
-    out: list[str] = []
-    for note in _notes_upstream(c, d):
-        text = _cond_text(note, full=True) if "figure" in note and not note.get("ill_conditioned") else None
-        if text and text not in out:
-            out.append(text)
-    return out[:3]
-
-
-def _ill_conditioning(c: Comparison, d: Divergence) -> str | None:
-    note = _singular_upstream(c, d)
-    if note and "figure" in note:
-        return f"`aten.{note['op']}` at line {note['line']}, where {note['figure']}"
-    if note:
-        return f"`{note['op']}` of a matrix with {_cond_text(note)} (line {note['line']})"
-    over = [s for s in (d.a, d.b) if s is not None and s.overflow_to_inf]
-    if over:
-        return f"a value beyond the {over[0].dtype} range ({over[0].reference_summary} in float64)"
-    return None
-
-
-def _cond_text(note: dict[str, Any], full: bool = False) -> str:
-    if "figure" in note:
-        text = note["figure"]
-        return (f"{note['kind']} at `aten.{note['op']}` ({'×'.join(map(str, note['shape']))} {note['dtype']}, "
-                f"line {note['line']}, arm {note.get('arm', '?')}): {text}") if full else text
-    parts = []
-    if note.get("exact_singular"):
-        parts.append("determinant exactly 0 in rational arithmetic")
-    if note.get("rank") is not None:
-        parts.append(f"rank {note['rank']} of {note['order']}")
-    if note.get("cond") is not None:
-        parts.append(f"cond = {note['cond']:.3g}")
-    for side, whose in (("kernel", "the arm's kernel"), ("float64", "the float64 replay's kernel")):
-        if note.get(f"{side}_disagrees") is True:
-            parts.append(f"{whose} {_num(note.get(f'{side}_error'), 2)} off the exact answer ({note.get('independent')}), "
-                         f"beyond the {_num(note.get(f'{side}_bound'), 2)} a correct one reaches"
-                         + ("; the reference continues from the exact answer" if side == "float64" else ""))
-    text = ", ".join(parts)
-    if full:
-        text = (f"conditioning of `{note['op']}` input ({'×'.join(map(str, note['shape']))} {note['dtype']}, "
-                f"line {note['line']}, arm {note.get('arm', '?')}): {text}")
-    return text
-
-
-def _who_is_right(d: Divergence, right: list[Side], wrong: list[Side]) -> str:
-    if d.b is None:
-        s = d.a
-        return (f"{_where(d)}: `{s.arm}` gives {s.summary}, the float64 reference {s.reference_summary}.")
-    text = f"{_where(d)}: `{d.a.arm}` {d.a.label} gives {d.a.summary}, `{d.b.arm}` {d.b.label} gives {d.b.summary}."
-    if right and wrong:
-        text += f" The float64 reference ({right[0].reference_summary}) agrees with `{right[0].arm}` {right[0].label}."
-    elif wrong and len(wrong) == 2:
-        text += f" Neither matches the float64 reference ({wrong[0].reference_summary})."
-    return text
-
-
-def _where(d: Divergence) -> str:
-    line = f" (line {d.line})" if d.line else ""
-    what = {"arms": " between arms", "claim": " in the script's own comparison", "reference": ""}[d.source]
-    return f"{d.observable_label}{line}{what}"
-
-
-def _pair(d: Divergence) -> str:
-    if d.b is None:
-        return f"`{d.a.arm}` and float64"
-    if d.a.arm == d.b.arm:
-        return f"{d.a.label} and {d.b.label} (arm `{d.a.arm}`)"
-    return f"`{d.a.arm}` and `{d.b.arm}`"
-
-
-def _fmt(x: float | None) -> str:
-    return "?" if x is None else f"{x:.3g}"
-
-
-def _evidence(d: Divergence, sides: bool = True) -> list[str]:
-    """The float64 figures of each side (unless a judgement line already gives them) and the
-    difference between the sides."""
-    out = []
-    for s in (d.a, d.b) if sides else ():
-        if s is None:
-            continue
-        err = "" if s.max_abs_error is None else (f"; vs float64: max abs {s.max_abs_error:.3g}, max rel "
-                                                   f"{_fmt(s.max_rel_error)}, {_fmt(s.max_ulps)} ulp")
-        nf = f"; {s.nonfinite_vs_reference} element(s) non-finite where float64 is not, or vice versa" if s.nonfinite_vs_reference else ""
-        out.append(f"`{s.arm}` {s.label} (line {s.line}): {s.summary}; float64: {s.reference_summary or 'unavailable'}{err}{nf}")
-    if d.b is not None and d.max_abs_diff is not None:
-        out.append(f"max |difference| between the sides over elements finite on both: {d.max_abs_diff:.3g} "
-                   f"({d.dtype} tolerance rtol={d.rtol:g}, atol={d.atol:g})")
-    if d.fp64_rule:
-        out.append(f"dynamo float64 rule: {d.fp64_rule}")
-    return out
+        what = f"{pair_text(d)} differ beyond tolerance"
+    return make_verdict("likely-bug", False, policy.NONE, ["silent", "review"],
+                    f"{where_text(d)}: {what}. The input is well-conditioned and in range, so neither rounding nor an "
+                    "ill-conditioned input explains it.", evidence_lines(d))

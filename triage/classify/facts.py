@@ -1,0 +1,100 @@
+"""Stage 5's readings of the comparison that both the ladder and its wording need: which torch
+an arm ran, the arms' working precision, cancellation sites and conditioning notes upstream of a
+divergence, the script's own exact-equality checks.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from triage.model import (
+    ArmRun,
+    Comparison,
+    Divergence,
+)
+
+
+def torch_of(run: ArmRun) -> str:
+    """The torch version the arm's collect_env names, else its spec's release, else "this"."""
+    from triage.extract import parse_environment
+
+    found = parse_environment(run.environment).get("PyTorch version") if run.environment else None
+    return found or (run.spec.partition("@")[2] or "the running release")
+
+
+def precision_of(comparison: Comparison | None) -> str:
+    d = comparison.divergence if comparison else None
+    return d.dtype if d else "working-precision"
+
+
+def cancellation_sites(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
+    """The additions/subtractions upstream of the sides that lose the most digits to
+    cancellation (found by the rounding simulation's unperturbed replay)."""
+    sites = []
+    for s in (d.a, d.b):
+        found = c.find(s)
+        sites += ((found[1].rounding or {}).get("cancellations") or []) if found else []
+    return sites
+
+
+def site_key(leaf: dict[str, Any]) -> tuple:
+    return leaf.get("op"), leaf.get("line"), tuple((leaf.get("fingerprint") or {}).get("shape") or ())
+
+
+def state_key(leaf: dict[str, Any]) -> tuple:
+    seed = leaf.get("seed") or {}
+    return seed.get("line"), seed.get("value"), seed.get("draws")
+
+
+def equality_checks(source: str, line: int) -> list[tuple[str, float, bool]]:
+    """(expression, literal, True for ==) of each `expr == number` / `expr != number` on `line`."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare) or node.lineno != line or len(node.ops) != 1:
+            continue
+        if not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            continue
+        left, right = node.left, node.comparators[0]
+        for expr, other in ((left, right), (right, left)):
+            literal = _number(other)
+            text = ast.get_source_segment(source, expr)
+            if literal is not None and text and _number(expr) is None:
+                out.append((text, literal, isinstance(node.ops[0], ast.Eq)))
+    return out
+
+
+def _number(node: ast.AST) -> float | None:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return None if inner is None else -inner
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    return None
+
+
+# -- helpers ------------------------------------------------------------------------------
+def notes_upstream(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
+    """The conditioning notes of the ops each side's value depends on, tagged with the arm."""
+    notes = []
+    for s in (d.a, d.b):
+        found = c.find(s)
+        if found is None:
+            continue
+        run, o = found
+        notes += [dict(run.conditioning[i], arm=run.spec) for i in o.conditioning if i < len(run.conditioning)]
+    return notes
+
+
+def singular_upstream(c: Comparison, d: Divergence) -> dict[str, Any] | None:
+    # A singular matrix explains more than a cancelling sum does; both more than nothing.
+    ranked = sorted(notes_upstream(c, d), key=lambda n: (not n.get("singular"), "figure" in n))
+    return next((n for n in ranked if n.get("singular") or n.get("ill_conditioned")), None)
+
+
+def matrix_upstream(c: Comparison, d: Divergence) -> bool:
+    return any((n.get("singular") or n.get("ill_conditioned")) and
+               ("figure" not in n or str(n.get("kind", "")).startswith("close-")) for n in notes_upstream(c, d))

@@ -1,0 +1,335 @@
+"""Stage 5's sentences: what each rung of the ladder says, and the evidence lines under it.
+
+Everything here turns facts the ladder already decided on into text (the summary, the
+evidence, the conditioning figure, the setter a script would call); nothing here chooses a
+rung. `make_verdict` is the one place a Verdict is built.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from triage import policy
+from triage.classify.facts import cancellation_sites, notes_upstream, singular_upstream, torch_of
+from triage.model import (
+    Ablation,
+    ArmRun,
+    Comparison,
+    Divergence,
+    Observable,
+    ReportedArm,
+    ReportedValue,
+    Side,
+    Verdict,
+)
+
+
+def make_verdict(kind: str, expected: bool | None, section: policy.Section, labels: list[str],
+             summary: str, evidence: list[str] | None = None) -> Verdict:
+    return Verdict(kind=kind, expected=expected, policy_section=section.title, policy_url=section.url,
+                   labels=[policy.LABELS[k] for k in labels], summary=summary, evidence=evidence or [])
+
+
+def stopped_sentence(comparison: Comparison | None) -> str:
+    """Where every arm raised after producing values, the verdict is on those values, and
+    says where the script stopped."""
+    runs = [r for r in (comparison.arms if comparison else []) if r.status != "unavailable"]
+    if not runs or any(r.completed for r in runs) or not all(r.raised_after_values for r in runs):
+        return ""
+    first = runs[0]
+    n = sum(1 for o in first.observables if o.kind != "final")
+    return (f" The script did not finish: {'every arm' if len(runs) > 1 else f'`{first.spec}`'} stopped with "
+            f"{first.failure}, after producing {n} value{'s' if n != 1 else ''}; those values are what is judged here.")
+
+
+def releases_sentence(comparison: Comparison | None) -> str:
+    """Which torch each arm ran, where the arms ran different releases: said in the verdict's
+    summary, since what a release changed is the point of such a comparison."""
+    if comparison is None:
+        return ""
+    releases = {r.spec: torch_of(r) for r in comparison.arms}
+    if len(set(releases.values())) < 2:
+        return ""
+    return " Torch releases: " + ", ".join(f"`{spec}` ran {version}" for spec, version in releases.items()) + "."
+
+
+def device_disagreement(reported: ReportedArm) -> str:
+    """Where an arm of the reporter's device ran here too: the posted values it does not
+    reproduce (a bug fixed since, another build) — evidence in itself."""
+    differ = [v for v in reported.values if v.device_agrees is False]
+    if not differ:
+        return ""
+    v = differ[0]
+    return (f" The {reported.device} arm here prints `{v.device_here}` where they posted `{v.printed}`"
+            f"{f' (and {len(differ) - 1} more)' if len(differ) > 1 else ''}: a bug fixed since, or another build "
+            f"or device{f' (their torch {reported.torch})' if reported.torch else ''}.")
+
+
+def posted_text(v: ReportedValue) -> str:
+    where = f" (line {v.line})" if v.line else ""
+    return f"{v.label or 'the value'}{where} = `{v.printed}` on their side (`{v.here}` here)"
+
+
+def wrong_kernel_text(run: ArmRun, o: Observable, note: dict[str, Any], also: list[str]) -> str:
+    shape = "×".join(map(str, note.get("shape") or []))
+    text = (f"`aten.{note['op']}` at line {note.get('line')} (`{run.spec}`, {shape} {note.get('dtype')}) returns "
+            f"{_num(note.get('kernel_value'))} where the exact answer on the very input it was given is "
+            f"{_num(note.get('kernel_exact'))} ({note.get('independent')}): off by {_num(note.get('kernel_error'), 2)} "
+            f"of the answer's scale, where a correct kernel at {note.get('dtype')} stays within "
+            f"{_num(note.get('kernel_bound'), 2)} ({policy.INDEPENDENT_SAFETY:g}× the backward-stable bound, conditioning "
+            f"included). {o.shown} (line {o.line}) depends on it and is far from the float64 value.")
+    if also:
+        text += f" {', '.join(f'`{a}`' for a in also)} returns the same wrong answer: the arms share the kernel."
+    if note.get("float64_disagrees") is True:
+        text += (" The float64 replay, which runs the same library, is off too "
+                 f"({_num(note.get('float64_error'), 2)} where float64 allows {_num(note.get('float64_bound'), 2)}): "
+                 "the reference continues from the exact answer.")
+    return text + " A kernel bug, shown by an independent computation, not rounding and not conditioning."
+
+
+def _num(x: Any, digits: int = 9) -> str:
+    return f"{x:.{digits}g}" if isinstance(x, (int, float)) else str(x)
+
+
+def difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> str:
+    """A constant factor or a constant offset between the float64 values, where there is one."""
+    if a.size >= 2:
+        nonzero = (np.abs(b) > 0) & (np.abs(a) > 0)
+        if nonzero.sum() >= 2:
+            ratio = a[nonzero] / b[nonzero]
+            mid = float(np.median(ratio))
+            if abs(mid - 1) > 1e-3 and np.all(np.abs(ratio - mid) <= 1e-3 * abs(mid)):
+                return (f", by a constant factor: {names[0]} = {mid:.6g} × {names[1]} in every element"
+                        if np.all(np.abs(ratio - mid) <= 1e-9 * abs(mid)) else
+                        f", by a nearly constant factor: {names[0]} ≈ {mid:.6g} × {names[1]} "
+                        f"({float(ratio.min()):.8g}–{float(ratio.max()):.8g})")
+        offset = a - b
+        mid = float(np.median(offset))
+        if mid != 0 and np.all(np.abs(offset - mid) <= 1e-6 * max(abs(mid), 1e-300)):
+            return f", by a constant offset: {names[0]} = {names[1]} + {mid:.6g} in every element"
+    return ""
+
+
+def parting_text(paths: dict[str, Any], names: tuple[str, str]) -> str:
+    if not paths:
+        return ""
+    parts = []
+    for key, name in (("only_a", names[0]), ("only_b", names[1])):
+        if paths.get(key):
+            parts.append(f"{name} computes {ops_text(paths[key], paths.get(key + '_count'), 3)}")
+    text = (" Where they part: " + "; ".join(parts) + ", with no counterpart on the other side.") if parts else ""
+    hints = paths.get("hints") or []
+    return text + "".join(f" {h}." for h in hints)
+
+
+def ops_text(ops: list[dict[str, Any]] | None, count: int | None, limit: int = 6) -> str:
+    listed = ", ".join(f"`{o['op']}` (line {o['line']})" for o in (ops or [])[:limit])
+    more = (count or 0) - min(len(ops or []), limit)
+    return listed + (f" and {more} more" if more > 0 else "")
+
+
+def cancellation_site(c: Comparison, d: Divergence) -> str | None:
+    sites = cancellation_sites(c, d)
+    if not sites:
+        return None
+    top = sites[0]
+    lost = top["digits_lost"]
+    lost = "every digit" if lost in ("inf", float("inf")) else f"{float(lost):.1f} digits"
+    return f"`{top['op']}` at line {top['line']} cancels its operands, losing {lost}"
+
+
+def cancellation_hint(c: Comparison, d: Divergence) -> str:
+    """A textbook rewrite for a cancelling formula the sides' graphs contain."""
+    texts = []
+    for site in cancellation_sites(c, d):
+        if site.get("hint") and site["hint"] not in texts:
+            texts.append(site["hint"])
+    return (" " + " ".join(texts)) if texts else ""
+
+
+def unstable_lines(js: list) -> list[str]:
+    return [f"decision unstable under rounding (`{j.arm}` {j.label}): {u}" for j in js for u in j.unstable][:4]
+
+
+def unmeasured_lines(js: list) -> list[str]:
+    """The library ops whose kernel error no measurement covers: the spread used the
+    conservative bound for them, which a verdict resting on it must say."""
+    ops = sorted({op for j in js for op in j.unmeasured})
+    if not ops:
+        return []
+    shown = ", ".join(f"`{op}`" for op in ops[:6]) + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")
+    return [f"no measured kernel error for {shown} at this release, device and dtype: the simulation gave "
+            f"{'it' if len(ops) == 1 else 'them'} a conservative {policy.UNMEASURED_U:g} u bound (`triage calibrate` "
+            "measures the kernels of this machine)"]
+
+
+def digits_text(js: list) -> str:
+    same_arm = len({j.arm for j in js}) < len(js)
+    parts = [f"{j.label if same_arm else '`' + j.arm + '`'} keeps {j.digits:.1f} significant digits at {j.dtype}"
+             for j in js if j.digits is not None and not j.computational_zero]
+    return (" (" + "; ".join(parts) + ")") if parts else ""
+
+
+def difference_text(d: Divergence) -> str:
+    if d.b is None:
+        return f"is {d.a.summary} on `{d.a.arm}` where float64 gives {d.a.reference_summary or 'no value'}"
+    if d.max_abs_diff is None:
+        return f"differs between {pair_text(d)}"
+    tol = f"within {d.dtype} tolerance" if d.within_tolerance else f"beyond {d.dtype} tolerance"
+    return f"differs between {pair_text(d)} by {d.max_abs_diff:.3g} ({tol})"
+
+SETTING_NAMES = {"num_threads": "torch.set_num_threads({})", "deterministic": "torch.use_deterministic_algorithms({})",
+                 "mkldnn": "torch.backends.mkldnn.enabled = {}",
+                 "float32_matmul_precision": "torch.set_float32_matmul_precision({!r})",
+                 "cuda_matmul_tf32": "torch.backends.cuda.matmul.allow_tf32 = {}",
+                 "cudnn_tf32": "torch.backends.cudnn.allow_tf32 = {}", "cudnn_benchmark": "torch.backends.cudnn.benchmark = {}",
+                 "default_dtype": "torch.set_default_dtype({})",
+                 "autocast_cpu": "autocast(\"cpu\", dtype={})", "autocast_cuda": "autocast(\"cuda\", dtype={})"}
+
+CAUSES = {
+    "threads": "how the work is split across threads (the reduction order)",
+    "mkldnn": "oneDNN's kernels, which block and accumulate differently",
+    "tf32": "TF32 tensor cores, which read only 10 bits of each fp32 input's mantissa",
+    "reduced_precision": "fp16/bf16 GEMMs accumulating in reduced precision",
+    "cudnn_benchmark": "cuDNN's benchmark choosing a different algorithm",
+    "emulate_precision_casts": "inductor keeping fp16/bf16 intermediates in fp32 where eager rounds at every cast",
+    "fallback_random": "inductor's own random number generator, which draws other numbers than eager's",
+    "deterministic": "a nondeterministic kernel",
+}
+
+
+def agree_text(a: Ablation) -> str:
+    return "agree bitwise" if a.outcome == "agree-bitwise" else f"agree within tolerance ({a.detail})"
+
+
+def code_at(source: str, line: int) -> str:
+    lines = source.splitlines()
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return f" (`{text}`)" if text and len(text) <= 120 else ""
+
+
+def printed_mix(run: ArmRun, usual: set[int], odd: set[int]) -> str:
+    """A value the script prints that depends on both kinds of draw, when ancestry shows one."""
+    for o in run.observables:
+        if o.kind in ("readback", "claim") and set(o.ancestors) & usual and set(o.ancestors) & odd:
+            return f" ({o.shown} at line {o.line} compares the two)"
+    return ""
+
+
+def check_note(run: ArmRun) -> str:
+    e = run.exception or {}
+    return run.exit_note or f"{e.get('type')} at line {e.get('line')}"
+
+
+def identical_copies(run: ArmRun) -> str:
+    """Two of the script's named tensors holding the same bits (weights before and after a
+    device move): said outright, because that is usually what the reporter doubted."""
+    groups: dict[tuple, list[Observable]] = {}
+    for o in run.observables:
+        fp = o.fingerprint or {}
+        if o.kind == "final" and fp.get("numel", 0) > 1 and fp.get("sha256"):
+            groups.setdefault((tuple(fp.get("shape") or ()), fp.get("dtype"), fp["sha256"]), []).append(o)
+    for (shape, dtype, _), same in groups.items():
+        if len(same) >= 2:
+            names = " and ".join(o.label.replace(" at exit", "") for o in same[:3])
+            moved = any(k in o.label.lower() for o in same for k in ("gpu", "cuda", "device"))
+            why = ": moving a tensor between devices copies its bits exactly" if moved else ""
+            return f" {names} are bit-identical ({'×'.join(map(str, shape))} {dtype}){why}."
+    return ""
+
+
+def hazards(c: Comparison, d: Divergence) -> list[str]:
+    """Hazards upstream that do not make the input ill-conditioned but point at how an
+    implementation can fail on it (acosh's x² overflowing in the textbook formula)."""
+    out: list[str] = []
+    for note in notes_upstream(c, d):
+        text = cond_text(note, full=True) if "figure" in note and not note.get("ill_conditioned") else None
+        if text and text not in out:
+            out.append(text)
+    return out[:3]
+
+
+def ill_conditioning(c: Comparison, d: Divergence) -> str | None:
+    note = singular_upstream(c, d)
+    if note and "figure" in note:
+        return f"`aten.{note['op']}` at line {note['line']}, where {note['figure']}"
+    if note:
+        return f"`{note['op']}` of a matrix with {cond_text(note)} (line {note['line']})"
+    over = [s for s in (d.a, d.b) if s is not None and s.overflow_to_inf]
+    if over:
+        return f"a value beyond the {over[0].dtype} range ({over[0].reference_summary} in float64)"
+    return None
+
+
+def cond_text(note: dict[str, Any], full: bool = False) -> str:
+    if "figure" in note:
+        text = note["figure"]
+        return (f"{note['kind']} at `aten.{note['op']}` ({'×'.join(map(str, note['shape']))} {note['dtype']}, "
+                f"line {note['line']}, arm {note.get('arm', '?')}): {text}") if full else text
+    parts = []
+    if note.get("exact_singular"):
+        parts.append("determinant exactly 0 in rational arithmetic")
+    if note.get("rank") is not None:
+        parts.append(f"rank {note['rank']} of {note['order']}")
+    if note.get("cond") is not None:
+        parts.append(f"cond = {note['cond']:.3g}")
+    for side, whose in (("kernel", "the arm's kernel"), ("float64", "the float64 replay's kernel")):
+        if note.get(f"{side}_disagrees") is True:
+            parts.append(f"{whose} {_num(note.get(f'{side}_error'), 2)} off the exact answer ({note.get('independent')}), "
+                         f"beyond the {_num(note.get(f'{side}_bound'), 2)} a correct one reaches"
+                         + ("; the reference continues from the exact answer" if side == "float64" else ""))
+    text = ", ".join(parts)
+    if full:
+        text = (f"conditioning of `{note['op']}` input ({'×'.join(map(str, note['shape']))} {note['dtype']}, "
+                f"line {note['line']}, arm {note.get('arm', '?')}): {text}")
+    return text
+
+
+def who_is_right(d: Divergence, right: list[Side], wrong: list[Side]) -> str:
+    if d.b is None:
+        s = d.a
+        return (f"{where_text(d)}: `{s.arm}` gives {s.summary}, the float64 reference {s.reference_summary}.")
+    text = f"{where_text(d)}: `{d.a.arm}` {d.a.label} gives {d.a.summary}, `{d.b.arm}` {d.b.label} gives {d.b.summary}."
+    if right and wrong:
+        text += f" The float64 reference ({right[0].reference_summary}) agrees with `{right[0].arm}` {right[0].label}."
+    elif wrong and len(wrong) == 2:
+        text += f" Neither matches the float64 reference ({wrong[0].reference_summary})."
+    return text
+
+
+def where_text(d: Divergence) -> str:
+    line = f" (line {d.line})" if d.line else ""
+    what = {"arms": " between arms", "claim": " in the script's own comparison", "reference": ""}[d.source]
+    return f"{d.observable_label}{line}{what}"
+
+
+def pair_text(d: Divergence) -> str:
+    if d.b is None:
+        return f"`{d.a.arm}` and float64"
+    if d.a.arm == d.b.arm:
+        return f"{d.a.label} and {d.b.label} (arm `{d.a.arm}`)"
+    return f"`{d.a.arm}` and `{d.b.arm}`"
+
+
+def short_figure(x: float | None) -> str:
+    return "?" if x is None else f"{x:.3g}"
+
+
+def evidence_lines(d: Divergence, sides: bool = True) -> list[str]:
+    """The float64 figures of each side (unless a judgement line already gives them) and the
+    difference between the sides."""
+    out = []
+    for s in (d.a, d.b) if sides else ():
+        if s is None:
+            continue
+        err = "" if s.max_abs_error is None else (f"; vs float64: max abs {s.max_abs_error:.3g}, max rel "
+                                                   f"{short_figure(s.max_rel_error)}, {short_figure(s.max_ulps)} ulp")
+        nf = f"; {s.nonfinite_vs_reference} element(s) non-finite where float64 is not, or vice versa" if s.nonfinite_vs_reference else ""
+        out.append(f"`{s.arm}` {s.label} (line {s.line}): {s.summary}; float64: {s.reference_summary or 'unavailable'}{err}{nf}")
+    if d.b is not None and d.max_abs_diff is not None:
+        out.append(f"max |difference| between the sides over elements finite on both: {d.max_abs_diff:.3g} "
+                   f"({d.dtype} tolerance rtol={d.rtol:g}, atol={d.atol:g})")
+    if d.fp64_rule:
+        out.append(f"dynamo float64 rule: {d.fp64_rule}")
+    return out
