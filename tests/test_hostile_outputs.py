@@ -84,7 +84,7 @@ def valid_output() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
          "reference": {"fingerprint": None, "note": "not replayed", "approximate": False}, "rounding": None},
     ]
     result = {
-        "torch_import_s": 0.7, "environment": None, "environment_error": None, "environment_cached": False,
+        "torch_import_s": 0.7, "environment": None, "environment_error": None,
         "flags_start": {"torch": "2.x", "num_threads": 2, "deterministic_algorithms": False},
         "elapsed_s": 0.01, "flags_end": {"torch": "2.x", "num_threads": 2, "deterministic_algorithms": False},
         "rounding": {"seconds": 0.1, "samples": 9, "note": None},

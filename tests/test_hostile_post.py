@@ -241,7 +241,8 @@ def _full_report():
                  reference={"status": "complete", "seconds": 0.1, "note": None, "approximate_ops": []},
                  leaves=[{"index": 0, "node": "n0", "kind": "random", "op": "randn", "line": 2, "call_line": 2,
                           "fingerprint": None, "seed": {"line": 1, "value": 0, "draws": 1}}],
-                 conditioning=[{"op": "linalg_solve", "cond": 1e3, "shape": [2, 2], "node": "n1", "line": 4}])
+                 conditioning=[{"op": "linalg_solve", "cond": 1e3, "shape": [2, 2], "dtype": "float32", "node": "n1",
+                               "line": 4}])
     comparison = Comparison(arms=[run], aligned=0, alignment_note=None, leaves_identical=None, leaves_note=None,
                             divergence=divergence, divergences=1, claims=[], conditioning=[])
     repro = Repro(path="x.py", name="x.py", source="import torch\n")

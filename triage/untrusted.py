@@ -20,7 +20,7 @@ import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -37,9 +37,59 @@ class UntrustedOutput(Exception):
 
 # -- shapes of untrusted JSON -----------------------------------------------------------------
 # A `Check` returns None for a value of the expected shape, else "path: what is wrong".  Plain
-# closures rather than JSON Schema: a result of 2,000 observables has ~200,000 values, and
-# jsonschema takes seconds over them where these take a tenth of one.
-Check = Callable[[Any], str | None]
+# closures rather than a JSON Schema validator: a result of 2,000 observables has ~200,000
+# values, and jsonschema takes seconds over them where these take a tenth of one.  Each check
+# also carries its shape as JSON Schema (`form`), so that where a field reaches report.json the
+# schema `triage post` validates is generated from the check that admitted it
+# (triage/report/schema.py), not written a second time.
+class Check(Protocol):
+    form: dict[str, Any]  # the shape as JSON Schema; `$defs/<name>` references for `named` checks
+    definition: dict[str, Any]  # a `named` check's own form (its `$defs` entry)
+
+    def __call__(self, v: Any, /) -> str | None: ...
+
+
+# report.json writes a nonfinite number as a string (JSON has no literal for it): whoever
+# generates a schema from these forms defines `$defs/real` as a number or one of those strings.
+REAL = {"$ref": "#/$defs/real"}
+NULL = {"type": "null"}
+
+
+def _shaped(check: Callable[[Any], str | None], form: dict[str, Any], nullable: bool = False) -> Check:
+    check.form = _or_null(form) if nullable else form  # type: ignore[attr-defined]
+    return check  # type: ignore[return-value]
+
+
+def _or_null(form: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(form.get("type"), str) and "$ref" not in form:
+        return {**form, "type": [form["type"], "null"]}
+    return {"anyOf": [form, NULL]}
+
+
+def _anchored(pattern: str) -> str:
+    """A Python `fullmatch` pattern as JSON Schema's (which searches)."""
+    return f"^(?:{pattern})$"
+
+
+def named(name: str, check: Check, description: str | None = None) -> Check:
+    """`check`, described once as `$defs/<name>` and referred to by name wherever it is used."""
+    check.definition = {"description": description, **check.form} if description else check.form
+    check.form = {"$ref": f"#/$defs/{name}"}
+    return check
+
+
+def described(description: str, check: Check) -> Check:
+    """`check` with a sentence for the schema's reader (the check itself is shared, unchanged)."""
+    def same(v: Any) -> str | None:
+        return check(v)
+    return _shaped(same, {"description": description, **check.form})
+
+
+def maybe(check: Check) -> Check:
+    """None, or what `check` admits."""
+    def check_or_null(v: Any) -> str | None:
+        return None if v is None else check(v)
+    return _shaped(check_or_null, check.form, nullable=True)
 
 
 def text(max_length: int, pattern: str | None = None, nullable: bool = False) -> Check:
@@ -55,7 +105,8 @@ def text(max_length: int, pattern: str | None = None, nullable: bool = False) ->
         if form is not None and not form.fullmatch(v):
             return f": {v[:40]!r} is not in the expected form"
         return None
-    return check
+    return _shaped(check, {"type": "string", "maxLength": max_length,
+                           **({"pattern": _anchored(pattern)} if pattern else {})}, nullable)
 
 
 def integer(minimum: int | None = None, maximum: int | None = None, nullable: bool = False) -> Check:
@@ -67,7 +118,8 @@ def integer(minimum: int | None = None, maximum: int | None = None, nullable: bo
         if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
             return f": {v} is not between {minimum} and {maximum}"
         return None
-    return check
+    bounds = {k: x for k, x in (("minimum", minimum), ("maximum", maximum)) if x is not None}
+    return _shaped(check, {"type": "integer", **bounds}, nullable)
 
 
 def number(nullable: bool = False) -> Check:
@@ -76,13 +128,13 @@ def number(nullable: bool = False) -> Check:
         if v is None and nullable:
             return None
         return None if type(v) in (int, float) else f": {_kind(v)}, not a number"
-    return check
+    return _shaped(check, REAL, nullable)
 
 
 def boolean(nullable: bool = False) -> Check:
     def check(v: Any) -> str | None:
         return None if type(v) is bool or (v is None and nullable) else f": {_kind(v)}, not true or false"
-    return check
+    return _shaped(check, {"type": "boolean"}, nullable)
 
 
 def one_of(*values: Any) -> Check:
@@ -95,7 +147,7 @@ def one_of(*values: Any) -> Check:
         # enough for repr() to exhaust the recursion limit.
         shown = repr(v)[:40] if type(v) in (str, int, float, bool, type(None)) else _kind(v)
         return f": {shown} is not one of {', '.join(map(repr, values))}"
-    return check
+    return _shaped(check, {"enum": list(values)})
 
 
 def either(*checks: Check) -> Check:
@@ -103,7 +155,7 @@ def either(*checks: Check) -> Check:
     def check(v: Any) -> str | None:
         problems = [c(v) for c in checks]
         return None if None in problems else problems[0]
-    return check
+    return _shaped(check, {"anyOf": [c.form for c in checks]})
 
 
 def all_of(*checks: Check) -> Check:
@@ -113,7 +165,7 @@ def all_of(*checks: Check) -> Check:
             if problem is not None:
                 return problem
         return None
-    return check
+    return _shaped(check, {"allOf": [c.form for c in checks]})
 
 
 def array(item: Check, max_items: int, min_items: int = 0, nullable: bool = False) -> Check:
@@ -129,7 +181,8 @@ def array(item: Check, max_items: int, min_items: int = 0, nullable: bool = Fals
             if problem is not None:
                 return f"/{i}{problem}"
         return None
-    return check
+    return _shaped(check, {"type": "array", **({"minItems": min_items} if min_items else {}), "maxItems": max_items,
+                           "items": item.form}, nullable)
 
 
 def record(fields: dict[str, Check], required: tuple[str, ...] = (), closed: bool = False,
@@ -153,7 +206,10 @@ def record(fields: dict[str, Check], required: tuple[str, ...] = (), closed: boo
             if problem is not None:
                 return f"/{name}{problem}"
         return None
-    return check
+    check.fields = fields  # type: ignore[attr-defined]  # what a generated schema splits field by field
+    return _shaped(check, {"type": "object", "properties": {k: c.form for k, c in fields.items()},
+                           **({"required": list(required)} if required else {}),
+                           **({"additionalProperties": False} if closed else {})}, nullable)
 
 
 def mapping(value: Check, max_items: int, key_pattern: str | None = None, nullable: bool = False) -> Check:
@@ -174,7 +230,9 @@ def mapping(value: Check, max_items: int, key_pattern: str | None = None, nullab
             if problem is not None:
                 return f"/{name[:80]}{problem}"
         return None
-    return check
+    return _shaped(check, {"type": "object", "maxProperties": max_items,
+                           **({"propertyNames": {"pattern": _anchored(key_pattern)}} if key_pattern else {}),
+                           "additionalProperties": value.form}, nullable)
 
 
 def _kind(v: Any) -> str:

@@ -24,10 +24,13 @@ from triage.untrusted import (
     all_of,
     array,
     boolean,
+    described,
     either,
     integer,
     load_npz,
     mapping,
+    maybe,
+    named,
     number,
     one_of,
     read_json,
@@ -55,24 +58,24 @@ def values_budget(value_budget_bytes: int) -> int:
 # -- result.json ----------------------------------------------------------------------------
 # Where a field is copied into report.json, its limits are report.schema.json's (closed records
 # included): a result that passes here makes a report that validates.
-COUNT = integer(0, 1 << 63)
-LINE = integer(0, 100_000_000, nullable=True)
+COUNT = named("count", integer(0, 1 << 63))
+LINE = named("line", integer(0, 100_000_000, nullable=True))
 NAME = text(200)
 OPTIONAL_NAME = text(200, nullable=True)
 OP = text(200, pattern=r"[^\r\n]*")
 DTYPE = text(40, pattern=r"[a-z][a-z0-9_]*")
 NOTE = text(4000, nullable=True)
 NONFINITE = one_of("nan", "inf", "-inf")  # how the worker writes a nonfinite sample value
-SCALAR = either(text(1000, nullable=True), number(), boolean())
+SCALAR = named("scalar", either(text(1000, nullable=True), number(), boolean()))
 
 
-def flat(nullable: bool = False) -> Check:
-    """A flat record the parent only shows (numerics flags, a conditioning note, settings)."""
-    return mapping(either(SCALAR, array(SCALAR, 64)), 64, key_pattern=r"[A-Za-z_][A-Za-z0-9_]{0,63}",
-                   nullable=nullable)
+FLAT = named("record", mapping(either(SCALAR, array(SCALAR, 64)), 64, key_pattern=r"[A-Za-z_][A-Za-z0-9_]{0,63}"),
+             "A flat record the comment never reads (a numerics flag set, a conditioning note, settings): capped, "
+             "not described key by key.")
+FLAT_OR_NULL = maybe(FLAT)
 
 
-FINGERPRINT = record({
+FINGERPRINT = named("fingerprint", record({
     "shape": array(COUNT, 64),
     "dtype": DTYPE,
     "numel": COUNT,
@@ -80,7 +83,8 @@ FINGERPRINT = record({
     "nan": COUNT, "posinf": COUNT, "neginf": COUNT,
     "min": number(nullable=True), "max": number(nullable=True), "norm": number(nullable=True),
     "sample": array(either(number(), boolean(), NONFINITE, array(either(number(), NONFINITE), 2, min_items=2)), 64),
-}, required=("shape", "dtype", "numel", "sha256"), closed=True, nullable=True)
+}, required=("shape", "dtype", "numel", "sha256"), closed=True, nullable=True),
+    "A tensor's shape, dtype, a hash of its bits, nonfinite counts and a few values (triage/worker/fingerprint.py).")
 
 OBSERVABLE_ROUNDING = record({
     "status": one_of("judged", "not-judged"),
@@ -94,10 +98,11 @@ OBSERVABLE_ROUNDING = record({
                                   required=("op", "digits_lost"), closed=True), 16),
     "precision": text(40, nullable=True),
     "unmeasured": array(OP, 64),
-    "order_dependent": array(OP, 64),
+    "order_dependent": described("Ops of the value's computation whose CUDA kernels are nondeterministic"
+                                 " (atomic adds, scattered writes: torch.use_deterministic_algorithms), where the value is modelled on CUDA.", array(OP, 64)),
 }, required=("status",), closed=True, nullable=True)
 
-MODULE = record({
+MODULE = named("module_call", record({
     "instance": COUNT,
     "variable": text(300, nullable=True),
     "training": boolean(),
@@ -105,9 +110,12 @@ MODULE = record({
                                  required=("path", "type", "effect"), closed=True), 64),
     "inputs": array(text(64, pattern=r"[0-9a-f]+", nullable=True), 10000),
     "weights_version": COUNT,
-    "buffers": mapping(text(24, pattern=r"[0-9a-fv?-]+"), 64),
-    "settings": flat(),
-}, required=("instance",), closed=True, nullable=True)
+    "buffers": described("A digest of each buffer's bytes at the call (or its version counter, 'v<n>', for a large one): "
+                         "running statistics moved by a train-mode forward.", mapping(text(24, pattern=r"[0-9a-fv?-]+"), 64)),
+    "settings": FLAT,
+}, required=("instance",), closed=True, nullable=True),
+    "A root module call: which instance, its training state, input digests and numerics settings "
+    "(triage/worker/observe.py).")
 
 OBSERVABLE_FIELDS: dict[str, Check] = {
     "index": COUNT,
@@ -120,7 +128,8 @@ STREAMED_OBSERVABLE = record(OBSERVABLE_FIELDS, required=tuple(OBSERVABLE_FIELDS
 OBSERVABLE = record({
     **OBSERVABLE_FIELDS,
     "node": OPTIONAL_NAME,
-    "call_line": LINE,
+    "call_line": described("The top-level script line whose call led to this value (a function the script calls "
+                           "twice: two call lines).", LINE),
     "claim": record({"id": COUNT, "func": text(300), "operand": one_of(0, 1), "holds": boolean(nullable=True)},
                     required=("id", "func", "operand"), closed=True, nullable=True),
     "module": MODULE,
@@ -131,7 +140,7 @@ OBSERVABLE = record({
     "rounding": OBSERVABLE_ROUNDING,
 }, required=tuple(OBSERVABLE_FIELDS), closed=True)
 
-LEAF = record({
+LEAF = named("leaf", record({
     "index": COUNT,
     "node": NAME,
     "kind": text(40),
@@ -141,10 +150,11 @@ LEAF = record({
     "seed": record({"line": LINE, "value": integer(nullable=True), "draws": COUNT}, required=("draws",), closed=True,
                    nullable=True),
     "call_line": LINE,
-}, required=("index", "kind"), closed=True)
+}, required=("index", "kind"), closed=True),
+    "An input the recorded computation starts from: a weight, a random draw, a loaded tensor (worker/session.py).")
 
 # The fields the verdict's sentences read; the rest of a note is only shown.
-CONDITIONING = all_of(flat(), record({
+CONDITIONING = all_of(FLAT, record({
     "op": NAME, "shape": array(COUNT, 64), "dtype": DTYPE, "node": OPTIONAL_NAME, "line": LINE,
     "kind": NAME, "figure": text(1000),
     "singular": boolean(), "ill_conditioned": boolean(), "exact_singular": boolean(nullable=True),
@@ -166,9 +176,8 @@ RESULT = record({
     "torch_import_s": number(nullable=True),
     "environment": text(200000, nullable=True),
     "environment_error": NOTE,
-    "environment_cached": boolean(),
-    "flags_start": flat(nullable=True),
-    "flags_end": flat(nullable=True),
+    "flags_start": FLAT_OR_NULL,
+    "flags_end": FLAT_OR_NULL,
     "elapsed_s": number(nullable=True),
     "rounding": record({"seconds": number(nullable=True), "samples": integer(0, nullable=True), "note": NOTE,
                         "kernels": text(300, nullable=True), "reductions_drawn_whole": integer(0, nullable=True)},
@@ -183,8 +192,11 @@ RESULT = record({
     "left_out": record({"leaves": COUNT, "conditioning": COUNT}, closed=True, nullable=True),
     "graph": record({"nodes": COUNT, "leaves": COUNT, "compiled_graphs": COUNT, "stopped": NOTE,
                      "dtypes": array(DTYPE, 64), "export": NOTE,
-                     "backends": array(record({"name": text(200), "line": LINE}, required=("name",), closed=True),
-                                       16)}, closed=True, nullable=True),
+                     "backends": described(
+                         "Backends the script passes to torch.compile as its own callables (name, the line defining "
+                         "them): the minimizer's workers compile with inductor only.",
+                         array(record({"name": text(200), "line": LINE}, required=("name",), closed=True),
+                               16))}, closed=True, nullable=True),
     "reference": record({"status": one_of("off", "partial", "complete"), "seconds": number(nullable=True),
                          "note": NOTE, "approximate_ops": array(NAME, 1000)}, required=("status",), closed=True,
                         nullable=True),

@@ -51,7 +51,6 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         environment, env_error = envinfo.collect_env(job["collect_env_timeout"])
     result["environment"] = environment
     result["environment_error"] = env_error
-    result["environment_cached"] = job.get("collect_env") is not None
 
     device = torch.device(arm["device"])
     unavailable = _device_unavailable(torch, device)
