@@ -441,7 +441,7 @@ def test_case_040_graph_json_must_read_only_earlier_nodes(tmp_path):
 
 
 def test_case_041_what_a_process_leaves_in_the_warm_scratch_folder_is_removed(tmp_path):
-    from triage.minimize.warm import ArmWorker
+    from triage.minimize.arm_worker import ArmWorker
 
     worker = ArmWorker.__new__(ArmWorker)  # its process parts are the sandbox's; close() is the point
     worker.workdir = str(tmp_path / "triage-warm-x")
@@ -525,12 +525,12 @@ def test_case_117_r10_a_failing_arm_takes_no_other_arms_graph_folder_with_it(tmp
 
 
 def test_case_118_not_minimized_leaves_no_minimal_folder(tmp_path, arms_write, monkeypatch):
-    from triage.minimize.warm import WorkerFailed
+    from triage.minimize.arm_worker import WorkerFailed
 
     def no_worker(spec: Any, *_: Any, **__: Any) -> None:
         raise WorkerFailed(f"the {spec.spec} worker could not start: no torch here")
 
-    monkeypatch.setattr("triage.minimize.stage.ArmWorker", no_worker)
+    monkeypatch.setattr("triage.minimize.steps.ArmWorker", no_worker)
     _diverging_arms(arms_write, json.dumps(graph_doc()))
     code, data, output = run_cli(tmp_path, "cpu,cpu/threads=1", "--minimize")
     assert code == 0 and validate_report(data) == [], output
@@ -571,7 +571,7 @@ def test_valid_warm_replies_pass():
 def test_a_malformed_warm_reply_ends_the_reading_and_says_why():
     import queue
 
-    from triage.minimize.warm import ArmWorker
+    from triage.minimize.arm_worker import ArmWorker
 
     worker = ArmWorker.__new__(ArmWorker)
     stream = io.BytesIO()

@@ -185,7 +185,7 @@ def test_lost_worker_is_restarted(tmp_path):
     from triage.arms.run import run_arms
     from triage.arms.spec import parse_arms
     from triage.extract import extract_repro
-    from triage.minimize.warm import ArmWorker
+    from triage.minimize.arm_worker import ArmWorker
     from triage.settings import RunSettings
 
     arm = parse_arms("cpu")[0]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from triage.arms.graph import OpGraph, Plan
-from triage.minimize.warm import ArmWorker
+from triage.minimize.arm_worker import ArmWorker
 from triage.model import DivergenceKind
 from triage.numerics.errors import divergence_kind, ulp
 

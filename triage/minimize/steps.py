@@ -23,12 +23,12 @@ from triage import policy
 from triage.arms.graph import OpGraph
 from triage.arms.run import worker_python
 from triage.minimize import standalone
+from triage.minimize.arm_worker import ArmWorker, WorkerFailed
 from triage.minimize.backend_source import backend_definitions
 from triage.minimize.data import DataReduction, reduce_data
 from triage.minimize.localize import localize
 from triage.minimize.passes import RELIABILITY_RUNS, reduce, reliability
 from triage.minimize.problem import ReductionProblem
-from triage.minimize.warm import ArmWorker, WorkerFailed
 from triage.model import Ablation, ArmRun, ArmSpec, Comparison, LocalizedOp, Minimal
 from triage.numerics.errors import divergence_kind
 from triage.reporter import QUIET, Reporter
