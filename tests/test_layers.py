@@ -164,3 +164,21 @@ def test_no_stage_imports_a_later_stage(stage):
 def test_side_by_side_stages_do_not_import_each_other(a, b):
     for x, y in ((a, b), (b, a)):
         assert not any(_under(i, y) for m in MODULES if _under(m, x) for i in MODULES[m]), f"{x} imports {y}"
+
+
+def _top_level_entries() -> list[str]:
+    return sorted([p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+                  + [p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()])
+
+
+def test_the_package_map_and_the_readme_design_map_name_every_module_and_package():
+    """`ls triage/` reads as the pipeline only while the maps that explain it are true."""
+    import triage
+
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    design = readme[readme.index("## Design"):]
+    design = design[:design.index("```", design.index("```") + 3)]
+    entries = _top_level_entries()
+    assert "arms/" in entries and "report/" in entries and "classify/" in entries
+    assert [e for e in entries if e not in triage.__doc__] == []
+    assert [e for e in entries if e not in design] == []

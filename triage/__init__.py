@@ -22,7 +22,9 @@ in the order pipeline.py runs them:
     7   github.py     GitHub: read an issue, upsert the bot's comment
 
 pipeline.py runs the stages (settings.py holds every option once; reporter.py tells a
-watcher how far it got); cli.py, the Action and sweep/ are shells around it.
+watcher how far it got); cli.py, the Action and sweep/ are shells around it. Shared by
+the stages: model.py (the records between them), policy.py (PyTorch's accuracy note),
+untrusted.py (reading what untrusted code wrote).
 """
 
 __version__ = "0.1.0"
