@@ -113,6 +113,89 @@ def test_batched_answers_line_up_with_the_batch():
         assert check.error < 1e-12, (name, check.error)
 
 
+def _tall(kind: str, m: int, n: int, g: torch.Generator) -> torch.Tensor:
+    a = torch.randn(m, n, generator=g, dtype=torch.float64)
+    if kind == "graded":
+        a = a * torch.logspace(-4, 4, n, dtype=torch.float64)[None, :]
+    elif kind == "scaled":
+        a = a * 10.0 ** float(torch.randint(-15, 16, (), generator=g))
+    elif kind == "integer":
+        a = torch.randint(-3, 4, (m, n), generator=g).double()
+    elif kind == "near-dependent":
+        a[:, -1] = a[:, 0] + 1e-4 * torch.randn(m, generator=g, dtype=torch.float64)
+    elif kind == "vandermonde":
+        a = torch.linspace(0, 1, m, dtype=torch.float64)[:, None] ** torch.arange(n, dtype=torch.float64)[None, :]
+    return a
+
+
+def _least_squares_checks(a, b, out, **kwargs):
+    return [c for x in answers("linalg_lstsq", (a, b), kwargs) if (c := x.check(out)) is not None]
+
+
+def _cholesky_checks(s, out, upper=False):
+    return [c for x in answers("linalg_cholesky_ex", (s,), {"upper": upper}) if (c := x.check(out)) is not None]
+
+
+def test_least_squares_and_cholesky_of_every_driver_stay_within_their_bounds():
+    """Tall systems (consistent and not), every LAPACK driver, and the Cholesky factor of
+    their normal matrices, both triangles: a correct kernel is never called wrong."""
+    rng = random.Random(1)
+    checked = {"lstsq": 0, "cholesky": 0}
+    for _ in range(60):
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        n = rng.randint(1, 8)
+        m = rng.randint(n, 24)
+        kind = rng.choice(["randn", "graded", "scaled", "integer", "near-dependent", "vandermonde"])
+        dtype = rng.choice([torch.float32, torch.float64])
+        a = _tall(kind, m, n, g)
+        noise = rng.choice([0.0, 1e-6, 1e-2, 1.0]) * float(a.abs().max())
+        b = a @ torch.randn(n, rng.randint(1, 3), generator=g, dtype=torch.float64)
+        b = b + noise * torch.randn(b.shape, generator=g, dtype=torch.float64)
+        for driver in (None, "gelsy", "gels", "gelsd", "gelss"):
+            out = torch.ops.aten.linalg_lstsq(a.to(dtype), b.to(dtype), driver=driver)
+            for c in _least_squares_checks(a.to(dtype), b.to(dtype), out, driver=driver):
+                checked["lstsq"] += 1
+                assert not c.disagrees, (kind, m, n, dtype, driver, c.error, c.bound)
+        s = (a.mT @ a + torch.eye(n, dtype=torch.float64)).to(dtype)
+        for upper in (False, True):
+            for c in _cholesky_checks(s, torch.ops.aten.linalg_cholesky_ex(s, upper=upper), upper):
+                checked["cholesky"] += 1
+                assert not c.disagrees, (kind, n, dtype, upper, c.error, c.bound)
+    assert checked["lstsq"] > 150 and checked["cholesky"] > 60, checked
+
+
+def test_a_wrong_least_squares_solution_or_cholesky_factor_is_caught():
+    a = torch.tensor([[4.0, 1.0], [1.0, 3.0], [0.5, -1.0], [2.0, 2.0]])
+    b = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
+    solution, *rest = torch.ops.aten.linalg_lstsq(a, b)
+    assert [c.disagrees for c in _least_squares_checks(a, b, (solution, *rest))] == [False]
+    assert [c.disagrees for c in _least_squares_checks(a, b, (solution * 1.001, *rest))] == [True]
+    s = a.mT @ a
+    factor, info = torch.ops.aten.linalg_cholesky_ex(s)
+    assert [c.disagrees for c in _cholesky_checks(s, (factor, info))] == [False]
+    wrong = factor.clone()
+    wrong[1, 0] *= 1.001
+    assert [c.disagrees for c in _cholesky_checks(s, (wrong, info))] == [True]
+    # The upper factor is checked as the upper factor (the transposed lower one is wrong there).
+    assert [c.disagrees for c in _cholesky_checks(s, (factor, info), upper=True)] == [True]
+
+
+def test_least_squares_and_cholesky_conclude_nothing_where_the_kernel_may_decide_otherwise():
+    a = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])  # rank 1: the driver's rank decision
+    b = torch.ones(3, 1)
+    assert answers("linalg_lstsq", (a, b), {}) == []
+    well = torch.tensor([[1.0, 0.0], [0.0, 1e-3], [1.0, 1.0]])
+    assert answers("linalg_lstsq", (well, b), {})  # full rank, no cutoff: answered
+    assert answers("linalg_lstsq", (well, b), {"rcond": 1e-2}) == []  # a cutoff near 1/κ: not
+    assert answers("linalg_lstsq", (torch.randn(3, 5), torch.randn(3, 1)), {}) == []  # wide: not answered
+    indefinite = torch.tensor([[1.0, 2.0], [2.0, 1.0]])
+    assert answers("linalg_cholesky_ex", (indefinite,), {}) == []
+    s = torch.tensor([[4.0, 1.0], [1.0, 3.0]])
+    factor, _ = torch.ops.aten.linalg_cholesky_ex(s)
+    # A kernel that reports it stopped returned a partial factor: its caller judges that.
+    assert _cholesky_checks(s, (factor * 2, torch.tensor(1, dtype=torch.int32))) == []
+
+
 class WrongSingularValues(TorchDispatchMode):
     """A float64 LAPACK that returns rank 0: the replay's own kernel shares the bug."""
 

@@ -6,9 +6,10 @@ precision up: where that library is wrong on an input (a driver that returns ran
 rank-2 matrix, a determinant's pivot lost), the reference shares the bug and the arm looks
 right.  Every float is a rational number, so for a small matrix the determinant, inverse and
 solution of the *recorded* input have exact values, found here in rational arithmetic
-(`fractions.Fraction`, Gauss–Jordan without rounding); singular and eigenvalues are
-algebraic, found with mpmath at 50 significant digits (its own SVD and symmetric
-eigensolver: no LAPACK).
+(`fractions.Fraction`, Gauss–Jordan without rounding), and so is the least-squares solution
+of a tall matrix of full column rank (the normal equations, solved exactly); singular and
+eigenvalues and the Cholesky factor are algebraic, found with mpmath at 50 significant digits
+(its own SVD, symmetric eigensolver and Cholesky: no LAPACK).
 
 Each answer knows how far a correct kernel may be from it at a unit roundoff u — the
 textbook backward-stable bounds (Higham, *Accuracy and Stability of Numerical Algorithms*,
@@ -18,7 +19,10 @@ SAFETY factor:
 * inverse and solve:  ‖X̂ − X‖ ≤ n·κ∞(A)·u·‖X‖ (normwise, κ∞ from the exact inverse);
 * determinant:        |d̂ − d| ≤ n²·κ∞(A)·u·|d|, and log|d| within that error (absolute) times
                       max(1, |log|d||) for the log's own rounding;
-* singular values and symmetric eigenvalues: |σ̂ᵢ − σᵢ| ≤ n·u·‖A‖₂.
+* singular values and symmetric eigenvalues: |σ̂ᵢ − σᵢ| ≤ n·u·‖A‖₂;
+* Cholesky factor:    ‖L̂ − L‖ ≤ n²·κ∞(A)·u·‖L‖ (backward error n·u·‖A‖, amplified by κ);
+* least squares:      ‖X̂ − X‖ ≤ m·n·u·(2κ₂ + κ₂(κ₂+1)·‖R‖/(‖A‖‖X‖))·‖X‖ per column, where a
+                      rank cutoff (`rcond`) cannot drop a singular value.
 
 A kernel farther than that from the exact answer computed something else: a kernel bug,
 whatever the float64 replay says.  Where the bound itself leaves no significant digit (an
@@ -71,10 +75,17 @@ class Answer:
     # The smallest nonzero and the largest magnitude the kernel meets (input, intermediates
     # as far as they are bounded, answer): where they leave the dtype's range, no conclusion.
     magnitudes: tuple[float, float]
+    # The op's `info` output, where it has one: a kernel that reports it stopped (a matrix it
+    # found not positive definite) returned a partial result, judged by its caller, not here.
+    status_output: int | None = None
 
     def check(self, outputs: Any) -> Check | None:
         """How far the op's actual `outputs` lie from this answer, at the unit roundoff of the
         dtype they were computed in; None where nothing can be concluded."""
+        if self.status_output is not None:
+            status = outputs[self.status_output] if isinstance(outputs, (tuple, list)) else None
+            if not isinstance(status, torch.Tensor) or bool(status.ne(0).any()):
+                return None
         got = outputs[self.output] if isinstance(outputs, (tuple, list)) else outputs
         if (not isinstance(got, torch.Tensor) or got.dtype not in UNIT_ROUNDOFF
                 or tuple(got.shape) != tuple(self.value.shape)):
@@ -124,6 +135,8 @@ def answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     arguments, [] where the op is not covered or the input is too large, complex or not finite."""
     if op in _FUNCTIONS:
         return _function_answers(op, args, kwargs)
+    if op in _LEAST_SQUARES:
+        return _least_squares(args, kwargs)
     solver = _SOLVERS.get(op)
     if solver is None or not args or not isinstance(args[0], torch.Tensor):
         return []
@@ -158,8 +171,12 @@ def _leading_products(wide: torch.Tensor) -> float:
 # -- rational arithmetic --------------------------------------------------------------------
 def _gauss_jordan(matrix: list[list[float]]) -> tuple[Fraction, list[list[Fraction]] | None]:
     """The exact determinant and inverse (None when singular) of a float matrix."""
+    return _gauss_jordan_exact([[Fraction(v) for v in row] for row in matrix])
+
+
+def _gauss_jordan_exact(matrix: list[list[Fraction]]) -> tuple[Fraction, list[list[Fraction]] | None]:
     n = len(matrix)
-    m = [[Fraction(v) for v in row] + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(matrix)]
+    m = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(matrix)]
     det = Fraction(1)
     for col in range(n):
         pivot = next((r for r in range(col, n) if m[r][col] != 0), None)
@@ -304,6 +321,98 @@ def _symmetric_eigenvalues(wide: torch.Tensor, shape: tuple, args: tuple, kwargs
                    _magnitudes(symmetric, scale))]
 
 
+def _cholesky(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    import mpmath
+
+    upper = bool(kwargs.get("upper", args[1] if len(args) > 1 else False))
+    # The kernel reads one triangle only: the matrix it factors is that triangle, mirrored.
+    half = wide.triu() if upper else wide.tril()
+    symmetric = half + half.transpose(-2, -1) - torch.diag_embed(wide.diagonal(dim1=-2, dim2=-1))
+    exact = _exact(symmetric)
+    if any(e[1] is None for e in exact):
+        return []
+    factors = []
+    with mpmath.workdps(DIGITS):
+        for matrix in symmetric.tolist():
+            try:
+                lower = mpmath.cholesky(mpmath.matrix(matrix))
+            except (ValueError, ZeroDivisionError):
+                return []  # not positive definite: the kernel's info says so, no answer to compare
+            factors.append([[float(lower[i, j]) for j in range(len(matrix))] for i in range(len(matrix))])
+    factor = torch.tensor(factors, dtype=torch.float64)
+    if upper:
+        factor = factor.transpose(-2, -1)
+    scale = factor.abs().amax(dim=(-2, -1), keepdim=True)
+    n = wide.shape[-1]
+    kappa = max(e[2] for e in exact)
+    # Backward error γ(n+1)·|Lᵀ||L| ≤ n·u·‖A‖, amplified at most κ(A) in L (Higham ch. 10): n²·κ.
+    return [Answer("cholesky", f"mpmath at {DIGITS} digits", 0, factor.reshape(shape),
+                   scale.reshape(shape[:-2] + (1, 1)), n * n * kappa, _magnitudes(symmetric, scale),
+                   status_output=1)]
+
+
+# A rank cutoff (`rcond`) this far below 1/κ₂(A) cannot drop a singular value of A at any
+# precision the answer concludes at.
+RCOND_MARGIN = 100.0
+
+
+def _least_squares(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+    """`linalg_lstsq(A, B)` with A (m×n, m ≥ n) of full column rank: the exact solution of the
+    normal equations AᵀA·X = AᵀB, in rational arithmetic. Householder QR (LAPACK's gelsy and
+    gels) is backward stable, so ‖X̂ − X‖/‖X‖ ≤ m·n·u·(2κ₂ + κ₂(κ₂+1)·‖R‖/(‖A‖‖X‖)), R = B − AX
+    (Higham, Thm 20.3): the residual's term is the one square-conditioning leaves."""
+    if len(args) < 2 or not isinstance(args[0], torch.Tensor) or not isinstance(args[1], torch.Tensor):
+        return []
+    a, b = args[0], args[1]
+    if (a.is_complex() or b.is_complex() or not a.is_floating_point() or not b.is_floating_point()
+            or a.dim() < 2 or b.dim() != a.dim()):
+        return []
+    m, n = a.shape[-2], a.shape[-1]
+    batch = a.numel() // (m * n) if m * n else 0
+    if (n == 0 or m < n or m > 4 * MAX_ORDER or n > MAX_ORDER or batch == 0 or batch > MAX_BATCH
+            or tuple(b.shape[:-1]) != tuple(a.shape[:-1]) or b.shape[-1] > 4 * MAX_ORDER):
+        return []
+    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
+    rhs = b.detach().to("cpu", torch.float64).reshape(batch, m, b.shape[-1])
+    if not bool(torch.isfinite(wide).all()) or not bool(torch.isfinite(rhs).all()):
+        return []
+    solutions, factors = [], []
+    for matrix, columns in zip(wide.tolist(), rhs.tolist(), strict=True):
+        aq = [[Fraction(v) for v in row] for row in matrix]
+        bq = [[Fraction(v) for v in row] for row in columns]
+        gram = [[sum(aq[k][i] * aq[k][j] for k in range(m)) for j in range(n)] for i in range(n)]
+        _, inverse = _gauss_jordan_exact(gram)
+        if inverse is None:
+            return []  # rank-deficient: the solution depends on the driver's rank decision
+        atb = [[sum(aq[k][i] * bq[k][j] for k in range(m)) for j in range(len(bq[0]))] for i in range(n)]
+        x = [[sum(inverse[i][k] * atb[k][j] for k in range(n)) for j in range(len(atb[0]))] for i in range(n)]
+        residual = [[bq[i][j] - sum(aq[i][k] * x[k][j] for k in range(n)) for j in range(len(x[0]))] for i in range(m)]
+        # κ₂(A)² = κ₂(AᵀA) ≤ n·κ∞(AᵀA); ‖A‖₂ ≥ ‖A‖_F/√n.
+        kappa = math.sqrt(n * _norm_inf(gram) * _norm_inf(inverse))
+        norm_a = math.sqrt(sum(float(v) ** 2 for row in aq for v in row) / n)
+        # Per column of B: each column's error is relative to its own solution (its scale).
+        ratio = 0.0
+        for j in range(len(x[0])):
+            norm_x = math.sqrt(sum(float(row[j]) ** 2 for row in x))
+            norm_r = math.sqrt(sum(float(row[j]) ** 2 for row in residual))
+            ratio = max(ratio, norm_r / (norm_a * norm_x) if norm_a > 0 and norm_x > 0 else math.inf)
+        factors.append((m * n * (2 * kappa + kappa * (kappa + 1) * ratio), kappa))
+        solutions.append([[float(v) for v in row] for row in x])
+    rcond = kwargs.get("rcond", args[2] if len(args) > 2 else None)
+    kappa = max(k for _, k in factors)
+    if rcond is not None and float(rcond) * kappa * RCOND_MARGIN >= 1:
+        return []  # the caller's cutoff may drop a singular value the exact answer keeps
+    x = torch.tensor(solutions, dtype=torch.float64)
+    scale = x.abs().amax(dim=-2, keepdim=True)  # per column: ‖x‖∞
+    out = tuple(a.shape[:-2]) + (n, b.shape[-1])
+    return [Answer("lstsq", "rational arithmetic (normal equations)", 0, x.reshape(out),
+                   scale.reshape(tuple(a.shape[:-2]) + (1, b.shape[-1])), max(f for f, _ in factors),
+                   _magnitudes(wide, rhs, scale))]
+
+
+_LEAST_SQUARES = {"linalg_lstsq"}
+
+
 _SOLVERS = {
     "_linalg_det": _det, "linalg_det": _det, "det": _det,
     "_linalg_slogdet": _slogdet, "linalg_slogdet": _slogdet, "slogdet": _slogdet,
@@ -311,6 +420,7 @@ _SOLVERS = {
     "_linalg_solve_ex": _solve, "linalg_solve": _solve, "linalg_solve_ex": _solve,
     "_linalg_svd": _singular_values, "linalg_svdvals": _singular_values,
     "_linalg_eigh": _symmetric_eigenvalues, "linalg_eigvalsh": _symmetric_eigenvalues,
+    "linalg_cholesky_ex": _cholesky,
 }
 
 
@@ -383,7 +493,7 @@ def _evaluate(mp: Any, f: Any, v: float) -> tuple[float, float]:
     return (out, sensitivity) if math.isfinite(out) and math.isfinite(sensitivity) else (math.nan, math.nan)
 
 
-COVERED_OPS = frozenset(_SOLVERS) | frozenset(_FUNCTIONS)
+COVERED_OPS = frozenset(_SOLVERS) | frozenset(_FUNCTIONS) | frozenset(_LEAST_SQUARES)
 
 
 class Budget:
