@@ -1,5 +1,6 @@
-"""Calibration of the independent least-squares and Cholesky answers (triage/worker/independent.py):
-correct LAPACK kernels (every lstsq driver, both Cholesky triangles) on random tall matrices of
+"""Calibration of the independent least-squares, pseudoinverse, QR and Cholesky answers
+(triage/worker/independent.py): correct LAPACK kernels (every lstsq driver, both Cholesky
+triangles) on random tall matrices of
 several kinds, float32 and float64, consistent and inconsistent systems. Prints how many checks
 concluded, the largest error as a fraction of its bound, and every check a correct kernel
 failed (there must be none).
@@ -37,8 +38,8 @@ def tall(kind: str, m: int, n: int, g: torch.Generator, rng: random.Random) -> t
 
 def main(seed: int, iterations: int) -> int:
     rng = random.Random(seed)
-    worst = {"lstsq": 0.0, "cholesky": 0.0}
-    count = {"lstsq": 0, "cholesky": 0}
+    worst = {"lstsq": 0.0, "cholesky": 0.0, "pinv": 0.0, "qr": 0.0}
+    count = {"lstsq": 0, "cholesky": 0, "pinv": 0, "qr": 0}
     wrong = []
     start = time.time()
 
@@ -68,6 +69,11 @@ def main(seed: int, iterations: int) -> int:
             for answer in answers("linalg_lstsq", (a_low, b_low), {"driver": driver}):
                 if (check := answer.check(out)) is not None:
                     record("lstsq", check, kind, m, n, dtype, driver)
+        for op, call in (("pinv", torch.ops.aten.linalg_pinv), ("qr", torch.ops.aten.linalg_qr)):
+            out = call(a_low)
+            for answer in answers(f"linalg_{op}", (a_low,), {}):
+                if (check := answer.check(out)) is not None:
+                    record(op, check, kind, m, n, dtype, answer.output)
         s = (a.T @ a + (torch.eye(n, dtype=torch.float64) if kind == "integer" else 0)).to(dtype)
         for upper in (False, True):
             out = torch.ops.aten.linalg_cholesky_ex(s, upper=upper)

@@ -136,9 +136,10 @@ def _cholesky_checks(s, out, upper=False):
     return [c for x in answers("linalg_cholesky_ex", (s,), {"upper": upper}) if (c := x.check(out)) is not None]
 
 
-def test_least_squares_and_cholesky_of_every_driver_stay_within_their_bounds():
-    """Tall systems (consistent and not), every LAPACK driver, and the Cholesky factor of
-    their normal matrices, both triangles: a correct kernel is never called wrong."""
+def test_least_squares_pinv_qr_and_cholesky_stay_within_their_bounds():
+    """Tall systems (consistent and not) with every LAPACK driver, their pseudoinverses and QR
+    factors, and the Cholesky factor of their normal matrices, both triangles: a correct kernel
+    is never called wrong."""
     rng = random.Random(1)
     checked = {"lstsq": 0, "cholesky": 0}
     for _ in range(60):
@@ -156,12 +157,18 @@ def test_least_squares_and_cholesky_of_every_driver_stay_within_their_bounds():
             for c in _least_squares_checks(a.to(dtype), b.to(dtype), out, driver=driver):
                 checked["lstsq"] += 1
                 assert not c.disagrees, (kind, m, n, dtype, driver, c.error, c.bound)
+        for op, call in (("linalg_pinv", torch.ops.aten.linalg_pinv), ("linalg_qr", torch.ops.aten.linalg_qr)):
+            out = call(a.to(dtype))
+            for c in [c for x in answers(op, (a.to(dtype),), {}) if (c := x.check(out)) is not None]:
+                checked[op] = checked.get(op, 0) + 1
+                assert not c.disagrees, (op, kind, m, n, dtype, c.error, c.bound)
         s = (a.mT @ a + torch.eye(n, dtype=torch.float64)).to(dtype)
         for upper in (False, True):
             for c in _cholesky_checks(s, torch.ops.aten.linalg_cholesky_ex(s, upper=upper), upper):
                 checked["cholesky"] += 1
                 assert not c.disagrees, (kind, n, dtype, upper, c.error, c.bound)
     assert checked["lstsq"] > 150 and checked["cholesky"] > 60, checked
+    assert checked["linalg_pinv"] > 20 and checked["linalg_qr"] > 40, checked
 
 
 def test_a_wrong_least_squares_solution_or_cholesky_factor_is_caught():
@@ -180,7 +187,19 @@ def test_a_wrong_least_squares_solution_or_cholesky_factor_is_caught():
     assert [c.disagrees for c in _cholesky_checks(s, (factor, info), upper=True)] == [True]
 
 
-def test_least_squares_and_cholesky_conclude_nothing_where_the_kernel_may_decide_otherwise():
+def test_a_wrong_pseudoinverse_or_qr_factor_is_caught_but_not_a_change_of_signs():
+    a = torch.tensor([[4.0, 1.0], [1.0, 3.0], [0.5, -1.0], [2.0, 2.0]])
+    p = torch.ops.aten.linalg_pinv(a)
+    assert [c.disagrees for x in answers("linalg_pinv", (a,), {}) if (c := x.check(p))] == [False]
+    assert [c.disagrees for x in answers("linalg_pinv", (a,), {}) if (c := x.check(p * 1.001))] == [True]
+    q, r = torch.ops.aten.linalg_qr(a)
+    flip = torch.tensor([-1.0, 1.0])
+    for outputs, wrong in (((q, r), [False, False]), ((q * flip, r * flip[:, None]), [False, False]),
+                           ((q, r * 1.001), [False, True]), ((q * 1.001, r), [True, False])):
+        assert [c.disagrees for x in answers("linalg_qr", (a,), {}) if (c := x.check(outputs))] == wrong
+
+
+def test_rectangular_answers_and_cholesky_conclude_nothing_where_the_kernel_may_decide_otherwise():
     a = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])  # rank 1: the driver's rank decision
     b = torch.ones(3, 1)
     assert answers("linalg_lstsq", (a, b), {}) == []
@@ -188,6 +207,11 @@ def test_least_squares_and_cholesky_conclude_nothing_where_the_kernel_may_decide
     assert answers("linalg_lstsq", (well, b), {})  # full rank, no cutoff: answered
     assert answers("linalg_lstsq", (well, b), {"rcond": 1e-2}) == []  # a cutoff near 1/κ: not
     assert answers("linalg_lstsq", (torch.randn(3, 5), torch.randn(3, 1)), {}) == []  # wide: not answered
+    assert answers("linalg_pinv", (well,), {"rtol": 1e-2}) == [] and answers("linalg_pinv", (well,), {"atol": 1e-2}) == []
+    assert answers("linalg_pinv", (well,), {"atol": 1e-6, "rtol": 1e-9})  # far below σ_min and 1/κ: answered
+    assert answers("linalg_pinv", (well, 1e-15), {}) == []  # the old overload's positional rcond
+    assert answers("linalg_pinv", (well,), {"hermitian": True}) == []
+    assert answers("linalg_qr", (well, "complete"), {}) == [] and answers("linalg_qr", (a,), {}) == []
     indefinite = torch.tensor([[1.0, 2.0], [2.0, 1.0]])
     assert answers("linalg_cholesky_ex", (indefinite,), {}) == []
     s = torch.tensor([[4.0, 1.0], [1.0, 3.0]])

@@ -19,7 +19,7 @@ LINALG_OPS = {
     "linalg_lu_factor_ex", "linalg_lu", "cholesky", "linalg_cholesky_ex", "linalg_lstsq",
     "linalg_pinv", "triangular_solve", "linalg_solve_triangular", "cholesky_solve",
     "lu_solve", "linalg_lu_solve", "cholesky_inverse", "_linalg_svd", "linalg_svd", "linalg_svdvals",
-    "_linalg_eigh", "linalg_eigh", "linalg_eig",
+    "_linalg_eigh", "linalg_eigh", "linalg_eig", "linalg_qr",
 }
 # Eigen- and singular-vector problems: a vector's error is about u·‖A‖/gap, with gap the
 # distance from its eigenvalue (singular value) to the nearest other one — however well

@@ -6,10 +6,11 @@ precision up: where that library is wrong on an input (a driver that returns ran
 rank-2 matrix, a determinant's pivot lost), the reference shares the bug and the arm looks
 right.  Every float is a rational number, so for a small matrix the determinant, inverse and
 solution of the *recorded* input have exact values, found here in rational arithmetic
-(`fractions.Fraction`, Gauss–Jordan without rounding), and so is the least-squares solution
-of a tall matrix of full column rank (the normal equations, solved exactly); singular and
-eigenvalues and the Cholesky factor are algebraic, found with mpmath at 50 significant digits
-(its own SVD, symmetric eigensolver and Cholesky: no LAPACK).
+(`fractions.Fraction`, Gauss–Jordan without rounding), and so are the least-squares solution
+and the pseudoinverse of a tall matrix of full column rank (the normal equations, solved
+exactly); singular and eigenvalues, the Cholesky factor and QR's factors are algebraic, found
+with mpmath at 50 significant digits (its own SVD, symmetric eigensolver and Cholesky — R is
+the Cholesky factor of the exact AᵀA, Q = A·R⁻¹ —: no LAPACK).
 
 Each answer knows how far a correct kernel may be from it at a unit roundoff u — the
 textbook backward-stable bounds (Higham, *Accuracy and Stability of Numerical Algorithms*,
@@ -22,7 +23,8 @@ SAFETY factor:
 * singular values and symmetric eigenvalues: |σ̂ᵢ − σᵢ| ≤ n·u·‖A‖₂;
 * Cholesky factor:    ‖L̂ − L‖ ≤ n²·κ∞(A)·u·‖L‖ (backward error n·u·‖A‖, amplified by κ);
 * least squares:      ‖X̂ − X‖ ≤ m·n·u·(2κ₂ + κ₂(κ₂+1)·‖R‖/(‖A‖‖X‖))·‖X‖ per column, where a
-                      rank cutoff (`rcond`) cannot drop a singular value.
+                      rank cutoff (`rcond`) cannot drop a singular value;
+* pseudoinverse, QR:  m·n·κ₂·u relative to A⁺, R (Wedin; Sun), Q's error absolute.
 
 A kernel farther than that from the exact answer computed something else: a kernel bug,
 whatever the float64 replay says.  Where the bound itself leaves no significant digit (an
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -78,6 +81,9 @@ class Answer:
     # The op's `info` output, where it has one: a kernel that reports it stopped (a matrix it
     # found not positive definite) returned a partial result, judged by its caller, not here.
     status_output: int | None = None
+    # Where the op's answer is unique only up to signs (QR: a column of Q and the row of R it
+    # multiplies may both be negated), the kernel's outputs in the answer's sign convention.
+    canonical: Callable[[Any], Any] | None = None
 
     def check(self, outputs: Any) -> Check | None:
         """How far the op's actual `outputs` lie from this answer, at the unit roundoff of the
@@ -86,6 +92,8 @@ class Answer:
             status = outputs[self.status_output] if isinstance(outputs, (tuple, list)) else None
             if not isinstance(status, torch.Tensor) or bool(status.ne(0).any()):
                 return None
+        if self.canonical is not None:
+            outputs = self.canonical(outputs)
         got = outputs[self.output] if isinstance(outputs, (tuple, list)) else outputs
         if (not isinstance(got, torch.Tensor) or got.dtype not in UNIT_ROUNDOFF
                 or tuple(got.shape) != tuple(self.value.shape)):
@@ -135,8 +143,8 @@ def answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     arguments, [] where the op is not covered or the input is too large, complex or not finite."""
     if op in _FUNCTIONS:
         return _function_answers(op, args, kwargs)
-    if op in _LEAST_SQUARES:
-        return _least_squares(args, kwargs)
+    if op in _RECTANGULAR:
+        return _RECTANGULAR[op](args, kwargs)
     solver = _SOLVERS.get(op)
     if solver is None or not args or not isinstance(args[0], torch.Tensor):
         return []
@@ -410,7 +418,113 @@ def _least_squares(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
                    _magnitudes(wide, rhs, scale))]
 
 
-_LEAST_SQUARES = {"linalg_lstsq"}
+def _tall_full_rank(a: torch.Tensor) -> tuple[torch.Tensor, list[tuple]] | None:
+    """A tall (m ≥ n) real matrix batch of full column rank within the sizes answered: the
+    float64 batch and, per matrix, its exact entries, Gram matrix AᵀA, (AᵀA)⁻¹ and κ₂(A)'s
+    upper bound √(n·κ∞(AᵀA)) (κ₂(A)² = κ₂(AᵀA) ≤ n·κ∞(AᵀA)); None otherwise."""
+    if a.is_complex() or not a.is_floating_point() or a.dim() < 2:
+        return None
+    m, n = a.shape[-2], a.shape[-1]
+    batch = a.numel() // (m * n) if m * n else 0
+    if n == 0 or m < n or m > 4 * MAX_ORDER or n > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
+        return None
+    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
+    if not bool(torch.isfinite(wide).all()):
+        return None
+    out = []
+    for matrix in wide.tolist():
+        aq = [[Fraction(v) for v in row] for row in matrix]
+        gram = [[sum(aq[k][i] * aq[k][j] for k in range(m)) for j in range(n)] for i in range(n)]
+        _, inverse = _gauss_jordan_exact(gram)
+        if inverse is None:
+            return None  # rank-deficient: the answer depends on the kernel's rank decision
+        out.append((aq, gram, inverse, math.sqrt(n * _norm_inf(gram) * _norm_inf(inverse))))
+    return wide, out
+
+
+def _pseudoinverse(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+    """`linalg_pinv(A)` of a tall matrix of full column rank: (AᵀA)⁻¹Aᵀ, exactly. The SVD is
+    backward stable and, the rank kept, ‖ΔA⁺‖ ≤ √2·‖A⁺‖²·‖ΔA‖ (Wedin): m·n·κ₂ relative to A⁺."""
+    a = args[0] if len(args) == 1 else None  # a positional `rcond` (the old overload): not answered
+    if not isinstance(a, torch.Tensor) or kwargs.get("hermitian"):
+        return []  # hermitian=True reads one triangle through eigh: not answered
+    exact = _tall_full_rank(a)
+    if exact is None:
+        return []
+    wide, per_matrix = exact
+    m, n = wide.shape[-2], wide.shape[-1]
+    pinvs, smallest = [], math.inf
+    for aq, _, inverse, _ in per_matrix:
+        p = [[sum(inverse[i][k] * aq[j][k] for k in range(n)) for j in range(m)] for i in range(n)]
+        pinvs.append([[float(v) for v in row] for row in p])
+        # σ_min(A) = 1/‖A⁺‖₂ ≥ 1/‖A⁺‖_F
+        smallest = min(smallest, 1 / math.sqrt(sum(float(v) ** 2 for row in p for v in row)))
+    kappa = max(k for *_, k in per_matrix)
+    atol, rtol = kwargs.get("atol"), kwargs.get("rtol")
+    cutoffs = [float(t.abs().max()) if isinstance(t, torch.Tensor) else float(t) for t in (atol, rtol)
+               if t is not None]
+    if atol is not None and cutoffs[0] * RCOND_MARGIN >= smallest:
+        return []  # the caller's absolute cutoff may drop a singular value the exact answer keeps
+    if rtol is not None and cutoffs[-1] * kappa * RCOND_MARGIN >= 1:
+        return []
+    x = torch.tensor(pinvs, dtype=torch.float64)
+    scale = x.abs().amax(dim=(-2, -1), keepdim=True)
+    batch = tuple(a.shape[:-2])
+    return [Answer("pinv", "rational arithmetic (normal equations)", 0, x.reshape(batch + (n, m)),
+                   scale.reshape(batch + (1, 1)), m * n * kappa, _magnitudes(wide, scale))]
+
+
+def _qr(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+    """`linalg_qr(A)` (reduced) of a tall matrix of full column rank: R is the upper Cholesky
+    factor of AᵀA and Q = A·R⁻¹ (mpmath at 50 digits from the exact AᵀA), unique once R's
+    diagonal is positive; the kernel's signs are brought to that convention first. Householder
+    QR is backward stable and ‖ΔQ‖, ‖ΔR‖/‖R‖ ≤ c·κ₂·‖ΔA‖/‖A‖ (Sun): m·n·κ₂."""
+    import mpmath
+
+    a = args[0] if args else None
+    mode = kwargs.get("mode", args[1] if len(args) > 1 else "reduced")
+    if not isinstance(a, torch.Tensor) or mode != "reduced":
+        return []  # "complete": the trailing columns of Q are not unique; "r": no Q
+    exact = _tall_full_rank(a)
+    if exact is None:
+        return []
+    wide, per_matrix = exact
+    m, n = wide.shape[-2], wide.shape[-1]
+    qs, rs = [], []
+    with mpmath.workdps(DIGITS):
+        for aq, gram, _, _ in per_matrix:
+            g = mpmath.matrix([[mpmath.mpf(v.numerator) / v.denominator for v in row] for row in gram])
+            try:
+                r = mpmath.cholesky(g).T
+            except (ValueError, ZeroDivisionError):
+                return []
+            q = mpmath.matrix([[mpmath.mpf(v.numerator) / v.denominator for v in row] for row in aq]) * r ** -1
+            qs.append([[float(q[i, j]) for j in range(n)] for i in range(m)])
+            rs.append([[float(r[i, j]) for j in range(n)] for i in range(n)])
+    batch = tuple(a.shape[:-2])
+    q, r = torch.tensor(qs, dtype=torch.float64), torch.tensor(rs, dtype=torch.float64)
+    scale_r = r.abs().amax(dim=(-2, -1), keepdim=True)
+    kappa = max(k for *_, k in per_matrix)
+    magnitudes = _magnitudes(wide, scale_r)
+    return [Answer("qr", f"mpmath at {DIGITS} digits", 0, q.reshape(batch + (m, n)), torch.ones(batch + (1, 1),
+                   dtype=torch.float64), m * n * kappa, magnitudes, canonical=_positive_diagonal),
+            Answer("qr", f"mpmath at {DIGITS} digits", 1, r.reshape(batch + (n, n)), scale_r.reshape(batch + (1, 1)),
+                   m * n * kappa, magnitudes, canonical=_positive_diagonal)]
+
+
+def _positive_diagonal(outputs: Any) -> Any:
+    """(Q, R) with each column of Q and row of R negated where R's diagonal is negative."""
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
+        return outputs
+    q, r = outputs
+    if not isinstance(q, torch.Tensor) or not isinstance(r, torch.Tensor):
+        return outputs
+    signs = torch.where(r.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(r.dtype)
+    return q * signs.unsqueeze(-2), r * signs.unsqueeze(-1)
+
+
+_RECTANGULAR = {"linalg_lstsq": _least_squares, "linalg_pinv": _pseudoinverse,
+                "linalg_qr": _qr}
 
 
 _SOLVERS = {
@@ -493,7 +607,7 @@ def _evaluate(mp: Any, f: Any, v: float) -> tuple[float, float]:
     return (out, sensitivity) if math.isfinite(out) and math.isfinite(sensitivity) else (math.nan, math.nan)
 
 
-COVERED_OPS = frozenset(_SOLVERS) | frozenset(_FUNCTIONS) | frozenset(_LEAST_SQUARES)
+COVERED_OPS = frozenset(_SOLVERS) | frozenset(_FUNCTIONS) | frozenset(_RECTANGULAR)
 
 
 class Budget:
