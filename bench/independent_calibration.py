@@ -6,6 +6,7 @@ concluded, the largest error as a fraction of its bound, and every check a corre
 failed (there must be none).
 
     python bench/independent_calibration.py SEED ITERATIONS    # about 60 s for 500 on 2 cores
+    python bench/independent_calibration.py --opinfo           # every answered op on OpInfo's samples
 """
 import random
 import sys
@@ -85,5 +86,56 @@ def main(seed: int, iterations: int) -> int:
     return 1 if wrong else 0
 
 
+# OpInfo entries whose calls reach an answered aten op (the op is seen at dispatch, as the
+# recorder sees it: linalg.cholesky is linalg_cholesky_ex, linalg.svdvals is _linalg_svd).
+OPINFO_NAMES = ("linalg.lstsq", "linalg.pinv", "linalg.qr", "linalg.cholesky", "linalg.det", "linalg.inv",
+                "linalg.solve", "linalg.svdvals", "linalg.eigvalsh", "linalg.slogdet")
+
+
+def opinfo(samples_per_op: int = 40) -> int:
+    """Correct kernels on the sample inputs PyTorch tests each op with, float32 and float64."""
+    import warnings
+
+    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from triage.worker.independent import COVERED_OPS
+
+    class Answered(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.checks: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if name in COVERED_OPS:
+                self.checks += [(name, c) for a in answers(name, args, kwargs or {}) if (c := a.check(out)) is not None]
+            return out
+
+    warnings.filterwarnings("ignore")
+    count: dict[str, int] = {}
+    worst: dict[str, float] = {}
+    wrong = []
+    for op in (o for o in op_db if o.name in OPINFO_NAMES):
+        for dtype in (torch.float32, torch.float64):
+            for sample in list(op.sample_inputs("cpu", dtype, requires_grad=False))[:samples_per_op]:
+                mode = Answered()
+                try:
+                    with mode:
+                        op(sample.input, *sample.args, **sample.kwargs)
+                except RuntimeError:
+                    continue  # a sample the op refuses (a singular matrix for cholesky)
+                for name, check in mode.checks:
+                    count[name] = count.get(name, 0) + 1
+                    worst[name] = max(worst.get(name, 0.0), check.error / check.bound)
+                    if check.disagrees:
+                        wrong.append((op.name, dtype, name, check.error, check.bound))
+    print(f"OpInfo checks {count}, largest error / bound {worst}, wrong {len(wrong)} {wrong[:5]}")
+    return 1 if wrong else 0
+
+
 if __name__ == "__main__":
+    if "--opinfo" in sys.argv:
+        sys.exit(opinfo())
     sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 0, int(sys.argv[2]) if len(sys.argv) > 2 else 500))
