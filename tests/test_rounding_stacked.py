@@ -2,6 +2,8 @@
 the K random replays of small values run as one, the two directed replays as one, values no
 replay changes are taken from the centre replay, and ops whose rounding is not elementwise run
 once per sample. Each test compares against the same simulation with stacking switched off."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -168,3 +170,60 @@ def test_upstream_summary_is_each_cone(mlp_recording):
         names = {n.name for n in cone(graph, [t])}
         assert found[t][1] == names & noted
         assert found[t][0] == {n.meta.get("dtype") for n in cone(graph, [t])} & set(UNIT_ROUNDOFF)
+
+
+# -- cheaper passes over large values, checked against their definitions ----------------------
+SPECIALS = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e308, -1e308, 5e-324, 1e-40, 1.0, 3e38])
+
+
+def cancellation_by_definition(a, b, out):
+    """max (|a|+|b|)/|a±b| over the elements where both are finite (inf where a±b = 0 < |a|+|b|)."""
+    magnitude = torch.as_tensor(a.abs() + (b.abs() if isinstance(b, torch.Tensor) else abs(b)))
+    result = out.abs()
+    ok = torch.isfinite(result) & torch.isfinite(magnitude)
+    ratios = [math.inf if r == 0 and m > 0 else m / r if r > 0 else 0.0
+              for m, r, o in zip(magnitude.expand_as(result).flatten().tolist(), result.flatten().tolist(),
+                                 ok.flatten().tolist(), strict=True) if o]
+    return max(ratios, default=0.0)
+
+
+def test_cancellation_ratio_is_its_definition_on_special_values():
+    graph = torch.fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    g = torch.Generator().manual_seed(4)
+    for op in (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor):
+        node = graph.call_function(op, (x, y))
+        for trial in range(400):
+            a = SPECIALS.double()[torch.randint(0, len(SPECIALS), (5,), generator=g)] \
+                * torch.randn(5, generator=g, dtype=torch.float64)
+            b = -a if trial % 3 == 0 else 2.5 if trial % 7 == 0 else \
+                SPECIALS.double()[torch.randint(0, len(SPECIALS), (5,), generator=g)]
+            out = op(a, b)
+            expected = cancellation_by_definition(a, b, out)
+            site = rounding.cancellation_at(node, (a, b), out)
+            if expected <= 1e3:
+                assert site is None
+            else:
+                lost = math.inf if math.isinf(expected) else round(math.log10(expected), 1)
+                assert site is not None and site["digits_lost"] == lost
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rounding_on_the_bits_is_refused_exactly_outside_the_normal_range(dtype):
+    bits, largest, tiny = rounding.FORMATS[dtype]
+    g = torch.Generator().manual_seed(5)
+    for _ in range(300):
+        t = SPECIALS.double()[torch.randint(0, len(SPECIALS), (3,), generator=g)] * torch.rand(3, generator=g) * 2
+        m = t.abs()
+        normal = bool((((m >= tiny) & (m <= largest)) | (m == 0)).all())
+        assert (rounding._round_bits(t, bits, largest, tiny, 1, None) is not None) == normal
+
+
+@pytest.mark.parametrize("path", ["bits", "spacing"])
+def test_a_direction_per_sample_rounds_each_sample_as_its_own_direction(path):
+    x = torch.randn(2, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(6)) * 1e3
+    x[:, 0] = 1e39 if path == "spacing" else 0.0  # past bfloat16's range: `_round_bits` refuses it
+    both = rounding.round_to(x, torch.bfloat16, rounding.DIRECTIONS.view(2, 1), None)
+    for k, direction in enumerate((1, -1)):
+        assert torch.equal(both[k], rounding._round_by_spacing(x[k], *rounding.FORMATS[torch.bfloat16], direction,
+                                                               None))

@@ -812,6 +812,7 @@ class _ReplayPlan:
     order: list[fx.Node]
     last_use: dict[fx.Node, int]
     same_as: dict[fx.Node, fx.Node]
+    written: dict[fx.Node, tuple[list[int], set[str]]]  # each in-place op's written positions and names
 
     @classmethod
     def of(cls, order: list[fx.Node]) -> _ReplayPlan:
@@ -820,7 +821,9 @@ class _ReplayPlan:
         for i, n in enumerate(order):
             if n in same_as:  # the first one's value serves the repeat too: keep it until then
                 last_use[same_as[n]] = max(last_use.get(same_as[n], i), i)
-        return cls(order, last_use, same_as)
+        written = {n: (_written(n.target), {n.target._schema.arguments[j].name for j in _written(n.target)})
+                   for n in order if isinstance(n.target, torch._ops.OpOverload) and _written(n.target)}
+        return cls(order, last_use, same_as, written)
 
 
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
@@ -886,13 +889,13 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         if n.target is operator.getitem:
                             env[n] = args[0][args[1]]
                         elif isinstance(n.target, torch._ops.OpOverload):
-                            mutable = _written(n.target)
-                            args = tuple(mode.copy(a) if j in mutable and isinstance(a, torch.Tensor) else a
-                                         for j, a in enumerate(args))
-                            # out= arguments are keyword-only: copy those too.
-                            names = {n.target._schema.arguments[j].name for j in mutable}
-                            kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
-                                      for k, v in kwargs.items()}
+                            if n in plan.written:
+                                mutable, names = plan.written[n]
+                                args = tuple(mode.copy(a) if j in mutable and isinstance(a, torch.Tensor) else a
+                                             for j, a in enumerate(args))
+                                # out= arguments are keyword-only: copy those too.
+                                kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
+                                          for k, v in kwargs.items()}
                             env[n] = mode.__torch_dispatch__(n.target, (), args, kwargs)
                         else:  # a compiled region: its dynamo graph, op by op
                             env[n] = mode.each_sample(functools.partial(_run_compiled, n.target, mode), args, {})
@@ -993,13 +996,12 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
     if len(terms) < 2:
         return None
     with torch.no_grad():
-        magnitude = terms[0] + terms[1]
-        result = out.abs()
-        ok = torch.isfinite(result) & torch.isfinite(torch.as_tensor(magnitude))
-        ratio = torch.where(ok & (result > 0), torch.as_tensor(magnitude) / torch.where(result > 0, result, 1.0),
-                            torch.zeros_like(result))
-        ratio = torch.where(ok & (result == 0) & (torch.as_tensor(magnitude) > 0), torch.full_like(result, math.inf),
-                            ratio)
+        magnitude = torch.as_tensor(terms[0] + terms[1])
+        # Over the elements where both are finite (|a±b| = 0 < |a|+|b|: infinitely many digits
+        # lost); elsewhere 0: a quotient of nonfinite values is nan or 0, an overflowing |a|+|b|
+        # is masked. Five passes over the op's output (a 2M-element sum's terms: most of the
+        # centre replay).
+        ratio = torch.where(torch.isfinite(magnitude), magnitude / out.abs(), 0.0).nan_to_num_(nan=0.0, posinf=math.inf)
         worst = float(ratio.max()) if ratio.numel() else 0.0
     if worst <= 10 ** DIGITS_LOST_NOTED:
         return None
@@ -1302,7 +1304,10 @@ class RoundingMode(TriageDispatchMode):
             return self.cache.decompositions.get(self.calls) is not None
         if route == "library":
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
-            return torch.Tag.pointwise in func.tags and (not backward or self.calls in self.cache.ill_conditioned)
+            # Where the function is ill-conditioned is found once, on the first replay that
+            # adds the noise: up, the directed stack's first sample (`_noise_where_ill_conditioned`).
+            return torch.Tag.pointwise in func.tags and (not backward or self.calls in self.cache.ill_conditioned
+                                                         or self.directed)
         return route in ("exact", "widening", "correctly-rounded")
 
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -1394,12 +1399,16 @@ class RoundingMode(TriageDispatchMode):
         units: the measured multiple of u times u); elsewhere the forward bound holds."""
         cached = self.cache.ill_conditioned.get(call)
         if cached is None or cached[0] is not func:
+            # Stacked: found on the first sample, as a replay of it alone would (the directed
+            # pair's up replay, the first replay that adds this noise).
+            first_args, first_kwargs, first = ((_sample_args(args, 0), _sample_kwargs(kwargs, 0), out[0])
+                                               if self.samples else (args, kwargs, out))
             try:
-                sens = input_sensitivity(func, args, kwargs, torch.float64, out.shape)
-                magnitude = input_magnitude(args, torch.float64, out.shape)
-                ill = None if sens is None else ~well_conditioned(sens, magnitude, out.abs())
+                sens = input_sensitivity(func, first_args, first_kwargs, torch.float64, first.shape)
+                magnitude = input_magnitude(first_args, torch.float64, first.shape)
+                ill = None if sens is None else ~well_conditioned(sens, magnitude, first.abs())
                 cached = (func, None if ill is None or not bool(ill.any())
-                          else torch.where(ill, torch.maximum(magnitude, out.abs()), 0.0))
+                          else torch.where(ill, torch.maximum(magnitude, first.abs()), 0.0))
             except Exception:  # noqa: BLE001 - no sensitivity: the forward bound alone
                 cached = (func, None)
             self.cache.ill_conditioned[call] = cached
@@ -1709,10 +1718,18 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int | torch.Tensor,
     if not per_element and direction == 0 and generator is None and isinstance(dtype, torch.dtype):
         return t.to(dtype).to(torch.float64)
     bits, largest, tiny = FORMATS[dtype]
-    if t.numel() >= BIT_ROUNDING_MIN and t.dtype == torch.float64:
+    if t.dtype == torch.float64:
         rounded = _round_bits(t, bits, largest, tiny, direction, generator)
         if rounded is not None:
             return rounded
+    return _round_by_spacing(t, bits, largest, tiny, direction, generator)
+
+
+def _round_by_spacing(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
+                      generator: torch.Generator | None) -> torch.Tensor:
+    """`round_to` from the spacing of the dtype's values around each element: any value
+    (subnormal spacing, overflow, inf and nan), in twice the passes of `_round_bits`."""
+    per_element = isinstance(direction, torch.Tensor)
     # Spacing of the dtype's values around t (subnormals share the smallest normal's); inf and
     # nan pass through the arithmetic below unchanged.
     _, exp = torch.frexp(t)
@@ -1739,11 +1756,6 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int | torch.Tensor,
     return out
 
 
-# Elements from which `round_to` rounds on the float64 bit patterns: a third of the passes,
-# where a large tensor pays for the range check (and its own stream of random draws).
-BIT_ROUNDING_MIN = 1 << 12
-
-
 def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
                 generator: torch.Generator | None) -> torch.Tensor | None:
     """`round_to` on the integer bits of float64 `t`: an integer below 2^(53 - bits) added
@@ -1753,9 +1765,12 @@ def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, directi
     dropped fraction; directed it is all ones where the rounding moves away from zero (up
     for a positive value, down for a negative one), nothing where it moves toward it. None
     where some element is neither zero nor a normal number within the format's range
-    (subnormal spacing, overflow, inf and nan: the general path)."""
+    (subnormal spacing, overflow, inf and nan: `_round_by_spacing`)."""
     magnitude = t.abs()
-    if not bool((((magnitude >= tiny) & (magnitude <= largest)) | (magnitude == 0)).all()):
+    # Zero or within [tiny, largest]: zeros counted as tiny, one pass for both bounds (a nan
+    # fails both comparisons).
+    low, high = torch.aminmax(magnitude.masked_fill_(magnitude == 0, tiny))
+    if not (float(low) >= tiny and float(high) <= largest):
         return None
     dropped = 53 - bits
     if isinstance(direction, torch.Tensor):
@@ -2174,6 +2189,11 @@ def _order_dependent(node: fx.Node, by_name: dict[str, fx.Node]) -> list[str]:
     ops = {_op_name(by_name[name].target).removeprefix("aten.").rstrip("_") for name in _cone_names(node)
            if by_name[name].op == "call_function"}
     return sorted(f"aten.{op}" for op in ops & CUDA_ORDER_DEPENDENT)[:16]
+
+
+
+
+_SORT = "cumulative"
 
 
 def spread_bytes(ref: torch.Tensor) -> int:
