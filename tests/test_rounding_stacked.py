@@ -1,5 +1,5 @@
 """Replays stacked along a new first dimension (triage/worker/rounding.py, `RoundingMode.samples`):
-the K random replays of small values run as one, the two directed replays as one, values no
+the K random replays of small values run as one (the two directed replays with the first), values no
 replay changes are taken from the centre replay, and ops whose rounding is not elementwise run
 once per sample. Each test compares against the same simulation with stacking switched off."""
 import math
@@ -28,13 +28,13 @@ def recorded(fn, *inputs):
 
 def simulate(recording, stacked, samples=29):
     graph, wanted, dtypes = recording
-    limit = rounding.STACKED_ELEMENTS if stacked else -1
-    previous, rounding.STACKED_ELEMENTS = rounding.STACKED_ELEMENTS, limit
+    limit = rounding.STACKED_VALUE_ELEMENTS if stacked else -1
+    previous, rounding.STACKED_VALUE_ELEMENTS = rounding.STACKED_VALUE_ELEMENTS, limit
     try:
         options = SimulationOptions(samples=samples, budget_s=600.0)  # K set by the test, not by the time budget
         sim = simulate_rounding(graph, wanted, options, dtypes)
     finally:
-        rounding.STACKED_ELEMENTS = previous
+        rounding.STACKED_VALUE_ELEMENTS = previous
     (spread,) = sim.spreads.values()
     assert spread.status == "judged", spread.reason
     return sim, spread
@@ -105,7 +105,7 @@ def test_ops_without_elementwise_rounding_run_once_per_sample(monkeypatch):
 
     monkeypatch.setattr(rounding.RoundingMode, "each_sample", each_sample)
     _, stacked = simulate(recording, stacked=True, samples=59)
-    assert 2 in ran and len(ran) > 2  # the directed pair, then the samples' stacks
+    assert ran == [2 + 9, 10, 40]  # up, down and 9 samples; then the samples up to 19 and to 59
     monkeypatch.setattr(rounding.RoundingMode, "each_sample", original)
     _, sequential = simulate(recording, stacked=False, samples=59)
     assert torch.equal(stacked.up, sequential.up) and torch.equal(stacked.down, sequential.down)
@@ -223,7 +223,28 @@ def test_rounding_on_the_bits_is_refused_exactly_outside_the_normal_range(dtype)
 def test_a_direction_per_sample_rounds_each_sample_as_its_own_direction(path):
     x = torch.randn(2, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(6)) * 1e3
     x[:, 0] = 1e39 if path == "spacing" else 0.0  # past bfloat16's range: `_round_bits` refuses it
-    both = rounding.round_to(x, torch.bfloat16, rounding.DIRECTIONS.view(2, 1), None)
+    both = rounding.round_to(x, torch.bfloat16, torch.tensor([[1.0], [-1.0]], dtype=torch.float64), None)
     for k, direction in enumerate((1, -1)):
         assert torch.equal(both[k], rounding._round_by_spacing(x[k], *rounding.FORMATS[torch.bfloat16], direction,
                                                                None))
+
+
+def test_a_reduction_of_values_no_replay_changes_is_stacked_too(monkeypatch):
+    # The mean of a leaf is the same in every replay, and each directed replay adds it its own
+    # way: the stack expands it rather than failing over to one replay per sample.
+    replays = []
+    original = rounding._replay
+
+    def replay(plan, wanted, mode, *args):
+        result = original(plan, wanted, mode, *args)
+        replays.append((mode.samples, result.failed))
+        return result
+
+    monkeypatch.setattr(rounding, "_replay", replay)
+    torch.manual_seed(0)
+    recording = recorded(lambda t: (t - t.mean()).sum(), torch.randn(5) * 1e3)
+    _, stacked = simulate(recording, stacked=True)
+    assert [samples for samples, _ in replays] == [0, 11, 10, 10] and not any(failed for _, failed in replays)
+    monkeypatch.setattr(rounding, "_replay", original)
+    _, sequential = simulate(recording, stacked=False)
+    assert torch.equal(stacked.up, sequential.up) and torch.equal(stacked.down, sequential.down)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib
 import math
 import operator
@@ -197,12 +198,20 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     # Stacked samples run ops without a batching rule through functorch's loop, which warns on
     # stderr each time (the default, which torch has no getter for, is restored).
     _set_vmap_fallback_warning_enabled(False)
+    # The objects that exist already (torch's, the script's, the recording's) are not the
+    # simulation's: a full collection its allocations trigger would walk them all (0.1 s of a
+    # 0.14 s simulation). Frozen, collections see only what the simulation makes.
+    freezing = gc.get_freeze_count() == 0
+    if freezing:
+        gc.freeze()
     try:
         with dynamo_import_deferred():
             return _simulate(graph, wanted, options, out_dtypes, arm_values or {}, threads)
     finally:
         torch.set_num_threads(threads)
         _set_vmap_fallback_warning_enabled(True)
+        if freezing:
+            gc.unfreeze()
 
 
 @contextlib.contextmanager
@@ -304,13 +313,22 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     calibrating = {s.name for g in collapsed for s in g.sources}
     # Small values, many ops: the replays' cost is the Python around each op, which a stack of
     # replays pays once (`RoundingMode.samples`). Not with reductions drawn whole (their
-    # replays differ from sample to sample) nor where a stack of large values would not fit.
-    per_stack = 0 if collapsed else STACKED_ELEMENTS // max(1, max(center.numel.values(), default=1))
+    # replays differ from sample to sample) nor for large values.
+    largest = max(center.numel.values(), default=1)
+    per_stack = 0 if collapsed or largest > STACKED_VALUE_ELEMENTS else STACKED_ELEMENTS // max(1, largest)
     directed: dict[int, _Replayed] = {}
-    if per_stack >= 2:  # up and down as one stack
-        both = _replay(plan, set(live), RoundingMode(options, cache, direction=DIRECTIONS, generator=None, samples=2))
-        if not both.failed:
-            directed = dict(zip((1, -1), both.split(2), strict=True))
+    first: list[_Replayed] = []  # the samples stacked with the directed replays
+    if per_stack >= 3:  # up, down and the samples up to the first point where sampling may stop
+        batch = min(min([c for c in CHECKPOINTS if c < k] + [k]), per_stack - 2)
+        directions = torch.tensor([1.0, -1.0] + [0.0] * batch, dtype=torch.float64)
+        g = torch.Generator().manual_seed(options.seed * 1_000_003)
+        stacked = _replay(plan, set(live), RoundingMode(options, cache, direction=directions, generator=g,
+                                                        samples=batch + 2))
+        if stacked.failed:  # replayed one at a time, from here on
+            per_stack = 0
+        else:
+            up, down, *first = stacked.split(batch + 2)
+            directed = {1: up, -1: down}
     for direction in (1, -1):
         if direction not in directed:
             directed[direction] = _replay(plan, set(live), RoundingMode(options, cache, direction=direction,
@@ -327,8 +345,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         # The samples up to the next point where sampling may stop, as one stack.
         batch = min(min([c for c in CHECKPOINTS if i < c < k] + [k]) - i, per_stack)
         g = torch.Generator().manual_seed(options.seed * 1_000_003 + i)
-        reps: list[_Replayed] = []
-        if batch > 1:
+        reps, first = first, []
+        if batch > 1 and not reps:
             stacked = _replay(plan, set(live), RoundingMode(options, cache, direction=0, generator=g, samples=batch))
             reps = [] if stacked.failed else stacked.split(batch)
             if not reps:  # a stack that failed is replayed one sample at a time, from here on
@@ -1054,14 +1072,15 @@ class _CallCache:
             self.calls[n] = calls
 
 
-# The directed replays stacked: up, then down.
-DIRECTIONS = torch.tensor([1.0, -1.0], dtype=torch.float64)
 # The most bytes of values the same in every replay that one simulation holds on to.
 CONSTANT_BYTES = 64 << 20
-# Replays are stacked up to this many elements of the centre replay's largest value per stack
-# (8 MiB of float64): a replay of small values costs the Python around each op (tens of
-# microseconds, whatever the op's size), which a stack pays once for all of its replays; a
-# large value's arithmetic dominates, and a stack would multiply the replay's memory for little.
+# Replays are stacked where the centre replay's largest value has at most this many elements:
+# a replay of small values costs the Python around each op (tens of microseconds, whatever the
+# op's size), which a stack pays once for all of its replays; a large value's arithmetic
+# dominates, and the directed replays stacked with random ones compute both kinds of result.
+STACKED_VALUE_ELEMENTS = 1 << 14
+# Elements of the largest value per stack (8 MiB of float64), which bounds how many replays
+# one stack holds.
 STACKED_ELEMENTS = 1 << 20
 
 
@@ -1202,18 +1221,19 @@ class RoundingMode(TriageDispatchMode):
         if not self.samples:
             return fn(*args, **kwargs)
         samples, self.samples = self.samples, 0
-        directions = self.direction
+        directions, generator, draws = self.direction, self.generator, self.draws
         start = self.calls
         outs = []
         try:
             for k in range(samples):
                 self.calls = start
-                if isinstance(directions, torch.Tensor):
+                if isinstance(directions, torch.Tensor):  # a directed replay draws nothing
                     self.direction = int(directions[k])
+                    self.generator, self.draws = (generator, draws) if self.direction == 0 else (None, None)
                 outs.append(fn(*_sample_args(args, k), **_sample_kwargs(kwargs, k)))
         finally:
             self.samples = samples
-            self.direction = directions
+            self.direction, self.generator, self.draws = directions, generator, draws
         return _stack_samples(outs)
 
     def _stacked_written(self, func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -1530,12 +1550,11 @@ class RoundingMode(TriageDispatchMode):
     def _absolute_noise(self, t: torch.Tensor, scale: torch.Tensor, bound: float) -> torch.Tensor:
         """`t` moved by up to `bound`·`scale`: all the way up or down in a directed replay,
         uniformly at random in a sampled one, not at all in the centre replay."""
-        if self.directed:
-            return t + self._signs(t) * bound * scale
+        directed = t + self._signs(t) * bound * scale if self.directed else None
         if self.generator is None:
-            return t
+            return t if directed is None else directed
         delta = (torch.rand(t.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
-        return t + delta * scale
+        return self._mixed(t + delta * scale, directed)
 
     def _tf32(self, name: str, out_vd: list) -> bool:
         if not out_vd or out_vd[0] != torch.float32:
@@ -1647,12 +1666,18 @@ class RoundingMode(TriageDispatchMode):
         return round_to(t, dtype, self._signs(t), self.generator)
 
     def _relative_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
-        if self.directed:
-            return t + self._signs(t) * bound * t.abs()
+        directed = t + self._signs(t) * bound * t.abs() if self.directed else None
         if self.generator is None:
-            return t
+            return t if directed is None else directed
         delta = (torch.rand(t.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
-        return t * (1 + delta)
+        return self._mixed(t * (1 + delta), directed)
+
+    def _mixed(self, sampled: torch.Tensor, directed: torch.Tensor | None) -> torch.Tensor:
+        """A random replay's result, or in a stack of directed and random replays (a sign per
+        sample, 0 for the random ones) each sample's own."""
+        if directed is None:
+            return sampled
+        return torch.where(self._signs(sampled) == 0, sampled, directed)
 
     def _accumulate(self, call: int, name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
                     out_vd: list) -> torch.Tensor:
@@ -1677,15 +1702,18 @@ class RoundingMode(TriageDispatchMode):
                          and (self.options.reduced_precision or self._reduced_accumulation(name, d)))) \
             else (torch.float32 if d in FORMATS else d)
         u = UNIT_ROUNDOFF.get(acc, 2.0 ** -53)
+        directed = None
         if self.directed and name in ("sum", "mean", "nansum") and acc in FORMATS:
+            if self.samples and not _is_stacked(args[0]):  # terms no replay changed: each sample adds them its way
+                args = (_stack_outputs(args[0], self.samples),) + tuple(args[1:])
             directed = _directed_pairwise_sum(name, args, kwargs, acc, self.direction, bool(self.samples))
-            if directed is not None and directed.shape == out.shape:
-                return directed
-        if self.directed:
-            return out + self._signs(out) * u * bound
+            directed = directed if directed is not None and directed.shape == out.shape else None
+        if self.directed and directed is None:
+            directed = out + self._signs(out) * u * bound
         if self.generator is None:
-            return out
-        return out + u * walk * torch.randn(out.shape, generator=self.generator, dtype=torch.float64)
+            return out if directed is None else directed
+        return self._mixed(out + u * walk * torch.randn(out.shape, generator=self.generator, dtype=torch.float64),
+                           directed)
 
     def _perturb_matrices(self, args: tuple) -> tuple:
         """Backward stability: the op is exact for an input within √n·u of the arm's, in norm
@@ -1713,7 +1741,8 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int | torch.Tensor,
     """`t` (float64) rounded to `dtype`'s values: stochastically with probability
     proportional to the distance (unbiased), directed up (+1) or down (-1), or to nearest
     (no generator, direction 0). Beyond the range: ±inf, as the arm's rounding gives. A
-    tensor of directions (±1, broadcast against `t`) rounds each element its own way."""
+    tensor of directions (broadcast against `t`) rounds each element its own way: ±1
+    directed, 0 stochastically (with a generator; to nearest without one)."""
     per_element = isinstance(direction, torch.Tensor)
     if not per_element and direction == 0 and generator is None and isinstance(dtype, torch.dtype):
         return t.to(dtype).to(torch.float64)
@@ -1737,6 +1766,10 @@ def _round_by_spacing(t: torch.Tensor, bits: int, largest: float, tiny: float, d
     low = torch.floor(t / ulp).mul_(ulp)
     if per_element:
         up = (t > low) & (direction > 0)
+        if generator is not None or bool((direction == 0).any()):
+            frac = (t - low).div_(ulp)
+            near = frac >= 0.5 if generator is None else torch.rand(t.shape, generator=generator) < frac
+            up = torch.where(direction == 0, near, up)
     elif direction > 0:
         up = t > low
     elif direction < 0:
@@ -1750,7 +1783,9 @@ def _round_by_spacing(t: torch.Tensor, bits: int, largest: float, tiny: float, d
     if bool(beyond.any()):
         # Past the largest finite value: rounding toward the value's side of zero (or to
         # nearest past the midpoint) gives inf, rounding back toward zero the largest value.
-        toward_inf = (torch.sign(t) == direction) if per_element or direction else t.abs() >= largest + ulp / 2
+        nearest = t.abs() >= largest + ulp / 2
+        toward_inf = (torch.where(direction == 0, nearest, torch.sign(t) == direction) if per_element
+                      else torch.sign(t) == direction if direction else nearest)
         capped = torch.where(toward_inf, torch.full_like(t, math.inf), torch.full_like(t, largest))
         out = torch.where(beyond & torch.isfinite(t), torch.copysign(capped, t), out)
     return out
@@ -1774,8 +1809,13 @@ def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, directi
         return None
     dropped = 53 - bits
     if isinstance(direction, torch.Tensor):
+        if generator is None and bool((direction == 0).any()):
+            return None  # to nearest, ties to even: `_round_by_spacing`
         away = torch.where(direction > 0, t > 0, t < 0)
         carry = away.to(torch.int64).mul_((1 << dropped) - 1)
+        if generator is not None:  # the random samples of a stack of directed and random replays
+            drawn = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64)
+            carry = torch.where(direction == 0, drawn, carry)
     elif direction:
         away = t > 0 if direction > 0 else t < 0
         carry = away.to(torch.int64).mul_((1 << dropped) - 1)
@@ -2193,7 +2233,8 @@ def _order_dependent(node: fx.Node, by_name: dict[str, fx.Node]) -> list[str]:
 
 
 
-_SORT = "cumulative"
+
+
 
 
 def spread_bytes(ref: torch.Tensor) -> int:
