@@ -2,6 +2,7 @@
 the K random replays of small values run as one (the two directed replays with the first), values no
 replay changes are taken from the centre replay, and ops whose rounding is not elementwise run
 once per sample. Each test compares against the same simulation with stacking switched off."""
+import gc
 import math
 
 import pytest
@@ -248,3 +249,17 @@ def test_a_reduction_of_values_no_replay_changes_is_stacked_too(monkeypatch):
     monkeypatch.setattr(rounding, "_replay", original)
     _, sequential = simulate(recording, stacked=False)
     assert torch.equal(stacked.up, sequential.up) and torch.equal(stacked.down, sequential.down)
+
+
+def test_the_simulation_runs_with_the_existing_objects_frozen_and_unfreezes_them(monkeypatch, mlp_recording):
+    seen = []
+    original = rounding._simulate
+
+    def simulate_frozen(*args):
+        seen.append(gc.get_freeze_count())
+        return original(*args)
+
+    monkeypatch.setattr(rounding, "_simulate", simulate_frozen)
+    assert gc.get_freeze_count() == 0
+    simulate(mlp_recording, stacked=True)
+    assert seen[0] > 0 and gc.get_freeze_count() == 0

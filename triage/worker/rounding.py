@@ -914,7 +914,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                                 # out= arguments are keyword-only: copy those too.
                                 kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
                                           for k, v in kwargs.items()}
-                            env[n] = mode.__torch_dispatch__(n.target, (), args, kwargs)
+                            env[n] = mode.round_op(n.target, args, kwargs)
                         else:  # a compiled region: its dynamo graph, op by op
                             env[n] = mode.each_sample(functools.partial(_run_compiled, n.target, mode), args, {})
                     except Exception as e:  # noqa: BLE001 - the simulation only loses this value
@@ -1152,7 +1152,7 @@ class _DecompositionTrace:
 
         for func, leaves, spec in self.steps:
             op_args, op_kwargs = tree_unflatten([value(a) for a in leaves], spec)
-            outputs.append(tree_flatten(mode.__torch_dispatch__(func, (), op_args, op_kwargs))[0])
+            outputs.append(tree_flatten(mode.round_op(func, op_args, op_kwargs))[0])
         return tree_unflatten([value(a) for a in self.outputs], self.spec)
 
 
@@ -1274,7 +1274,12 @@ class RoundingMode(TriageDispatchMode):
         return _stack_samples([func(*_sample_args(args, k), **_sample_kwargs(kwargs, k)) for k in range(self.samples)])
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
+        return self.round_op(func, args, kwargs or {})
+
+    def round_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """`func`'s result evaluated in float64 and rounded as the arm rounds it: what the
+        mode does with each op, called directly by the replay (torch wraps
+        `__torch_dispatch__` to hide it from dynamo, a few microseconds a call)."""
         if not self.samples:
             if not self.traced:
                 return self._dispatch(func, args, kwargs)
@@ -1284,7 +1289,7 @@ class RoundingMode(TriageDispatchMode):
             return step[3][0]
         args, kwargs = self._stacked_written(func, args, kwargs)
         if not self._stackable(func, args, kwargs):
-            return self.each_sample(lambda *a, **kw: self.__torch_dispatch__(func, types, a, kw), args, kwargs)
+            return self.each_sample(lambda *a, **kw: self.round_op(func, a, kw), args, kwargs)
         out = self._dispatch(func, args, kwargs)
         if isinstance(out, torch.Tensor):
             return _mark_stacked(out)
