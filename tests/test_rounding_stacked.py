@@ -71,13 +71,15 @@ def test_stacked_directed_replays_are_the_sequential_ones_exactly(mlp_recording)
     assert bool((stacked.up > stacked.down).any())
 
 
-@pytest.mark.parametrize("case", ["pairwise-sum", "fp16-cast", "scalar-loop"])
+@pytest.mark.parametrize("case", ["pairwise-sum", "fp16-cast", "scalar-loop", "fp16-softmax"])
 def test_directed_rounding_of_reductions_casts_and_scalars_is_unchanged_by_stacking(case):
     torch.manual_seed(1)
     if case == "pairwise-sum":  # the directed pairwise walk of a mean, per sample
         recording = recorded(lambda x: (x * 3).mean(0), torch.randn(3000, 4))
     elif case == "fp16-cast":
         recording = recorded(lambda x: (x.half() * 1.1).float().exp().sum(), torch.randn(64))
+    elif case == "fp16-softmax":  # decomposed at float32 opmath: its inputs retagged, still stacked
+        recording = recorded(lambda x: torch.softmax(x, dim=1), (torch.rand(6, 2, 5) * 8).half())
     else:
         def loop(t):
             total = torch.tensor(2.0 ** 24)
@@ -263,3 +265,4 @@ def test_the_simulation_runs_with_the_existing_objects_frozen_and_unfreezes_them
     assert gc.get_freeze_count() == 0
     simulate(mlp_recording, stacked=True)
     assert seen[0] > 0 and gc.get_freeze_count() == 0
+

@@ -902,7 +902,9 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                     mode.rounded = False
                     first_call = mode.calls
                     args = fx.node.map_arg(n.args, lambda a: env[a])
-                    kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
+                    # A plain dict: the output dtypes are found on stand-ins given these kwargs,
+                    # whose device is set on them (fx's mapped dict is immutable).
+                    kwargs = dict(fx.node.map_arg(n.kwargs, lambda a: env[a]))
                     try:
                         if n.target is operator.getitem:
                             env[n] = args[0][args[1]]
@@ -1534,7 +1536,7 @@ class RoundingMode(TriageDispatchMode):
 
     def _retagged(self, a: Any, computation: torch.dtype, least: torch.dtype) -> Any:
         if isinstance(a, torch.Tensor) and a.is_floating_point() and self.vdtype(a) == least:
-            a = a.clone()
+            a = self.copy(a)  # stacked if it was
             a._arm_dtype = computation  # fp16 values are exact in float32: only the tag changes
         return a
 
