@@ -34,6 +34,15 @@ round-to-nearest). Per op class:
   error the whole kernel measured;
 * random ops are leaves (their recorded values); compiled regions are replayed op by op.
 
+Replays of small values (at most STACKED_VALUE_ELEMENTS elements) run stacked along a new
+first dimension, one slice per replay (`RoundingMode.samples`): the two directed replays with
+the first samples, then each batch of samples up to the next point where sampling may stop. An
+op whose rounding is elementwise runs once on the stack (functorch's batching rules, or plain
+broadcasting for pointwise ops); linalg, transforms and kernels whose error is relative to the
+output's scale run once per slice; decompositions replay the ops the centre replay noted. The
+directed slices give exactly the directed replays' values. Values no replay changes (leaves,
+views and selections of them) are computed once, by the centre replay.
+
 The result per observed node is a `NodeSpread`: the per-element RMS deviation of the
 samples from the unperturbed float64 value, the directed envelope, which nonfinite values
 the samples reached, the statistic T of every sample (for a Monte Carlo p-value, taken by
