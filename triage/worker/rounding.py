@@ -34,6 +34,15 @@ round-to-nearest). Per op class:
   error the whole kernel measured;
 * random ops are leaves (their recorded values); compiled regions are replayed op by op.
 
+Replays of small values (at most STACKED_VALUE_ELEMENTS elements) run stacked along a new
+first dimension, one slice per replay (`RoundingMode.samples`): the two directed replays with
+the first samples, then each batch of samples up to the next point where sampling may stop. An
+op whose rounding is elementwise runs once on the stack (functorch's batching rules, or plain
+broadcasting for pointwise ops); linalg, transforms and kernels whose error is relative to the
+output's scale run once per slice; decompositions replay the ops the centre replay noted. The
+directed slices give exactly the directed replays' values. Values no replay changes (leaves,
+views and selections of them) are computed once, by the centre replay.
+
 The result per observed node is a `NodeSpread`: the per-element RMS deviation of the
 samples from the unperturbed float64 value, the directed envelope, which nonfinite values
 the samples reached, the statistic T of every sample (for a Monte Carlo p-value, taken by
@@ -43,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib
 import math
 import operator
@@ -55,6 +65,13 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._C._functorch import (
+    _add_batch_dim,
+    _remove_batch_dim,
+    _set_vmap_fallback_warning_enabled,
+    _vmap_decrement_nesting,
+    _vmap_increment_nesting,
+)
 from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
@@ -187,11 +204,23 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     # Small tensors, many ops: thread hand-offs cost more than they save, and the arms
     # already run side by side on the machine's cores.
     torch.set_num_threads(1)
+    # Stacked samples run ops without a batching rule through functorch's loop, which warns on
+    # stderr each time (the default, which torch has no getter for, is restored).
+    _set_vmap_fallback_warning_enabled(False)
+    # The objects that exist already (torch's, the script's, the recording's) are not the
+    # simulation's: a full collection its allocations trigger would walk them all (0.1 s of a
+    # 0.14 s simulation). Frozen, collections see only what the simulation makes.
+    freezing = gc.get_freeze_count() == 0
+    if freezing:
+        gc.freeze()
     try:
         with dynamo_import_deferred():
             return _simulate(graph, wanted, options, out_dtypes, arm_values or {}, threads)
     finally:
         torch.set_num_threads(threads)
+        _set_vmap_fallback_warning_enabled(True)
+        if freezing:
+            gc.unfreeze()
 
 
 @contextlib.contextmanager
@@ -268,8 +297,9 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     if not live:
         return Simulation(spreads, time.monotonic() - start, 0)
     cache = _CallCache()
+    plan = _ReplayPlan.of(order)
     t0 = time.monotonic()
-    center = _replay(order, set(live), RoundingMode(options, cache, direction=0, generator=None))
+    center = _replay(plan, set(live), RoundingMode(options, cache, direction=0, generator=None))
     cancellations = center.cancellations
     if center.failed:
         for w in live:
@@ -287,13 +317,31 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         for w in live:
             spreads[w] = NodeSpread(status="not-judged", reason=why)
         return Simulation(spreads, time.monotonic() - start, 0, note=why)
-    directed = {}
-    for direction in (1, -1):
-        directed[direction] = _replay(order, set(live), RoundingMode(options, cache, direction=direction,
-                                                                    generator=None))
     collapsed = _exact_terms(order, _collapsible(order, set(live), _common_subexpressions(order), center.numel),
                              options)
     calibrating = {s.name for g in collapsed for s in g.sources}
+    # Small values, many ops: the replays' cost is the Python around each op, which a stack of
+    # replays pays once (`RoundingMode.samples`). Not with reductions drawn whole (their
+    # replays differ from sample to sample) nor for large values.
+    largest = max(center.numel.values(), default=1)
+    per_stack = 0 if collapsed or largest > STACKED_VALUE_ELEMENTS else STACKED_ELEMENTS // max(1, largest)
+    directed: dict[int, _Replayed] = {}
+    first: list[_Replayed] = []  # the samples stacked with the directed replays
+    if per_stack >= 3:  # up, down and the samples up to the first point where sampling may stop
+        batch = min(min([c for c in CHECKPOINTS if c < k] + [k]), per_stack - 2)
+        directions = torch.tensor([1.0, -1.0] + [0.0] * batch, dtype=torch.float64)
+        g = torch.Generator().manual_seed(options.seed * 1_000_003)
+        stacked = _replay(plan, set(live), RoundingMode(options, cache, direction=directions, generator=g,
+                                                        samples=batch + 2))
+        if stacked.failed:  # replayed one at a time, from here on
+            per_stack = 0
+        else:
+            up, down, *first = stacked.split(batch + 2)
+            directed = {1: up, -1: down}
+    for direction in (1, -1):
+        if direction not in directed:
+            directed[direction] = _replay(plan, set(live), RoundingMode(options, cache, direction=direction,
+                                                                       generator=None))
     samples: list[_Replayed] = []
     scored: dict[str, tuple[int, NodeSpread]] = {}  # the statistics at the last check, reused if sampling ends there
     # More samples where the arm's value sits near the Monte Carlo floor, within the time and
@@ -303,20 +351,29 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     ceiling = max(k, min(options.max_samples, fits_time, fits_memory))
     i = 0
     while i < k:
+        # The samples up to the next point where sampling may stop, as one stack.
+        batch = min(min([c for c in CHECKPOINTS if i < c < k] + [k]) - i, per_stack)
         g = torch.Generator().manual_seed(options.seed * 1_000_003 + i)
-        if i < CALIBRATION_REPLAYS or not collapsed:
-            rep = _replay(order, set(live) | calibrating, RoundingMode(options, cache, direction=0, generator=g))
-        else:
+        reps, first = first, []
+        if batch > 1 and not reps:
+            stacked = _replay(plan, set(live), RoundingMode(options, cache, direction=0, generator=g, samples=batch))
+            reps = [] if stacked.failed else stacked.split(batch)
+            if not reps:  # a stack that failed is replayed one sample at a time, from here on
+                per_stack = 0
+        if not reps and (i < CALIBRATION_REPLAYS or not collapsed):
+            reps = [_replay(plan, set(live) | calibrating, RoundingMode(options, cache, direction=0, generator=g))]
+        elif not reps:
             drawn = {center.calls[r.name][0]: error for group in collapsed
                      for r, error in zip(group.reductions, group.errors(g), strict=False)}
-            rep = _replay(order, set(live), RoundingMode(options, cache, direction=0, generator=g, collapsed=drawn),
-                          collapsed, center.calls)
-        if rep.failed:
+            reps = [_replay(plan, set(live), RoundingMode(options, cache, direction=0, generator=g, collapsed=drawn),
+                            collapsed, center.calls)]
+        failed = next((r.failed for r in reps if r.failed), None)
+        if failed:
             for w in live:
-                spreads[w] = NodeSpread(status="not-judged", reason=rep.failed)
+                spreads[w] = NodeSpread(status="not-judged", reason=failed)
             return Simulation(spreads, time.monotonic() - start, i)
-        samples.append(rep)
-        i += 1
+        samples.extend(reps)
+        i += len(reps)
         if collapsed and i == CALIBRATION_REPLAYS:
             collapsed = _calibrate(collapsed, samples)
         if len(samples) in CHECKPOINTS and len(samples) < k \
@@ -327,6 +384,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     k = len(samples)
     # The statistics are a few passes over K × numel values: there threads pay.
     torch.set_num_threads(threads)
+    noted = set(center.discrete) | set(center.unmeasured) | set(cancellations)
+    upstream = _upstream(order, {by_name[w] for w in live}, noted)
     for w, ref in live.items():
         dtype = out_dtypes.get(w, torch.float32)
         up, down = _stored(directed[1].values[w], dtype), _stored(directed[-1].values[w], dtype)
@@ -336,12 +395,12 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
             checked.up, checked.down = up, down
         else:
             spreads[w] = _spread(ref, [_stored(s.values[w], dtype) for s in samples], up, down)
-        spreads[w].flips = _flips(center, samples + [directed[1], directed[-1]], by_name[w])
-        upstream = _cone_names(by_name[w])
-        spreads[w].precision = working_precision([by_name[x] for x in upstream], dtype)
-        spreads[w].unmeasured = sorted(set().union(*(center.unmeasured.get(x, set()) for x in upstream)))
+        dtypes, above = upstream[by_name[w]]
+        spreads[w].flips = _flips(center, samples + [directed[1], directed[-1]], above)
+        spreads[w].precision = working_precision(dtypes, dtype)
+        spreads[w].unmeasured = sorted(set().union(*(center.unmeasured.get(x, set()) for x in above)))
         spreads[w].cancellations = sorted((dict(site, node=name) for name, site in cancellations.items()
-                                           if name in upstream), key=lambda x: -x["digits_lost"])[:3]
+                                           if name in above), key=lambda x: -x["digits_lost"])[:3]
     return Simulation(spreads, time.monotonic() - start, k,
                       drawn_whole=[r.name for g in collapsed for r in g.reductions])
 
@@ -468,7 +527,7 @@ def _exact_terms(order: list[fx.Node], candidates: list[_Collapsed], options: Si
     for g in candidates:
         chain_order = [n for n in order if n in g.chain or n.op == "placeholder"
                        and any(n in m.all_input_nodes for m in g.chain)]
-        replay = _replay(chain_order, {m.name for m in g.chain},
+        replay = _replay(_ReplayPlan.of(chain_order), {m.name for m in g.chain},
                          RoundingMode(options, _CallCache(), direction=0, generator=None, exact=True))
         values = [replay.values.get(m.name) for m in g.chain]
         if replay.failed or any(not isinstance(v, torch.Tensor) for v in values) \
@@ -694,13 +753,13 @@ def _stored(v: Any, dtype: torch.dtype) -> torch.Tensor:
     return widen(t)
 
 
-def _flips(center: _Replayed, runs: list[_Replayed], target: fx.Node) -> list[dict[str, Any]]:
-    """Discrete decisions upstream of `target` (comparisons, argmax, masks) that come out
+def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -> list[dict[str, Any]]:
+    """Discrete decisions `upstream` of a value (comparisons, argmax, masks) that come out
     differently in some replay than in the unperturbed one: the value rests on a branch that
     rounding alone can switch."""
     out = []
     for name, base in center.discrete.items():
-        if name not in _cone_names(target):
+        if name not in upstream:
             continue
         changed = sum(1 for r in runs if name in r.discrete and not torch.equal(r.discrete[name], base))
         if changed:
@@ -710,19 +769,33 @@ def _flips(center: _Replayed, runs: list[_Replayed], target: fx.Node) -> list[di
     return out[:8]
 
 
-def working_precision(nodes: list[fx.Node], stored: torch.dtype) -> str:
-    """The least precise floating dtype the value's computation ran in (an fp16 sum cast to
-    float32 keeps fp16's precision), compiled regions' ops included."""
-    found = {stored} if stored in UNIT_ROUNDOFF else set()
-    for n in nodes:
+def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str]
+              ) -> dict[fx.Node, tuple[frozenset[torch.dtype], frozenset[str]]]:
+    """For each target, the floating dtypes its computation ran in (compiled regions' ops
+    included) and which of the `noted` nodes it depends on (itself included): one pass over
+    the graph for all observed values, where a cone per value walks the graph once each."""
+    found: dict[fx.Node, tuple[frozenset[torch.dtype], frozenset[str]]] = {}
+    for n in order:
+        dtypes, names = set(), {n.name} & noted
         d = n.meta.get("dtype")
         if isinstance(d, torch.dtype) and d in UNIT_ROUNDOFF:
-            found.add(d)
+            dtypes.add(d)
         gm = getattr(n.target, "gm", None)
         for inner in gm.graph.nodes if gm is not None else ():
             value = inner.meta.get("example_value")
             if isinstance(value, torch.Tensor) and value.dtype in UNIT_ROUNDOFF:
-                found.add(value.dtype)
+                dtypes.add(value.dtype)
+        for a in n.all_input_nodes:
+            dtypes |= found[a][0]
+            names |= found[a][1]
+        found[n] = (frozenset(dtypes), frozenset(names))
+    return {t: found[t] for t in targets}
+
+
+def working_precision(dtypes: frozenset[torch.dtype], stored: torch.dtype) -> str:
+    """The least precise floating dtype of a value's computation (`dtypes`, and the dtype it
+    is stored in): an fp16 sum cast to float32 keeps fp16's precision."""
+    found = set(dtypes) | ({stored} if stored in UNIT_ROUNDOFF else set())
     least = max(found, key=lambda d: UNIT_ROUNDOFF[d]) if found else stored
     return str(least).replace("torch.", "")
 
@@ -747,6 +820,38 @@ class _Replayed:
     calls: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> the mode's call indices it used
     numel: dict[str, int] = field(default_factory=dict)  # node -> elements of its (tensor) value
 
+    def split(self, samples: int) -> list[_Replayed]:
+        """A replay of `samples` stacked samples (`RoundingMode.samples`) as one replay per
+        sample; a value that no sample perturbed (not stacked) is the same in each."""
+        def sample(v: Any, k: int) -> Any:
+            return v[k] if _is_stacked(v) else v
+
+        return [_Replayed(values={w: sample(v, k) for w, v in self.values.items()},
+                          discrete={w: sample(v, k) for w, v in self.discrete.items()}, nodes=self.nodes,
+                          unmeasured=self.unmeasured) for k in range(samples)]
+
+
+@dataclass
+class _ReplayPlan:
+    """What every replay of one cone reads and none changes: its order, where each value is
+    last read, and the repeated pointwise ops (`_common_subexpressions`)."""
+
+    order: list[fx.Node]
+    last_use: dict[fx.Node, int]
+    same_as: dict[fx.Node, fx.Node]
+    written: dict[fx.Node, tuple[list[int], set[str]]]  # each in-place op's written positions and names
+
+    @classmethod
+    def of(cls, order: list[fx.Node]) -> _ReplayPlan:
+        last_use = last_uses(order)
+        same_as = _common_subexpressions(order)
+        for i, n in enumerate(order):
+            if n in same_as:  # the first one's value serves the repeat too: keep it until then
+                last_use[same_as[n]] = max(last_use.get(same_as[n], i), i)
+        written = {n: (_written(n.target), {n.target._schema.arguments[j].name for j in _written(n.target)})
+                   for n in order if isinstance(n.target, torch._ops.OpOverload) and _written(n.target)}
+        return cls(order, last_use, same_as, written)
+
 
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
     """Nodes whose value a replay cannot reproduce, and everything downstream of them."""
@@ -761,62 +866,68 @@ def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
     return why
 
 
-def _replay(order: list[fx.Node], wanted: set[str], mode: RoundingMode,
+def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
             collapsed: list[_Collapsed] | None = None, calls: dict[str, tuple[int, int]] | None = None
             ) -> _Replayed:
     """One replay of the cone under `mode`; the centre replay (to nearest, unperturbed) also
-    notes cancellations and the mode's call indices of every node. Recorded aten ops go to
-    the mode's handler directly (the dispatcher's round trip through a Python mode costs more
-    than the op); a compiled region runs with the mode active, since its graph calls torch
-    functions. `collapsed` reductions' chains are not replayed: their input is the exact
-    value (the centre replay's `calls` keep every later call at its index)."""
+    notes cancellations, the mode's call indices of every node and the values no replay
+    changes (`_CallCache.constants`), which the later replays take as they are. Recorded aten
+    ops go to the mode's handler directly (the dispatcher's round trip through a Python mode
+    costs more than the op); a compiled region runs with the mode active, since its graph
+    calls torch functions. `collapsed` reductions' chains are not replayed: their input is
+    the exact value (the centre replay's `calls` keep every later call at its index)."""
     skipped = {m for c in collapsed or () for m in c.chain}
     exact = {s: v for c in collapsed or () for s, v in c.exact.items()}
-    last_use = last_uses(order)
-    same_as = _common_subexpressions(order)
-    for i, n in enumerate(order):
-        if n in same_as:  # the first one's value serves the repeat too: keep it until then
-            last_use[same_as[n]] = max(last_use.get(same_as[n], i), i)
-    leaves = {n: widen(n.meta["leaf"].value) for n in order if n.op == "placeholder"}
+    same_as = plan.same_as
+    constants = mode.cache.constants
     env: dict[fx.Node, Any] = {}
     result = _Replayed(values={}, discrete={}, nodes={})
-    center = mode.generator is None and not mode.direction
+    center = mode.generator is None and not mode.directed
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
         with torch.no_grad():
-            for i, n in enumerate(order):
+            for i, n in enumerate(plan.order):
                 if n in skipped:
                     start, end = calls[n.name]
                     mode.calls += end - start
                     if n in exact:
                         env[n] = exact[n]
+                elif n in constants and not center:
+                    start, end = mode.cache.calls[n]
+                    mode.calls += end - start
+                    env[n] = constants[n]
                 elif n.op == "placeholder":
-                    env[n] = leaves[n]
+                    env[n] = widen(n.meta["leaf"].value)
                     env[n]._arm_dtype = n.meta["leaf"].value.dtype
+                    if center:
+                        mode.cache.keep(n, env[n], (mode.calls, mode.calls))
                 elif n in same_as and same_as[n] in env:
                     env[n] = env[same_as[n]]
+                    if center and same_as[n] in constants:
+                        mode.cache.keep(n, env[n], (mode.calls, mode.calls))
                 elif n.op == "call_function":
                     mode.unmeasured = set()
+                    mode.rounded = False
                     first_call = mode.calls
                     args = fx.node.map_arg(n.args, lambda a: env[a])
-                    kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
+                    # A plain dict: the output dtypes are found on stand-ins given these kwargs,
+                    # whose device is set on them (fx's mapped dict is immutable).
+                    kwargs = dict(fx.node.map_arg(n.kwargs, lambda a: env[a]))
                     try:
                         if n.target is operator.getitem:
                             env[n] = args[0][args[1]]
                         elif isinstance(n.target, torch._ops.OpOverload):
-                            mutable = _written(n.target)
-                            args = tuple(mode.copy(a) if j in mutable and isinstance(a, torch.Tensor) else a
-                                         for j, a in enumerate(args))
-                            # out= arguments are keyword-only: copy those too.
-                            names = {n.target._schema.arguments[j].name for j in mutable}
-                            kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
-                                      for k, v in kwargs.items()}
-                            env[n] = mode.__torch_dispatch__(n.target, (), args, kwargs)
+                            if n in plan.written:
+                                mutable, names = plan.written[n]
+                                args = tuple(mode.copy(a) if j in mutable and isinstance(a, torch.Tensor) else a
+                                             for j, a in enumerate(args))
+                                # out= arguments are keyword-only: copy those too.
+                                kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
+                                          for k, v in kwargs.items()}
+                            env[n] = mode.round_op(n.target, args, kwargs)
                         else:  # a compiled region: its dynamo graph, op by op
-                            copies = tree_map(lambda a: mode.copy(a) if isinstance(a, torch.Tensor) else a, args)
-                            with mode:
-                                env[n] = n.target(*copies)
+                            env[n] = mode.each_sample(functools.partial(_run_compiled, n.target, mode), args, {})
                     except Exception as e:  # noqa: BLE001 - the simulation only loses this value
                         result.failed = f"{_op_name(n.target)} could not be replayed: {type(e).__name__}: {str(e)[:160]}"
                         return result
@@ -830,15 +941,36 @@ def _replay(order: list[fx.Node], wanted: set[str], mode: RoundingMode,
                         site = cancellation_at(n, args, out)
                         if site is not None:
                             result.cancellations[n.name] = site
+                        if _unchanging(n, constants, mode):
+                            mode.cache.keep(n, out, (first_call, mode.calls))
                     if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
                         result.discrete[n.name] = out
                         result.nodes[n.name] = n
                 if n.name in wanted:
                     result.values[n.name] = env[n]
-                release(env, n, i, last_use, wanted)
+                release(env, n, i, plan.last_use, wanted)
     finally:
         torch.set_default_dtype(previous)
     return result
+
+
+def _run_compiled(region: Any, mode: RoundingMode, *args: Any) -> Any:
+    """A compiled region's dynamo graph run op by op under `mode`, on copies of its inputs
+    (the graph may write to them)."""
+    copies = tree_map(lambda a: mode.copy(a) if isinstance(a, torch.Tensor) else a, args)
+    with mode:
+        return region(*copies)
+
+
+def _unchanging(n: fx.Node, constants: dict[fx.Node, Any], mode: RoundingMode) -> bool:
+    """A node whose value is the same in every replay: an op the centre replay did not round
+    (`RoundingMode.rounded`: a view, a selection, a widening copy) of values that are the same
+    in every replay, and no random draw."""
+    target = n.target
+    if target is not operator.getitem and (not isinstance(target, torch._ops.OpOverload)
+                                           or torch.Tag.nondeterministic_seeded in target.tags):
+        return False
+    return not mode.rounded and all(a in constants for a in n.all_input_nodes)
 
 
 def _plain_add(name: str, args: tuple, kwargs: dict) -> bool:
@@ -893,13 +1025,12 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
     if len(terms) < 2:
         return None
     with torch.no_grad():
-        magnitude = terms[0] + terms[1]
-        result = out.abs()
-        ok = torch.isfinite(result) & torch.isfinite(torch.as_tensor(magnitude))
-        ratio = torch.where(ok & (result > 0), torch.as_tensor(magnitude) / torch.where(result > 0, result, 1.0),
-                            torch.zeros_like(result))
-        ratio = torch.where(ok & (result == 0) & (torch.as_tensor(magnitude) > 0), torch.full_like(result, math.inf),
-                            ratio)
+        magnitude = torch.as_tensor(terms[0] + terms[1])
+        # Over the elements where both are finite (|a±b| = 0 < |a|+|b|: infinitely many digits
+        # lost); elsewhere 0: a quotient of nonfinite values is nan or 0, an overflowing |a|+|b|
+        # is masked. Five passes over the op's output (a 2M-element sum's terms: most of the
+        # centre replay).
+        ratio = torch.where(torch.isfinite(magnitude), magnitude / out.abs(), 0.0).nan_to_num_(nan=0.0, posinf=math.inf)
         worst = float(ratio.max()) if ratio.numel() else 0.0
     if worst <= 10 ** DIGITS_LOST_NOTED:
         return None
@@ -933,6 +1064,35 @@ class _CallCache:
         self.magnitudes: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
         self.ill_conditioned: dict[int, tuple[Any, torch.Tensor | None]] = {}
         self.exact_reductions: dict[int, torch.Tensor] = {}  # collapsed reductions of their exact terms
+        self.decompositions: dict[int, _DecompositionTrace | None] = {}  # None: not replayable stacked
+        self.routes: dict[int, tuple[Any, list, str]] = {}  # op, output arm dtypes, `RoundingMode._route`
+        # Values the same in every replay (leaves, views and selections of them): computed by
+        # the centre replay, taken as they are by the others, with the mode's call indices
+        # they span (a later call keeps its index). Held for the whole simulation, within
+        # CONSTANT_BYTES.
+        self.constants: dict[fx.Node, Any] = {}
+        self.calls: dict[fx.Node, tuple[int, int]] = {}
+        self.constant_bytes = 0
+
+    def keep(self, n: fx.Node, value: Any, calls: tuple[int, int]) -> None:
+        """Note `n`'s `value` as the same in every replay, if it fits CONSTANT_BYTES."""
+        size = sum(t.numel() * t.element_size() for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor))
+        if self.constant_bytes + size <= CONSTANT_BYTES:
+            self.constant_bytes += size
+            self.constants[n] = value
+            self.calls[n] = calls
+
+
+# The most bytes of values the same in every replay that one simulation holds on to.
+CONSTANT_BYTES = 64 << 20
+# Replays are stacked where the centre replay's largest value has at most this many elements:
+# a replay of small values costs the Python around each op (tens of microseconds, whatever the
+# op's size), which a stack pays once for all of its replays; a large value's arithmetic
+# dominates, and the directed replays stacked with random ones compute both kinds of result.
+STACKED_VALUE_ELEMENTS = 1 << 14
+# Elements of the largest value per stack (8 MiB of float64), which bounds how many replays
+# one stack holds.
+STACKED_ELEMENTS = 1 << 20
 
 
 def _dtypes(func: Any, stand_ins: list, spec: Any, device: torch.device) -> list:
@@ -943,21 +1103,93 @@ def _dtypes(func: Any, stand_ins: list, spec: Any, device: torch.device) -> list
     return [t.dtype if isinstance(t, torch.Tensor) else None for t in tree_flatten(out)[0]]
 
 
+@dataclass(frozen=True)
+class _Ref:
+    """In a `_DecompositionTrace`: output `index` of op `step`, or (step -1) input `index`."""
+
+    step: int
+    index: int
+
+
+@dataclass
+class _DecompositionTrace:
+    """The aten ops one call of a decomposition made in the centre replay, each argument a
+    value (a shape, a scalar) or a `_Ref` to the decomposition's inputs or to an earlier op's
+    outputs: what its code does for any values of these shapes and dtypes. torch's
+    decompositions are written to be traced this way (inductor traces them); a call that read
+    a value into Python (``.item()``, a tensor's truth) or made a tensor from Python data is
+    not traced."""
+
+    steps: list[tuple[Any, list[Any], Any]]  # (op, its flattened arguments, their spec)
+    outputs: list[Any]  # the decomposition's flattened outputs
+    spec: Any
+
+    @classmethod
+    def of(cls, args: tuple, kwargs: dict, steps: list[tuple], out: Any) -> _DecompositionTrace | None:
+        """The trace of the `steps` (op, args, kwargs, [result]) a decomposition of `args`
+        and `kwargs` made to return `out`; None where it cannot be replayed."""
+        where: dict[int, _Ref] = {}  # every tensor seen is alive (held by `steps`): ids are not reused
+        for i, a in enumerate(tree_flatten((args, kwargs))[0]):
+            if isinstance(a, torch.Tensor):
+                where.setdefault(id(a), _Ref(-1, i))
+
+        def ref(a: Any) -> Any:
+            return where[id(a)] if isinstance(a, torch.Tensor) else a
+
+        traced = []
+        try:
+            for j, (func, op_args, op_kwargs, result) in enumerate(steps):
+                leaves, spec = tree_flatten((op_args, op_kwargs))
+                traced.append((func, [ref(a) for a in leaves], spec))
+                for i, o in enumerate(tree_flatten(result[0])[0]):
+                    if isinstance(o, torch.Tensor):
+                        where[id(o)] = _Ref(j, i)
+                    elif o is not None:
+                        return None
+            leaves, spec = tree_flatten(out)
+            return cls(traced, [ref(a) for a in leaves], spec)
+        except KeyError:
+            return None
+
+    def replay(self, mode: RoundingMode, args: tuple, kwargs: dict) -> Any:
+        """The decomposition's ops on `args` (stacked samples), through `mode`."""
+        inputs = tree_flatten((args, kwargs))[0]
+        outputs: list[list[Any]] = []
+
+        def value(a: Any) -> Any:
+            if not isinstance(a, _Ref):
+                return a
+            return inputs[a.index] if a.step < 0 else outputs[a.step][a.index]
+
+        for func, leaves, spec in self.steps:
+            op_args, op_kwargs = tree_unflatten([value(a) for a in leaves], spec)
+            outputs.append(tree_flatten(mode.round_op(func, op_args, op_kwargs))[0])
+        return tree_unflatten([value(a) for a in self.outputs], self.spec)
+
+
 class RoundingMode(TriageDispatchMode):
     """Evaluates aten ops in float64 and rounds each floating result to the arm's dtype:
     stochastically (``generator``), or directed up (+1) / down (-1), or to nearest with no
     perturbation (``direction=0`` without a generator: the centre replay)."""
 
-    def __init__(self, options: SimulationOptions, cache: _CallCache, direction: int,
+    def __init__(self, options: SimulationOptions, cache: _CallCache, direction: int | torch.Tensor,
                  generator: torch.Generator | None, exact: bool = False,
-                 collapsed: dict[int, torch.Tensor] | None = None) -> None:
+                 collapsed: dict[int, torch.Tensor] | None = None, samples: int = 0) -> None:
         super().__init__()
+        # With `samples`, this many random replays at once: every value a replay perturbs is
+        # stacked along a new first dimension (`_is_stacked`), one slice per sample, each
+        # rounded independently; an op whose rounding is not elementwise runs once per sample.
+        self.samples = samples
+        self.rounded = False  # whether the last node's ops rounded anything (else its value is exact)
+        self.traced: list[list[tuple]] = []  # the ops of the decompositions being noted, innermost last
         self.options = options
         self.exact = exact  # no rounding at all: the float64 value every sample is unbiased around
         # Call index -> a collapsed reduction's error from its terms' rounding, this replay's draw
         # (`_Collapsed`): its terms are their exact values.
         self.collapsed = collapsed or {}
         self.cache = cache
+        # +1 up, -1 down, 0 to nearest or at random; with stacked samples, one sign per sample
+        # (a float64 tensor: the directed replays as one stack).
         self.direction = direction
         self.generator = generator
         # Uniform draws for one-element results, seeded from the replay's own generator.
@@ -969,57 +1201,194 @@ class RoundingMode(TriageDispatchMode):
         self.inner_dtype: list[torch.dtype] = []
         self.unmeasured: set[str] = set()  # library ops of the current node with no measured error
 
+    @property
+    def directed(self) -> bool:
+        """Every result rounded up or down (the directed replays), not to nearest or at random."""
+        return isinstance(self.direction, torch.Tensor) or self.direction != 0
+
+    def _signs(self, t: torch.Tensor) -> int | torch.Tensor:
+        """The direction for `t`: shaped to `t`'s stacked samples where each has its own."""
+        if isinstance(self.direction, torch.Tensor):
+            return self.direction.view((-1,) + (1,) * (t.dim() - 1))
+        return self.direction
+
     def vdtype(self, t: torch.Tensor) -> torch.dtype:
         """The dtype the value has on the arm: an attribute on the float64 stand-in (set on
         every tensor the replay makes), else its own dtype."""
         return getattr(t, "_arm_dtype", t.dtype)
 
     def copy(self, t: torch.Tensor) -> torch.Tensor:
-        """A copy an in-place op may write to, still of the arm dtype its value has."""
+        """A copy an in-place op may write to, still of the arm dtype its value has (and
+        stacked if it was)."""
         out = t.clone()
         out._arm_dtype = self.vdtype(t)
+        if _is_stacked(t):
+            _mark_stacked(out)
         return out
 
+    def each_sample(self, fn: Any, args: tuple, kwargs: dict) -> Any:
+        """`fn` on each sample's slice of the stacked arguments, one after another, its
+        results stacked: the same calls (and call indices) as a replay of one sample makes."""
+        if not self.samples:
+            return fn(*args, **kwargs)
+        samples, self.samples = self.samples, 0
+        directions, generator, draws = self.direction, self.generator, self.draws
+        start = self.calls
+        outs = []
+        try:
+            for k in range(samples):
+                self.calls = start
+                if isinstance(directions, torch.Tensor):  # a directed replay draws nothing
+                    self.direction = int(directions[k])
+                    self.generator, self.draws = (generator, draws) if self.direction == 0 else (None, None)
+                outs.append(fn(*_sample_args(args, k), **_sample_kwargs(kwargs, k)))
+        finally:
+            self.samples = samples
+            self.direction, self.generator, self.draws = directions, generator, draws
+        return _stack_samples(outs)
+
+    def _stacked_written(self, func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The arguments an op writes to, stacked where they are not (a copy of a value no
+        sample perturbed): each sample writes its own result into its own slice."""
+        written = _written(func)
+        if not written:
+            return args, kwargs
+        names = {func._schema.arguments[j].name for j in written}
+
+        def stacked(a: Any) -> Any:
+            if not isinstance(a, torch.Tensor) or _is_stacked(a):
+                return a
+            out = a.unsqueeze(0).expand(self.samples, *a.shape).clone()
+            out._arm_dtype = self.vdtype(a)
+            return _mark_stacked(out)
+
+        return (tuple(stacked(a) if j in written else a for j, a in enumerate(args)),
+                {k: stacked(v) if k in names else v for k, v in kwargs.items()})
+
+    def _evaluate(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """`func` in float64 on the replay's values; with stacked samples, on every sample at
+        once (functorch's batching rules, through a vmap level: the op sees one sample's
+        shapes), once and repeated for every sample where no argument is stacked, and one
+        sample at a time where the op has no batching rule or draws random numbers."""
+        if not self.samples:
+            return func(*args, **kwargs)
+        if torch.Tag.nondeterministic_seeded not in func.tags:
+            flat = _flat(args) + _flat(tuple(kwargs.values()))
+            if not any(_is_stacked(a) for a in flat):
+                return _stack_outputs(func(*args, **kwargs), self.samples)
+            if torch.Tag.pointwise in func.tags and "out" not in kwargs \
+                    and all(a.dtype == torch.float64 for a in flat if isinstance(a, torch.Tensor)):
+                return _broadcast_stacked(func, args, kwargs, flat)
+            batched, out = _vmapped(func, args, kwargs, self.samples)
+            if batched:
+                return out
+        return _stack_samples([func(*_sample_args(args, k), **_sample_kwargs(kwargs, k)) for k in range(self.samples)])
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
+        return self.round_op(func, args, kwargs or {})
+
+    def round_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """`func`'s result evaluated in float64 and rounded as the arm rounds it: what the
+        mode does with each op, called directly by the replay (torch wraps
+        `__torch_dispatch__` to hide it from dynamo, a few microseconds a call)."""
+        if not self.samples:
+            if not self.traced:
+                return self._dispatch(func, args, kwargs)
+            step = (func, args, kwargs, [])  # an op of the decomposition being noted
+            self.traced[-1].append(step)
+            step[3].append(self._dispatch(func, args, kwargs))
+            return step[3][0]
+        args, kwargs = self._stacked_written(func, args, kwargs)
+        if not self._stackable(func, args, kwargs):
+            return self.each_sample(lambda *a, **kw: self.round_op(func, a, kw), args, kwargs)
+        out = self._dispatch(func, args, kwargs)
+        if isinstance(out, torch.Tensor):
+            return _mark_stacked(out)
+        return tree_map(lambda t: _mark_stacked(t) if isinstance(t, torch.Tensor) else t, out)
+
+    def _route(self, func: Any, name: str, args: tuple, kwargs: dict, flat: list, in_vd: list,
+               out_vd: list) -> str:
+        """How the op's result is rounded: lattice | transform | decomposed | linalg | exact |
+        accumulated | widening (an exact copy) | correctly-rounded | library."""
+        kind = op_class(func)
+        if name in LATTICE_OPS and out_vd and out_vd[0] in FORMATS:
+            return "lattice"
+        if name.startswith(FFT_PREFIX):
+            return "transform"
+        if kind in ("decomposed", "linalg", "exact", "accumulated"):
+            return kind
+        if name.rstrip("_") in COPIES and _widening(flat, in_vd, out_vd):
+            return "widening"
+        if kind == "correctly-rounded" and (_plain_add(name, args, kwargs)
+                                            or not self._measured_beyond_rounding(name, out_vd)):
+            return "correctly-rounded"
+        return "library"
+
+    def _stackable(self, func: Any, args: tuple, kwargs: dict) -> bool:
+        """The op's rounding is elementwise, from figures an earlier replay left in the cache
+        (output dtypes, a reduction's walk, where a function is ill-conditioned), so stacked
+        samples can take it at once. Decompositions, linalg's perturbed inputs, transforms
+        and kernels whose error is relative to the output's scale run once per sample."""
+        name = func.overloadpacket.__name__
+        routed = self.cache.routes.get(self.calls)
+        if routed is None or routed[0] is not func:
+            return False
+        _, out_vd, route = routed
+        if route == "accumulated":
+            return self.calls in self.cache.magnitudes and not (name in CONTRACTIONS and self._tf32(name, out_vd))
+        if route == "decomposed":
+            return self.cache.decompositions.get(self.calls) is not None
+        if route == "library":
+            backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
+            # Where the function is ill-conditioned is found once, on the first replay that
+            # adds the noise: up, the directed stack's first sample (`_noise_where_ill_conditioned`).
+            return torch.Tag.pointwise in func.tags and (not backward or self.calls in self.cache.ill_conditioned
+                                                         or self.directed)
+        return route in ("exact", "widening", "correctly-rounded")
+
+    def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         call = self.calls
         self.calls += 1
         name = func.overloadpacket.__name__
         flat = _flat(args) + _flat(tuple(kwargs.values()))
         in_vd = [self.vdtype(a) for a in flat if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())]
-        out_vd = self._output_dtypes(func, args, kwargs, flat)
+        # The same call of every replay has the same op and dtypes, so the same route.
+        routed = self.cache.routes.get(call)
+        out_vd = routed[1] if routed is not None and routed[0] is func else self._output_dtypes(func, args, kwargs, flat)
         written = [args[i] for i in _written(func) if i < len(args) and isinstance(args[i], torch.Tensor)]
         if name not in EXACT_OPS:  # a dtype argument names the arm's precision: compute in float64
             args = _map(lambda a: widen_dtype(a) if isinstance(a, torch.dtype) else widen(a), args)
         kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
                       else _map(widen, v) if isinstance(v, (list, tuple)) else widen(v)) for k, v in kwargs.items()}
-        kind = op_class(func)
-        if name in LATTICE_OPS and out_vd and out_vd[0] in FORMATS:
+        if routed is None or routed[0] is not func:
+            routed = self.cache.routes[call] = (func, out_vd, self._route(func, name, args, kwargs, flat, in_vd, out_vd))
+        route = routed[2]
+        if route == "lattice":
             lattice = out_vd[0]
             out = func(*[a.to(lattice) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                          for a in args], **kwargs)
             return self._tag(out.to(torch.float64), out_vd)
-        if name.startswith(FFT_PREFIX):
+        if route == "transform":
             return self._transform(func, args, kwargs, out_vd)
-        if kind == "decomposed":
+        if route == "decomposed":
             return self._decompose(func, args, kwargs, in_vd, out_vd)
-        if kind == "linalg":
+        if route == "linalg":
             out = self._round_all(func(*self._perturb_matrices(args), **kwargs), out_vd, library=0.0)
-        elif kind == "exact":
-            out = func(*args, **kwargs)
+        elif route == "exact":
+            out = self._evaluate(func, args, kwargs)
             # Exact results of arm-precision inputs are representable; only a narrowing rounds.
             if any(_less_precise(d, i) for d in out_vd if d is not None for i in in_vd):
                 out = self._round_all(out, out_vd, library=0.0)
             else:
                 out = self._tag(out, out_vd)
-        elif kind == "accumulated":
+        elif route == "accumulated":
             if name in CONTRACTIONS and self._tf32(name, out_vd):
                 args = tuple(round_to(a, "tf32", self.direction, self.generator)
                              if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 1 else a
                              for a in args)
             drawn = self.collapsed.get(call)
             if drawn is None:
-                out = func(*args, **kwargs)
+                out = self._evaluate(func, args, kwargs)
             else:  # the exact terms, the same in every such replay: reduced once
                 exact = self.cache.exact_reductions.get(call)
                 if exact is None:
@@ -1028,18 +1397,17 @@ class RoundingMode(TriageDispatchMode):
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
             out = self._round_all(out, out_vd, library=0.0)
-        elif name.rstrip("_") in COPIES and _widening(flat, in_vd, out_vd):
+        elif route == "widening":
             # A copy or cast to a dtype at least as precise as its input's is exact: rounding it
             # (a float64 result gets u of relative noise) costs K passes over the tensor and
             # perturbs what the arm computes exactly.
-            out = self._tag(func(*args, **kwargs), out_vd)
-        elif kind == "correctly-rounded" and (_plain_add(name, args, kwargs)
-                                              or not self._measured_beyond_rounding(name, out_vd)):
-            out = self._round_all(func(*args, **kwargs), out_vd, library=0.0)
+            out = self._tag(self._evaluate(func, args, kwargs), out_vd)
+        elif route == "correctly-rounded":
+            out = self._round_all(self._evaluate(func, args, kwargs), out_vd, library=0.0)
         else:
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
-            out = func(*args, **kwargs)
-            if backward and (self.generator is not None or self.direction) and isinstance(out, torch.Tensor):
+            out = self._evaluate(func, args, kwargs)
+            if backward and (self.generator is not None or self.directed) and isinstance(out, torch.Tensor):
                 out = self._noise_where_ill_conditioned(call, func, args, kwargs, out,
                                                         backward * UNIT_ROUNDOFF.get(out_vd[0], 2.0 ** -53))
             if torch.Tag.pointwise in func.tags or not isinstance(out, torch.Tensor) or not out.is_floating_point():
@@ -1067,19 +1435,27 @@ class RoundingMode(TriageDispatchMode):
         units: the measured multiple of u times u); elsewhere the forward bound holds."""
         cached = self.cache.ill_conditioned.get(call)
         if cached is None or cached[0] is not func:
+            # Stacked: found on the first sample, as a replay of it alone would (the directed
+            # pair's up replay, the first replay that adds this noise).
+            first_args, first_kwargs, first = ((_sample_args(args, 0), _sample_kwargs(kwargs, 0), out[0])
+                                               if self.samples else (args, kwargs, out))
             try:
-                sens = input_sensitivity(func, args, kwargs, torch.float64, out.shape)
-                magnitude = input_magnitude(args, torch.float64, out.shape)
-                ill = None if sens is None else ~well_conditioned(sens, magnitude, out.abs())
+                sens = input_sensitivity(func, first_args, first_kwargs, torch.float64, first.shape)
+                magnitude = input_magnitude(first_args, torch.float64, first.shape)
+                ill = None if sens is None else ~well_conditioned(sens, magnitude, first.abs())
                 cached = (func, None if ill is None or not bool(ill.any())
-                          else torch.where(ill, torch.maximum(magnitude, out.abs()), 0.0))
+                          else torch.where(ill, torch.maximum(magnitude, first.abs()), 0.0))
             except Exception:  # noqa: BLE001 - no sensitivity: the forward bound alone
                 cached = (func, None)
             self.cache.ill_conditioned[call] = cached
         scale = cached[1]
-        if scale is None or scale.shape != out.shape:
+        if scale is None or scale.shape != self._sample_shape(out):
             return out
         return self._absolute_noise(out, scale, bound)
+
+    def _sample_shape(self, t: torch.Tensor) -> torch.Size:
+        """One sample's shape of a result (without the stack's first dimension)."""
+        return t.shape[1:] if self.samples else t.shape
 
     def _library_u(self, name: str, out_vd: list) -> float:
         """Units of roundoff a library kernel may be off before its result is rounded: the
@@ -1139,15 +1515,28 @@ class RoundingMode(TriageDispatchMode):
         if computation != least and measured is not None and measured.float32_opmath:
             args = tree_map(lambda a: self._retagged(a, computation, least), args)
             kwargs = tree_map(lambda a: self._retagged(a, computation, least), kwargs)
+        call = self.calls - 1
+        trace = self.cache.decompositions.get(call) if self.samples else None
+        # The centre replay notes the decomposition's ops (`_DecompositionTrace`), which stacked
+        # samples replay: the decomposition's own code would read their stacked shapes.
+        recording = self.generator is None and not self.directed and not self.exact
         self.inner_dtype.append(computation)
+        if recording:
+            self.traced.append([])
         try:
-            with self:
-                own = OWN_DECOMPOSITIONS.get(func)
-                out = (own(*args, **kwargs) if own is not None
-                       else decomposition_table[func](*args, **kwargs) if func in decomposition_table
-                       else func.decompose(*args, **kwargs))
+            if trace is not None:
+                out = trace.replay(self, args, kwargs)
+            else:
+                with self:
+                    own = OWN_DECOMPOSITIONS.get(func)
+                    out = (own(*args, **kwargs) if own is not None
+                           else decomposition_table[func](*args, **kwargs) if func in decomposition_table
+                           else func.decompose(*args, **kwargs))
         finally:
             self.inner_dtype.pop()
+            steps = self.traced.pop() if recording else None
+        if recording:
+            self.cache.decompositions[call] = _DecompositionTrace.of(args, kwargs, steps, out)
         d = out_vd[0] if out_vd else None
         fused = self.options.kernels.fused_u(name, d) if d is not None else None
         if fused and isinstance(out, torch.Tensor) and out.is_floating_point() and d in UNIT_ROUNDOFF:
@@ -1156,7 +1545,7 @@ class RoundingMode(TriageDispatchMode):
 
     def _retagged(self, a: Any, computation: torch.dtype, least: torch.dtype) -> Any:
         if isinstance(a, torch.Tensor) and a.is_floating_point() and self.vdtype(a) == least:
-            a = a.clone()
+            a = self.copy(a)  # stacked if it was
             a._arm_dtype = computation  # fp16 values are exact in float32: only the tag changes
         return a
 
@@ -1164,6 +1553,11 @@ class RoundingMode(TriageDispatchMode):
         """Noise of `bound` times the output's scale, max(|y|, rms y), as the kernel's error
         was measured: a normalized output near zero keeps the error of its neighbours."""
         finite = torch.isfinite(t)
+        if self.samples:  # each sample's own scale, as one replay of it computes it
+            rms = [float(x[f].square().mean().sqrt()) if bool(f.any()) else math.nan
+                   for x, f in zip(t, finite, strict=True)]
+            rms = torch.tensor(rms, dtype=t.dtype).view((-1,) + (1,) * (t.dim() - 1))
+            return torch.where(rms.isnan(), t, self._absolute_noise(t, torch.maximum(t.abs(), rms), bound))
         if not bool(finite.any()):
             return t
         rms = float(t[finite].square().mean().sqrt())
@@ -1172,12 +1566,11 @@ class RoundingMode(TriageDispatchMode):
     def _absolute_noise(self, t: torch.Tensor, scale: torch.Tensor, bound: float) -> torch.Tensor:
         """`t` moved by up to `bound`·`scale`: all the way up or down in a directed replay,
         uniformly at random in a sampled one, not at all in the centre replay."""
-        if self.direction:
-            return t + self.direction * bound * scale
+        directed = t + self._signs(t) * bound * scale if self.directed else None
         if self.generator is None:
-            return t
+            return t if directed is None else directed
         delta = (torch.rand(t.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
-        return t + delta * scale
+        return self._mixed(t + delta * scale, directed)
 
     def _tf32(self, name: str, out_vd: list) -> bool:
         if not out_vd or out_vd[0] != torch.float32:
@@ -1188,10 +1581,8 @@ class RoundingMode(TriageDispatchMode):
     def _output_dtypes(self, func: Any, args: tuple, kwargs: dict, flat: list) -> list[torch.dtype | None]:
         """The dtypes the op's outputs have on the arm: the op run on meta tensors of the
         inputs' arm dtypes (memoized per op and input dtypes)."""
-        inner = self.inner_dtype[-1] if self.inner_dtype else None
-        key = (func, inner, tuple(self.vdtype(a) if isinstance(a, torch.Tensor) else
-                                  (a if isinstance(a, (torch.dtype, bool)) or a is None else type(a).__name__)
-                                  for a in flat), tuple(kwargs))
+        key = self._dtype_key(func, kwargs, flat)
+        inner = key[1]
         cached = self.cache.dtypes.get(key)
         if cached is not None:
             return cached
@@ -1210,6 +1601,14 @@ class RoundingMode(TriageDispatchMode):
             torch.set_default_dtype(previous)
         self.cache.dtypes[key] = dtypes
         return dtypes
+
+    def _dtype_key(self, func: Any, kwargs: dict, flat: list) -> tuple:
+        """What an op's output dtypes depend on: the op, the decomposition's computation dtype,
+        its inputs' arm dtypes (and the types of its other arguments)."""
+        inner = self.inner_dtype[-1] if self.inner_dtype else None
+        return (func, inner, tuple(self.vdtype(a) if isinstance(a, torch.Tensor) else
+                                   (a if isinstance(a, (torch.dtype, bool)) or a is None else type(a).__name__)
+                                   for a in flat), tuple(kwargs))
 
     def _dtypes_of(self, func: Any, flat: list, spec: Any, kwargs: dict) -> list:
         """The op's output dtypes on stand-ins of the arm dtypes: CPU tensors that allocate
@@ -1242,6 +1641,7 @@ class RoundingMode(TriageDispatchMode):
 
     # -- rounding ----------------------------------------------------------------------
     def _round_all(self, out: Any, out_vd: list, library: float) -> Any:
+        self.rounded = True
         if isinstance(out, torch.Tensor):  # the common case, without the pytree round trip
             d = out_vd[0] if out_vd else None
             if d is not None and (out.is_floating_point() or out.is_complex()):
@@ -1279,15 +1679,21 @@ class RoundingMode(TriageDispatchMode):
             # floats, an order of magnitude cheaper than a dozen one-element tensor ops.
             return torch.tensor(round_scalar(t.item(), dtype, self.direction, self.draws),
                                 dtype=torch.float64).reshape(t.shape)
-        return round_to(t, dtype, self.direction, self.generator)
+        return round_to(t, dtype, self._signs(t), self.generator)
 
     def _relative_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
-        if self.direction:
-            return t + self.direction * bound * t.abs()
+        directed = t + self._signs(t) * bound * t.abs() if self.directed else None
         if self.generator is None:
-            return t
+            return t if directed is None else directed
         delta = (torch.rand(t.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
-        return t * (1 + delta)
+        return self._mixed(t * (1 + delta), directed)
+
+    def _mixed(self, sampled: torch.Tensor, directed: torch.Tensor | None) -> torch.Tensor:
+        """A random replay's result, or in a stack of directed and random replays (a sign per
+        sample, 0 for the random ones) each sample's own."""
+        if directed is None:
+            return sampled
+        return torch.where(self._signs(sampled) == 0, sampled, directed)
 
     def _accumulate(self, call: int, name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
                     out_vd: list) -> torch.Tensor:
@@ -1303,7 +1709,7 @@ class RoundingMode(TriageDispatchMode):
                 cached = (func, None, None)
             self.cache.magnitudes[call] = cached
         _, walk, bound = cached
-        if walk is None or walk.shape != out.shape:
+        if walk is None or walk.shape != self._sample_shape(out):
             return out
         d = out_vd[0] if out_vd else torch.float32
         # fp16/bf16 reductions and GEMMs accumulate in fp32 (reduced-precision GEMMs where allowed).
@@ -1312,15 +1718,18 @@ class RoundingMode(TriageDispatchMode):
                          and (self.options.reduced_precision or self._reduced_accumulation(name, d)))) \
             else (torch.float32 if d in FORMATS else d)
         u = UNIT_ROUNDOFF.get(acc, 2.0 ** -53)
-        if self.direction and name in ("sum", "mean", "nansum") and acc in FORMATS:
-            directed = _directed_pairwise_sum(name, args, kwargs, acc, self.direction)
-            if directed is not None and directed.shape == out.shape:
-                return directed
-        if self.direction:
-            return out + self.direction * u * bound
+        directed = None
+        if self.directed and name in ("sum", "mean", "nansum") and acc in FORMATS:
+            if self.samples and not _is_stacked(args[0]):  # terms no replay changed: each sample adds them its way
+                args = (_stack_outputs(args[0], self.samples),) + tuple(args[1:])
+            directed = _directed_pairwise_sum(name, args, kwargs, acc, self.direction, bool(self.samples))
+            directed = directed if directed is not None and directed.shape == out.shape else None
+        if self.directed and directed is None:
+            directed = out + self._signs(out) * u * bound
         if self.generator is None:
-            return out
-        return out + u * walk * torch.randn(out.shape, generator=self.generator, dtype=torch.float64)
+            return out if directed is None else directed
+        return self._mixed(out + u * walk * torch.randn(out.shape, generator=self.generator, dtype=torch.float64),
+                           directed)
 
     def _perturb_matrices(self, args: tuple) -> tuple:
         """Backward stability: the op is exact for an input within √n·u of the arm's, in norm
@@ -1343,23 +1752,41 @@ class RoundingMode(TriageDispatchMode):
         return tuple(out)
 
 
-def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int, generator: torch.Generator | None) -> torch.Tensor:
+def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int | torch.Tensor,
+             generator: torch.Generator | None) -> torch.Tensor:
     """`t` (float64) rounded to `dtype`'s values: stochastically with probability
     proportional to the distance (unbiased), directed up (+1) or down (-1), or to nearest
-    (no generator, direction 0). Beyond the range: ±inf, as the arm's rounding gives."""
-    if direction == 0 and generator is None and isinstance(dtype, torch.dtype):
+    (no generator, direction 0). Beyond the range: ±inf, as the arm's rounding gives. A
+    tensor of directions (broadcast against `t`) rounds each element its own way: ±1
+    directed, 0 stochastically (with a generator; to nearest without one)."""
+    per_element = isinstance(direction, torch.Tensor)
+    if not per_element and direction == 0 and generator is None and isinstance(dtype, torch.dtype):
         return t.to(dtype).to(torch.float64)
     bits, largest, tiny = FORMATS[dtype]
-    if t.numel() >= BIT_ROUNDING_MIN and t.dtype == torch.float64:
+    if t.dtype == torch.float64:
         rounded = _round_bits(t, bits, largest, tiny, direction, generator)
         if rounded is not None:
             return rounded
+    return _round_by_spacing(t, bits, largest, tiny, direction, generator)
+
+
+def _round_by_spacing(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
+                      generator: torch.Generator | None) -> torch.Tensor:
+    """`round_to` from the spacing of the dtype's values around each element: any value
+    (subnormal spacing, overflow, inf and nan), in twice the passes of `_round_bits`."""
+    per_element = isinstance(direction, torch.Tensor)
     # Spacing of the dtype's values around t (subnormals share the smallest normal's); inf and
     # nan pass through the arithmetic below unchanged.
     _, exp = torch.frexp(t)
     ulp = torch.ldexp(torch.ones_like(t), exp.clamp_(min=int(math.log2(tiny)) + 1).sub_(bits))
     low = torch.floor(t / ulp).mul_(ulp)
-    if direction > 0:
+    if per_element:
+        up = (t > low) & (direction > 0)
+        if generator is not None or bool((direction == 0).any()):
+            frac = (t - low).div_(ulp)
+            near = frac >= 0.5 if generator is None else torch.rand(t.shape, generator=generator) < frac
+            up = torch.where(direction == 0, near, up)
+    elif direction > 0:
         up = t > low
     elif direction < 0:
         up = torch.zeros_like(t, dtype=torch.bool)
@@ -1372,18 +1799,15 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int, generator: tor
     if bool(beyond.any()):
         # Past the largest finite value: rounding toward the value's side of zero (or to
         # nearest past the midpoint) gives inf, rounding back toward zero the largest value.
-        toward_inf = (torch.sign(t) == direction) if direction else t.abs() >= largest + ulp / 2
+        nearest = t.abs() >= largest + ulp / 2
+        toward_inf = (torch.where(direction == 0, nearest, torch.sign(t) == direction) if per_element
+                      else torch.sign(t) == direction if direction else nearest)
         capped = torch.where(toward_inf, torch.full_like(t, math.inf), torch.full_like(t, largest))
         out = torch.where(beyond & torch.isfinite(t), torch.copysign(capped, t), out)
     return out
 
 
-# Elements from which `round_to` rounds on the float64 bit patterns: a third of the passes,
-# where a large tensor pays for the range check (and its own stream of random draws).
-BIT_ROUNDING_MIN = 1 << 12
-
-
-def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int,
+def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
                 generator: torch.Generator | None) -> torch.Tensor | None:
     """`round_to` on the integer bits of float64 `t`: an integer below 2^(53 - bits) added
     to the magnitude's bit pattern carries into the kept bits (a carry past the significand
@@ -1392,12 +1816,23 @@ def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, directi
     dropped fraction; directed it is all ones where the rounding moves away from zero (up
     for a positive value, down for a negative one), nothing where it moves toward it. None
     where some element is neither zero nor a normal number within the format's range
-    (subnormal spacing, overflow, inf and nan: the general path)."""
+    (subnormal spacing, overflow, inf and nan: `_round_by_spacing`)."""
     magnitude = t.abs()
-    if not bool((((magnitude >= tiny) & (magnitude <= largest)) | (magnitude == 0)).all()):
+    # Zero or within [tiny, largest]: zeros counted as tiny, one pass for both bounds (a nan
+    # fails both comparisons).
+    low, high = torch.aminmax(magnitude.masked_fill_(magnitude == 0, tiny))
+    if not (float(low) >= tiny and float(high) <= largest):
         return None
     dropped = 53 - bits
-    if direction:
+    if isinstance(direction, torch.Tensor):
+        if generator is None and bool((direction == 0).any()):
+            return None  # to nearest, ties to even: `_round_by_spacing`
+        away = torch.where(direction > 0, t > 0, t < 0)
+        carry = away.to(torch.int64).mul_((1 << dropped) - 1)
+        if generator is not None:  # the random samples of a stack of directed and random replays
+            drawn = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64)
+            carry = torch.where(direction == 0, drawn, carry)
+    elif direction:
         away = t > 0 if direction > 0 else t < 0
         carry = away.to(torch.int64).mul_((1 << dropped) - 1)
     else:
@@ -1553,24 +1988,27 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
 
 
 def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtype,
-                           direction: int) -> torch.Tensor | None:
+                           direction: int | torch.Tensor, stacked: bool = False) -> torch.Tensor | None:
     """The sum with every partial sum of a pairwise order rounded up (or down) in the
-    accumulation dtype: the envelope of a biased accumulation, as the kernel's tree adds."""
+    accumulation dtype: the envelope of a biased accumulation, as the kernel's tree adds.
+    `stacked`: `x` holds one sample per first index, `direction` one sign per sample."""
     x = args[0]
     if not x.is_floating_point() or x.numel() == 0:
         return None
-    dims, keepdim = _reduced_dims(name, args, kwargs, x)
+    dims, keepdim = _reduced_dims(name, args, kwargs, x[0] if stacked else x)
+    dims = [d + stacked for d in dims]
     kept = [d for d in range(x.dim()) if d not in dims]
     terms = torch.nan_to_num(x, nan=0.0) if name == "nansum" else x
     terms = terms.permute(kept + dims).reshape([x.shape[d] for d in kept] + [-1])
     n = terms.shape[-1]
     width = 1 << max(0, (n - 1).bit_length())
     terms = torch.nn.functional.pad(terms, (0, width - n))
+    signs = direction.view((-1,) + (1,) * (terms.dim() - 1)) if isinstance(direction, torch.Tensor) else direction
     while terms.shape[-1] > 1:
-        terms = round_to(terms[..., 0::2] + terms[..., 1::2], acc, direction, None)
+        terms = round_to(terms[..., 0::2] + terms[..., 1::2], acc, signs, None)
     total = terms[..., 0]
     if name == "mean":
-        total = round_to(total / n, acc, direction, None)
+        total = round_to(total / n, acc, signs[..., 0] if isinstance(signs, torch.Tensor) else signs, None)
     if keepdim:
         for d in sorted(dims):
             total = total.unsqueeze(d)
@@ -1667,6 +2105,102 @@ def _written(op: Any) -> list[int]:
     return found
 
 
+STACKED = "_samples_stacked"  # the attribute that marks a tensor as stacked samples (`RoundingMode.samples`)
+
+
+def _is_stacked(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and getattr(t, STACKED, False)
+
+
+def _mark_stacked(t: torch.Tensor) -> torch.Tensor:
+    setattr(t, STACKED, True)
+    return t
+
+
+def _sample_of(a: Any, k: int) -> Any:
+    """Sample `k`'s slice of a stacked tensor (of its arm dtype), anything else as it is."""
+    if not _is_stacked(a):
+        return a
+    out = a[k]
+    out._arm_dtype = getattr(a, "_arm_dtype", a.dtype)
+    return out
+
+
+def _sample_args(args: tuple, k: int) -> tuple:
+    return _map(functools.partial(_sample_of, k=k), args)
+
+
+def _sample_kwargs(kwargs: dict, k: int) -> dict:
+    return {name: _map(functools.partial(_sample_of, k=k), v) if isinstance(v, (list, tuple)) else _sample_of(v, k)
+            for name, v in kwargs.items()}
+
+
+def _broadcast_stacked(func: Any, args: tuple, kwargs: dict, flat: list) -> torch.Tensor:
+    """A pointwise op of float64 tensors on stacked samples by broadcasting alone: a stacked
+    argument of fewer dimensions than the result gets ones after its sample dimension, so its
+    own dimensions line up from the right with the others' (an in-place op's target has the
+    result's shape already)."""
+    rank = max(a.dim() - _is_stacked(a) for a in flat if isinstance(a, torch.Tensor))
+
+    def aligned(a: Any) -> Any:
+        if not _is_stacked(a) or a.dim() == rank + 1:
+            return a
+        return a.reshape(a.shape[:1] + (1,) * (rank + 1 - a.dim()) + a.shape[1:])
+
+    out = func(*_map(aligned, args), **{k: _map(aligned, v) if isinstance(v, (list, tuple)) else aligned(v)
+                                        for k, v in kwargs.items()})
+    return _mark_stacked(out)
+
+
+def _vmapped(func: Any, args: tuple, kwargs: dict, samples: int) -> tuple[bool, Any]:
+    """(True, `func` on the stacked samples through one vmap level, its results stacked), or
+    (False, None) where functorch has no batching rule for the call (out=, .item())."""
+    level = _vmap_increment_nesting(samples, "error")
+    try:
+        def wrap(a: Any) -> Any:
+            return _add_batch_dim(a, 0, level) if _is_stacked(a) else a
+
+        out = func(*_map(wrap, args), **{k: _map(wrap, v) if isinstance(v, (list, tuple)) else wrap(v)
+                                         for k, v in kwargs.items()})
+        out = tree_map(lambda t: _mark_stacked(_remove_batch_dim(t, level, samples, 0))
+                       if isinstance(t, torch.Tensor) else t, out)
+    except Exception:  # noqa: BLE001 - no batching rule: the caller runs one sample at a time
+        return False, None
+    finally:
+        _vmap_decrement_nesting()
+    return True, out
+
+
+def _stack_outputs(out: Any, samples: int) -> Any:
+    """Results computed once (no argument stacked), as the same value for every sample."""
+    def stacked(t: torch.Tensor) -> torch.Tensor:
+        return _mark_stacked(t.unsqueeze(0).expand(samples, *t.shape))
+
+    return tree_map(lambda t: stacked(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+class NotStackable(RuntimeError):
+    """The samples of a stacked replay took different paths (a value read into Python)."""
+
+
+def _stack_samples(outs: list[Any]) -> Any:
+    """Per-sample results as one stacked result (their arm dtypes kept)."""
+    flats = [tree_flatten(o) for o in outs]
+    spec = flats[0][1]
+    stacked = []
+    for leaves in zip(*(f[0] for f in flats), strict=True):
+        first = leaves[0]
+        if isinstance(first, torch.Tensor):
+            t = _mark_stacked(torch.stack(leaves))
+            t._arm_dtype = getattr(first, "_arm_dtype", first.dtype)
+            stacked.append(t)
+        elif all(x == first for x in leaves[1:]):
+            stacked.append(first)
+        else:
+            raise NotStackable(f"the samples differ in a Python value ({type(first).__name__})")
+    return tree_unflatten(stacked, spec)
+
+
 def _flat(args: tuple) -> list:
     """Arguments with one level of lists opened (aten ops take tensor lists, never deeper)."""
     out = []
@@ -1711,6 +2245,12 @@ def _order_dependent(node: fx.Node, by_name: dict[str, fx.Node]) -> list[str]:
     ops = {_op_name(by_name[name].target).removeprefix("aten.").rstrip("_") for name in _cone_names(node)
            if by_name[name].op == "call_function"}
     return sorted(f"aten.{op}" for op in ops & CUDA_ORDER_DEPENDENT)[:16]
+
+
+
+
+
+
 
 
 def spread_bytes(ref: torch.Tensor) -> int:

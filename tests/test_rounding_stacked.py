@@ -1,0 +1,268 @@
+"""Replays stacked along a new first dimension (triage/worker/rounding.py, `RoundingMode.samples`):
+the K random replays of small values run as one (the two directed replays with the first), values no
+replay changes are taken from the centre replay, and ops whose rounding is not elementwise run
+once per sample. Each test compares against the same simulation with stacking switched off."""
+import gc
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import triage.worker.rounding as rounding
+from triage.worker.opclasses import UNIT_ROUNDOFF
+from triage.worker.opgraph import OpRecorder
+from triage.worker.reference import cone, replay_fp64
+from triage.worker.rounding import SimulationOptions, simulate_rounding
+
+
+def recorded(fn, *inputs):
+    """(graph, {node: float64 reference}, {node: arm dtype}) of fn's output."""
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = fn(*inputs)
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    return recording.graph, {node.name: reference}, {node.name: out.dtype}
+
+
+def simulate(recording, stacked, samples=29):
+    graph, wanted, dtypes = recording
+    limit = rounding.STACKED_VALUE_ELEMENTS if stacked else -1
+    previous, rounding.STACKED_VALUE_ELEMENTS = rounding.STACKED_VALUE_ELEMENTS, limit
+    try:
+        options = SimulationOptions(samples=samples, budget_s=600.0)  # K set by the test, not by the time budget
+        sim = simulate_rounding(graph, wanted, options, dtypes)
+    finally:
+        rounding.STACKED_VALUE_ELEMENTS = previous
+    (spread,) = sim.spreads.values()
+    assert spread.status == "judged", spread.reason
+    return sim, spread
+
+
+def mlp(x, w1, w2):
+    h = F.layer_norm(torch.tanh(x @ w1), (w1.shape[1],))  # layer norm replays its decomposition
+    return F.softmax(h @ w2, dim=-1).sum(0)
+
+
+@pytest.fixture(scope="module")
+def mlp_recording():
+    torch.manual_seed(0)
+    return recorded(mlp, torch.randn(32, 16), torch.randn(16, 24) / 4, torch.randn(24, 8) / 4)
+
+
+def test_stacked_samples_have_the_spread_of_sequential_ones(mlp_recording):
+    # Same distribution, other random draws: σ per element estimated from 99 samples each is
+    # within a few percent (its relative standard error is 1/√(2·99) ≈ 7 % per element, less
+    # averaged over the 8 elements).
+    _, stacked = simulate(mlp_recording, stacked=True, samples=99)
+    _, sequential = simulate(mlp_recording, stacked=False, samples=99)
+    assert stacked.samples == sequential.samples == 99
+    ratio = float(stacked.sigma.mean() / sequential.sigma.mean())
+    assert 0.85 < ratio < 1.18, ratio
+    assert bool((stacked.sigma > 0).all())
+
+
+def test_stacked_directed_replays_are_the_sequential_ones_exactly(mlp_recording):
+    _, stacked = simulate(mlp_recording, stacked=True)
+    _, sequential = simulate(mlp_recording, stacked=False)
+    assert torch.equal(stacked.up, sequential.up) and torch.equal(stacked.down, sequential.down)
+    assert bool((stacked.up > stacked.down).any())
+
+
+@pytest.mark.parametrize("case", ["pairwise-sum", "fp16-cast", "scalar-loop", "fp16-softmax"])
+def test_directed_rounding_of_reductions_casts_and_scalars_is_unchanged_by_stacking(case):
+    torch.manual_seed(1)
+    if case == "pairwise-sum":  # the directed pairwise walk of a mean, per sample
+        recording = recorded(lambda x: (x * 3).mean(0), torch.randn(3000, 4))
+    elif case == "fp16-cast":
+        recording = recorded(lambda x: (x.half() * 1.1).float().exp().sum(), torch.randn(64))
+    elif case == "fp16-softmax":  # decomposed at float32 opmath: its inputs retagged, still stacked
+        recording = recorded(lambda x: torch.softmax(x, dim=1), (torch.rand(6, 2, 5) * 8).half())
+    else:
+        def loop(t):
+            total = torch.tensor(2.0 ** 24)
+            for _ in range(40):
+                total = total + t
+            return total
+
+        recording = recorded(loop, torch.tensor(1.0))
+    _, stacked = simulate(recording, stacked=True)
+    _, sequential = simulate(recording, stacked=False)
+    assert torch.equal(stacked.up, sequential.up) and torch.equal(stacked.down, sequential.down)
+
+
+def test_ops_without_elementwise_rounding_run_once_per_sample(monkeypatch):
+    # linalg's perturbed inputs are drawn per sample: the stack runs solve sample by sample.
+    torch.manual_seed(2)
+    a = torch.randn(6, 6) + 6 * torch.eye(6)
+    recording = recorded(lambda m, v: torch.tanh(torch.linalg.solve(m, v)), a, torch.randn(6))
+    ran = []
+    original = rounding.RoundingMode.each_sample
+
+    def each_sample(self, fn, args, kwargs):
+        if self.samples:
+            ran.append(self.samples)
+        return original(self, fn, args, kwargs)
+
+    monkeypatch.setattr(rounding.RoundingMode, "each_sample", each_sample)
+    _, stacked = simulate(recording, stacked=True, samples=59)
+    assert ran == [2 + 9, 10, 40]  # up, down and 9 samples; then the samples up to 19 and to 59
+    monkeypatch.setattr(rounding.RoundingMode, "each_sample", original)
+    _, sequential = simulate(recording, stacked=False, samples=59)
+    assert torch.equal(stacked.up, sequential.up) and torch.equal(stacked.down, sequential.down)
+    ratio = float(stacked.sigma.mean() / sequential.sigma.mean())
+    assert 0.75 < ratio < 1.33, ratio
+
+
+def test_decompositions_replay_their_trace_on_the_stack(monkeypatch, mlp_recording):
+    replayed = []
+    original = rounding._DecompositionTrace.replay
+
+    def replay(self, mode, args, kwargs):
+        replayed.append(mode.samples)
+        return original(self, mode, args, kwargs)
+
+    monkeypatch.setattr(rounding._DecompositionTrace, "replay", replay)
+    simulate(mlp_recording, stacked=True)
+    assert replayed and all(replayed)  # only stacked replays use it, and they do
+
+
+def test_a_decomposition_that_reads_a_value_is_not_traced():
+    step = (torch.ops.aten._local_scalar_dense.default, (torch.ones(()),), {}, [1.0])
+    assert rounding._DecompositionTrace.of((torch.ones(()),), {}, [step], torch.ones(())) is None
+    made_in_python = torch.ones(2)
+    assert rounding._DecompositionTrace.of((torch.ones(2),), {}, [], made_in_python) is None
+
+
+def test_a_stack_that_fails_is_replayed_one_sample_at_a_time(monkeypatch, mlp_recording):
+    def refuse(outs):
+        raise rounding.NotStackable("refused")
+
+    monkeypatch.setattr(rounding, "_stack_samples", refuse)
+    monkeypatch.setattr(rounding, "_vmapped", lambda *a: (False, None))
+    sim, spread = simulate(mlp_recording, stacked=True)
+    assert sim.samples == spread.samples == 29 and bool((spread.sigma > 0).all())
+
+
+def test_views_of_leaves_are_kept_from_the_centre_replay_and_rounded_ops_are_not(monkeypatch):
+    kept = []
+    original = rounding._CallCache.keep
+
+    def keep(self, n, value, calls):
+        kept.append(n)
+        return original(self, n, value, calls)
+
+    monkeypatch.setattr(rounding._CallCache, "keep", keep)
+    torch.manual_seed(3)
+    recording = recorded(lambda x: torch.tanh(x[1:].t()).sum(), torch.randn(5, 4))
+    simulate(recording, stacked=True)
+    ops = {n.target.overloadpacket.__name__ for n in kept if n.op == "call_function"}
+    assert {"slice", "t"} <= ops and not ops & {"tanh", "sum"}
+    assert any(n.op == "placeholder" for n in kept)
+
+
+def test_upstream_summary_is_each_cone(mlp_recording):
+    graph = mlp_recording[0]
+    order = list(graph.nodes)
+    noted = {n.name for n in order[::3]}
+    targets = {n for n in order if n.op == "call_function"}
+    found = rounding._upstream(order, targets, noted)
+    for t in targets:
+        names = {n.name for n in cone(graph, [t])}
+        assert found[t][1] == names & noted
+        assert found[t][0] == {n.meta.get("dtype") for n in cone(graph, [t])} & set(UNIT_ROUNDOFF)
+
+
+# -- cheaper passes over large values, checked against their definitions ----------------------
+SPECIALS = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e308, -1e308, 5e-324, 1e-40, 1.0, 3e38])
+
+
+def cancellation_by_definition(a, b, out):
+    """max (|a|+|b|)/|a±b| over the elements where both are finite (inf where a±b = 0 < |a|+|b|)."""
+    magnitude = torch.as_tensor(a.abs() + (b.abs() if isinstance(b, torch.Tensor) else abs(b)))
+    result = out.abs()
+    ok = torch.isfinite(result) & torch.isfinite(magnitude)
+    ratios = [math.inf if r == 0 and m > 0 else m / r if r > 0 else 0.0
+              for m, r, o in zip(magnitude.expand_as(result).flatten().tolist(), result.flatten().tolist(),
+                                 ok.flatten().tolist(), strict=True) if o]
+    return max(ratios, default=0.0)
+
+
+def test_cancellation_ratio_is_its_definition_on_special_values():
+    graph = torch.fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    g = torch.Generator().manual_seed(4)
+    for op in (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor):
+        node = graph.call_function(op, (x, y))
+        for trial in range(400):
+            a = SPECIALS.double()[torch.randint(0, len(SPECIALS), (5,), generator=g)] \
+                * torch.randn(5, generator=g, dtype=torch.float64)
+            b = -a if trial % 3 == 0 else 2.5 if trial % 7 == 0 else \
+                SPECIALS.double()[torch.randint(0, len(SPECIALS), (5,), generator=g)]
+            out = op(a, b)
+            expected = cancellation_by_definition(a, b, out)
+            site = rounding.cancellation_at(node, (a, b), out)
+            if expected <= 1e3:
+                assert site is None
+            else:
+                lost = math.inf if math.isinf(expected) else round(math.log10(expected), 1)
+                assert site is not None and site["digits_lost"] == lost
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rounding_on_the_bits_is_refused_exactly_outside_the_normal_range(dtype):
+    bits, largest, tiny = rounding.FORMATS[dtype]
+    g = torch.Generator().manual_seed(5)
+    for _ in range(300):
+        t = SPECIALS.double()[torch.randint(0, len(SPECIALS), (3,), generator=g)] * torch.rand(3, generator=g) * 2
+        m = t.abs()
+        normal = bool((((m >= tiny) & (m <= largest)) | (m == 0)).all())
+        assert (rounding._round_bits(t, bits, largest, tiny, 1, None) is not None) == normal
+
+
+@pytest.mark.parametrize("path", ["bits", "spacing"])
+def test_a_direction_per_sample_rounds_each_sample_as_its_own_direction(path):
+    x = torch.randn(2, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(6)) * 1e3
+    x[:, 0] = 1e39 if path == "spacing" else 0.0  # past bfloat16's range: `_round_bits` refuses it
+    both = rounding.round_to(x, torch.bfloat16, torch.tensor([[1.0], [-1.0]], dtype=torch.float64), None)
+    for k, direction in enumerate((1, -1)):
+        assert torch.equal(both[k], rounding._round_by_spacing(x[k], *rounding.FORMATS[torch.bfloat16], direction,
+                                                               None))
+
+
+def test_a_reduction_of_values_no_replay_changes_is_stacked_too(monkeypatch):
+    # The mean of a leaf is the same in every replay, and each directed replay adds it its own
+    # way: the stack expands it rather than failing over to one replay per sample.
+    replays = []
+    original = rounding._replay
+
+    def replay(plan, wanted, mode, *args):
+        result = original(plan, wanted, mode, *args)
+        replays.append((mode.samples, result.failed))
+        return result
+
+    monkeypatch.setattr(rounding, "_replay", replay)
+    torch.manual_seed(0)
+    recording = recorded(lambda t: (t - t.mean()).sum(), torch.randn(5) * 1e3)
+    _, stacked = simulate(recording, stacked=True)
+    assert [samples for samples, _ in replays] == [0, 11, 10, 10] and not any(failed for _, failed in replays)
+    monkeypatch.setattr(rounding, "_replay", original)
+    _, sequential = simulate(recording, stacked=False)
+    assert torch.equal(stacked.up, sequential.up) and torch.equal(stacked.down, sequential.down)
+
+
+def test_the_simulation_runs_with_the_existing_objects_frozen_and_unfreezes_them(monkeypatch, mlp_recording):
+    seen = []
+    original = rounding._simulate
+
+    def simulate_frozen(*args):
+        seen.append(gc.get_freeze_count())
+        return original(*args)
+
+    monkeypatch.setattr(rounding, "_simulate", simulate_frozen)
+    assert gc.get_freeze_count() == 0
+    simulate(mlp_recording, stacked=True)
+    assert seen[0] > 0 and gc.get_freeze_count() == 0
+
