@@ -232,14 +232,12 @@ def nobody_python() -> Iterator[NobodyPython]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def simulated_spread(fn, *inputs, samples=29):
-    """Record `fn` eagerly and simulate its rounding: (arm value, RoundingSpread, Simulation)."""
+def recorded(fn, *inputs):
+    """Record `fn` eagerly: (graph, {node: float64 reference}, {node: arm dtype}, arm value) of its output."""
     import torch
 
-    from triage.judge import RoundingSpread
     from triage.worker.opgraph import OpRecorder
     from triage.worker.reference import replay_fp64
-    from triage.worker.rounding import SimulationOptions, simulate_rounding
 
     recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
     with recorder:
@@ -247,8 +245,17 @@ def simulated_spread(fn, *inputs, samples=29):
     recording = recorder.finish()
     node = recorder.lookup(out)
     reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
-    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=samples),
-                            {node.name: out.dtype})
-    spread = sim.spreads[node.name]
+    return recording.graph, {node.name: reference}, {node.name: out.dtype}, out
+
+
+def simulated_spread(fn, *inputs, samples=29):
+    """Record `fn` eagerly and simulate its rounding: (arm value, RoundingSpread, Simulation)."""
+    from triage.judge import RoundingSpread
+    from triage.worker.rounding import SimulationOptions, simulate_rounding
+
+    graph, wanted, dtypes, out = recorded(fn, *inputs)
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=samples), dtypes)
+    (name, reference), = wanted.items()
+    spread = sim.spreads[name]
     assert spread.status == "judged", spread.reason
     return out, RoundingSpread.of_simulation(spread, reference.numpy(), str(out.dtype).replace("torch.", "")), sim

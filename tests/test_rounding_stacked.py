@@ -8,27 +8,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import recorded
 
 import triage.worker.rounding as rounding
 from triage.worker.opclasses import UNIT_ROUNDOFF
-from triage.worker.opgraph import OpRecorder
-from triage.worker.reference import cone, replay_fp64
+from triage.worker.reference import cone
 from triage.worker.rounding import SimulationOptions, simulate_rounding
 
 
-def recorded(fn, *inputs):
-    """(graph, {node: float64 reference}, {node: arm dtype}) of fn's output."""
-    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
-    with recorder:
-        out = fn(*inputs)
-    recording = recorder.finish()
-    node = recorder.lookup(out)
-    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
-    return recording.graph, {node.name: reference}, {node.name: out.dtype}
-
-
 def simulate(recording, stacked, samples=29):
-    graph, wanted, dtypes = recording
+    graph, wanted, dtypes, _ = recording
     limit = rounding.STACKED_VALUE_ELEMENTS if stacked else -1
     previous, rounding.STACKED_VALUE_ELEMENTS = rounding.STACKED_VALUE_ELEMENTS, limit
     try:

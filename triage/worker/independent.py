@@ -372,49 +372,40 @@ def _least_squares(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     if len(args) < 2 or not isinstance(args[0], torch.Tensor) or not isinstance(args[1], torch.Tensor):
         return []
     a, b = args[0], args[1]
-    if (a.is_complex() or b.is_complex() or not a.is_floating_point() or not b.is_floating_point()
-            or a.dim() < 2 or b.dim() != a.dim()):
-        return []
-    m, n = a.shape[-2], a.shape[-1]
-    batch = a.numel() // (m * n) if m * n else 0
-    if (n == 0 or m < n or m > 4 * MAX_ORDER or n > MAX_ORDER or batch == 0 or batch > MAX_BATCH
+    if (b.is_complex() or not b.is_floating_point() or b.dim() != a.dim()
             or tuple(b.shape[:-1]) != tuple(a.shape[:-1]) or b.shape[-1] > 4 * MAX_ORDER):
         return []
-    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
-    rhs = b.detach().to("cpu", torch.float64).reshape(batch, m, b.shape[-1])
-    if not bool(torch.isfinite(wide).all()) or not bool(torch.isfinite(rhs).all()):
+    exact = _tall_full_rank(a)
+    if exact is None:
+        return []
+    wide, per_matrix = exact
+    m, n = wide.shape[-2], wide.shape[-1]
+    rhs = b.detach().to("cpu", torch.float64).reshape(wide.shape[0], m, b.shape[-1])
+    if not bool(torch.isfinite(rhs).all()):
         return []
     solutions, factors = [], []
-    for matrix, columns in zip(wide.tolist(), rhs.tolist(), strict=True):
-        aq = [[Fraction(v) for v in row] for row in matrix]
+    for (aq, _, inverse, kappa), columns in zip(per_matrix, rhs.tolist(), strict=True):
         bq = [[Fraction(v) for v in row] for row in columns]
-        gram = [[sum(aq[k][i] * aq[k][j] for k in range(m)) for j in range(n)] for i in range(n)]
-        _, inverse = _gauss_jordan_exact(gram)
-        if inverse is None:
-            return []  # rank-deficient: the solution depends on the driver's rank decision
         atb = [[sum(aq[k][i] * bq[k][j] for k in range(m)) for j in range(len(bq[0]))] for i in range(n)]
         x = [[sum(inverse[i][k] * atb[k][j] for k in range(n)) for j in range(len(atb[0]))] for i in range(n)]
         residual = [[bq[i][j] - sum(aq[i][k] * x[k][j] for k in range(n)) for j in range(len(x[0]))] for i in range(m)]
-        # κ₂(A)² = κ₂(AᵀA) ≤ n·κ∞(AᵀA); ‖A‖₂ ≥ ‖A‖_F/√n.
-        kappa = math.sqrt(n * _norm_inf(gram) * _norm_inf(inverse))
-        norm_a = math.sqrt(sum(float(v) ** 2 for row in aq for v in row) / n)
+        norm_a = math.sqrt(sum(float(v) ** 2 for row in aq for v in row) / n)  # ‖A‖₂ ≥ ‖A‖_F/√n
         # Per column of B: each column's error is relative to its own solution (its scale).
         ratio = 0.0
         for j in range(len(x[0])):
             norm_x = math.sqrt(sum(float(row[j]) ** 2 for row in x))
             norm_r = math.sqrt(sum(float(row[j]) ** 2 for row in residual))
             ratio = max(ratio, norm_r / (norm_a * norm_x) if norm_a > 0 and norm_x > 0 else math.inf)
-        factors.append((m * n * (2 * kappa + kappa * (kappa + 1) * ratio), kappa))
+        factors.append(m * n * (2 * kappa + kappa * (kappa + 1) * ratio))
         solutions.append([[float(v) for v in row] for row in x])
     rcond = kwargs.get("rcond", args[2] if len(args) > 2 else None)
-    kappa = max(k for _, k in factors)
-    if rcond is not None and float(rcond) * kappa * RCOND_MARGIN >= 1:
+    if rcond is not None and float(rcond) * max(k for *_, k in per_matrix) * RCOND_MARGIN >= 1:
         return []  # the caller's cutoff may drop a singular value the exact answer keeps
     x = torch.tensor(solutions, dtype=torch.float64)
     scale = x.abs().amax(dim=-2, keepdim=True)  # per column: ‖x‖∞
     out = tuple(a.shape[:-2]) + (n, b.shape[-1])
     return [Answer("lstsq", "rational arithmetic (normal equations)", 0, x.reshape(out),
-                   scale.reshape(tuple(a.shape[:-2]) + (1, b.shape[-1])), max(f for f, _ in factors),
+                   scale.reshape(tuple(a.shape[:-2]) + (1, b.shape[-1])), max(factors),
                    _magnitudes(wide, rhs, scale))]
 
 
