@@ -107,3 +107,67 @@ def test_rounding_on_the_bits_of_a_large_tensor_is_the_same_rounding(dtype):
     moved = ulp > 0
     bias = ((draws.mean(0) - x)[moved] / ulp[moved]).mean()
     assert abs(float(bias)) < 0.01
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000, 1023, 4097])
+def test_directed_pairwise_sum_brackets_the_sum_within_its_bound_on_any_length(n):
+    # Every partial sum rounded up (down) in float32: the result is at or above (below) the
+    # exact float64 sum, by at most ⌈log2 n⌉ + 1 roundings of Σ|t| (the odd levels' last
+    # terms join at the end); terms that are small integers add exactly either way.
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g, dtype=torch.float64).float().double()
+    exact = float(x.sum())
+    up = float(rounding._directed_pairwise_sum("sum", (x,), {}, torch.float32, 1))
+    down = float(rounding._directed_pairwise_sum("sum", (x,), {}, torch.float32, -1))
+    bound = (max(1, (n - 1).bit_length()) + 1) * 2.0 ** -24 * float(x.abs().sum())
+    assert down <= exact <= up and up - exact <= bound and exact - down <= bound
+    integers = torch.randint(-1000, 1000, (n,), generator=g).double()
+    for direction in (1, -1):
+        assert float(rounding._directed_pairwise_sum("sum", (integers,), {}, torch.float32, direction)) \
+            == float(integers.sum())
+
+
+def test_a_stack_adds_its_directed_rows_alone_and_each_as_on_its_own():
+    # The random samples of a stack take their walk, not the directed sum: only the ±1 rows are
+    # added, each exactly as a replay of its own direction adds it.
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 3001, 2, generator=g, dtype=torch.float64)
+    directions = torch.tensor([1.0, 0.0, -1.0, 0.0, 1.0], dtype=torch.float64)
+    seen = []
+    original = rounding.round_to
+
+    def round_to(t, dtype, direction, generator):
+        seen.append(t.shape[0])
+        return original(t, dtype, direction, generator)
+
+    rounding.round_to = round_to
+    try:
+        stacked = rounding._directed_pairwise_sum("mean", (x, [0]), {}, torch.float32, directions, True)
+    finally:
+        rounding.round_to = original
+    assert set(seen) == {3}  # rows 0, 2 and 4 only
+    for k in (0, 2, 4):
+        alone = rounding._directed_pairwise_sum("mean", (x[k], [0]), {}, torch.float32, int(directions[k]))
+        assert torch.equal(stacked[k], alone)
+
+
+def test_replays_of_large_values_run_on_the_arms_threads_and_small_ones_on_one(monkeypatch):
+    seen = []
+    original = rounding._replay
+
+    def replay(plan, wanted, mode, *args):
+        seen.append(torch.get_num_threads())
+        return original(plan, wanted, mode, *args)
+
+    monkeypatch.setattr(rounding, "_replay", replay)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        simulated(lambda t: (t * 3).sum(), torch.randn(rounding.PARALLEL_ELEMENTS, generator=torch.Generator().manual_seed(4)),
+                  samples=9)
+        large, seen[:] = list(seen), []
+        simulated(lambda t: (t * 3).sum(), terms(4)[:1000], samples=9)
+        assert set(large) == {2} and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

@@ -255,3 +255,19 @@ def test_the_simulation_runs_with_the_existing_objects_frozen_and_unfreezes_them
     simulate(mlp_recording, stacked=True)
     assert seen[0] > 0 and gc.get_freeze_count() == 0
 
+
+
+@pytest.mark.parametrize("times_largest, sampled", [(3.0, True), (5.0, True), (5.9, True), (6.5, False)])
+def test_a_value_just_past_the_fragile_margin_is_sampled_further(times_largest, sampled):
+    # 29 samples scattered ±1e-7 about the reference: each scores 1 against the others. A value
+    # that many times that far out, with no directed envelope to fall in, asks for more samples
+    # up to 1.5 × FRAGILE_MARGIN (the decision between a finding and a fragile one firms up
+    # with them), and not beyond.
+    ref = torch.tensor([1.0], dtype=torch.float64)
+    samples = [rounding._Replayed(values={"v": ref + (1e-7 if k % 2 else -1e-7)}, discrete={}, nodes={})
+               for k in range(29)]
+    directed = {d: rounding._Replayed(values={"v": ref.clone()}, discrete={}, nodes={}) for d in (1, -1)}
+    largest = max(rounding._spread(ref, [s.values["v"] for s in samples], ref, ref).sample_stats)
+    value = ref + times_largest * largest * 1e-7
+    got = rounding._near_floor({"v": ref}, samples, {"v": value}, {"v": torch.float64}, directed, {})
+    assert got is sampled

@@ -108,9 +108,9 @@ ALPHA = 0.05
 # An "outside" decision whose statistic is within this factor of the largest simulated
 # rounding is not evidence of another computation: the simulation's model of each op's error
 # is measured on a finite set of inputs, and the largest of K samples is itself a noisy tail
-# estimate that triage's own seed moves. The worker samples such a value further (up to 199
-# replays); the audit still withholds a bug verdict. Real formula and compiler bugs sit
-# orders of magnitude out.
+# estimate that triage's own seed moves. The worker samples such a value, and one up to 1.5×
+# past the margin, further (up to 199 replays: `rounding.FRAGILE_SAMPLED`); the audit still
+# withholds a bug verdict. Real formula and compiler bugs sit orders of magnitude out.
 FRAGILE_MARGIN = 4.0
 
 # How many times the textbook backward-stable bound a correct linalg kernel may be off its
