@@ -214,3 +214,77 @@ def test_leaves_pair_by_identity_not_position():
     redrawn = [leaf(0, "random", 12, "other"), leaf(1, "random", 13, "b")]
     [(x, y, differs)] = [p for p in pair_leaves(eager, redrawn) if p[2]]
     assert x["line"] == 12 and y["fingerprint"]["sha256"] == "other"
+
+
+def test_nothing_diverging_from_an_ill_conditioned_matrix_says_what_another_machine_may_give():
+    # inv of a 3×3 with cond 1e6 agrees with float64 here; a reporter's host may not: said,
+    # with the figure, and the accuracy note's linear-algebra section.
+    note = {"op": "linalg_inv_ex", "line": 7, "shape": [3, 3], "dtype": "float32", "cond": 1.0e6, "rank": 3,
+            "order": 3, "singular": False, "ill_conditioned": True, "exact_singular": None, "eps": 2.0 ** -23,
+            "node": "n"}
+    v = verdict(arm("cpu", [obs(0, [1.0, 2.0], [1.0, 2.0], cond=[0])], conditioning=[note]))
+    assert v.kind == "not-reproduced" and v.expected is None
+    assert "cond = 1e+06" in v.summary and "cond·u = 0.06" in v.summary and "linalg_inv_ex" in v.summary
+    assert "linear algebra" in v.policy_section.lower() and any("linalg_inv_ex" in e for e in v.evidence)
+    singular = dict(note, op="_linalg_det", singular=True, exact_singular=True, rank=2, cond=3e16)
+    v = verdict(arm("cpu", [obs(0, [0.0], [0.0], cond=[0])], conditioning=[singular]))
+    assert v.kind == "not-reproduced" and "exactly 0 in rational arithmetic" in v.summary
+    assert "no reliable digit" in v.summary
+    # A well-conditioned matrix, or one that feeds no observed value, adds nothing.
+    calm = dict(note, cond=3.0, ill_conditioned=False)
+    for run in (arm("cpu", [obs(0, [1.0], [1.0], cond=[0])], conditioning=[calm]),
+                arm("cpu", [obs(0, [1.0], [1.0])], conditioning=[note])):
+        v = verdict(run)
+        assert v.kind == "not-reproduced" and "need not agree" not in v.summary
+
+
+def test_why_two_compared_values_round_apart_is_said_from_the_facts():
+    from triage.classify.wording import rounding_cause
+    from triage.model import Divergence, Side
+
+    def divergence(dtypes=("float32", "float32"), paths=None, source="claim"):
+        a, b = (Side(arm="cpu", observable=i, label=f"`{n}`", line=8 + i, dtype=t, summary="1 (x)")
+                for i, (n, t) in enumerate(zip(("total", "chunked"), dtypes, strict=True)))
+        return Divergence(source=source, observable_label="`total` vs `chunked`", line=13, a=a, b=b, dtype=dtypes[0],
+                          bitwise_equal=False, within_tolerance=True, rtol=1.3e-6, atol=1e-5, max_abs_diff=0.03,
+                          nonfinite_mismatch=0, numel=1, paths=paths)
+
+    flags = {"num_threads": 2, "mkldnn_enabled": True}
+    run = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok", flags_start=flags, flags_end=flags)
+    assert rounding_cause(divergence(), run) == ""  # nothing to say beyond rounding
+    text = rounding_cause(divergence(("float32", "bfloat16")), run)
+    assert "`chunked` in bfloat16" in text and "8-bit significand" in text
+    parted = {"only_a": [{"op": "aten.sum.default", "line": 8}], "only_a_count": 1,
+              "only_b": [{"op": "aten.sum.dim_IntList", "line": 9}], "only_b_count": 1}
+    text = rounding_cause(divergence(paths=parted), run)
+    assert "different operations" in text and "`aten.sum.dim_IntList` (line 9)" in text
+    threads = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok", flags_start=flags,
+                     flags_end=dict(flags, num_threads=1))
+    text = rounding_cause(divergence(), threads)
+    assert "torch.set_num_threads(2)` at the start" in text and "torch.set_num_threads(1)` at the end" in text
+    assert rounding_cause(divergence(("float32", "bfloat16"), source="arms"), threads) == ""  # arms: their own cause
+
+
+def test_why_two_arms_round_apart_is_said_from_their_specs():
+    from triage.classify.wording import rounding_cause
+    from triage.model import Divergence, Side
+
+    def between(a, b):
+        sides = [Side(arm=arm, observable=0, label="`y`", line=9, dtype="float32", summary="1 (x)") for arm in (a, b)]
+        return rounding_cause(Divergence(source="arms", observable_label="`y`", line=9, a=sides[0], b=sides[1],
+                                         dtype="float32", bitwise_equal=False, within_tolerance=True, rtol=1.3e-6,
+                                         atol=1e-5, max_abs_diff=1e-7, nonfinite_mismatch=0, numel=1), None)
+
+    assert "`cpu/compile` runs inductor's generated kernels" in between("cpu", "cpu/compile")
+    assert "split across threads" in between("cpu", "cpu/threads=1")
+    assert "oneDNN" in between("cpu/mkldnn=off", "cpu")
+    assert "different devices" in between("cpu", "cuda")
+    assert between("cpu", "cpu") == ""
+
+
+def test_nothing_diverging_from_cancelling_terms_says_so_under_the_general_section():
+    note = {"op": "cumsum", "line": 9, "shape": [500000], "dtype": "float16", "kind": "cancellation",
+            "figure": "Σ|x| / |Σx| = 285: the terms cancel", "ill_conditioned": True, "node": "n"}
+    v = verdict(arm("cpu", [obs(0, [1.0], [1.0], cond=[0])], conditioning=[note]))
+    assert v.kind == "not-reproduced" and "`cumsum` at line 9 is ill-conditioned (Σ|x| / |Σx| = 285" in v.summary
+    assert "LAPACK" not in v.summary and "linear algebra" not in v.policy_section.lower()

@@ -25,6 +25,7 @@ from triage.classify.wording import (
     check_note,
     code_at,
     cond_text,
+    conditioning_caveat,
     device_disagreement,
     difference_shape,
     difference_text,
@@ -40,6 +41,7 @@ from triage.classify.wording import (
     posted_text,
     printed_mix,
     releases_sentence,
+    rounding_cause,
     short_figure,
     stopped_sentence,
     unmeasured_lines,
@@ -321,7 +323,8 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
         summary = (f"{where_text(d)} {how}, and {both} inside {'their' if len(js) == 2 else 'its'} own rounding spread "
                    f"({inside}): replaying the recorded computation with every operation rounded at the "
                    f"{'arms’' if len(js) == 2 and d.source == 'arms' else 'arm’s'} own precision gives differences this "
-                   f"large. Ordinary floating-point rounding, which the accuracy note does not guarantee bitwise.{digits}")
+                   f"large. Ordinary floating-point rounding, which the accuracy note does not guarantee bitwise."
+                   f"{rounding_cause(d, next((r for r in c.arms if r.spec == d.a.arm), None))}{digits}")
     return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"], summary, evidence)
 
 
@@ -776,15 +779,22 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
                         f"({cond_text(note)}). A finite value from another device is rounding noise.",
                         [cond_text(note, full=True)])
     same = identical_copies(completed[0])
+    # An observed value from an ill-conditioned matrix agrees here, but may not on the
+    # reporter's machine: said, with the accuracy note's linear-algebra section.
+    feeding = [r.conditioning[i] for r in completed for o in r.observables for i in o.conditioning
+               if 0 <= i < len(r.conditioning)]
+    caveat, section = conditioning_caveat(feeding)
+    evidence = [cond_text(note, full=True) for note in feeding if note.get("singular") or note.get("ill_conditioned")]
     if len(completed) == 1:
-        return make_verdict("not-reproduced", None, policy.GENERAL, ["repro"],
+        return make_verdict("not-reproduced", None, section, ["repro"],
                         f"Only `{completed[0].spec}` ran. Every one of its {n} observed values agrees with the float64 "
-                        f"reference and no comparison the script makes fails: nothing diverges here.{same}")
+                        f"reference and no comparison the script makes fails: nothing diverges here.{same}{caveat}",
+                        evidence[:3])
     checks = [r for r in completed if r.exception and r.exception.get("claim")]
     if not checks:
-        return make_verdict("not-reproduced", None, policy.GENERAL, ["repro"],
+        return make_verdict("not-reproduced", None, section, ["repro"],
                         f"The arms agree bitwise on all {c.aligned} aligned observables and every comparison the "
-                        "script makes holds: the reported divergence does not reproduce here.")
+                        f"script makes holds: the reported divergence does not reproduce here.{caveat}", evidence[:3])
     # The script's own check failed although the arms agree: it checks something true of
     # neither arm's values (often the reported wrong result itself, `assert torch.isinf(out)`).
     which = "every arm" if len(checks) == len(completed) else ", ".join(f"`{r.spec}`" for r in checks)

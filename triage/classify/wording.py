@@ -6,6 +6,7 @@ rung. `make_verdict` is the one place a Verdict is built.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -261,6 +262,89 @@ def ill_conditioning(c: Comparison, d: Divergence) -> str | None:
         return f"a value beyond the {over[0].dtype} range ({over[0].reference_summary} in float64)"
     return None
 
+
+# The arm's numerics flags (worker/envinfo.py) that kernels choose their blocking and
+# reduction order by, as SETTING_NAMES names them.
+ORDER_FLAGS = {"num_threads": "num_threads", "mkldnn_enabled": "mkldnn", "deterministic_algorithms": "deterministic",
+               "float32_matmul_precision": "float32_matmul_precision", "cuda_matmul_allow_tf32": "cuda_matmul_tf32",
+               "cudnn_allow_tf32": "cudnn_tf32"}
+
+
+def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
+    """Why two values the script compares, both rounding of their own computation, round
+    apart: another precision, other operations for one value (where the op graphs part), or
+    the same operations under a numerics setting the script changes while it runs. Empty
+    where none of these shows."""
+    a, b = d.a, d.b
+    if b is None:
+        return ""
+    if d.source == "arms":
+        return _arms_cause(a.arm, b.arm)
+    if d.source != "claim":
+        return ""
+    bits = {x.dtype: policy.FLOAT_FORMATS.get(x.dtype, (0, 0))[0] for x in (a, b)}
+    if a.dtype != b.dtype and all(bits.values()):
+        coarse = min((a, b), key=lambda x: bits[x.dtype])
+        fine = b if coarse is a else a
+        return (f" The two are computed at different precisions ({coarse.label} in {coarse.dtype}, {fine.label} in "
+                f"{fine.dtype}): their difference is {coarse.dtype}'s rounding ({bits[coarse.dtype]}-bit significand).")
+    paths = d.paths or {}
+    if paths.get("only_a") or paths.get("only_b"):
+        return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
+                "different operations, which round "
+                "differently (floating-point addition is not associative)." + parting_text(paths, (a.label, b.label)))
+    start, end = (run.flags_start or {}, run.flags_end or {}) if run is not None else ({}, {})
+    changed = [(k, name) for k, name in ORDER_FLAGS.items() if k in start and k in end and start[k] != end[k]]
+    if changed:
+        lines = "; ".join(f"`{SETTING_NAMES.get(name, name + '={}').format(start[k])}` at the start, "
+                          f"`{SETTING_NAMES.get(name, name + '={}').format(end[k])}` at the end" for k, name in changed)
+        return (" The same operations on the same inputs, but the script changes a numerics setting while it runs "
+                f"({lines}): kernels split and order their work by it (a reduction's order), so the rounding falls "
+                "differently.")
+    return ""
+
+
+def _arms_cause(a: str, b: str) -> str:
+    """What the two arms' specs change that makes the same program round apart."""
+    (device_a, *parts_a), (device_b, *parts_b) = a.split("/"), b.split("/")
+    if device_a != device_b:
+        return " The arms run on different devices, whose kernels block and accumulate differently."
+    texts = []
+    for arm, own, other in ((a, parts_a, parts_b), (b, parts_b, parts_a)):
+        for part in (p for p in own if p not in other):
+            knob = part.partition("=")[0]
+            if part == "compile":
+                texts.append(f"`{arm}` runs inductor's generated kernels, which fuse operations and can order a "
+                             "reduction differently from eager's")
+            elif knob in CAUSES:
+                texts.append(f"`{arm}` changes {CAUSES[knob]}")
+    return "".join(f" {t}." for t in texts)
+
+
+def conditioning_caveat(notes: list[dict[str, Any]]) -> tuple[str, policy.Section]:
+    """Where nothing diverges here but an observed value comes from an ill-conditioned
+    computation (a singular or ill-conditioned matrix, cancelling terms): what another
+    machine may give instead (a host with other kernels reports what this one does not
+    show), and the accuracy note's section for it. The worst note: a singular matrix, else
+    the largest condition number."""
+    ranked = sorted((n for n in notes if n.get("singular") or n.get("ill_conditioned")),
+                    key=lambda n: (not n.get("singular"), -(n.get("cond") or 0.0)))
+    if not ranked:
+        return "", policy.GENERAL
+    note = ranked[0]
+    where = f"`{note['op']}` at line {note['line']}"
+    elsewhere = "Another machine's kernels (a CPU of another vector width, a GPU{}) need not agree"
+    if "figure" in note:
+        return (f" {elsewhere.format('')}: {where} is ill-conditioned ({note['figure']}), and a result that differs "
+                "by what that allows is one PyTorch's numerical accuracy note allows."), policy.GENERAL
+    elsewhere = elsewhere.format(", another LAPACK")
+    spread = (note.get("cond") or math.inf) * (note.get("eps") or 0.0) / 2  # eps is the spacing at 1: u = eps/2
+    if note.get("singular") or spread >= 1:
+        return (f" {elsewhere}: {where} is given a matrix with {cond_text(note)}, so its result keeps no reliable "
+                "digit, and a different value elsewhere is just as much rounding noise."), policy.LINALG
+    return (f" {elsewhere}: {where} is given a matrix with {cond_text(note)} (cond·u = {spread:.2g} at "
+            f"{note.get('dtype', 'its dtype')}), so a result elsewhere may differ by up to about that relative "
+            "amount, which PyTorch's numerical accuracy note allows for ill-conditioned linear algebra."), policy.LINALG
 
 def cond_text(note: dict[str, Any], full: bool = False) -> str:
     if "figure" in note:
