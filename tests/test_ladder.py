@@ -275,11 +275,13 @@ def test_why_two_arms_round_apart_is_said_from_their_specs():
                                          dtype="float32", bitwise_equal=False, within_tolerance=True, rtol=1.3e-6,
                                          atol=1e-5, max_abs_diff=1e-7, nonfinite_mismatch=0, numel=1), None)
 
-    assert "`cpu/compile` runs inductor's generated kernels" in between("cpu", "cpu/compile")
+    assert "`cpu/compile` runs inductor's compiled graph, whose generated kernels fuse" in between("cpu", "cpu/compile")
     assert "split across threads" in between("cpu", "cpu/threads=1")
     assert "oneDNN" in between("cpu/mkldnn=off", "cpu")
     assert "different devices" in between("cpu", "cuda")
-    assert between("cpu", "cpu") == ""
+    assert "torch 2.15.0" in between("cpu/compile", "cpu/compile@2.15.0")
+    assert "`cpu/compile=aot_eager` runs aot_eager's compiled graph." in between("cpu", "cpu/compile=aot_eager")
+    assert between("cpu", "cpu") == "" and between("cuda:0", "cuda:1") == ""
 
 
 def test_nothing_diverging_from_cancelling_terms_says_so_under_the_general_section():

@@ -16,6 +16,7 @@ from triage.classify.facts import cancellation_sites, notes_upstream, singular_u
 from triage.model import (
     Ablation,
     ArmRun,
+    ArmSpec,
     Comparison,
     Divergence,
     Observable,
@@ -306,20 +307,21 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
 
 def _arms_cause(a: str, b: str) -> str:
     """What the two arms' specs change that makes the same program round apart."""
-    (device_a, *parts_a), (device_b, *parts_b) = a.split("/"), b.split("/")
-    if device_a != device_b:
+    sa, sb = ArmSpec.read(a), ArmSpec.read(b)
+    if sa.device.partition(":")[0] != sb.device.partition(":")[0]:
         return " The arms run on different devices, whose kernels block and accumulate differently."
     texts = []
-    for arm, own, other in ((a, parts_a, parts_b), (b, parts_b, parts_a)):
-        for part in (p for p in own if p not in other):
-            knob = part.partition("=")[0]
-            if part == "compile":
-                texts.append(f"`{arm}` runs inductor's generated kernels, which fuse operations and can order a "
-                             "reduction differently from eager's")
-            elif knob in CAUSES:
+    for arm, own, other in ((a, sa, sb), (b, sb, sa)):
+        if own.torch and own.torch != other.torch:
+            texts.append(f"`{arm}` runs torch {own.torch}, whose kernels need not round as this release's do")
+        if own.mode == "compile" and other.mode != "compile":
+            texts.append(f"`{arm}` runs {own.backend or 'inductor'}'s compiled graph"
+                         + (", whose generated kernels fuse operations and can order a reduction differently from "
+                            "eager's" if (own.backend or "inductor") == "inductor" else ""))
+        for knob, value in own.knobs:
+            if (knob, value) not in other.knobs and knob in CAUSES:
                 texts.append(f"`{arm}` changes {CAUSES[knob]}")
     return "".join(f" {t}." for t in texts)
-
 
 def conditioning_caveat(notes: list[dict[str, Any]]) -> tuple[str, policy.Section]:
     """Where nothing diverges here but an observed value comes from an ill-conditioned
