@@ -292,16 +292,16 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
     paths = d.paths or {}
     if paths.get("only_a") or paths.get("only_b"):
         return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
-                "different operations, which round "
-                "differently (floating-point addition is not associative)." + parting_text(paths, (a.label, b.label)))
+                "different operations, which round differently (floating-point addition is not associative)."
+                + parting_text(paths, (a.label, b.label)))
     start, end = (run.flags_start or {}, run.flags_end or {}) if run is not None else ({}, {})
     changed = [(k, name) for k, name in ORDER_FLAGS.items() if k in start and k in end and start[k] != end[k]]
     if changed:
         lines = "; ".join(f"`{SETTING_NAMES.get(name, name + '={}').format(start[k])}` at the start, "
                           f"`{SETTING_NAMES.get(name, name + '={}').format(end[k])}` at the end" for k, name in changed)
         return (" The same operations on the same inputs, but the script changes a numerics setting while it runs "
-                f"({lines}): kernels split and order their work by it (a reduction's order), so the rounding falls "
-                "differently.")
+                f"({lines}): kernels split and order their work by it (a reduction's order), which can make the same "
+                "operations round differently.")
     return ""
 
 

@@ -2026,13 +2026,9 @@ def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtyp
         # the directed rows are added (a 2M-term sum: 2 rows instead of 11), their results in
         # their places and zeros elsewhere.
         rows = direction.nonzero().flatten()
-        total = None
-        if len(rows):
-            part = _directed_pairwise_sum(name, (x[rows],) + tuple(args[1:]), kwargs, acc, direction[rows], True)
-            if part is None:
-                return None
-            total = part.new_zeros((len(direction),) + part.shape[1:]).index_copy_(0, rows, part)
-        return total
+        part = _directed_pairwise_sum(name, (x[rows],) + tuple(args[1:]), kwargs, acc, direction[rows], True) \
+            if len(rows) else None
+        return None if part is None else part.new_zeros((len(direction),) + part.shape[1:]).index_copy_(0, rows, part)
     dims, keepdim = _reduced_dims(name, args, kwargs, x[0] if stacked else x)
     dims = [d + stacked for d in dims]
     kept = [d for d in range(x.dim()) if d not in dims]
