@@ -18,8 +18,8 @@ Steps, in order, each with its own time cap so that the whole run fits in `--bud
      built for another Python or glibc fails here, not at its first use);
   b. facts: `nvidia-smi` and torch's CUDA facts (version, CUDA, device, capability, TF32
      defaults, cuDNN), from a subprocess — absent ones are recorded, never fatal;
-  c. `python -m pytest -m cuda -q tests/`, its summary line kept (with the wheels of gpu_wheels.sh,
-     tests/test_sweep_engine.py fails to collect there: ray is not carried, and no CUDA test needs it);
+  c. `python -m pytest -m cuda -q` on the test modules that mark CUDA tests, its summary line kept
+     (the other modules are not collected there: see step_pytest);
   d. triage on every corpus case whose meta.json says `needs_cuda`, and on the CUDA seeds
      (`fixtures/seeds/`), each `python -m triage run ... --isolation process` with a per-case
      cap, several at once; each case's report, comment and minimal repro go into
@@ -313,7 +313,10 @@ def step_pytest(env: dict, python: str, cap: float, skip_reason: str | None) -> 
     probe = run_capped([python, "-c", "import xdist"], timeout=30, env=env)
     if probe["rc"] == 0:  # pytest-xdist there: the CUDA tests (each a few triage runs) side by side
         argv += ["-n", "4"]
-    argv.append("tests/")
+    # Only the modules that mark CUDA tests: the checkout shadows the installed triage in the
+    # others' imports there (`python -m` puts the working directory first, and the checkout has
+    # no `triage.templates`, which the build maps from templates/), and ray is not carried.
+    argv += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py") if "mark.cuda" in p.read_text())
     log(f"c. {' '.join(argv[1:])} (cap {cap:.0f} s)")
     r = run_capped(argv, timeout=cap, env=env, echo="   pytest| ")
     lines = [l for l in r["output"].splitlines() if SUMMARY.match(l.strip())]

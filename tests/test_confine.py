@@ -402,6 +402,38 @@ def test_numpy_and_torch_import_with_the_installation_readable(tmp_path):
     assert "cpuinfo" not in out["stderr"], out["stderr"]
 
 
+@needs_landlock
+def test_an_accelerator_arms_own_proc_entry_is_writable_and_no_other(tmp_path):
+    """CUDA's driver writes under its process's /proc entry while it starts (error 304 without,
+    seen on an H200): an accelerator arm's rules make "/proc/self" writable, resolved when the
+    worker confines itself, so its own entry only. Another process's entry (the parent's, the
+    worker's own child's) is refused by Landlock at open (EACCES; the kernel itself would open
+    it and refuse the write with EINVAL), and /proc/sys stays read-only."""
+    from triage.sandbox import jail
+
+    conf = jail.Confinement(scratch=str(tmp_path), workdir=str(tmp_path / "work"), accelerators=True)
+    assert "/proc/self" in jail.confinement_rules(None, conf, namespace=False)["writable"]
+    conf.accelerators = False
+    rules = jail.confinement_rules(None, conf, namespace=False)
+    assert not any(p.startswith("/proc") for p in rules["writable"])
+    out = run_confined("""
+        out["own"] = attempt(lambda: write("/proc/self/comm", "arm"))
+        out["own thread"] = attempt(lambda: write("/proc/thread-self/comm", "arm"))
+        out["parent"] = attempt(lambda: open(f"/proc/{os.getppid()}/comm", "w").close())
+        out["sys"] = attempt(lambda: open("/proc/sys/kernel/hostname", "w").close())
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, attempt(lambda: open("/proc/self/comm", "w").close()).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        out["child"] = os.read(r, 64).decode()
+    """, writable=[str(tmp_path), "/proc/self"], readable=["/proc"])
+    assert out["held"]["filesystem"]
+    assert (out["own"], out["own thread"]) == ("ok", "ok"), out
+    assert (out["parent"], out["child"], out["sys"]) == ("EACCES", "EACCES", "EACCES"), out
+
+
 def _header_numbers(path: Path) -> dict[str, int]:
     text = path.read_text()
     return {name: int(nr) for name, nr in re.findall(r"#define __NR(?:3264)?_(\w+)\s+(\d+)\b", text)}

@@ -155,6 +155,42 @@ def test_a_measured_opmath_keeps_an_fp16_norm_finite():
     assert int(spread.nonfinite) == 1  # every replay finite
 
 
+def _fp16_cumsum_spread(opmath: bool | None):
+    """An fp16 cumsum of 4,000 terms simulated with a table that measured its kernel adding in
+    float32 (True), in half (False), or not at all (None, on a device whose unmeasured kernels
+    may add in half); with the half-sequential cumsum such a kernel gives."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4000, generator=g).half()
+    ops = {} if opmath is None else {"cumsum": {"float16": kernel_errors.KernelError(1.0, 400, 10, opmath, None)}}
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = torch.cumsum(x, 0)
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    options = SimulationOptions(samples=29, kernels=KernelTable(ops, "test"), half_accumulation=opmath is None)
+    sim = simulate_rounding(recording.graph, {node.name: reference}, options, {node.name: out.dtype})
+    spread = RoundingSpread.of_simulation(sim.spreads[node.name], reference.numpy(), "float16")
+    half_sequential = np.cumsum(x.numpy(), dtype=np.float16)  # numpy rounds every partial sum to half
+    z = np.abs(half_sequential.astype(np.float64) - reference.numpy()) / np.maximum(spread.sigma, 1e-300)
+    return spread, z
+
+
+def test_a_kernel_measured_adding_in_half_widens_its_reductions_spread():
+    """CUDA's fp16 cumsum scans in half (measured on an H200): a table saying so makes the
+    simulation add in half, so that kernel's result lies inside its spread. With float32 opmath
+    the same result is far outside (the gh-180150 cumsum was called a bug on CUDA that way);
+    a device's unmeasured reduction is given half accumulation too."""
+    wide, z_half = _fp16_cumsum_spread(False)
+    narrow, z_float = _fp16_cumsum_spread(True)
+    unmeasured, z_unmeasured = _fp16_cumsum_spread(None)
+    assert float(np.median(wide.sigma[1:] / narrow.sigma[1:])) > 10  # [0]: one term, nothing added
+    assert float(np.quantile(z_half, 0.99)) < 4 and float(np.quantile(z_unmeasured, 0.99)) < 4
+    assert float(np.quantile(z_float, 0.5)) > 10
+    cuda = KernelTable.load("cuda", None, torch.__version__)
+    assert cuda.get("cumsum", torch.float16).float32_opmath is False  # the shipped H200 measurement
+
+
 def test_calibrate_command_writes_this_machines_entry(tmp_path):
     pytest.importorskip("expecttest")
     table = tmp_path / "kernels.json"

@@ -155,6 +155,11 @@ def confinement_rules(python: str | None, jail: Confinement, namespace: bool) ->
     devices = [*DEVICES, *(ACCELERATOR_DEVICES if jail.accelerators else ())]
     if jail.accelerators:
         devices += sorted(glob.glob("/dev/nvidia[0-9]*"))
+        # CUDA's driver writes under its own process's /proc entry while it starts: without
+        # this, cudaGetDeviceCount fails with error 304 (measured on an H200, torch 2.11).
+        # "/proc/self" resolves in the worker when it confines itself: its own entry only,
+        # never another process's nor /proc/sys.
+        writable.append("/proc/self")
     return {"writable": writable, "readable": readable, "devices": devices, "deny_tcp": not namespace}
 
 

@@ -143,9 +143,10 @@ class SimulationOptions:
     min_samples: int = 9
     memory_bytes: int = 512 << 20
     kernels: KernelTable = field(default_factory=lambda: kernel_table("cpu"))  # the arm's device's measured errors
-    # A device triage only models (a reporter's GPU): every reduction order is possible, so
-    # sums walk sequentially, the widest order; and where its kernels were not measured,
-    # fp16/bf16 reductions and contractions may accumulate in their own dtype (CUDA's scans do).
+    # A CUDA device (an arm's, or a reporter's GPU triage only models): its kernels' reduction
+    # order is not the replay's to know, so sums walk sequentially, the widest order; and
+    # fp16/bf16 reductions and contractions its table did not measure may accumulate in their
+    # own dtype (CUDA's scans do: measured on an H200, its fp16 cumsum adds in half).
     any_order: bool = False
     half_accumulation: bool = False
 
@@ -1500,9 +1501,9 @@ class RoundingMode(TriageDispatchMode):
         return e is not None and (e.max_u > CORRECTLY_ROUNDED_U or (e.backward_u or 0.0) > CORRECTLY_ROUNDED_U)
 
     def _reduced_accumulation(self, name: str, dtype: torch.dtype) -> bool:
-        """The table measured this fp16/bf16 contraction not computing in float32 opmath (the
-        CPU's addbmm adds each batch's product into the half output; a transposed convolution
-        scatters its columns in half)."""
+        """The table measured this fp16/bf16 reduction or contraction not computing in float32
+        opmath (the CPU's addbmm adds each batch's product into the half output, a transposed
+        convolution scatters its columns in half; CUDA's cumsum scans in half)."""
         e = self.options.kernels.get(name, dtype)
         return e is not None and e.float32_opmath is False
 
@@ -1737,10 +1738,13 @@ class RoundingMode(TriageDispatchMode):
         if walk is None or walk.shape != self._sample_shape(out):
             return out
         d = out_vd[0] if out_vd else torch.float32
-        # fp16/bf16 reductions and GEMMs accumulate in fp32 (reduced-precision GEMMs where allowed).
+        # fp16/bf16 reductions and GEMMs accumulate in fp32, except where the table measured the
+        # kernel not doing so, reduced-precision GEMMs are allowed, or the device's kernel was
+        # not measured where half accumulation is known to happen (`half_accumulation`).
         acc = d if (d in (torch.float16, torch.bfloat16)
-                    and (self.options.half_accumulation or name in CONTRACTIONS
-                         and (self.options.reduced_precision or self._reduced_accumulation(name, d)))) \
+                    and (self._reduced_accumulation(name, d)
+                         or name in CONTRACTIONS and self.options.reduced_precision
+                         or self.options.half_accumulation and self.options.kernels.get(name, d) is None)) \
             else (torch.float32 if d in FORMATS else d)
         u = UNIT_ROUNDOFF.get(acc, 2.0 ** -53)
         directed = None
@@ -2318,7 +2322,7 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         reduced_precision=cuda and bool(flags.get("allow_fp16_reduced_precision_reduction")),
         memory_bytes=int(settings.get("memory_bytes", 512 << 20)),
         min_samples=min(9, int(settings.get("samples", 29))),
-        kernels=kernels, any_order=model is not None, half_accumulation=model is not None and not kernels.ops)
+        kernels=kernels, any_order=cuda, half_accumulation=cuda)
     wanted: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     budget = int(settings.get("value_bytes", 64 << 20))

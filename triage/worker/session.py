@@ -257,13 +257,25 @@ def _device_unavailable(torch: Any, device: Any) -> str | None:
         return None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            return "no CUDA device is available to this torch build on this machine"
+            return "no CUDA device is available to this torch build on this machine" + _cuda_init_error(torch)
         if (device.index or 0) >= torch.cuda.device_count():
             return f"{device} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
         return None
     if device.type == "mps" and not torch.backends.mps.is_available():
         return "MPS is not available on this machine"
     return None
+
+
+def _cuda_init_error(torch: Any) -> str:
+    """Why CUDA did not start, in the driver's or torch's words: `is_available` only says that
+    it did not (no driver, no device node, a driver older than the build, a sandbox rule)."""
+    if not torch.version.cuda:
+        return " (this torch is a CPU-only build)"
+    try:
+        torch.cuda.init()
+    except Exception as e:  # noqa: BLE001 - the message is the finding
+        return f" ({type(e).__name__}: {str(e).strip().splitlines()[0][:300]})" if str(e).strip() else ""
+    return ""
 
 
 def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[str, int],
