@@ -79,6 +79,18 @@ def test_a_difference_inside_the_spreads_is_no_conflict():
     assert audit.rounding_explains_difference(plain("likely-bug", False), _claim_comparison(0.025, 1e-7)) == []
 
 
+def test_an_element_some_roundings_make_non_finite_bounds_no_difference():
+    # The logdet of a singular matrix on two GPUs' arms (-114.6 and -108.3, seen on an H200):
+    # the finite replays' spread (±1e-7 here) says nothing, since other replays give -inf.
+    e = _claim_comparison(6.24, 1e-7)
+    for o in e.comparison.arms[0].observables:
+        o.spread["nf"] = np.array([1 | 4, 1], np.uint8)  # element 0: finite in some replays, -inf in others
+    assert audit.rounding_explains_difference(plain("expected-ill-conditioned"), e) == []
+    for o in e.comparison.arms[0].observables:
+        o.spread["nf"] = np.array([1, 1], np.uint8)  # finite in every replay: the difference is a conflict
+    assert len(audit.rounding_explains_difference(plain("expected-ill-conditioned"), e)) == 1
+
+
 def _judged(**kw) -> Judgement:
     base = dict(arm="cpu", observable=0, label=".item()", line=5, dtype="float16", status="judged")
     return Judgement(**{**base, **kw})

@@ -93,6 +93,17 @@ def test_compiled_acosh_that_overflows_is_a_bug_not_an_extremal_value(triage):
     assert zones == {"cpu": "inside", "cpu/compile": "outside"}
 
 
+def test_a_compiled_fma_contraction_of_two_equal_products_is_not_rounding(triage):
+    # gh-122260 (Triton on CUDA, a maintainer-filed bug): `x*s - x*s` is 0 under any rounding,
+    # since one kernel given the same inputs twice rounds the same way twice; inside a
+    # compiled region too, so the contracted inf is outside, never "where rounding leads".
+    report, _ = run(triage, "fma_backend", "cpu,cpu/compile", "--no-minimize", "--no-ablate")
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nonfinite-flip", False), v["summary"]
+    zones = {j["arm"]: j["zone"] for j in judgements(report)}
+    assert zones == {"cpu": "inside", "cpu/compile": "outside"}
+
+
 def test_mid_graph_half_cast_under_compile_leaves_eager_inside(triage):
     report, _ = run(triage, "midgraph_half_compile", "cpu,cpu/compile")
     v = report["verdict"]

@@ -61,6 +61,22 @@ def test_a_computational_zero_is_never_outside():
     assert at_all == 1 and t_all > t
 
 
+def test_an_element_some_roundings_make_non_finite_keeps_no_digit():
+    # A singular matrix's logdet (exact: -inf) whose finite replays cluster tightly: the
+    # cluster's width is no precision. Two finite results far apart are both noise.
+    def spread(bits):
+        one = np.array([-114.585])
+        return RoundingSpread(dtype="float32", samples=29, sample_stats=np.zeros(29), reference=np.array([-np.inf]),
+                              sigma=np.array([1e-5]), up=one, down=one, mean=one, sd=np.array([1e-5]),
+                              nonfinite=np.array([bits], np.uint8))
+    unstable = spread(1 | 4)  # finite in some replays, -inf in others
+    assert unstable.unstable_nonfinite() == 1 and unstable.digits() is None and unstable.wide()
+    j = judge_value(np.array([-108.34]), unstable, "cuda", 0, "`gpu_log.item()`", 29)
+    assert j.computational_zero and j.zone != "outside"
+    steady = spread(1)  # finite in every replay: 7 digits, and -108.34 is far outside
+    assert steady.unstable_nonfinite() == 0 and not steady.wide() and steady.digits() > 5
+
+
 def test_a_decision_at_the_monte_carlo_floor_gets_more_samples():
     """A value as far out as the largest of 29 samples: p ≈ 1/30, which one more sample
     flips; the simulation keeps sampling (up to 199) before the call is made."""

@@ -191,6 +191,17 @@ def test_a_kernel_measured_adding_in_half_widens_its_reductions_spread():
     assert cuda.get("cumsum", torch.float16).float32_opmath is False  # the shipped H200 measurement
 
 
+def test_kernels_are_measured_with_tf32_off_and_the_flags_restored(monkeypatch):
+    pytest.importorskip("expecttest")
+    seen = {}
+    monkeypatch.setattr(kernel_errors, "_run_samples", lambda *a: seen.update(
+        matmul=torch.backends.cuda.matmul.allow_tf32, cudnn=torch.backends.cudnn.allow_tf32))
+    with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=True):
+        measure("cpu", ("float32",), ["exp"])
+        assert seen == {"matmul": False, "cudnn": False}
+        assert torch.backends.cudnn.allow_tf32 is True  # restored
+
+
 def test_calibrate_command_writes_this_machines_entry(tmp_path):
     pytest.importorskip("expecttest")
     table = tmp_path / "kernels.json"

@@ -1,7 +1,9 @@
 """compare + classify on hand-built ArmRuns: each rung of the ladder, without subprocesses."""
+import dataclasses
 import hashlib
 
 import numpy as np
+import pytest
 
 from triage.classify.ladder import classify
 from triage.compare import compare
@@ -198,6 +200,24 @@ def test_an_arm_that_cannot_run_here_is_never_a_pass():
     assert v.kind == "could-not-run" and v.kind != "not-reproduced"
     assert "Not tested here" in v.summary and "--arms cpu,cuda" in v.summary
     assert "`cpu`" in v.summary  # what did run is still said
+
+
+@pytest.mark.parametrize("message", ["Invalid device id", "CUDA error: invalid device ordinal",
+                                     "No CUDA GPUs are available"])
+def test_a_gpu_arm_whose_script_addresses_a_gpu_not_here_did_not_run_and_is_no_crash(message):
+    # gh-183402 on one GPU: the script sets CUDA_VISIBLE_DEVICES=1 for its reporter's second GPU.
+    lacking = ArmRun(spec="cuda", device="cuda", mode="eager", status="raised",
+                     failure=f"AssertionError at line 7: {message}",
+                     exception={"type": "AssertionError", "message": message, "line": 7})
+    v = verdict(arm("cpu", [obs(0, [1, 2], [1, 2])]), lacking)
+    assert v.kind == "could-not-run" and "Not tested here" in v.summary, v.summary
+    assert "a CUDA device this machine does not have" in v.summary
+    # The same message from a CPU arm, or another error from the GPU arm, is a crash.
+    other = dataclasses.replace(lacking, exception={"type": "RuntimeError", "message": "CUDA error: an illegal "
+                                                    "memory access was encountered", "line": 7})
+    assert verdict(arm("cpu", [obs(0, [1, 2], [1, 2])]), other).kind == "crash-one-arm"
+    on_cpu = dataclasses.replace(lacking, spec="cpu/compile", device="cpu", mode="compile")
+    assert verdict(arm("cpu", [obs(0, [1, 2], [1, 2])]), on_cpu).kind == "crash-one-arm"
 
 
 def test_leaves_pair_by_identity_not_position():

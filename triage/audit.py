@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from triage import policy
+from triage.judge.spread import unstable
 from triage.model import ArmRun, Comparison, Judgement, Verdict, compared_runs
 
 # A printed number: what an arm's stdout shows of a value triage may not observe as a tensor
@@ -128,7 +129,8 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
         return []
     va, vb = oa.value.astype(np.float64), ob.value.astype(np.float64)
     width = np.sqrt(sa.astype(np.float64) ** 2 + sb.astype(np.float64) ** 2)
-    both = np.isfinite(va) & np.isfinite(vb) & np.isfinite(width)
+    # An element some roundings make non-finite has no width its finite replays could bound.
+    both = np.isfinite(va) & np.isfinite(vb) & np.isfinite(width) & ~unstable(oa.spread.get("nf", ()), sa) & ~unstable(ob.spread.get("nf", ()), sb)
     gap = np.abs(va - vb)
     beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * policy.unit_roundoff(d.dtype) * np.abs(va))
     if not beyond.any():

@@ -5,6 +5,7 @@ divergence, the script's own exact-equality checks.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from triage.model import (
@@ -20,6 +21,19 @@ def torch_of(run: ArmRun) -> str:
 
     found = parse_environment(run.environment).get("PyTorch version") if run.environment else None
     return found or (run.spec.partition("@")[2] or "the running release")
+
+
+# What CUDA says when a script addresses a device this machine does not have: an index past
+# its GPUs (`cuda:1`, `set_device(1)`) or a CUDA_VISIBLE_DEVICES the script set to hide them.
+MISSING_DEVICE = re.compile(r"invalid device (?:id|ordinal)|No CUDA GPUs are available|device >= 0 && device < num_gpus",
+                            re.IGNORECASE)
+
+
+def lacks_device(run: ArmRun) -> bool:
+    """An accelerator arm that failed because the script addressed a device this machine does
+    not have: the arm could not run here, which says nothing of the numbers (never a crash)."""
+    e = run.exception or {}
+    return run.status == "raised" and run.device != "cpu" and bool(MISSING_DEVICE.search(e.get("message", "")))
 
 
 def precision_of(comparison: Comparison | None) -> str:

@@ -15,7 +15,15 @@ import numpy as np
 
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
-from triage.classify.facts import equality_checks, matrix_upstream, precision_of, singular_upstream, site_key, state_key
+from triage.classify.facts import (
+    equality_checks,
+    lacks_device,
+    matrix_upstream,
+    precision_of,
+    singular_upstream,
+    site_key,
+    state_key,
+)
 from triage.classify.wording import (
     CAUSES,
     SETTING_NAMES,
@@ -93,17 +101,23 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
     if repro.problem is not None or comparison is None:
         return make_verdict("could-not-run", None, policy.NONE, ["repro"],
                         f"triage could not run the script: {repro.problem}.")
-    runs = [r for r in comparison.arms if r.status != "unavailable"]
+    # An arm whose script addressed a GPU this machine lacks did not run here either.
+    missing = [r if r.status == "unavailable" else dataclasses.replace(r, failure=f"{r.failure}{LACKS_DEVICE}")
+               for r in comparison.arms if r.status == "unavailable" or lacks_device(r)]
+    runs = [r for r in comparison.arms if r.spec not in {m.spec for m in missing}]
     if not runs:
-        why = "; ".join(f"{r.spec}: {r.failure}" for r in comparison.arms)
+        why = "; ".join(f"{r.spec}: {r.failure}" for r in missing)
         return make_verdict("could-not-run", None, policy.NONE, ["repro"], f"No arm could run on this machine ({why}).")
-    missing = [r for r in comparison.arms if r.status == "unavailable"]
     partial = _ladder_of_runs(repro, comparison, ablations, runs)
     judged = _with_reported(partial, reported) if reported is not None else None
     if judged is not None:
         return dataclasses.replace(judged, summary=judged.summary + device_disagreement(reported))
     verdict = _not_tested(missing, runs, partial) if missing else partial
     return dataclasses.replace(verdict, evidence=verdict.evidence + reported_lines(reported)) if reported else verdict
+
+
+LACKS_DEVICE = (" — the script addresses a CUDA device this machine does not have (a device index past its GPUs, "
+                "or a CUDA_VISIBLE_DEVICES the script sets)")
 
 
 # What the runs here decided that a posted value cannot overturn: the script did not run, one

@@ -18,6 +18,16 @@ from triage.worker.protocol import SPREAD_ARRAYS
 WIDE_DIGITS_LOST = 3.0
 
 
+def unstable(nonfinite_bits: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """Per element of `like`: the replays were finite in some and not in others, or nonfinite
+    in different ways (`nonfinite_bits`: 1 finite, 2 +inf, 4 -inf, 8 nan, OR-ed over replays)."""
+    bits = np.asarray(nonfinite_bits, np.uint8)
+    if bits.size != np.size(like):
+        return np.zeros(np.shape(like), bool)
+    kinds = (bits & 1).astype(int) + ((bits >> 1) & 1) + ((bits >> 2) & 1) + ((bits >> 3) & 1)
+    return (kinds > 1).reshape(np.shape(like))
+
+
 @dataclass
 class RoundingSpread:
     dtype: str  # the value's dtype on the arm
@@ -76,10 +86,18 @@ class RoundingSpread:
 
     def computational_zeros(self) -> np.ndarray:
         """Elements whose simulated mean is indistinguishable from 0 given their own noise
-        (CADNA): every digit is rounding noise. An exact 0 (no spread) is not one."""
+        (CADNA): every digit is rounding noise. An exact 0 (no spread) is not one. So is an
+        element that some roundings make finite and others not (the logdet of a singular
+        matrix): its finite replays' spread says nothing of how far apart two finite results
+        may lie."""
         t = student_t(0.975, max(self.samples - 1, 1))
         finite = np.isfinite(self.mean) & np.isfinite(self.sd)
-        return finite & (self.sd > 0) & (np.abs(self.mean) < t * self.sd / math.sqrt(max(self.samples, 1)))
+        noise = finite & (self.sd > 0) & (np.abs(self.mean) < t * self.sd / math.sqrt(max(self.samples, 1)))
+        return noise | self.unstable_elements()
+
+    def unstable_elements(self) -> np.ndarray:
+        """Elements that some replays make finite and others not, or nonfinite differently."""
+        return unstable(self.nonfinite, self.sd)
 
     def digits(self) -> float | None:
         """Significant digits of a typical element (the median over the elements that are not
@@ -107,7 +125,5 @@ class RoundingSpread:
         return int(self.computational_zeros().sum() + (np.isfinite(d) & (d <= self.dtype_digits - WIDE_DIGITS_LOST)).sum())
 
     def unstable_nonfinite(self) -> int:
-        """Elements that some replays make finite and others not, or nonfinite differently."""
-        bits = self.nonfinite.astype(np.uint8)
-        kinds = (bits & 1).astype(int) + ((bits >> 1) & 1) + ((bits >> 2) & 1) + ((bits >> 3) & 1)
-        return int((kinds > 1).sum())
+        """How many elements some replays make finite and others not, or nonfinite differently."""
+        return int(self.unstable_elements().sum())

@@ -52,7 +52,9 @@ def reporter_device(text: str, environment: dict[str, str], script: str | None) 
 def model_words(device: str, kernels: str | None) -> str:
     """The rounding model, in one sentence."""
     if device == "cuda":
-        measured = ("the measured error of each op's CUDA kernel" if kernels and not kernels.startswith("no ")
+        measured = (f"each op's CUDA kernel error as {kernels}, and for an op not measured there 16 units of "
+                    "roundoff and fp16/bf16 reductions accumulating in fp16/bf16"
+                    if kernels and not kernels.startswith("no ")
                     else "no measured CUDA kernel errors, so each library op may be off by 16 units of roundoff "
                          "and fp16/bf16 reductions may accumulate in fp16/bf16")
         return ("CUDA's rounding as modelled on the CPU: every reduction order possible, TF32 where the script or "

@@ -23,12 +23,14 @@ largest error any entry for the device measured. An op the table has no measurem
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import math
 import platform
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,7 +160,7 @@ def measure(device: str = "cpu", dtypes: Iterable[str] = ("float32", "float16", 
     keep = set(only) if only else None
     probe = _Probe()
     start = time.monotonic()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _without_tf32():
         warnings.simplefilter("ignore")  # OpInfo's samples exercise every deprecated overload
         _run_samples(op_db, wanted, keep, device, samples_per_op, probe, progress)
     capability = torch.backends.cpu.get_cpu_capability() if device == "cpu" else \
@@ -166,6 +168,25 @@ def measure(device: str = "cpu", dtypes: Iterable[str] = ("float32", "float16", 
     return {"torch": torch.__version__, "device": device.split(":")[0], "capability": capability,
             "machine": platform.processor() or platform.machine(), "seconds": round(time.monotonic() - start, 1),
             "ops": {op: {d: _rounded(e) for d, e in sorted(per.items())} for op, per in sorted(probe.seen.items())}}
+
+
+@contextlib.contextmanager
+def _without_tf32() -> Iterator[None]:
+    """TF32 off for matmuls and cuDNN, the other cuDNN flags kept: TF32 is a precision mode the
+    simulation models from the arm's flags, not a kernel's error (measured with cuDNN's default
+    on, an H200's float32 convolution read 3.4e4 u). cuDNN's flags only through its context
+    manager: OpInfo's import disables setting them globally."""
+    cudnn = torch.backends.cudnn
+    params = inspect.signature(cudnn.flags).parameters
+    kept = {k: getattr(cudnn, k) for k in ("enabled", "benchmark", "benchmark_limit", "deterministic")
+            if k in params and hasattr(cudnn, k)}
+    matmul = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with cudnn.flags(**kept, allow_tf32=False):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
 
 
 def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, samples_per_op: int,

@@ -59,6 +59,7 @@ import operator
 import random
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -978,12 +979,34 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
     return result
 
 
+def _repeat_key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """What makes two calls of a deterministic pointwise op round alike: the op, the same
+    tensors unchanged since (identity and version) and equal other arguments; None for any
+    other op."""
+    if not isinstance(func, torch._ops.OpOverload) or torch.Tag.pointwise not in func.tags \
+            or torch.Tag.nondeterministic_seeded in func.tags or _written(func):
+        return None
+    flat, spec = tree_flatten((args, kwargs))
+    try:
+        parts = tuple((id(a), a._version) if isinstance(a, torch.Tensor) else repr(a) for a in flat)
+    except Exception:  # noqa: BLE001 - an argument that does not print: never shared
+        return None
+    return func, repr(spec), parts
+
+
 def _run_compiled(region: Any, mode: RoundingMode, *args: Any) -> Any:
     """A compiled region's dynamo graph run op by op under `mode`, on copies of its inputs
-    (the graph may write to them)."""
+    (the graph may write to them). A pointwise op repeated on the same values inside it rounds
+    as its first call did (`RoundingMode.repeats`), as `_common_subexpressions` has it for
+    the recorded ops: a fused multiply-add contracting one of two equal products (Triton's,
+    gh-122260) is a different evaluation, not rounding."""
     copies = tree_map(lambda a: mode.copy(a) if isinstance(a, torch.Tensor) else a, args)
-    with mode:
-        return region(*copies)
+    mode.repeats = {}
+    try:
+        with mode:
+            return region(*copies)
+    finally:
+        mode.repeats = None
 
 
 def _unchanging(n: fx.Node, constants: dict[fx.Node, Any], mode: RoundingMode) -> bool:
@@ -1090,6 +1113,7 @@ class _CallCache:
         self.magnitudes: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
         self.ill_conditioned: dict[int, tuple[Any, torch.Tensor | None]] = {}
         self.exact_reductions: dict[int, torch.Tensor] = {}  # collapsed reductions of their exact terms
+        self.overflowing: dict[int, torch.Tensor | None] = {}  # `RoundingMode._overflowing`
         self.decompositions: dict[int, _DecompositionTrace | None] = {}  # None: not replayable stacked
         self.routes: dict[int, tuple[Any, list, str]] = {}  # op, output arm dtypes, `RoundingMode._route`
         # Values the same in every replay (leaves, views and selections of them): computed by
@@ -1226,6 +1250,9 @@ class RoundingMode(TriageDispatchMode):
         # float64" there means "to the computation dtype" of the decomposed op's arm dtype.
         self.inner_dtype: list[torch.dtype] = []
         self.unmeasured: set[str] = set()  # library ops of the current node with no measured error
+        # While a compiled region runs (`_run_compiled`): each pointwise call's result by what
+        # makes a repeat of it round alike (`_repeat_key`).
+        self.repeats: dict[tuple, tuple[list, list, Any]] | None = None
 
     @property
     def directed(self) -> bool:
@@ -1317,6 +1344,25 @@ class RoundingMode(TriageDispatchMode):
         """`func`'s result evaluated in float64 and rounded as the arm rounds it: what the
         mode does with each op, called directly by the replay (torch wraps
         `__torch_dispatch__` to hide it from dynamo, a few microseconds a call)."""
+        key = _repeat_key(func, args, kwargs) if self.repeats is not None and not self.inner_dtype else None
+        if key is None:
+            return self._round_op(func, args, kwargs)
+        # Weak references: the region's values are freed as it runs. An id counts only while
+        # its tensor lives (a freed one's id may be reused), and a freed first result cannot
+        # be shared (a repeat then rounds anew, as before).
+        inputs, outputs, spec = self.repeats.get(key, ((), (), None))
+        first = [ref() for ref in outputs]
+        if outputs and all(ref() is not None for ref in inputs) and all(t is not None for t in first):
+            # Copies: the script may write to one result and not to the other.
+            return tree_unflatten([self.copy(t) for t in first], spec)
+        out = self._round_op(func, args, kwargs)
+        flat, spec = tree_flatten(out)
+        if all(isinstance(t, torch.Tensor) for t in flat):
+            self.repeats[key] = ([weakref.ref(a) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)],
+                                 [weakref.ref(t) for t in flat], spec)
+        return out
+
+    def _round_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if not self.samples:
             if not self.traced:
                 return self._dispatch(func, args, kwargs)
@@ -1326,7 +1372,7 @@ class RoundingMode(TriageDispatchMode):
             return step[3][0]
         args, kwargs = self._stacked_written(func, args, kwargs)
         if not self._stackable(func, args, kwargs):
-            return self.each_sample(lambda *a, **kw: self.round_op(func, a, kw), args, kwargs)
+            return self.each_sample(lambda *a, **kw: self._round_op(func, a, kw), args, kwargs)
         out = self._dispatch(func, args, kwargs)
         if isinstance(out, torch.Tensor):
             return _mark_stacked(out)
@@ -1756,9 +1802,36 @@ class RoundingMode(TriageDispatchMode):
         if self.directed and directed is None:
             directed = out + self._signs(out) * u * bound
         if self.generator is None:
-            return out if directed is None else directed
-        return self._mixed(out + u * walk * torch.randn(out.shape, generator=self.generator, dtype=torch.float64),
-                           directed)
+            result = out if directed is None else directed
+        else:
+            result = self._mixed(out + u * walk * torch.randn(out.shape, generator=self.generator,
+                                                              dtype=torch.float64), directed)
+        over = self._overflowing(call, name, args, out, acc)  # found by the centre replay, which is not stacked
+        if over is None or self.generator is None:
+            return result
+        # Possible, not certain (a kernel may accumulate wider: the CPU's float32 cumsum adds in
+        # double): half the random replays overflow there, so a finite result and ±inf are both
+        # rounding of this computation, and the element keeps no digit.
+        coin = torch.rand(result.shape, generator=self.generator, dtype=torch.float64) < 0.5
+        return torch.where(over & coin, torch.copysign(torch.tensor(math.inf, dtype=result.dtype), result), result)
+
+    def _overflowing(self, call: int, name: str, args: tuple, out: torch.Tensor, acc: torch.dtype) -> torch.Tensor | None:
+        """The output elements whose accumulator, at `acc`, passes its range whatever the
+        order: the exact total (a mean's before its division, a cumsum's prefix, a
+        contraction's dot product) beyond the largest finite value. A kernel accumulating
+        there gives ±inf even where the result would fit (the CPU's float32 mean of three
+        3e38), which the accuracy note's extremal values allow. Found once, on the first
+        replay that is not stacked."""
+        if self.exact:
+            return None
+        if call in self.cache.overflowing:
+            return self.cache.overflowing[call]
+        if acc not in FORMATS or name == "prod" or _is_stacked(out) or _is_stacked(args[0]):
+            return None
+        total = out * (args[0].numel() / max(out.numel(), 1)) if name == "mean" else out
+        big = total.abs() > torch.finfo(acc).max
+        over = self.cache.overflowing[call] = big if bool(big.any()) else None
+        return over
 
     def _perturb_matrices(self, args: tuple) -> tuple:
         """Backward stability: the op is exact for an input within √n·u of the arm's, in norm
