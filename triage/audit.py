@@ -130,7 +130,8 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
     va, vb = oa.value.astype(np.float64), ob.value.astype(np.float64)
     width = np.sqrt(sa.astype(np.float64) ** 2 + sb.astype(np.float64) ** 2)
     # An element some roundings make non-finite has no width its finite replays could bound.
-    both = np.isfinite(va) & np.isfinite(vb) & np.isfinite(width) & ~unstable(oa.spread.get("nf", ()), sa) & ~unstable(ob.spread.get("nf", ()), sb)
+    bounded = ~unstable(oa.spread.get("nf", ()), sa) & ~unstable(ob.spread.get("nf", ()), sb)
+    both = np.isfinite(va) & np.isfinite(vb) & np.isfinite(width) & bounded
     gap = np.abs(va - vb)
     beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * policy.unit_roundoff(d.dtype) * np.abs(va))
     if not beyond.any():

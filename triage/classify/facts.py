@@ -25,8 +25,8 @@ def torch_of(run: ArmRun) -> str:
 
 # What CUDA says when a script addresses a device this machine does not have: an index past
 # its GPUs (`cuda:1`, `set_device(1)`) or a CUDA_VISIBLE_DEVICES the script set to hide them.
-MISSING_DEVICE = re.compile(r"invalid device (?:id|ordinal)|No CUDA GPUs are available|device >= 0 && device < num_gpus",
-                            re.IGNORECASE)
+MISSING_DEVICE = re.compile(
+    r"invalid device (?:id|ordinal)|No CUDA GPUs are available|device >= 0 && device < num_gpus", re.IGNORECASE)
 
 
 def lacks_device(run: ArmRun) -> bool:

@@ -1358,8 +1358,8 @@ class RoundingMode(TriageDispatchMode):
         out = self._round_op(func, args, kwargs)
         flat, spec = tree_flatten(out)
         if all(isinstance(t, torch.Tensor) for t in flat):
-            self.repeats[key] = ([weakref.ref(a) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)],
-                                 [weakref.ref(t) for t in flat], spec)
+            tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+            self.repeats[key] = ([weakref.ref(a) for a in tensors], [weakref.ref(t) for t in flat], spec)
         return out
 
     def _round_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -1815,7 +1815,8 @@ class RoundingMode(TriageDispatchMode):
         coin = torch.rand(result.shape, generator=self.generator, dtype=torch.float64) < 0.5
         return torch.where(over & coin, torch.copysign(torch.tensor(math.inf, dtype=result.dtype), result), result)
 
-    def _overflowing(self, call: int, name: str, args: tuple, out: torch.Tensor, acc: torch.dtype) -> torch.Tensor | None:
+    def _overflowing(self, call: int, name: str, args: tuple, out: torch.Tensor,
+                     acc: torch.dtype) -> torch.Tensor | None:
         """The output elements whose accumulator, at `acc`, passes its range whatever the
         order: the exact total (a mean's before its division, a cumsum's prefix, a
         contraction's dot product) beyond the largest finite value. A kernel accumulating
