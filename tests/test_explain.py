@@ -49,6 +49,13 @@ def test_intermediate_overflow_domain_edges_and_signed_zero():
     assert sensitivity_of("reciprocal", (torch.tensor([-0.0, 1.0]),), None)["kind"] == "signed-zero"
     assert sensitivity_of("exp", (torch.tensor([100.0], dtype=torch.float32),), None)["kind"] == "overflow"
     assert sensitivity_of("exp", (torch.tensor([10.0]),), None) is None
+    # A reduction whose exact total passes its accumulator's range (float32, also for fp16 inputs).
+    total = sensitivity_of("var", (torch.tensor([3e38, 3e38, 3e38]),), None)
+    assert total["kind"] == "intermediate-overflow" and "reaches 9e+38, beyond the largest float32" in total["figure"]
+    assert sensitivity_of("sum", (torch.full((4, 3), 2e38), 1), None)["kind"] == "intermediate-overflow"
+    assert sensitivity_of("sum", (torch.full((4, 3), 2e38), 0), None)["kind"] == "intermediate-overflow"
+    assert sensitivity_of("sum", (torch.tensor([3e38, -3e38, 3e38]),), None) is None  # the total fits
+    assert sensitivity_of("sum", (torch.full((10,), 6e4, dtype=torch.float16),), None) is None  # float32 holds 6e5
 
 
 # -- end to end --------------------------------------------------------------------------------

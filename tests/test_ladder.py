@@ -71,6 +71,20 @@ def test_inf_beyond_the_dtype_range_is_expected_overflow():
     assert (v.kind, v.expected, v.policy_section) == ("nonfinite-flip", True, "Extremal values")
 
 
+def test_a_nonfinite_flip_is_explained_by_the_notes_of_its_nonfinite_side():
+    # gh-44350: one line's var of fp16 40000s (finite) and of float32 3e38s (inf).
+    squares = {"op": "var", "line": 25, "shape": [3], "dtype": "float16", "kind": "intermediate-overflow",
+               "ill_conditioned": True, "overflow": True, "singular": False, "node": "a",
+               "figure": "max |x| = 4e+04, so x² = 1.6e+09 exceeds the largest float16"}
+    total = dict(squares, dtype="float32", node="b",
+                 figure="the sum of its terms reaches 9e+38, beyond the largest float32 (3.4e+38)")
+    half = obs(0, [0.0], [0.0], kind="readback", label="`c`", dtype="float16", cond=[0])
+    single = obs(1, [np.inf], [0.0], kind="readback", label="`c`", cond=[1])
+    v = verdict(arm("cpu", [half, single], conditioning=[squares, total]))
+    assert (v.kind, v.expected, v.policy_section) == ("nonfinite-flip", True, "Extremal values"), v.summary
+    assert "the sum of its terms reaches 9e+38" in v.summary and "x² = 1.6e+09" not in v.summary
+
+
 def test_singular_matrix_makes_a_finite_answer_rounding_noise():
     note = {"op": "_linalg_slogdet", "line": 17, "shape": [4, 4], "dtype": "float32", "cond": 1.8e49, "rank": 1,
             "order": 4, "singular": True, "ill_conditioned": True, "exact_singular": True, "node": "n"}

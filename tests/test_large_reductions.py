@@ -178,11 +178,12 @@ def test_an_accumulator_past_the_dtypes_range_may_overflow_where_the_result_fits
     # sum in float32 passes the range on the way (the CPU's gives inf): extremal values, which
     # the accuracy note allows. Some replays overflow, so inf and a finite mean are both inside.
     x = torch.tensor([3e38, 3e38, 3e38])
-    _, spread, _ = simulated_spread(torch.mean, x)
-    assert spread.unstable_nonfinite() == 1  # finite in some replays, +inf in others
-    for value in (np.inf, 3e38):
-        j = judge_value(np.array(value, dtype=np.float32), spread, "cpu", 0, "mean", 3)
-        assert j.zone != "outside" and not (j.nonfinite or "").startswith("outside"), (value, j)
+    for fn, finite in ((torch.mean, 3e38), (torch.var, 0.0)):  # var: its kernel sums the terms too
+        _, spread, _ = simulated_spread(fn, x)
+        assert spread.unstable_nonfinite() == 1  # finite in some replays, +inf in others
+        for value in (np.inf, finite):
+            j = judge_value(np.array(value, dtype=np.float32), spread, "cpu", 0, fn.__name__, 3)
+            assert j.zone != "outside" and not (j.nonfinite or "").startswith("outside"), (fn, value, j)
     # Far inside the range, no replay overflows.
     _, small, _ = simulated_spread(torch.mean, x / 1e10)
     assert small.unstable_nonfinite() == 0 and int(small.nonfinite) == 1

@@ -94,18 +94,27 @@ def _number(node: ast.AST) -> float | None:
 def notes_upstream(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
     """The conditioning notes of the ops each side's value depends on, tagged with the arm."""
     notes = []
-    for s in (d.a, d.b):
+    for side, s in enumerate((d.a, d.b)):
         found = c.find(s)
         if found is None:
             continue
         run, o = found
-        notes += [dict(run.conditioning[i], arm=run.spec) for i in o.conditioning if i < len(run.conditioning)]
+        notes += [dict(run.conditioning[i], arm=run.spec, side=side) for i in o.conditioning
+                  if i < len(run.conditioning)]
     return notes
 
 
-def singular_upstream(c: Comparison, d: Divergence) -> dict[str, Any] | None:
-    # A singular matrix explains more than a cancelling sum does; both more than nothing.
-    ranked = sorted(notes_upstream(c, d), key=lambda n: (not n.get("singular"), "figure" in n))
+def nonfinite_side(d: Divergence) -> int | None:
+    """The side (0: d.a, 1: d.b) non-finite where its float64 reference is not, if any: what
+    explains a non-finite flip is upstream of it (two calls of one line can differ)."""
+    return next((i for i, s in enumerate((d.a, d.b)) if s is not None and s.nonfinite_vs_reference), None)
+
+
+def singular_upstream(c: Comparison, d: Divergence, side: int | None = None) -> dict[str, Any] | None:
+    """The note that explains most: a singular matrix more than a cancelling sum, both more
+    than nothing; the notes of side `side` (0: d.a, 1: d.b) first where it is given."""
+    ranked = sorted(notes_upstream(c, d), key=lambda n: (side is not None and n["side"] != side,
+                                                         not n.get("singular"), "figure" in n))
     return next((n for n in ranked if n.get("singular") or n.get("ill_conditioned")), None)
 
 

@@ -19,6 +19,7 @@ from triage.classify.facts import (
     equality_checks,
     lacks_device,
     matrix_upstream,
+    nonfinite_side,
     precision_of,
     singular_upstream,
     site_key,
@@ -469,7 +470,7 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
     the nonfinite value here (an exactly singular matrix, a value at the edge of the range)."""
     who = who_is_right(d, [], [])
     exact = [s for s in (d.a, d.b) if s is not None and s.agrees_with_reference and s.nonfinite_vs_reference == 0]
-    note = singular_upstream(c, d)
+    note = singular_upstream(c, d, nonfinite_side(d))
     if exact and any(s.summary != (exact[0].summary) for s in (d.a, d.b) if s is not None):
         who += f" `{exact[0].arm}` {exact[0].label} equals the exact answer ({exact[0].reference_summary})."
     if note and "figure" not in note:
@@ -822,7 +823,7 @@ def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:
     sides = [s for s in (d.a, d.b) if s is not None]
     wrong = [s for s in sides if s.agrees_with_reference is False and s.nonfinite_vs_reference]
     right = [s for s in sides if s.agrees_with_reference]
-    singular = singular_upstream(c, d)
+    singular = singular_upstream(c, d, nonfinite_side(d))
     evidence = evidence_lines(d)
     who = who_is_right(d, right, wrong)
     overflowed = [s for s in sides if s.overflow_to_inf and s.overflow_to_inf == s.nonfinite_vs_reference]

@@ -201,6 +201,19 @@ MAX_ELEMENTS = 1 << 22
 MAX_MATMUL_FLOPS = 1 << 27
 
 
+def _reduced_total(op: str, wide: torch.Tensor, args: tuple) -> float | None:
+    """The largest |exact sum| a reduction's accumulator holds at its end (per output element:
+    the reduced dimensions, else all)."""
+    if op not in REDUCTIONS:
+        return None
+    dims = args[1] if len(args) > 1 and isinstance(args[1], (int, list, tuple)) and not isinstance(args[1], bool) \
+        else None
+    if op == "cumsum":
+        return float(torch.cumsum(wide, dims if isinstance(dims, int) else 0).abs().max()) if wide.dim() else None
+    dims = [dims] if isinstance(dims, int) else list(range(wide.dim())) if not dims else list(dims)
+    return float(wide.sum(dim=dims).abs().max()) if dims else float(wide.abs().max())
+
+
 def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
     """The worst numerical hazard of this op at this input, or None where there is none."""
     x = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -212,6 +225,14 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
             "singular": False, "ill_conditioned": False, "cond": None, "rank": None, "order": None}
     if not torch.isfinite(wide).all():
         return None
+    total = _reduced_total(op, wide, args)
+    accumulator = torch.finfo(torch.promote_types(x.dtype, torch.float32))  # fp16/bf16 sum at float32
+    if total is not None and total > accumulator.max:
+        accumulated = str(torch.promote_types(x.dtype, torch.float32)).replace("torch.", "")
+        return dict(base, kind="intermediate-overflow", ill_conditioned=True, overflow=True,
+                    figure=f"the sum of its terms reaches {total:.3g}, beyond the largest {accumulated} "
+                           f"({accumulator.max:.3g}), so a kernel that accumulates it overflows although the "
+                           "result may not")
     if op in SQUARING:
         biggest = float(wide.abs().max())
         if biggest * biggest > finfo.max:

@@ -103,6 +103,8 @@ CORRECTLY_ROUNDED = {"add", "sub", "rsub", "mul", "div", "true_divide", "sqrt", 
 COPIES = {"_to_copy", "to", "copy", "clone"}
 # One accumulation per output element: n terms summed inside the op.
 SUMS = {"sum", "nansum", "mean", "cumsum", "prod"}
+# Moments replayed as one op (prims.var under var's decomposition): their kernels sum the terms.
+MOMENTS = {"var", "std"}
 CONTRACTIONS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "convolution",
                 "_convolution", "matmul"}
 LINALG = {"_linalg_det", "linalg_det", "det", "_linalg_slogdet", "linalg_slogdet", "slogdet", "logdet",
@@ -1492,6 +1494,8 @@ class RoundingMode(TriageDispatchMode):
                 if d is not None:
                     out = self._scaled_noise(out, self._library_u(name, out_vd) * UNIT_ROUNDOFF[d])
                 out = self._round_all(out, out_vd, library=0.0)
+                if name in MOMENTS and in_vd and in_vd[0] in FORMATS:  # its sum, at float32 opmath
+                    out = self._overflow(out, self._overflowing(call, name, args, kwargs, out, torch.float32))
         if written and isinstance(out, torch.Tensor) and out is not written[0]:
             # An in-place op: later reads of its target must see the rounded value.
             written[0].copy_(out)
@@ -1806,30 +1810,40 @@ class RoundingMode(TriageDispatchMode):
         else:
             result = self._mixed(out + u * walk * torch.randn(out.shape, generator=self.generator,
                                                               dtype=torch.float64), directed)
-        over = self._overflowing(call, name, args, out, acc)  # found by the centre replay, which is not stacked
+        return self._overflow(result, self._overflowing(call, name, args, kwargs, out, acc))
+
+    def _overflow(self, result: torch.Tensor, over: torch.Tensor | None) -> torch.Tensor:
+        """`result` with ±inf, in half the random replays, where its accumulator may overflow
+        (`over`). Possible, not certain (a kernel may accumulate wider: the CPU's float32
+        cumsum adds in double, a Welford variance never holds the sum), so a finite result and
+        ±inf are both rounding of this computation, and the element keeps no digit."""
         if over is None or self.generator is None:
             return result
-        # Possible, not certain (a kernel may accumulate wider: the CPU's float32 cumsum adds in
-        # double): half the random replays overflow there, so a finite result and ±inf are both
-        # rounding of this computation, and the element keeps no digit.
         coin = torch.rand(result.shape, generator=self.generator, dtype=torch.float64) < 0.5
         return torch.where(over & coin, torch.copysign(torch.tensor(math.inf, dtype=result.dtype), result), result)
 
-    def _overflowing(self, call: int, name: str, args: tuple, out: torch.Tensor,
+    def _overflowing(self, call: int, name: str, args: tuple, kwargs: dict, out: torch.Tensor,
                      acc: torch.dtype) -> torch.Tensor | None:
         """The output elements whose accumulator, at `acc`, passes its range whatever the
-        order: the exact total (a mean's before its division, a cumsum's prefix, a
+        order: the exact total (a mean's or a variance's sum of terms, a cumsum's prefix, a
         contraction's dot product) beyond the largest finite value. A kernel accumulating
-        there gives ±inf even where the result would fit (the CPU's float32 mean of three
-        3e38), which the accuracy note's extremal values allow. Found once, on the first
-        replay that is not stacked."""
+        there gives ±inf even where the result would fit (the CPU's float32 mean or variance
+        of three 3e38), which the accuracy note's extremal values allow. Found once, by the
+        centre replay (the first, not stacked)."""
         if self.exact:
             return None
         if call in self.cache.overflowing:
             return self.cache.overflowing[call]
         if acc not in FORMATS or name == "prod" or _is_stacked(out) or _is_stacked(args[0]):
             return None
-        total = out * (args[0].numel() / max(out.numel(), 1)) if name == "mean" else out
+        if name in MOMENTS:
+            dims, keepdim = _reduced_dims(name, args, kwargs, args[0])
+            total = torch.sum(args[0], dims, keepdim=keepdim)
+            if total.numel() != out.numel():
+                return None
+            total = total.reshape(out.shape)
+        else:
+            total = out * (args[0].numel() / max(out.numel(), 1)) if name == "mean" else out
         big = total.abs() > torch.finfo(acc).max
         over = self.cache.overflowing[call] = big if bool(big.any()) else None
         return over
