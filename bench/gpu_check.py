@@ -24,7 +24,10 @@ Steps, in order, each with its own time cap so that the whole run fits in `--bud
      (`fixtures/seeds/`), each `python -m triage run ... --isolation process` with a per-case
      cap, several at once; each case's report, comment and minimal repro go into
      `cases.tar.gz`;
-  e. `gpu_check.json` and `gpu_check.md` (a table: case, arms, verdict, arm statuses, seconds,
+  e. `triage calibrate --device cuda --time-limit` in what is left of the budget, into
+     `kernel_errors.json` under the output folder (the shipped table with this GPU's entry, which
+     says how far it came): copy it over `triage/worker/kernel_errors.json` here;
+  f. `gpu_check.json` and `gpu_check.md` (a table: case, arms, verdict, arm statuses, seconds,
      what meta.json expected) under the output folder.
 
 A failing case or test is a result, not an error: the exit status is non-zero only when the
@@ -448,6 +451,31 @@ def wheel_note(wheels: dict) -> str:
             + (f"; {imported['error']}" if imported.get("error") else ""))
 
 
+# --- e. the CUDA kernel table ---------------------------------------------------------------
+
+def step_calibrate(env: dict, python: str, out: Path, deadline: float, skip_reason: str | None) -> dict:
+    """`triage calibrate --device cuda` in what is left of the budget, into a copy of the
+    shipped table under the output folder (its entry says how far it came if time ran out):
+    the table the simulation of a CUDA arm reads, measured on this GPU."""
+    if skip_reason:
+        log(f"e. calibrate: skipped ({skip_reason})")
+        return {"status": "skipped", "reason": skip_reason}
+    left = deadline - time.monotonic() - 30
+    if left < 30:
+        log("e. calibrate: skipped (the check's time budget ran out)")
+        return {"status": "skipped", "reason": "the check's time budget ran out"}
+    table = out / "kernel_errors.json"
+    shutil.copy(ROOT / "triage" / "worker" / "kernel_errors.json", table)
+    argv = [python, "-I", "-m", "triage", "calibrate", "--device", "cuda", "--time-limit", f"{left:.0f}",
+            "--table", str(table)]
+    log(f"e. {' '.join(argv[3:])}")
+    r = run_capped(argv, timeout=left + 120, env=env)
+    summary = (r["output"].strip().splitlines() or [""])[-1][:400]
+    log(f"e. calibrate: rc={r['rc']} in {r['seconds']} s: {summary}")
+    return {"status": "ran", "rc": r["rc"], "seconds": r["seconds"], "timed_out": r["timed_out"],
+            "summary": summary, "table": table.name}
+
+
 def markdown(result: dict) -> str:
     facts = result["facts"].get("torch", {})
     dev = (facts.get("devices") or [{}])[0]
@@ -460,6 +488,8 @@ def markdown(result: dict) -> str:
              f"wheels: {len(result['wheels']['wheels'])}" + wheel_note(result["wheels"]),
              f"- pytest -m cuda: {result['pytest'].get('summary') or result['pytest'].get('status')}"
              + (f" ({result['pytest']['reason']})" if result['pytest'].get('reason') else ""),
+             f"- calibrate --device cuda: {result['calibrate'].get('summary') or result['calibrate'].get('status')}"
+             + (f" ({result['calibrate']['reason']})" if result['calibrate'].get('reason') else ""),
              "", "| case | arms | verdict | arm statuses | seconds | expected (meta.json) |",
              "|---|---|---|---|---|---|"]
     for c in result["cases"]:
@@ -525,10 +555,11 @@ def main(argv=None) -> int:
         with tarfile.open(archive, "w:gz") as tar:
             tar.add(work, arcname="cases")
     shutil.rmtree(work, ignore_errors=True)
+    calibrate = step_calibrate(env, python, out, deadline, skip)
 
     result = {"dry_run": args.dry_run, "host": os.uname().nodename, "seconds": round(time.monotonic() - t0, 1),
               "budget_s": args.budget, "wheels": wheels, "facts": facts, "pytest": pytest_result, "cases": cases,
-              "cases_archive": archive.name if archive else None}
+              "cases_archive": archive.name if archive else None, "calibrate": calibrate}
     (out / "gpu_check.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "gpu_check.md").write_text(markdown(result))
     log(f"done in {result['seconds']} s: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}")

@@ -194,12 +194,22 @@ def test_a_kernel_measured_adding_in_half_widens_its_reductions_spread():
 def test_kernels_are_measured_with_tf32_off_and_the_flags_restored(monkeypatch):
     pytest.importorskip("expecttest")
     seen = {}
-    monkeypatch.setattr(kernel_errors, "_run_samples", lambda *a: seen.update(
-        matmul=torch.backends.cuda.matmul.allow_tf32, cudnn=torch.backends.cudnn.allow_tf32))
+    monkeypatch.setattr(kernel_errors, "_run_samples", lambda op_db, *a: seen.update(
+        matmul=torch.backends.cuda.matmul.allow_tf32, cudnn=torch.backends.cudnn.allow_tf32) or len(op_db))
     with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=True):
         measure("cpu", ("float32",), ["exp"])
         assert seen == {"matmul": False, "cudnn": False}
         assert torch.backends.cudnn.allow_tf32 is True  # restored
+
+
+def test_a_time_limited_measurement_keeps_what_it_measured_and_says_how_far_it_came():
+    pytest.importorskip("expecttest")
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    entry = measure("cpu", ("float32",), None, time_limit=0.0)
+    assert entry["ops"] == {} and entry["coverage"].startswith(f"the first 0 of {len(op_db)} OpInfo entries")
+    whole = measure("cpu", ("float32",), ["exp"], time_limit=600.0)
+    assert "exp" in whole["ops"] and "coverage" not in whole
 
 
 def test_calibrate_command_writes_this_machines_entry(tmp_path):

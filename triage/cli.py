@@ -539,7 +539,10 @@ def _post_swept(results: list[Any], github: Any, err: Any) -> tuple[int, bool]:
               help="Only these OpInfo entries (e.g. softmax, nn.functional.gelu); repeatable. Default: all.")
 @click.option("--table", "table_path", default=None, metavar="PATH",
               help="The table to add this machine's entry to. Default: the one shipped in the package.")
-def calibrate_command(device: str, dtypes: tuple[str, ...], ops: tuple[str, ...], table_path: str | None) -> None:
+@click.option("--time-limit", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="Start no OpInfo entry past this many seconds; the entry says how far it came.")
+def calibrate_command(device: str, dtypes: tuple[str, ...], ops: tuple[str, ...], table_path: str | None,
+                      time_limit: float | None) -> None:
     """Measure every aten kernel's error on PyTorch's own op database (OpInfo) and add this
     machine's entry (torch release, device, CPU capability) to the kernel error table the
     rounding simulation reads. Runs PyTorch's sample inputs only, never a script; needs the
@@ -561,7 +564,8 @@ def calibrate_command(device: str, dtypes: tuple[str, ...], ops: tuple[str, ...]
         if not torch.cuda.is_available():
             raise click.ClickException(f"--device {device}: no CUDA device on this machine")
     with err.status("measuring kernels") as status:
-        entry = kernel_errors.measure(device, dtypes, ops or None, progress=lambda name: status.update(f"measuring {name}"))
+        entry = kernel_errors.measure(device, dtypes, ops or None, progress=lambda name: status.update(f"measuring {name}"),
+                                      time_limit=time_limit)
     path = Path(table_path) if table_path else kernel_errors.TABLE
     try:
         kernel_errors.write(entry, path)
@@ -569,7 +573,8 @@ def calibrate_command(device: str, dtypes: tuple[str, ...], ops: tuple[str, ...]
         raise click.ClickException(f"cannot write the table {path}: {e.strerror}") from None
     measured = sum(len(per) for per in entry["ops"].values())
     click.echo(f"{len(entry['ops'])} aten ops, {measured} op × dtype measured on torch {entry['torch']} "
-               f"{entry['device']} {entry['capability']} in {entry['seconds']:.0f} s: {path}")
+               f"{entry['device']} {entry['capability']} in {entry['seconds']:.0f} s: {path}"
+               + (f" (partial: {entry['coverage']})" if "coverage" in entry else ""))
 
 
 @main.command("post")

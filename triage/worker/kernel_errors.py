@@ -151,23 +151,30 @@ def _dtype_name(dtype: Any) -> str:
 # -- measuring ------------------------------------------------------------------------------
 def measure(device: str = "cpu", dtypes: Iterable[str] = ("float32", "float16", "bfloat16"),
             only: Iterable[str] | None = None, samples_per_op: int = SAMPLES_PER_OP,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[str], None] | None = None, time_limit: float | None = None) -> dict[str, Any]:
     """Measure every aten call the OpInfo database's samples make (`only`: OpInfo names) on
-    `device`; returns one table entry (``torch``/``device``/``capability``/``ops``)."""
+    `device`; returns one table entry (``torch``/``device``/``capability``/``ops``). Past
+    `time_limit` seconds no further OpInfo entry starts, and the entry's ``coverage`` says how
+    far it came (a lent GPU's minutes: what was measured is kept)."""
     from torch.testing._internal.common_methods_invocations import op_db  # needs expecttest
 
     wanted = [getattr(torch, d) for d in dtypes]
     keep = set(only) if only else None
     probe = _Probe()
     start = time.monotonic()
+    deadline = start + time_limit if time_limit is not None else None
     with warnings.catch_warnings(), _without_tf32():
         warnings.simplefilter("ignore")  # OpInfo's samples exercise every deprecated overload
-        _run_samples(op_db, wanted, keep, device, samples_per_op, probe, progress)
+        reached = _run_samples(op_db, wanted, keep, device, samples_per_op, probe, progress, deadline)
     capability = torch.backends.cpu.get_cpu_capability() if device == "cpu" else \
         torch.cuda.get_device_name() if device.startswith("cuda") else device
-    return {"torch": torch.__version__, "device": device.split(":")[0], "capability": capability,
-            "machine": platform.processor() or platform.machine(), "seconds": round(time.monotonic() - start, 1),
-            "ops": {op: {d: _rounded(e) for d, e in sorted(per.items())} for op, per in sorted(probe.seen.items())}}
+    entry = {"torch": torch.__version__, "device": device.split(":")[0], "capability": capability,
+             "machine": platform.processor() or platform.machine(), "seconds": round(time.monotonic() - start, 1),
+             "ops": {op: {d: _rounded(e) for d, e in sorted(per.items())} for op, per in sorted(probe.seen.items())}}
+    if reached < len(op_db):
+        entry["coverage"] = (f"the first {reached} of {len(op_db)} OpInfo entries in op_db order (the time "
+                             f"limit, {time_limit:g} s, ran out): {len(entry['ops'])} aten ops")
+    return entry
 
 
 @contextlib.contextmanager
@@ -190,8 +197,12 @@ def _without_tf32() -> Iterator[None]:
 
 
 def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, samples_per_op: int,
-                 probe: _Probe, progress: Callable[[str], None] | None) -> None:
-    for info in op_db:
+                 probe: _Probe, progress: Callable[[str], None] | None, deadline: float | None = None) -> int:
+    """Run the samples; returns how many OpInfo entries it went through (all, unless `deadline`,
+    a `time.monotonic()` value, passed first)."""
+    for reached, info in enumerate(op_db):
+        if deadline is not None and time.monotonic() > deadline:
+            return reached
         if keep is not None and info.name not in keep and f"{info.name}.{info.variant_test_name}" not in keep:
             continue
         if progress:
@@ -213,6 +224,7 @@ def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, 
                             pass
             except Exception:  # noqa: BLE001 - an op whose samples cannot be built on this device
                 continue
+    return len(op_db)
 
 
 def write(entry: dict[str, Any], path: Path = TABLE) -> None:
