@@ -71,6 +71,22 @@ def test_inf_beyond_the_dtype_range_is_expected_overflow():
     assert (v.kind, v.expected, v.policy_section) == ("nonfinite-flip", True, "Extremal values")
 
 
+def test_two_finite_values_of_a_singular_logdet_are_ill_conditioned_not_a_conflict():
+    # Seen on an H200: the CPU and CUDA arms' logdet of a rank-1 matrix, -114.6 and -108.3,
+    # whose replays are finite in some roundings and -inf in others (a tight finite cluster).
+    def judged(value):
+        o = obs(0, [value], [-np.inf], kind="readback", label="`cpu_log.item()`")
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": [1.0] * 29, "flips": [],
+                      "precision": "float32", "unmeasured": []}
+        o.spread = {"sig": np.array([1e-5]), "up": np.array([-114.585]), "dn": np.array([-114.585]),
+                    "mu": np.array([-114.585]), "sd": np.array([1e-5]), "nf": np.array([1 | 4], np.uint8)}
+        return o
+
+    v = verdict(arm("cpu", [judged(-114.585)]), arm("cuda", [judged(-108.34)]))
+    assert (v.kind, v.expected, v.conflicts) == ("expected-ill-conditioned", True, []), v.summary
+    assert "not finite under some of its simulated roundings" in v.summary and "around 0" not in v.summary
+
+
 def test_a_nonfinite_flip_is_explained_by_the_notes_of_its_nonfinite_side():
     # gh-44350: one line's var of fp16 40000s (finite) and of float32 3e38s (inf).
     squares = {"op": "var", "line": 25, "shape": [3], "dtype": "float16", "kind": "intermediate-overflow",

@@ -60,6 +60,7 @@ from triage.classify.wording import (
     wrong_kernel_text,
 )
 from triage.compare import side_of, summarize
+from triage.judge.decide import FINITE_UNDER_SOME
 from triage.model import (
     AGREEING_OUTCOMES,
     Ablation,
@@ -105,7 +106,8 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
     # An arm whose script addressed a GPU this machine lacks did not run here either.
     missing = [r if r.status == "unavailable" else dataclasses.replace(r, failure=f"{r.failure}{LACKS_DEVICE}")
                for r in comparison.arms if r.status == "unavailable" or lacks_device(r)]
-    runs = [r for r in comparison.arms if r.spec not in {m.spec for m in missing}]
+    missed = {m.spec for m in missing}
+    runs = [r for r in comparison.arms if r.spec not in missed]
     if not runs:
         why = "; ".join(f"{r.spec}: {r.failure}" for r in missing)
         return make_verdict("could-not-run", None, policy.NONE, ["repro"], f"No arm could run on this machine ({why}).")
@@ -500,7 +502,10 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
     note = singular_upstream(c, d) or {}
     matrix = bool(note) and "figure" not in note
     section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
-    if j.computational_zero:
+    if j.computational_zero and any(u.endswith(FINITE_UNDER_SOME) for u in j.unstable):
+        state = (f"`{j.arm}` {j.label} is not finite under some of its simulated roundings at {j.dtype}, so no "
+                 "finite value of it keeps a reliable digit")
+    elif j.computational_zero:
         state = (f"`{j.arm}` {j.label} is a computational zero at {j.dtype}: its simulated roundings scatter "
                  f"around 0 by ±{j.sigma:.2g}, so every digit of it is rounding noise")
     elif j.wide:

@@ -323,6 +323,7 @@ def _arms_cause(a: str, b: str) -> str:
                 texts.append(f"`{arm}` changes {CAUSES[knob]}")
     return "".join(f" {t}." for t in texts)
 
+
 def conditioning_caveat(notes: list[dict[str, Any]]) -> tuple[str, policy.Section]:
     """Where nothing diverges here but an observed value comes from an ill-conditioned
     computation (a singular or ill-conditioned matrix, cancelling terms): what another

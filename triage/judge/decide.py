@@ -150,10 +150,15 @@ def _inside_envelope(v: np.ndarray, spread: RoundingSpread) -> bool:
     return bool(((v >= lo - half_ulp) & (v <= hi + half_ulp))[both].all())
 
 
+# The judgement's line for elements some replays make finite and others not (a singular
+# matrix's logdet): they keep no digit, which the ill-conditioned verdict says in its own words.
+FINITE_UNDER_SOME = "element(s) are finite under some roundings and not under others"
+
+
 def _unstable(spread: RoundingSpread) -> list[str]:
     out = [f"`{f['op']}` (line {f['line']}) decides differently in {f['replays']} of {f['of']} replays"
            for f in spread.flips]
     n = spread.unstable_nonfinite()
     if n:
-        out.append(f"{n} element(s) are finite under some roundings and not under others")
+        out.append(f"{n} {FINITE_UNDER_SOME}")
     return out

@@ -202,16 +202,29 @@ MAX_MATMUL_FLOPS = 1 << 27
 
 
 def _reduced_total(op: str, wide: torch.Tensor, args: tuple) -> float | None:
-    """The largest |exact sum| a reduction's accumulator holds at its end (per output element:
-    the reduced dimensions, else all)."""
-    if op not in REDUCTIONS:
+    """The largest |exact sum| a reduction's accumulator holds at its end, per output element."""
+    if op not in REDUCTIONS or wide.dim() == 0:
         return None
-    dims = args[1] if len(args) > 1 and isinstance(args[1], (int, list, tuple)) and not isinstance(args[1], bool) \
-        else None
-    if op == "cumsum":
-        return float(torch.cumsum(wide, dims if isinstance(dims, int) else 0).abs().max()) if wide.dim() else None
-    dims = [dims] if isinstance(dims, int) else list(range(wide.dim())) if not dims else list(dims)
-    return float(wide.sum(dim=dims).abs().max()) if dims else float(wide.abs().max())
+    try:
+        dims, _ = reduced_dims(op, args, {}, wide)
+    except (KeyError, TypeError):  # a dim passed by keyword, which this check is not given
+        return None
+    totals = torch.cumsum(wide, dims[0]) if op == "cumsum" else wide.sum(dim=dims)
+    return float(totals.abs().max())
+
+
+def reduced_dims(name: str, args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[list[int], bool]:
+    """The dimensions a reduction's call reduces (a cumsum's one, kept) and its keepdim."""
+    if name == "cumsum":
+        dim = args[1] if len(args) > 1 else kwargs["dim"]
+        return [dim % max(1, x.dim())], True
+    dims = args[1] if len(args) > 1 and not isinstance(args[1], torch.dtype) else kwargs.get("dim")
+    keepdim = bool(args[2]) if len(args) > 2 and isinstance(args[2], bool) else bool(kwargs.get("keepdim", False))
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(x.dim())), False
+    if isinstance(dims, int):
+        dims = [dims]
+    return [d % max(1, x.dim()) for d in dims], keepdim
 
 
 def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
@@ -226,13 +239,12 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
     if not torch.isfinite(wide).all():
         return None
     total = _reduced_total(op, wide, args)
-    accumulator = torch.finfo(torch.promote_types(x.dtype, torch.float32))  # fp16/bf16 sum at float32
-    if total is not None and total > accumulator.max:
-        accumulated = str(torch.promote_types(x.dtype, torch.float32)).replace("torch.", "")
+    accumulated = torch.promote_types(x.dtype, torch.float32)  # fp16/bf16 sums at float32
+    if total is not None and total > torch.finfo(accumulated).max:
         return dict(base, kind="intermediate-overflow", ill_conditioned=True, overflow=True,
-                    figure=f"the sum of its terms reaches {total:.3g}, beyond the largest {accumulated} "
-                           f"({accumulator.max:.3g}), so a kernel that accumulates it overflows although the "
-                           "result may not")
+                    figure=f"the sum of its terms reaches {total:.3g}, beyond the largest "
+                           f"{str(accumulated).replace('torch.', '')} ({torch.finfo(accumulated).max:.3g}), so a "
+                           "kernel that accumulates it overflows although the result may not")
     if op in SQUARING:
         biggest = float(wide.abs().max())
         if biggest * biggest > finfo.max:

@@ -77,6 +77,7 @@ from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from triage import policy
+from triage.worker.conditioning import reduced_dims
 from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, input_magnitude, input_sensitivity, well_conditioned
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
@@ -532,7 +533,7 @@ def _affine_elementwise(n: fx.Node) -> bool:
 def _reduction_of(r: fx.Node, terms: torch.Tensor) -> tuple[list[int], bool, float]:
     """The dims a sum or mean reduces, its keepdim, and the weight of each term (1/n for a mean)."""
     name = r.target.overloadpacket.__name__
-    dims, keepdim = _reduced_dims(name, tuple(r.args), dict(r.kwargs), terms)
+    dims, keepdim = reduced_dims(name, tuple(r.args), dict(r.kwargs), terms)
     n = math.prod(terms.shape[d] for d in dims) if terms.dim() else 1
     return dims, keepdim, (1.0 / max(n, 1) if name == "mean" else 1.0)
 
@@ -981,12 +982,18 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
     return result
 
 
+def _rounds_alike_when_repeated(target: Any) -> bool:
+    """An aten op whose kernel, given the same inputs twice, rounds the same way twice: a
+    deterministic pointwise op that writes to none of its inputs."""
+    return (isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags
+            and torch.Tag.nondeterministic_seeded not in target.tags and not _written(target))
+
+
 def _repeat_key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
-    """What makes two calls of a deterministic pointwise op round alike: the op, the same
-    tensors unchanged since (identity and version) and equal other arguments; None for any
-    other op."""
-    if not isinstance(func, torch._ops.OpOverload) or torch.Tag.pointwise not in func.tags \
-            or torch.Tag.nondeterministic_seeded in func.tags or _written(func):
+    """What makes two calls of such an op (`_rounds_alike_when_repeated`) round alike: the op,
+    the same tensors unchanged since (identity and version) and equal other arguments; None
+    for any other op."""
+    if not _rounds_alike_when_repeated(func):
         return None
     flat, spec = tree_flatten((args, kwargs))
     try:
@@ -1043,12 +1050,10 @@ def _common_subexpressions(order: list[fx.Node]) -> dict[fx.Node, fx.Node]:
     same_as: dict[fx.Node, fx.Node] = {}
     canonical = lambda a: same_as.get(a, a)  # noqa: E731 - an argument as its first computation
     for n in order:
-        target = n.target
-        if n.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or _written(target) \
-                or torch.Tag.pointwise not in target.tags or torch.Tag.nondeterministic_seeded in target.tags:
+        if n.op != "call_function" or not _rounds_alike_when_repeated(n.target):
             continue
         try:
-            key = (target, repr(fx.node.map_arg(n.args, canonical)), repr(fx.node.map_arg(n.kwargs, canonical)))
+            key = (n.target, repr(fx.node.map_arg(n.args, canonical)), repr(fx.node.map_arg(n.kwargs, canonical)))
         except Exception:  # noqa: BLE001 - an argument that does not print: never merged
             continue
         if key in first:
@@ -1837,7 +1842,7 @@ class RoundingMode(TriageDispatchMode):
         if acc not in FORMATS or name == "prod" or _is_stacked(out) or _is_stacked(args[0]):
             return None
         if name in MOMENTS:
-            dims, keepdim = _reduced_dims(name, args, kwargs, args[0])
+            dims, keepdim = reduced_dims(name, args, kwargs, args[0])
             total = torch.sum(args[0], dims, keepdim=keepdim)
             if total.numel() != out.numel():
                 return None
@@ -2079,7 +2084,7 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         s = out
     else:
         x = args[0]
-        dims, keepdim = _reduced_dims(name, args, kwargs, x)
+        dims, keepdim = reduced_dims(name, args, kwargs, x)
         n = max(1, math.prod(x.shape[d] for d in dims) if x.dim() else 1)
         if name == "cumsum":
             dim = dims[0]
@@ -2121,7 +2126,7 @@ def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtyp
         part = _directed_pairwise_sum(name, (x[rows],) + tuple(args[1:]), kwargs, acc, direction[rows], True) \
             if len(rows) else None
         return None if part is None else part.new_zeros((len(direction),) + part.shape[1:]).index_copy_(0, rows, part)
-    dims, keepdim = _reduced_dims(name, args, kwargs, x[0] if stacked else x)
+    dims, keepdim = reduced_dims(name, args, kwargs, x[0] if stacked else x)
     dims = [d + stacked for d in dims]
     kept = [d for d in range(x.dim()) if d not in dims]
     terms = torch.nan_to_num(x, nan=0.0) if name == "nansum" else x
@@ -2209,19 +2214,6 @@ def _contraction_length(name: str, args: tuple) -> int:
     transposed = bool(args[6]) if len(args) > 6 else False
     per_group = weight.shape[0] if transposed else weight.shape[1]
     return int(per_group * math.prod(weight.shape[2:]))
-
-
-def _reduced_dims(name: str, args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[list[int], bool]:
-    if name == "cumsum":
-        dim = args[1] if len(args) > 1 else kwargs["dim"]
-        return [dim % max(1, x.dim())], True
-    dims = args[1] if len(args) > 1 and not isinstance(args[1], torch.dtype) else kwargs.get("dim")
-    keepdim = bool(args[2]) if len(args) > 2 and isinstance(args[2], bool) else bool(kwargs.get("keepdim", False))
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        return list(range(x.dim())), False
-    if isinstance(dims, int):
-        dims = [dims]
-    return [d % max(1, x.dim()) for d in dims], keepdim
 
 
 _WRITTEN: dict[Any, list[int]] = {}
