@@ -105,17 +105,58 @@ def test_ops_without_elementwise_rounding_run_once_per_sample(monkeypatch):
     assert 0.75 < ratio < 1.33, ratio
 
 
-def test_decompositions_replay_their_trace_on_the_stack(monkeypatch, mlp_recording):
+def test_decompositions_replay_their_trace_after_the_centre_replay(monkeypatch, mlp_recording):
     replayed = []
     original = rounding._DecompositionTrace.replay
 
     def replay(self, mode, args, kwargs):
-        replayed.append(mode.samples)
+        replayed.append((mode.samples, mode.generator is None and not mode.directed))
         return original(self, mode, args, kwargs)
 
     monkeypatch.setattr(rounding._DecompositionTrace, "replay", replay)
     simulate(mlp_recording, stacked=True)
-    assert replayed and all(replayed)  # only stacked replays use it, and they do
+    simulate(mlp_recording, stacked=False)
+    assert any(samples for samples, _ in replayed)  # the stack
+    assert any(not samples and not centre for samples, centre in replayed)  # one replay at a time
+
+
+def layer_norms(x, y):
+    return (F.layer_norm(x, (8,)) * F.layer_norm(y, (8,))).sum()
+
+
+@pytest.mark.parametrize("stacked", [True, False])
+def test_a_call_like_an_earlier_one_replays_its_trace_with_the_same_result(monkeypatch, stacked):
+    # Two layer norms of same-shaped values: the centre replay runs the decomposition's code
+    # once and replays its ops for the second; the spread is the one of running it twice.
+    torch.manual_seed(1)
+    recording = recorded(layer_norms, torch.randn(4, 8), torch.randn(4, 8) * 3)
+    ran = []
+    decompositions = dict(rounding.decomposition_table)
+    layer_norm = torch.ops.aten.native_layer_norm.default
+
+    def counted(*args, **kwargs):
+        ran.append(1)
+        return decompositions[layer_norm](*args, **kwargs)
+
+    monkeypatch.setitem(rounding.decomposition_table, layer_norm, counted)
+    _, shared = simulate(recording, stacked=stacked)
+    assert len(ran) == 1
+    monkeypatch.setattr(rounding, "_signature", lambda *a: None)
+    _, separate = simulate(recording, stacked=stacked)
+    assert len(ran) == 3  # the centre replay ran it for each call
+    assert torch.equal(shared.up, separate.up) and torch.equal(shared.down, separate.down)
+
+
+def test_an_alias_is_its_inputs_value_in_every_replay():
+    torch.manual_seed(2)
+    recording = recorded(lambda x: (torch.tanh(x).detach() * x).sum(), torch.randn(6))
+    order = cone(recording[0], [n for n in recording[0].nodes if n.name in recording[1]])
+    same_as = rounding._ReplayPlan.of(order).same_as
+    (alias,) = [n for n in order if n.target is torch.ops.aten.detach.default]
+    assert same_as[alias].target is torch.ops.aten.tanh.default
+    _, stacked = simulate(recording, stacked=True)
+    _, sequential = simulate(recording, stacked=False)
+    assert torch.equal(stacked.up, sequential.up) and bool((stacked.up > stacked.down).all())
 
 
 def test_a_decomposition_that_reads_a_value_is_not_traced():

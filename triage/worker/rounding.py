@@ -51,6 +51,7 @@ the samples reached, the statistic T of every sample (for a Monte Carlo p-value,
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import gc
 import importlib
@@ -220,13 +221,43 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     if freezing:
         gc.freeze()
     try:
-        with dynamo_import_deferred():
+        with dynamo_import_deferred(), _freed_blocks_kept():
             return _simulate(graph, wanted, options, out_dtypes, arm_values or {}, threads)
     finally:
         torch.set_num_threads(threads)
         _set_vmap_fallback_warning_enabled(True)
         if freezing:
             gc.unfreeze()
+
+
+# glibc's malloc hands a freed block of at least its mmap threshold (128 KiB, raised to the
+# largest block freed so far) back to the kernel, and trims the heap's free top past the trim
+# threshold: each of a large value's temporaries then faults its pages in afresh, which
+# costs about as much as the pass that fills it (a 2M-element float64 `abs`: 4.5 ms, 2.4 ms
+# in kept memory). While the simulation runs, blocks below KEPT_MMAP_THRESHOLD come from the
+# heap and its free top is kept up to KEPT_TRIM_THRESHOLD; afterwards glibc's defaults return
+# (the next free trims the heap's top: an explicit malloc_trim walks every arena, 25 ms).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+KEPT_MMAP_THRESHOLD = 64 << 20
+KEPT_TRIM_THRESHOLD = 512 << 20
+DEFAULT_THRESHOLD = 128 << 10
+
+
+@contextlib.contextmanager
+def _freed_blocks_kept() -> Iterator[None]:
+    """Large freed blocks kept in the heap for reuse while the simulation runs (glibc only;
+    elsewhere nothing changes)."""
+    libc = ctypes.CDLL(None)
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None or not mallopt(M_MMAP_THRESHOLD, KEPT_MMAP_THRESHOLD):
+        yield
+        return
+    mallopt(M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD)
+    try:
+        yield
+    finally:
+        mallopt(M_MMAP_THRESHOLD, DEFAULT_THRESHOLD)
+        mallopt(M_TRIM_THRESHOLD, DEFAULT_THRESHOLD)
 
 
 @contextlib.contextmanager
@@ -858,10 +889,15 @@ class _Replayed:
                           unmeasured=self.unmeasured) for k in range(samples)]
 
 
+# Ops whose result is their input's value, unchanged: a replay takes that value as it is.
+ALIASES = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default}
+
+
 @dataclass
 class _ReplayPlan:
     """What every replay of one cone reads and none changes: its order, where each value is
-    last read, and the repeated pointwise ops (`_common_subexpressions`)."""
+    last read, and the nodes whose value is an earlier node's (`same_as`: the repeated
+    pointwise ops of `_common_subexpressions`, and aliases)."""
 
     order: list[fx.Node]
     last_use: dict[fx.Node, int]
@@ -872,6 +908,9 @@ class _ReplayPlan:
     def of(cls, order: list[fx.Node]) -> _ReplayPlan:
         last_use = last_uses(order)
         same_as = _common_subexpressions(order)
+        for n in order:  # an alias is its input's value (a training loop's detaches: hundreds of ops)
+            if n.op == "call_function" and n.target in ALIASES and n.args and isinstance(n.args[0], fx.Node):
+                same_as[n] = same_as.get(n.args[0], n.args[0])
         for i, n in enumerate(order):
             if n in same_as:  # the first one's value serves the repeat too: keep it until then
                 last_use[same_as[n]] = max(last_use.get(same_as[n], i), i)
@@ -1122,6 +1161,7 @@ class _CallCache:
         self.exact_reductions: dict[int, torch.Tensor] = {}  # collapsed reductions of their exact terms
         self.overflowing: dict[int, torch.Tensor | None] = {}  # `RoundingMode._overflowing`
         self.decompositions: dict[int, _DecompositionTrace | None] = {}  # None: not replayable stacked
+        self.traces: dict[tuple, _DecompositionTrace] = {}  # by `_signature`
         self.routes: dict[int, tuple[Any, list, str]] = {}  # op, output arm dtypes, `RoundingMode._route`
         # Values the same in every replay (leaves, views and selections of them): computed by
         # the centre replay, taken as they are by the others, with the mode's call indices
@@ -1222,6 +1262,23 @@ class _DecompositionTrace:
             op_args, op_kwargs = tree_unflatten([value(a) for a in leaves], spec)
             outputs.append(tree_flatten(mode.round_op(func, op_args, op_kwargs))[0])
         return tree_unflatten([value(a) for a in self.outputs], self.spec)
+
+
+def _signature(func: Any, computation: torch.dtype, args: tuple, kwargs: dict) -> tuple | None:
+    """What a decomposition's ops depend on (`_DecompositionTrace`): the op, its computation
+    dtype, and its arguments but for their tensors' values; None where an argument is not a
+    plain value."""
+    flat, spec = tree_flatten((args, kwargs))
+    parts: list[Any] = []
+    for a in flat:
+        if isinstance(a, torch.Tensor):
+            parts.append((tuple(a.shape), a.stride(), a.dtype, getattr(a, "_arm_dtype", a.dtype), _is_stacked(a)))
+        elif a is None or isinstance(a, (bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                                         torch.memory_format)):
+            parts.append((type(a), a))
+        else:
+            return None
+    return func, computation, str(spec), tuple(parts)
 
 
 class RoundingMode(TriageDispatchMode):
@@ -1597,10 +1654,16 @@ class RoundingMode(TriageDispatchMode):
             args = tree_map(lambda a: self._retagged(a, computation, least), args)
             kwargs = tree_map(lambda a: self._retagged(a, computation, least), kwargs)
         call = self.calls - 1
-        trace = self.cache.decompositions.get(call) if self.samples else None
-        # The centre replay notes the decomposition's ops (`_DecompositionTrace`), which stacked
-        # samples replay: the decomposition's own code would read their stacked shapes.
+        # The centre replay notes the decomposition's ops (`_DecompositionTrace`), which the
+        # later replays replay: the decomposition's own code would read stacked samples'
+        # shapes, and its Python costs more than its ops.
+        trace = self.cache.decompositions.get(call)
         recording = self.generator is None and not self.directed and not self.exact
+        signature = _signature(func, computation, args, kwargs) if recording else None
+        if signature is not None:
+            # A call with the arguments of an earlier one but for their values makes that
+            # call's ops (a training loop's loss, once per step).
+            trace = self.cache.traces.get(signature)
         self.inner_dtype.append(computation)
         if recording:
             self.traced.append([])
@@ -1617,7 +1680,11 @@ class RoundingMode(TriageDispatchMode):
             self.inner_dtype.pop()
             steps = self.traced.pop() if recording else None
         if recording:
-            self.cache.decompositions[call] = _DecompositionTrace.of(args, kwargs, steps, out)
+            if trace is None:
+                trace = _DecompositionTrace.of(args, kwargs, steps, out)
+                if signature is not None and trace is not None:
+                    self.cache.traces[signature] = trace
+            self.cache.decompositions[call] = trace
         d = out_vd[0] if out_vd else None
         fused = self.options.kernels.fused_u(name, d) if d is not None else None
         if fused and isinstance(out, torch.Tensor) and out.is_floating_point() and d in UNIT_ROUNDOFF:
@@ -1929,6 +1996,20 @@ def _round_by_spacing(t: torch.Tensor, bits: int, largest: float, tiny: float, d
     return out
 
 
+def _normal_or_zero(t: torch.Tensor, largest: float, tiny: float) -> bool:
+    """Every element of `t` is zero or a normal number of the format, within [tiny, largest]
+    in magnitude (a nan fails). Two passes where no element is zero, which is most values."""
+    low, high = (float(x) for x in torch.aminmax(t.abs()))
+    if not high <= largest:
+        return False
+    if low >= tiny:
+        return True
+    if low != 0:
+        return False
+    magnitude = t.abs()
+    return not bool(((magnitude < tiny) & (magnitude != 0)).any())
+
+
 def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
                 generator: torch.Generator | None) -> torch.Tensor | None:
     """`round_to` on the integer bits of float64 `t`: an integer below 2^(53 - bits) added
@@ -1939,18 +2020,14 @@ def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, directi
     for a positive value, down for a negative one), nothing where it moves toward it. None
     where some element is neither zero nor a normal number within the format's range
     (subnormal spacing, overflow, inf and nan: `_round_by_spacing`)."""
-    magnitude = t.abs()
-    # Zero or within [tiny, largest]: zeros counted as tiny, one pass for both bounds (a nan
-    # fails both comparisons).
-    low, high = torch.aminmax(magnitude.masked_fill_(magnitude == 0, tiny))
-    if not (float(low) >= tiny and float(high) <= largest):
+    if not _normal_or_zero(t, largest, tiny):
         return None
     dropped = 53 - bits
     if isinstance(direction, torch.Tensor):
         if generator is None and bool((direction == 0).any()):
             return None  # to nearest, ties to even: `_round_by_spacing`
-        away = torch.where(direction > 0, t > 0, t < 0)
-        carry = away.to(torch.int64).mul_((1 << dropped) - 1)
+        # Away from zero where the value's sign is the direction (0, a random row: never).
+        carry = ((t * direction) > 0).to(torch.int64).mul_((1 << dropped) - 1)
         if generator is not None:  # the random samples of a stack of directed and random replays
             drawn = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64)
             carry = torch.where(direction == 0, drawn, carry)
