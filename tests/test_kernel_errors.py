@@ -221,3 +221,22 @@ def test_calibrate_command_writes_this_machines_entry(tmp_path):
     assert "aten ops" in done.stdout
     entry = json.loads(table.read_text())["tables"][0]
     assert "exp" in entry["ops"] and entry["torch"] == torch.__version__
+
+
+@pytest.mark.parametrize("op, extra", [
+    (torch.ops.aten.lerp.Scalar, (0.3,)), (torch.ops.aten.lerp.Tensor, ()), (torch.ops.aten.addcmul.default, ()),
+    (torch.ops.aten.addcdiv.default, ()), (torch.ops.aten.addcdiv.default, ({"value": -0.7},))])
+def test_the_exact_sensitivity_of_a_sum_of_linear_terms_is_the_central_differences(monkeypatch, op, extra):
+    g = torch.Generator().manual_seed(3)
+    a, b, c = (torch.randn(64, generator=g, dtype=torch.float64) for _ in range(3))
+    if op is torch.ops.aten.lerp.Scalar:
+        args = (a, b) + extra
+    elif op is torch.ops.aten.lerp.Tensor:
+        args = (a, b, torch.rand(64, generator=g, dtype=torch.float64))
+    else:
+        args = (a, b, c + torch.sign(c))  # a divisor away from 0
+    kwargs = extra[0] if extra and isinstance(extra[0], dict) else {}
+    exact = kernel_errors.input_sensitivity(op, args, kwargs, torch.float64, a.shape)
+    monkeypatch.setattr(kernel_errors, "_linear_terms", lambda *_: None)
+    differences = kernel_errors.input_sensitivity(op, args, kwargs, torch.float64, a.shape)
+    assert torch.allclose(exact, differences, rtol=1e-6, atol=0)

@@ -312,3 +312,16 @@ def test_a_value_just_past_the_fragile_margin_is_sampled_further(times_largest, 
     value = ref + times_largest * largest * 1e-7
     got = rounding._near_floor({"v": ref}, samples, {"v": value}, {"v": torch.float64}, directed, {})
     assert got is sampled
+
+
+@pytest.mark.parametrize("stacked", [True, False])
+def test_an_in_place_op_is_ill_conditioned_where_its_out_of_place_form_is(stacked):
+    # lerp of nearly opposite values cancels: the kernel's error there is relative to its
+    # inputs. Found on the inputs before the op writes over the first of them, as for the
+    # out-of-place lerp (found on its result, the first input looks well conditioned).
+    g = torch.Generator().manual_seed(4)
+    start = torch.randn(16, generator=g)
+    end = -start * (1 + 1e-3 * torch.randn(16, generator=g))
+    _, in_place = simulate(recorded(lambda s, e: s.clone().lerp_(e, 0.5) * 3, start, end), stacked=stacked)
+    _, pure = simulate(recorded(lambda s, e: torch.lerp(s, e, 0.5) * 3, start, end), stacked=stacked)
+    assert torch.equal(in_place.up, pure.up) and torch.equal(in_place.down, pure.down)

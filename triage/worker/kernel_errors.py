@@ -374,15 +374,40 @@ def input_magnitude(args: tuple, dtype: Any, shape: Any) -> Any:
     return total
 
 
+def _linear_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
+    """xᵢ·∂f/∂xᵢ for each argument of an op that is a sum of terms each linear in one
+    argument (lerp's, addcmul's, addcdiv's): exactly what central differences find, in a few
+    passes instead of a dozen per argument. None for any other op."""
+    def scale(key: str, position: int) -> Any:
+        return kwargs[key] if key in kwargs else args[position] if len(args) > position else 1
+
+    if name == "lerp" and len(args) >= 2:
+        start, end = args[:2]
+        weight = scale("weight", 2)
+        return [start * (1 - weight), end * weight, weight * (end - start)]
+    if name in ("addcmul", "addcdiv") and len(args) >= 3:
+        start, t1, t2 = args[:3]
+        term = scale("value", 3) * (t1 * t2 if name == "addcmul" else t1 / t2)
+        return [start, term, term]  # t2·∂(t1/t2)/∂t2 = −t1/t2: the same magnitude
+    return None
+
+
 def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: Any) -> Any:
     """Σ|xᵢ·∂f/∂xᵢ| per element of a pointwise op's result, by central differences in
-    float64 over each input of the result's shape (None where there is none)."""
+    float64 over each input of the result's shape (None where there is none); exactly for
+    an op whose terms are each linear in one input (`_linear_terms`)."""
     wide = tree_map(lambda a: a.double() if isinstance(a, torch.Tensor) and a.dtype == dtype else
                     torch.float64 if a is dtype else a, args)
     wide_kwargs = tree_map(lambda a: torch.float64 if a is dtype else a, kwargs)
+    linear = _linear_terms(func.overloadpacket.__name__.rstrip("_"), tuple(wide), wide_kwargs)
     total = None
     for j, a in enumerate(wide):
         if not isinstance(a, torch.Tensor) or a.dtype != torch.float64 or a.shape != shape:
+            continue
+        if linear is not None and j < len(linear):
+            term = torch.as_tensor(linear[j], dtype=torch.float64).abs().expand(shape)
+            term = torch.where(torch.isfinite(term), term, math.inf)
+            total = term if total is None else total + term
             continue
         # A coarse step: float64 itself is quantized where the formula cancels (1 + erf(x) at
         # x = -7 moves in steps of 4e-5 of itself), and an order of magnitude is all the

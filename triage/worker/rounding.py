@@ -1477,7 +1477,7 @@ class RoundingMode(TriageDispatchMode):
         if route == "library":
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
             # Where the function is ill-conditioned is found once, on the first replay that
-            # adds the noise: up, the directed stack's first sample (`_noise_where_ill_conditioned`).
+            # adds the noise: up, the directed stack's first sample (`_find_ill_conditioned`).
             return torch.Tag.pointwise in func.tags and (not backward or self.calls in self.cache.ill_conditioned
                                                          or self.directed)
         return route in ("exact", "widening", "correctly-rounded")
@@ -1542,10 +1542,12 @@ class RoundingMode(TriageDispatchMode):
             out = self._round_all(self._evaluate(func, args, kwargs), out_vd, library=0.0)
         else:
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
+            noisy = bool(backward) and (self.generator is not None or self.directed)
+            if noisy:  # before the op: an in-place one writes over an input
+                self._find_ill_conditioned(call, func, args, kwargs)
             out = self._evaluate(func, args, kwargs)
-            if backward and (self.generator is not None or self.directed) and isinstance(out, torch.Tensor):
-                out = self._noise_where_ill_conditioned(call, func, args, kwargs, out,
-                                                        backward * UNIT_ROUNDOFF.get(out_vd[0], 2.0 ** -53))
+            if noisy and isinstance(out, torch.Tensor):
+                out = self._noise_where_ill_conditioned(call, out, backward * UNIT_ROUNDOFF.get(out_vd[0], 2.0 ** -53))
             if torch.Tag.pointwise in func.tags or not isinstance(out, torch.Tensor) or not out.is_floating_point():
                 out = self._round_all(out, out_vd, library=self._library_u(name, out_vd))
             else:
@@ -1565,28 +1567,35 @@ class RoundingMode(TriageDispatchMode):
             return written[0]
         return out
 
-    def _noise_where_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
-                                     bound: float) -> torch.Tensor:
-        """A pointwise kernel's measured error where the function is ill-conditioned
-        (`well_conditioned` false, found once per call by central differences and
-        kept for every replay): `bound`·max(Σ|xᵢ|, |f|) added to the result there (`bound` in absolute
-        units: the measured multiple of u times u); elsewhere the forward bound holds."""
+    def _find_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict) -> None:
+        """Where a pointwise function is ill-conditioned on this call's inputs
+        (`well_conditioned` false, by its sensitivity Σ|xᵢ·∂f/∂xᵢ|), found once per call and
+        kept for every replay: the scale max(Σ|xᵢ|, |f|) there. Stacked, on the first sample,
+        as a replay of it alone would (the directed pair's up replay, the first replay that
+        adds this noise); an in-place op through its out-of-place form, on its inputs before
+        it writes to them."""
         cached = self.cache.ill_conditioned.get(call)
-        if cached is None or cached[0] is not func:
-            # Stacked: found on the first sample, as a replay of it alone would (the directed
-            # pair's up replay, the first replay that adds this noise).
-            first_args, first_kwargs, first = ((_sample_args(args, 0), _sample_kwargs(kwargs, 0), out[0])
-                                               if self.samples else (args, kwargs, out))
-            try:
-                sens = input_sensitivity(func, first_args, first_kwargs, torch.float64, first.shape)
-                magnitude = input_magnitude(first_args, torch.float64, first.shape)
-                ill = None if sens is None else ~well_conditioned(sens, magnitude, first.abs())
-                cached = (func, None if ill is None or not bool(ill.any())
-                          else torch.where(ill, torch.maximum(magnitude, first.abs()), 0.0))
-            except Exception:  # noqa: BLE001 - no sensitivity: the forward bound alone
-                cached = (func, None)
-            self.cache.ill_conditioned[call] = cached
-        scale = cached[1]
+        if cached is not None and cached[0] is func:
+            return
+        first_args, first_kwargs = (_sample_args(args, 0), _sample_kwargs(kwargs, 0)) if self.samples else (args, kwargs)
+        try:
+            pure = _out_of_place(func)
+            first = pure(*first_args, **first_kwargs)
+            sens = input_sensitivity(pure, first_args, first_kwargs, torch.float64, first.shape)
+            magnitude = input_magnitude(first_args, torch.float64, first.shape)
+            ill = None if sens is None else ~well_conditioned(sens, magnitude, first.abs())
+            cached = (func, None if ill is None or not bool(ill.any())
+                      else torch.where(ill, torch.maximum(magnitude, first.abs()), 0.0))
+        except Exception:  # noqa: BLE001 - no sensitivity (nor an out-of-place form): the forward bound alone
+            cached = (func, None)
+        self.cache.ill_conditioned[call] = cached
+
+    def _noise_where_ill_conditioned(self, call: int, out: torch.Tensor, bound: float) -> torch.Tensor:
+        """A pointwise kernel's measured error where the function is ill-conditioned
+        (`_find_ill_conditioned`): `bound`·max(Σ|xᵢ|, |f|) added to the result there (`bound`
+        in absolute units: the measured multiple of u times u); elsewhere the forward bound
+        holds."""
+        scale = self.cache.ill_conditioned[call][1]
         if scale is None or scale.shape != self._sample_shape(out):
             return out
         return self._absolute_noise(out, scale, bound)
@@ -2305,6 +2314,15 @@ def _written(op: Any) -> list[int]:
 
 
 STACKED = "_samples_stacked"  # the attribute that marks a tensor as stacked samples (`RoundingMode.samples`)
+
+
+def _out_of_place(func: Any) -> Any:
+    """The op itself, or for an in-place op (one that writes an input) its out-of-place
+    overload: `addcmul_.default` -> `addcmul.default`."""
+    if not _written(func):
+        return func
+    packet = getattr(torch.ops.aten, func.overloadpacket.__name__.rstrip("_"))
+    return getattr(packet, func._overloadname)
 
 
 def _is_stacked(t: Any) -> bool:
