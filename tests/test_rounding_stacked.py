@@ -325,3 +325,28 @@ def test_an_in_place_op_is_ill_conditioned_where_its_out_of_place_form_is(stacke
     _, in_place = simulate(recorded(lambda s, e: s.clone().lerp_(e, 0.5) * 3, start, end), stacked=stacked)
     _, pure = simulate(recorded(lambda s, e: torch.lerp(s, e, 0.5) * 3, start, end), stacked=stacked)
     assert torch.equal(in_place.up, pure.up) and torch.equal(in_place.down, pure.down)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_small_values_round_on_the_bits_in_numpy_exactly_as_in_torch(monkeypatch, dtype):
+    bits, largest, tiny = rounding.FORMATS[dtype]
+    g = torch.Generator().manual_seed(8)
+    stack = torch.tensor([1.0, -1.0] + [0.0] * 9, dtype=torch.float64).view(-1, 1)
+    compared = 0
+    for trial in range(60):
+        t = torch.randn((11, 7) if trial % 2 else (5,), generator=g, dtype=torch.float64) * 10.0 ** (trial % 7 - 3)
+        t[torch.rand(t.shape, generator=g) < 0.2] = 0.0
+        if trial % 5 == 0:
+            t.view(-1)[0] = SPECIALS.double()[trial % len(SPECIALS)]
+        for direction in ([1, -1, 0, stack] if t.dim() == 2 else [1, -1, 0]):
+            results = []
+            for elements in (rounding.NUMPY_ELEMENTS, -1):  # NumPy, then torch
+                monkeypatch.setattr(rounding, "NUMPY_ELEMENTS", elements)
+                draws = torch.Generator().manual_seed(trial)
+                results.append(rounding._round_bits(t.clone(), bits, largest, tiny, direction, draws))
+            numpy_result, torch_result = results
+            assert (numpy_result is None) == (torch_result is None)
+            if torch_result is not None:
+                assert torch.equal(numpy_result, torch_result)
+                compared += 1
+    assert compared > 150
