@@ -592,8 +592,11 @@ def _exact_terms(order: list[fx.Node], candidates: list[_Collapsed], options: Si
         dims, _ = forms.pop()
         if (math.prod(terms.shape[d] for d in dims) if terms.dim() else 1) < ANALYTIC_TERMS:
             continue
-        if not all(bool(torch.isfinite(v).all()) for v in values):
-            continue  # an overflow or a nan among the terms: no normal error describes it
+        # An overflow or a nan among the terms: no normal error describes it. One pass each,
+        # with no temporary: a float64 sum of finite terms that overflows (past 1e308) only
+        # leaves the reductions replayed in full.
+        if not all(math.isfinite(float(v.sum())) for v in values):
+            continue
         g.exact = {s: replay.values[s.name] for s in g.sources}
         kept.append(g)
     return kept
@@ -2227,7 +2230,9 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         # One pass each, with no temporary (a 2M-term mean: 2 of the centre replay's 20 passes).
         squares = torch.linalg.vector_norm(x, 2, dims, keepdim).square_()
         absolute = torch.linalg.vector_norm(x, 1, dims, keepdim)
-        s = torch.sum(torch.nan_to_num(x), dims, keepdim=keepdim)
+        s = torch.sum(x, dims, keepdim=keepdim)
+        if not bool(torch.isfinite(s).all()):  # the finite terms' sum, without a copy where all are
+            s = torch.sum(torch.nan_to_num(x), dims, keepdim=keepdim)
         scale = 1.0 / n if name == "mean" else 1.0
         walk = (sequential_walk(n, s, squares) if any_order else lane_walk(n, s, squares) if fused
                 else blocked_walk(n, s, squares)) * scale
