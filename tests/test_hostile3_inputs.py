@@ -438,3 +438,27 @@ def test_sweep_torch_refuses_unicode_digits_and_leaves_no_lock(tmp_path):
                           env=dict(os.environ, TRIAGE_CACHE_DIR=str(cache)))
     assert done.returncode == 2 and f"--torch: '{arabic}' is not a torch release version" in done.stderr
     assert "Traceback" not in done.stderr and not (cache / "torch-envs").exists()
+
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+def test_small_values_are_fingerprinted_from_python_floats_as_from_tensor_ops(monkeypatch, dtype):
+    # 052: 100,001 one-element leaves, each fingerprinted after the script (20 s of tensor ops).
+    import math
+
+    import torch
+
+    from triage.worker import fingerprint as fingerprints
+
+    g = torch.Generator().manual_seed(11)
+    for n in (1, 2, 7, 64):
+        for specials in ([], [math.nan], [math.inf, -math.inf, math.nan], [0.0, -0.0]):
+            t = (torch.randn(n, generator=g, dtype=torch.float64) * 100).to(getattr(torch, dtype))
+            t[:len(specials)] = torch.tensor(specials[:n], dtype=torch.float64).to(t.dtype)
+            small = fingerprints.fingerprint(t)
+            monkeypatch.setattr(fingerprints, "SMALL_VALUE", 0)
+            ops = fingerprints.fingerprint(t)
+            monkeypatch.undo()
+            norm, ops_norm = small.pop("norm"), ops.pop("norm")
+            assert small == ops
+            assert (norm is None) == (ops_norm is None) and (norm is None or math.isclose(norm, ops_norm, rel_tol=1e-14))
