@@ -378,16 +378,13 @@ def _linear_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
     """xᵢ·∂f/∂xᵢ for each argument of an op that is a sum of terms each linear in one
     argument (lerp's, addcmul's, addcdiv's): exactly what central differences find, in a few
     passes instead of a dozen per argument. None for any other op."""
-    def scale(key: str, position: int) -> Any:
-        return kwargs[key] if key in kwargs else args[position] if len(args) > position else 1
-
     if name == "lerp" and len(args) >= 2:
         start, end = args[:2]
-        weight = scale("weight", 2)
+        weight = args[2] if len(args) > 2 else kwargs["weight"]
         return [start * (1 - weight), end * weight, weight * (end - start)]
     if name in ("addcmul", "addcdiv") and len(args) >= 3:
         start, t1, t2 = args[:3]
-        term = scale("value", 3) * (t1 * t2 if name == "addcmul" else t1 / t2)
+        term = kwargs.get("value", 1) * (t1 * t2 if name == "addcmul" else t1 / t2)  # `value`: keyword-only
         return [start, term, term]  # t2·∂(t1/t2)/∂t2 = −t1/t2: the same magnitude
     return None
 
@@ -406,17 +403,15 @@ def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: A
             continue
         if linear is not None and j < len(linear):
             term = torch.as_tensor(linear[j], dtype=torch.float64).abs().expand(shape)
-            term = torch.where(torch.isfinite(term), term, math.inf)
-            total = term if total is None else total + term
-            continue
-        # A coarse step: float64 itself is quantized where the formula cancels (1 + erf(x) at
-        # x = -7 moves in steps of 4e-5 of itself), and an order of magnitude is all the
-        # conditioning test needs.
-        h = (a.abs() * 1e-3).clamp(min=1e-300)
-        moved = [list(wide), list(wide)]
-        moved[0][j], moved[1][j] = a + h, a - h
-        slope = (func(*moved[0], **wide_kwargs) - func(*moved[1], **wide_kwargs)) / (2 * h)
-        term = (a * slope).abs()
-        term = torch.where(torch.isfinite(term), term, torch.full_like(term, math.inf))
+        else:
+            # A coarse step: float64 itself is quantized where the formula cancels (1 + erf(x)
+            # at x = -7 moves in steps of 4e-5 of itself), and an order of magnitude is all
+            # the conditioning test needs.
+            h = (a.abs() * 1e-3).clamp(min=1e-300)
+            moved = [list(wide), list(wide)]
+            moved[0][j], moved[1][j] = a + h, a - h
+            slope = (func(*moved[0], **wide_kwargs) - func(*moved[1], **wide_kwargs)) / (2 * h)
+            term = (a * slope).abs()
+        term = torch.where(torch.isfinite(term), term, math.inf)
         total = term if total is None else total + term
     return total
