@@ -15,6 +15,9 @@ from triage.worker.opclasses import UNIT_ROUNDOFF
 from triage.worker.reference import cone
 from triage.worker.rounding import SimulationOptions, simulate_rounding
 
+# The module's own, read once: the tests below set it to -1 (the torch paths) and back.
+NUMPY_ELEMENTS = rounding.NUMPY_ELEMENTS
+
 
 def simulate(recording, stacked, samples=29):
     graph, wanted, dtypes, _ = recording
@@ -340,7 +343,7 @@ def test_small_values_round_on_the_bits_in_numpy_exactly_as_in_torch(monkeypatch
             t.view(-1)[0] = SPECIALS.double()[trial % len(SPECIALS)]
         for direction in ([1, -1, 0, stack] if t.dim() == 2 else [1, -1, 0]):
             results = []
-            for elements in (rounding.NUMPY_ELEMENTS, -1):  # NumPy, then torch
+            for elements in (NUMPY_ELEMENTS, -1):  # NumPy, then torch
                 monkeypatch.setattr(rounding, "NUMPY_ELEMENTS", elements)
                 draws = torch.Generator().manual_seed(trial)
                 results.append(rounding._round_bits(t.clone(), bits, largest, tiny, direction, draws))
@@ -350,3 +353,53 @@ def test_small_values_round_on_the_bits_in_numpy_exactly_as_in_torch(monkeypatch
                 assert torch.equal(numpy_result, torch_result)
                 compared += 1
     assert compared > 150
+
+
+def _values(trial, g, shape):
+    """Small float64 values over many magnitudes, with zeros and a special now and then."""
+    t = torch.randn(shape, generator=g, dtype=torch.float64) * 10.0 ** (trial % 7 - 3)
+    t[torch.rand(t.shape, generator=g) < 0.2] = 0.0
+    if trial % 5 == 0:
+        t.view(-1)[0] = SPECIALS.double()[trial % len(SPECIALS)]
+    return t
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf: nan, on purpose (NumPy warns, torch does not)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_library_kernels_error_and_rounding_in_numpy_are_the_torch_paths_exactly(monkeypatch, dtype):
+    # `RoundingMode._round` of a small value takes the kernel's error and the rounding in one
+    # NumPy pass: the same draws and the same IEEE operations as `_relative_noise` then
+    # `round_to` in torch, directed, sampled and as a stack of both.
+    g = torch.Generator().manual_seed(9)
+    stack = torch.tensor([1.0, -1.0] + [0.0] * 9, dtype=torch.float64)
+    compared = 0
+    for trial in range(40):
+        t = _values(trial, g, (11, 6) if trial % 2 else (7,))
+        for direction, sampled in ([(stack, True)] if t.dim() == 2 else []) + [(1, False), (-1, False), (0, True)]:
+            for library in (0.0, 3.5):
+                results = []
+                for elements in (NUMPY_ELEMENTS, -1):  # NumPy, then torch
+                    monkeypatch.setattr(rounding, "NUMPY_ELEMENTS", elements)
+                    mode = rounding.RoundingMode(SimulationOptions(), rounding._CallCache(), direction=direction,
+                                                 generator=torch.Generator().manual_seed(trial) if sampled else None)
+                    results.append(mode._round(t.clone(), dtype, library))
+                assert torch.equal(results[0].nan_to_num(), results[1].nan_to_num()), (trial, direction, library)
+                assert torch.equal(results[0].isnan(), results[1].isnan())
+                compared += 1
+    assert compared > 200
+
+
+@pytest.mark.parametrize("name", ["sum", "mean"])
+def test_the_directed_pairwise_sum_in_numpy_is_the_torch_one_exactly(monkeypatch, name):
+    g = torch.Generator().manual_seed(10)
+    stack = torch.tensor([1.0, -1.0] + [0.0] * 3, dtype=torch.float64)
+    for trial in range(30):
+        x = _values(trial, g, (5, 3, 13 + trial))
+        for direction, stacked in ((stack, True), (1, False), (-1, False)):
+            results = []
+            for elements in (NUMPY_ELEMENTS, -1):  # NumPy, then torch
+                monkeypatch.setattr(rounding, "NUMPY_ELEMENTS", elements)
+                args = (x if stacked else x[0], [-1], trial % 2 == 1)
+                results.append(rounding._directed_pairwise_sum(name, args, {}, torch.float32, direction, stacked))
+            assert torch.equal(results[0].nan_to_num(), results[1].nan_to_num()), (trial, direction)
+            assert torch.equal(results[0].isnan(), results[1].isnan())

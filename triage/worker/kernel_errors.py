@@ -389,13 +389,21 @@ def _linear_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
     return None
 
 
+def _in_float64(a: Any, dtype: Any) -> Any:
+    """An argument with tensors of `dtype` in float64 and `dtype` itself named float64."""
+    if isinstance(a, torch.Tensor):
+        return a.double() if a.dtype == dtype else a
+    if isinstance(a, (list, tuple)):
+        return type(a)(_in_float64(x, dtype) for x in a)
+    return torch.float64 if a is dtype else a
+
+
 def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: Any) -> Any:
     """Σ|xᵢ·∂f/∂xᵢ| per element of a pointwise op's result, by central differences in
     float64 over each input of the result's shape (None where there is none); exactly for
     an op whose terms are each linear in one input (`_linear_terms`)."""
-    wide = tree_map(lambda a: a.double() if isinstance(a, torch.Tensor) and a.dtype == dtype else
-                    torch.float64 if a is dtype else a, args)
-    wide_kwargs = tree_map(lambda a: torch.float64 if a is dtype else a, kwargs)
+    wide = [_in_float64(a, dtype) for a in args]
+    wide_kwargs = {k: _in_float64(v, dtype) for k, v in kwargs.items()}
     linear = _linear_terms(func.overloadpacket.__name__.rstrip("_"), tuple(wide), wide_kwargs)
     total = None
     for j, a in enumerate(wide):

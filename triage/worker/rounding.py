@@ -222,7 +222,9 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     if freezing:
         gc.freeze()
     try:
-        with dynamo_import_deferred(), _freed_blocks_kept():
+        # The replays compute with infinities and nans on purpose (overflow, inf - inf), as
+        # torch's ops do without a warning; NumPy's small-value paths stay as quiet.
+        with dynamo_import_deferred(), _freed_blocks_kept(), np.errstate(all="ignore"):
             return _simulate(graph, wanted, options, out_dtypes, arm_values or {}, threads)
     finally:
         torch.set_num_threads(threads)
@@ -358,7 +360,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         for w in live:
             spreads[w] = NodeSpread(status="not-judged", reason=why)
         return Simulation(spreads, time.monotonic() - start, 0, note=why)
-    collapsed = _exact_terms(order, _collapsible(order, set(live), _common_subexpressions(order), center.numel),
+    collapsed = _exact_terms(order, _collapsible(order, set(live), plan.repeats, center.numel),
                              options)
     calibrating = {s.name for g in collapsed for s in g.sources}
     # Small values, many ops: the replays' cost is the Python around each op, which a stack of
@@ -901,17 +903,19 @@ ALIASES = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.op
 class _ReplayPlan:
     """What every replay of one cone reads and none changes: its order, where each value is
     last read, and the nodes whose value is an earlier node's (`same_as`: the repeated
-    pointwise ops of `_common_subexpressions`, and aliases)."""
+    pointwise ops of `_common_subexpressions`, `repeats`, and aliases)."""
 
     order: list[fx.Node]
     last_use: dict[fx.Node, int]
     same_as: dict[fx.Node, fx.Node]
+    repeats: dict[fx.Node, fx.Node]
     written: dict[fx.Node, tuple[list[int], set[str]]]  # each in-place op's written positions and names
 
     @classmethod
     def of(cls, order: list[fx.Node]) -> _ReplayPlan:
         last_use = last_uses(order)
-        same_as = _common_subexpressions(order)
+        repeats = _common_subexpressions(order)
+        same_as = dict(repeats)
         for n in order:  # an alias is its input's value (a training loop's detaches: hundreds of ops)
             if n.op == "call_function" and n.target in ALIASES and n.args and isinstance(n.args[0], fx.Node):
                 same_as[n] = same_as.get(n.args[0], n.args[0])
@@ -920,7 +924,7 @@ class _ReplayPlan:
                 last_use[same_as[n]] = max(last_use.get(same_as[n], i), i)
         written = {n: (_written(n.target), {n.target._schema.arguments[j].name for j in _written(n.target)})
                    for n in order if isinstance(n.target, torch._ops.OpOverload) and _written(n.target)}
-        return cls(order, last_use, same_as, written)
+        return cls(order, last_use, same_as, repeats, written)
 
 
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
@@ -1166,7 +1170,8 @@ class _CallCache:
         self.overflowing: dict[int, torch.Tensor | None] = {}  # `RoundingMode._overflowing`
         self.decompositions: dict[int, _DecompositionTrace | None] = {}  # None: not replayable stacked
         self.traces: dict[tuple, _DecompositionTrace] = {}  # by `_signature`
-        self.routes: dict[int, tuple[Any, list, str]] = {}  # op, output arm dtypes, `RoundingMode._route`
+        # op, output arm dtypes, `RoundingMode._route`, the floating inputs' arm dtypes
+        self.routes: dict[int, tuple[Any, list, str, list]] = {}
         # Values the same in every replay (leaves, views and selections of them): computed by
         # the centre replay, taken as they are by the others, with the mode's call indices
         # they span (a later call keeps its index). Held for the whole simulation, within
@@ -1309,6 +1314,7 @@ class RoundingMode(TriageDispatchMode):
         # +1 up, -1 down, 0 to nearest or at random; with stacked samples, one sign per sample
         # (a float64 tensor: the directed replays as one stack).
         self.direction = direction
+        self.sign_views: dict[int, tuple[torch.Tensor, np.ndarray]] = {}  # `_sign_views`
         self.generator = generator
         # Uniform draws for one-element results, seeded from the replay's own generator.
         self.draws = random.Random(int(torch.randint(0, 2 ** 62, (1,), generator=generator))) \
@@ -1330,8 +1336,17 @@ class RoundingMode(TriageDispatchMode):
     def _signs(self, t: torch.Tensor) -> int | torch.Tensor:
         """The direction for `t`: shaped to `t`'s stacked samples where each has its own."""
         if isinstance(self.direction, torch.Tensor):
-            return self.direction.view((-1,) + (1,) * (t.dim() - 1))
+            return self._sign_views(t.dim())[0]
         return self.direction
+
+    def _sign_views(self, dim: int) -> tuple[torch.Tensor, np.ndarray]:
+        """The stack's directions shaped for a value of `dim` dimensions, as a tensor and as
+        a NumPy array (memoized: thousands of roundings a replay)."""
+        views = self.sign_views.get(dim)
+        if views is None:
+            shaped = self.direction.view((-1,) + (1,) * (dim - 1))
+            views = self.sign_views[dim] = (shaped, shaped.numpy())
+        return views
 
     def vdtype(self, t: torch.Tensor) -> torch.dtype:
         """The dtype the value has on the arm: an attribute on the float64 stand-in (set on
@@ -1473,7 +1488,7 @@ class RoundingMode(TriageDispatchMode):
         routed = self.cache.routes.get(self.calls)
         if routed is None or routed[0] is not func:
             return False
-        _, out_vd, route = routed
+        _, out_vd, route, _ = routed
         if route == "accumulated":
             return self.calls in self.cache.magnitudes and not (name in CONTRACTIONS and self._tf32(name, out_vd))
         if route == "decomposed":
@@ -1490,18 +1505,25 @@ class RoundingMode(TriageDispatchMode):
         call = self.calls
         self.calls += 1
         name = func.overloadpacket.__name__
-        flat = _flat(args) + _flat(tuple(kwargs.values()))
-        in_vd = [self.vdtype(a) for a in flat if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())]
-        # The same call of every replay has the same op and dtypes, so the same route.
+        # The same call of every replay has the same op and arm dtypes, so the same route.
         routed = self.cache.routes.get(call)
-        out_vd = routed[1] if routed is not None and routed[0] is func else self._output_dtypes(func, args, kwargs, flat)
+        if routed is None or routed[0] is not func:
+            flat = _flat(args) + _flat(tuple(kwargs.values()))
+            in_vd = [self.vdtype(a) for a in flat
+                     if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())]
+            out_vd = self._output_dtypes(func, args, kwargs, flat)
+            routed = None
+        else:
+            _, out_vd, _, in_vd = routed
         written = [args[i] for i in _written(func) if i < len(args) and isinstance(args[i], torch.Tensor)]
         if name not in EXACT_OPS:  # a dtype argument names the arm's precision: compute in float64
-            args = _map(lambda a: widen_dtype(a) if isinstance(a, torch.dtype) else widen(a), args)
-        kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
-                      else _map(widen, v) if isinstance(v, (list, tuple)) else widen(v)) for k, v in kwargs.items()}
-        if routed is None or routed[0] is not func:
-            routed = self.cache.routes[call] = (func, out_vd, self._route(func, name, args, kwargs, flat, in_vd, out_vd))
+            args = _widened(args)
+        if kwargs:
+            kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
+                          else _widened(v) if isinstance(v, (list, tuple)) else widen(v)) for k, v in kwargs.items()}
+        if routed is None:
+            routed = self.cache.routes[call] = (func, out_vd, self._route(func, name, args, kwargs, flat, in_vd, out_vd),
+                                                in_vd)
         route = routed[2]
         if route == "lattice":
             lattice = out_vd[0]
@@ -1713,15 +1735,12 @@ class RoundingMode(TriageDispatchMode):
     def _scaled_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
         """Noise of `bound` times the output's scale, max(|y|, rms y), as the kernel's error
         was measured: a normalized output near zero keeps the error of its neighbours."""
-        finite = torch.isfinite(t)
         if self.samples:  # each sample's own scale, as one replay of it computes it
-            rms = [float(x[f].square().mean().sqrt()) if bool(f.any()) else math.nan
-                   for x, f in zip(t, finite, strict=True)]
-            rms = torch.tensor(rms, dtype=t.dtype).view((-1,) + (1,) * (t.dim() - 1))
+            rms = _finite_rms(t.reshape(t.shape[0], -1)).view((-1,) + (1,) * (t.dim() - 1))
             return torch.where(rms.isnan(), t, self._absolute_noise(t, torch.maximum(t.abs(), rms), bound))
-        if not bool(finite.any()):
+        rms = float(_finite_rms(t.reshape(1, -1))[0])
+        if math.isnan(rms):
             return t
-        rms = float(t[finite].square().mean().sqrt())
         return self._absolute_noise(t, t.abs().clamp(min=rms), bound)
 
     def _absolute_noise(self, t: torch.Tensor, scale: torch.Tensor, bound: float) -> torch.Tensor:
@@ -1795,6 +1814,10 @@ class RoundingMode(TriageDispatchMode):
         return _dtypes(func, meta, spec, torch.device("meta"))
 
     def _tag(self, out: Any, out_vd: list) -> Any:
+        if isinstance(out, torch.Tensor):  # the common case, without the pytree round trip
+            if out_vd and out_vd[0] is not None:
+                out._arm_dtype = out_vd[0]
+            return out
         for t, d in zip(tree_flatten(out)[0], out_vd, strict=False):
             if isinstance(t, torch.Tensor) and d is not None:
                 t._arm_dtype = d
@@ -1830,6 +1853,18 @@ class RoundingMode(TriageDispatchMode):
         if self.exact or dtype not in FORMATS and dtype != torch.float64:
             return t
         u = UNIT_ROUNDOFF[dtype]
+        if dtype != torch.float64 and t.dtype == torch.float64 and 1 < t.numel() <= NUMPY_ELEMENTS \
+                and (self.directed or self.generator is not None):
+            # A small value's kernel error and rounding in one pass of NumPy calls: the
+            # arithmetic and draws of `_relative_noise` then `round_to`, a fraction of the
+            # cost of a dozen small torch ops.
+            signs = self._sign_views(t.dim())[1] if isinstance(self.direction, torch.Tensor) else self.direction
+            noisy = _relative_noise_numpy(t.detach().contiguous().numpy(), library * u, signs, self.generator)
+            rounded = _round_array(noisy, *FORMATS[dtype], signs, self.generator)
+            if rounded is not None:
+                return torch.from_numpy(rounded)
+            # Past the format's normal range: `round_to` by the spacing, after the same noise.
+            return round_to(torch.from_numpy(noisy), dtype, self._signs(t), self.generator)
         if library:
             t = self._relative_noise(t, library * u)
         if dtype == torch.float64:
@@ -2062,12 +2097,53 @@ def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, directi
 NUMPY_ELEMENTS = 1 << 12
 
 
+def _finite_rms(rows: torch.Tensor) -> torch.Tensor:
+    """The root mean square of each row's finite elements, nan for a row with none. Rows of up
+    to NUMPY_ELEMENTS elements in NumPy, together (a stack's samples: one call, not a dozen
+    torch ops each), longer ones one at a time in torch: a sample's figure is the same whether
+    it is stacked or not."""
+    if rows.shape[1] > NUMPY_ELEMENTS:
+        return torch.tensor([float(x[f].square().mean().sqrt()) if bool(f.any()) else math.nan
+                             for x, f in zip(rows, torch.isfinite(rows), strict=True)], dtype=torch.float64)
+    a = rows.detach().contiguous().numpy()
+    finite = np.isfinite(a)
+    count = finite.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a row with no finite element: nan
+        mean = np.where(finite, a * a, 0.0).sum(axis=1) / count
+    return torch.from_numpy(np.where(count > 0, np.sqrt(mean), np.nan))
+
+
 def _round_bits_numpy(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
                       generator: torch.Generator | None) -> torch.Tensor | None:
     """`_round_bits` of a small tensor, in NumPy."""
     a = t.detach().contiguous().numpy()
     if not a.size:
         return t.clone()
+    signs = direction.numpy() if isinstance(direction, torch.Tensor) else direction
+    rounded = _round_array(a, bits, largest, tiny, signs, generator)
+    return None if rounded is None else torch.from_numpy(rounded)
+
+
+def _relative_noise_numpy(a: np.ndarray, bound: float, signs: int | np.ndarray,
+                          generator: torch.Generator | None) -> np.ndarray:
+    """`RoundingMode._relative_noise` of a small float64 array, in NumPy: the same IEEE
+    operations in the same order and the same draws from `generator`, so the same result bit
+    for bit (`a` itself where there is no noise to add)."""
+    if not bound:
+        return a
+    directed = a + (signs * bound) * np.abs(a) if isinstance(signs, np.ndarray) or signs else None
+    if generator is None:
+        return a if directed is None else directed
+    delta = (torch.rand(a.shape, generator=generator, dtype=torch.float64).numpy() * 2 - 1) * bound
+    sampled = a * (1 + delta)
+    return sampled if directed is None else np.where(signs == 0, sampled, directed)
+
+
+def _round_array(a: np.ndarray, bits: int, largest: float, tiny: float, signs: int | np.ndarray,
+                 generator: torch.Generator | None) -> np.ndarray | None:
+    """`_round_bits` on a float64 NumPy array (not empty): directions as a sign or an array
+    of signs broadcast against it."""
+    a = np.asarray(a)  # a level's last sum may be a NumPy scalar
     magnitude = np.abs(a)
     low, high = float(magnitude.min()), float(magnitude.max())
     if not high <= largest:
@@ -2075,20 +2151,19 @@ def _round_bits_numpy(t: torch.Tensor, bits: int, largest: float, tiny: float, d
     if not low >= tiny and (low != 0 or bool(((magnitude < tiny) & (magnitude != 0)).any())):
         return None
     dropped = 53 - bits
-    if isinstance(direction, torch.Tensor):
-        signs = direction.numpy()
+    if isinstance(signs, np.ndarray):
         if generator is None and bool((signs == 0).any()):
             return None
         carry = ((a * signs) > 0).astype(np.int64) * ((1 << dropped) - 1)
         if generator is not None:
-            drawn = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64).numpy()
+            drawn = torch.randint(0, 1 << dropped, a.shape, generator=generator, dtype=torch.int64).numpy()
             carry = np.where(signs == 0, drawn, carry)
-    elif direction:
-        carry = ((a > 0) if direction > 0 else (a < 0)).astype(np.int64) * ((1 << dropped) - 1)
+    elif signs:
+        carry = ((a > 0) if signs > 0 else (a < 0)).astype(np.int64) * ((1 << dropped) - 1)
     else:
-        carry = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64).numpy()
+        carry = torch.randint(0, 1 << dropped, a.shape, generator=generator, dtype=torch.int64).numpy()
     rounded = np.asarray((carry + a.view(np.int64)) & -(1 << dropped))  # 0-dim: NumPy scalars
-    return torch.from_numpy(rounded.view(np.float64))
+    return rounded.view(np.float64)
 
 
 _OP_CLASSES: dict[Any, str] = {}
@@ -2264,17 +2339,33 @@ def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtyp
     terms = terms.permute(kept + dims).reshape([x.shape[d] for d in kept] + [-1])
     n = terms.shape[-1]
     signs = direction.view((-1,) + (1,) * (terms.dim() - 1)) if isinstance(direction, torch.Tensor) else direction
+    # Up to NUMPY_ELEMENTS terms, the levels are NumPy arrays (a mean of 16 terms: five
+    # roundings, each a few NumPy calls instead of a dozen torch ops); the same additions, and
+    # the same rounding as `round_to`'s, which takes a level that leaves the format's normal
+    # range.
+    small = terms.numel() <= NUMPY_ELEMENTS
+    if small:
+        terms = terms.contiguous().numpy()
+
+    def rounded(x: Any, sign: int | torch.Tensor) -> Any:
+        if not small:
+            return round_to(x, acc, sign, None)
+        out = _round_array(x, *FORMATS[acc], sign.numpy() if isinstance(sign, torch.Tensor) else sign, None)
+        return out if out is not None else round_to(torch.from_numpy(np.asarray(x)), acc, sign, None).numpy()
+
     carried = []  # the last term of each odd-length level: added to the tree of the others at the end
     while terms.shape[-1] > 1:
         if terms.shape[-1] % 2:
             carried.append(terms[..., -1:])
             terms = terms[..., :-1]
-        terms = round_to(terms[..., 0::2] + terms[..., 1::2], acc, signs, None)
+        terms = rounded(terms[..., 0::2] + terms[..., 1::2], signs)
     for last in carried:
-        terms = round_to(terms + last, acc, signs, None)
+        terms = rounded(terms + last, signs)
     total = terms[..., 0]
     if name == "mean":
-        total = round_to(total / n, acc, signs[..., 0] if isinstance(signs, torch.Tensor) else signs, None)
+        total = rounded(total / n, signs[..., 0] if isinstance(signs, torch.Tensor) else signs)
+    if small:
+        total = torch.from_numpy(np.asarray(total))
     if keepdim:
         for d in sorted(dims):
             total = total.unsqueeze(d)
@@ -2472,6 +2563,20 @@ def _flat(args: tuple) -> list:
         else:
             out.append(a)
     return out
+
+
+def _widened(args: list | tuple) -> list | tuple:
+    """Arguments (one level of lists opened, as `_flat`) with floating tensors in float64 (or
+    complex128) on the CPU and dtypes widened alike: the replay's stand-ins for the arm's."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a if a.dtype is torch.float64 and a.device.type == "cpu" else widen(a))
+        elif isinstance(a, (list, tuple)):
+            out.append(_widened(a))
+        else:
+            out.append(widen_dtype(a) if isinstance(a, torch.dtype) else a)
+    return type(args)(out)
 
 
 def _map(fn: Any, args: Any) -> Any:
