@@ -403,3 +403,32 @@ def test_the_directed_pairwise_sum_in_numpy_is_the_torch_one_exactly(monkeypatch
                 results.append(rounding._directed_pairwise_sum(name, args, {}, torch.float32, direction, stacked))
             assert torch.equal(results[0].nan_to_num(), results[1].nan_to_num()), (trial, direction)
             assert torch.equal(results[0].isnan(), results[1].isnan())
+
+
+def test_views_of_a_stack_shift_their_dimensions_as_vmap_does():
+    # `_stacked_view` replaces functorch's batching rule for a few view ops: the same result,
+    # for every dimension argument (negative ones too), and None where it does not apply.
+    aten = torch.ops.aten
+    x = rounding._mark_stacked(torch.randn(5, 3, 4, 2, dtype=torch.float64))
+    vector = rounding._mark_stacked(torch.randn(5, 6, dtype=torch.float64))
+    scalar = rounding._mark_stacked(torch.randn(5, dtype=torch.float64))
+    calls = ([(aten.select.int, (x, d, i)) for d in range(-3, 3) for i in (0, -1)]
+             + [(aten.transpose.int, (x, a, b)) for a in range(-3, 3) for b in range(-3, 3)]
+             + [(aten.unsqueeze.default, (x, d)) for d in range(-4, 4)]
+             + [(aten.permute.default, (x, p)) for p in ([2, 0, 1], [-1, -3, 1], [0, 1, 2])]
+             + [(aten.view.default, (x, s)) for s in ([24], [4, -1], [3, 8])]
+             + [(aten._unsafe_view.default, (x, [6, 4]))]
+             + [(aten.t.default, (a,)) for a in (rounding._mark_stacked(torch.randn(5, 3, 2, dtype=torch.float64)),
+                                                 vector)]
+             + [(aten.unsqueeze.default, (scalar, 0)), (aten.view.default, (scalar, [1, 1]))])
+    for func, args in calls:
+        direct = rounding._stacked_view(func, args, {})
+        batched, expected = rounding._vmapped(func, args, {}, 5)
+        assert batched and direct is not None, (func, args[1:])
+        assert rounding._is_stacked(direct) and direct.shape == expected.shape and torch.equal(direct, expected), \
+            (func, args[1:])
+    # Not these: a keyword, an op with no rule here, a stacked second argument, a bad dimension.
+    assert rounding._stacked_view(aten.select.int, (x, 3, 0), {}) is None
+    assert rounding._stacked_view(aten.select.int, (x,), {"dim": 0, "index": 0}) is None
+    assert rounding._stacked_view(aten.expand.default, (x, [3, 4, 2]), {}) is None
+    assert rounding._stacked_view(aten.view.default, (rounding._mark_stacked(x.transpose(1, 2)), [24]), {}) is None

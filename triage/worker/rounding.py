@@ -1415,6 +1415,9 @@ class RoundingMode(TriageDispatchMode):
             if torch.Tag.pointwise in func.tags and "out" not in kwargs \
                     and all(a.dtype == torch.float64 for a in flat if isinstance(a, torch.Tensor)):
                 return _broadcast_stacked(func, args, kwargs, flat)
+            out = _stacked_view(func, args, kwargs)
+            if out is not None:
+                return out
             batched, out = _vmapped(func, args, kwargs, self.samples)
             if batched:
                 return out
@@ -2503,6 +2506,49 @@ def _broadcast_stacked(func: Any, args: tuple, kwargs: dict, flat: list) -> torc
     out = func(*_map(aligned, args), **{k: _map(aligned, v) if isinstance(v, (list, tuple)) else aligned(v)
                                         for k, v in kwargs.items()})
     return _mark_stacked(out)
+
+
+def _sample_dim(d: int, rank: int) -> int:
+    """Dimension `d` of one sample of `rank` dimensions, in the stack (past its first)."""
+    if not -rank <= d < rank:
+        raise IndexError(f"dimension {d} of a sample of {rank}")
+    return d % rank + 1
+
+
+# View ops whose batching rule is their dimension arguments shifted past the stack's first
+# dimension: a stack's selections and transposes (a training loop's batches and weights:
+# nine hundred a replay) without a vmap level, which costs ten times the view itself.
+_STACKED_VIEWS: dict[Any, Any] = {
+    torch.ops.aten.select.int: lambda x, rank, dim, index: torch.ops.aten.select.int(x, _sample_dim(dim, rank), index),
+    torch.ops.aten.t.default: lambda x, rank: (torch.ops.aten.transpose.int(x, 1, 2) if rank == 2
+                                               else torch.ops.aten.alias.default(x)),
+    torch.ops.aten.transpose.int: lambda x, rank, d0, d1: torch.ops.aten.transpose.int(
+        x, _sample_dim(d0, rank), _sample_dim(d1, rank)),
+    torch.ops.aten.unsqueeze.default: lambda x, rank, dim: torch.ops.aten.unsqueeze.default(
+        x, dim + 1 if dim >= 0 else dim),
+    torch.ops.aten.permute.default: lambda x, rank, dims: torch.ops.aten.permute.default(
+        x, [0] + [_sample_dim(d, rank) for d in dims]),
+    torch.ops.aten.view.default: lambda x, rank, size: torch.ops.aten.view.default(x, [x.shape[0], *size]),
+    torch.ops.aten._unsafe_view.default: lambda x, rank, size: torch.ops.aten._unsafe_view.default(
+        x, [x.shape[0], *size]),
+}
+
+
+def _stacked_view(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """A view op (`_STACKED_VIEWS`) of a stacked tensor, on every sample at once; None for
+    any other call (functorch's vmap then), and where the view does not apply as it is (a
+    sample of no dimensions, a view the stack's strides do not allow)."""
+    view = _STACKED_VIEWS.get(func)
+    if view is None or kwargs or not args or not _is_stacked(args[0]) or any(_is_stacked(a) for a in args[1:]):
+        return None
+    rank = args[0].dim() - 1
+    if rank == 0 and func is not torch.ops.aten.view.default and func is not torch.ops.aten._unsafe_view.default \
+            and func is not torch.ops.aten.unsqueeze.default:
+        return None
+    try:
+        return _mark_stacked(view(args[0], rank, *args[1:]))
+    except (RuntimeError, IndexError, TypeError):
+        return None
 
 
 def _vmapped(func: Any, args: tuple, kwargs: dict, samples: int) -> tuple[bool, Any]:
