@@ -420,7 +420,8 @@ def test_views_of_a_stack_shift_their_dimensions_as_vmap_does():
              + [(aten._unsafe_view.default, (x, [6, 4]))]
              + [(aten.t.default, (a,)) for a in (rounding._mark_stacked(torch.randn(5, 3, 2, dtype=torch.float64)),
                                                  vector)]
-             + [(aten.unsqueeze.default, (scalar, 0)), (aten.view.default, (scalar, [1, 1]))])
+             + [(aten.unsqueeze.default, (scalar, 0)), (aten.view.default, (scalar, [1, 1])),
+                (aten.t.default, (scalar,)), (aten.permute.default, (scalar, []))])
     for func, args in calls:
         direct = rounding._stacked_view(func, args, {})
         batched, expected = rounding._vmapped(func, args, {}, 5)
@@ -429,6 +430,7 @@ def test_views_of_a_stack_shift_their_dimensions_as_vmap_does():
             (func, args[1:])
     # Not these: a keyword, an op with no rule here, a stacked second argument, a bad dimension.
     assert rounding._stacked_view(aten.select.int, (x, 3, 0), {}) is None
+    assert rounding._stacked_view(aten.select.int, (scalar, 0, 0), {}) is None
     assert rounding._stacked_view(aten.select.int, (x,), {"dim": 0, "index": 0}) is None
     assert rounding._stacked_view(aten.expand.default, (x, [3, 4, 2]), {}) is None
     assert rounding._stacked_view(aten.view.default, (rounding._mark_stacked(x.transpose(1, 2)), [24]), {}) is None

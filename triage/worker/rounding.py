@@ -2537,16 +2537,12 @@ _STACKED_VIEWS: dict[Any, Any] = {
 def _stacked_view(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
     """A view op (`_STACKED_VIEWS`) of a stacked tensor, on every sample at once; None for
     any other call (functorch's vmap then), and where the view does not apply as it is (a
-    sample of no dimensions, a view the stack's strides do not allow)."""
+    dimension a sample does not have, a view the stack's strides do not allow)."""
     view = _STACKED_VIEWS.get(func)
     if view is None or kwargs or not args or not _is_stacked(args[0]) or any(_is_stacked(a) for a in args[1:]):
         return None
-    rank = args[0].dim() - 1
-    if rank == 0 and func is not torch.ops.aten.view.default and func is not torch.ops.aten._unsafe_view.default \
-            and func is not torch.ops.aten.unsqueeze.default:
-        return None
     try:
-        return _mark_stacked(view(args[0], rank, *args[1:]))
+        return _mark_stacked(view(args[0], args[0].dim() - 1, *args[1:]))
     except (RuntimeError, IndexError, TypeError):
         return None
 
@@ -2612,8 +2608,8 @@ def _flat(args: tuple) -> list:
 
 
 def _widened(args: list | tuple) -> list | tuple:
-    """Arguments (one level of lists opened, as `_flat`) with floating tensors in float64 (or
-    complex128) on the CPU and dtypes widened alike: the replay's stand-ins for the arm's."""
+    """Arguments (and the lists among them) with floating tensors in float64 (or complex128)
+    on the CPU and dtypes widened alike: the replay's stand-ins for the arm's."""
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
