@@ -129,7 +129,8 @@ def _tall(kind: str, m: int, n: int, g: torch.Generator) -> torch.Tensor:
 
 
 def _least_squares_checks(a, b, out, **kwargs):
-    return [c for x in answers("linalg_lstsq", (a, b), kwargs) if (c := x.check(out)) is not None]
+    """The solution's checks (the rank's are `_rank_checks`)."""
+    return [c for x in answers("linalg_lstsq", (a, b), kwargs) if x.output == 0 and (c := x.check(out)) is not None]
 
 
 def _cholesky_checks(s, out, upper=False):
@@ -202,11 +203,13 @@ def test_a_wrong_pseudoinverse_or_qr_factor_is_caught_but_not_a_change_of_signs(
 def test_rectangular_answers_and_cholesky_conclude_nothing_where_the_kernel_may_decide_otherwise():
     a = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])  # rank 1: the driver's rank decision
     b = torch.ones(3, 1)
-    assert answers("linalg_lstsq", (a, b), {}) == []
+    assert [x.output for x in answers("linalg_lstsq", (a, b), {})] == [2]  # only the rank's range
     well = torch.tensor([[1.0, 0.0], [0.0, 1e-3], [1.0, 1.0]])
     assert answers("linalg_lstsq", (well, b), {})  # full rank, no cutoff: answered
-    assert answers("linalg_lstsq", (well, b), {"rcond": 1e-2}) == []  # a cutoff near 1/κ: not
-    assert answers("linalg_lstsq", (torch.randn(3, 5), torch.randn(3, 1)), {}) == []  # wide: not answered
+    # A cutoff near 1/κ: the solution is not answered, the rank's range is.
+    assert [x.output for x in answers("linalg_lstsq", (well, b), {"rcond": 1e-2})] == [2]
+    # Wide: the solution (minimum-norm) is not answered, the rank's range is.
+    assert [x.output for x in answers("linalg_lstsq", (torch.randn(3, 5), torch.randn(3, 1)), {})] == [2]
     assert answers("linalg_pinv", (well,), {"rtol": 1e-2}) == [] and answers("linalg_pinv", (well,), {"atol": 1e-2}) == []
     assert answers("linalg_pinv", (well,), {"atol": 1e-6, "rtol": 1e-9})  # far below σ_min and 1/κ: answered
     assert answers("linalg_pinv", (well, 1e-15), {}) == []  # the old overload's positional rcond
@@ -307,3 +310,141 @@ def test_a_cancelling_float64_formula_is_replaced_by_mpmath():
     reference = replay.values[node.name]
     assert abs(reference[0].item() - exact) < 1e-12 * abs(exact)
     assert reference[1].item() == torch.nn.functional.gelu(torch.tensor(0.5, dtype=torch.float64)).item()
+
+
+def _lapack_gelsy(a: torch.Tensor, rcond: float, fixed: bool = False) -> int | None:
+    """LAPACK's ?gelsy called directly on `a` with every column free (JPVT zeroed, as a correct
+    caller passes it) or, with `fixed`, every column fixed in place (as stale pivots leave it):
+    its rank. None where this torch build does not export the symbol."""
+    import ctypes
+    import os
+
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        names = ("DGELSY", "dgelsy_") if a.dtype == torch.float64 else ("SGELSY", "sgelsy_")
+        fn = next(getattr(lib, name) for name in names if hasattr(lib, name))
+    except (OSError, StopIteration):
+        return None
+    real = ctypes.c_double if a.dtype == torch.float64 else ctypes.c_float
+    m, n = a.shape
+    lda, ldb = max(1, m), max(1, m, n)
+    matrix = (real * (lda * n))(*a.T.reshape(-1).tolist())
+    rhs = (real * ldb)()
+    pivots = (ctypes.c_int * n)(*([1] * n if fixed else [0] * n))
+    rank, info, query = ctypes.c_int(), ctypes.c_int(), (real * 1)()
+
+    def call(work, size):
+        fn(*(ctypes.byref(ctypes.c_int(v)) for v in (m, n, 1)), matrix, ctypes.byref(ctypes.c_int(lda)), rhs,
+           ctypes.byref(ctypes.c_int(ldb)), pivots, ctypes.byref(real(rcond)), ctypes.byref(rank), work,
+           ctypes.byref(ctypes.c_int(size)), ctypes.byref(info))
+
+    call(query, -1)
+    size = max(1, int(query[0]))
+    call((real * size)(), size)
+    assert info.value == 0
+    return rank.value
+
+
+def _rank_checks(a, b, out, **kwargs):
+    return [c for x in answers("linalg_lstsq", (a, b), kwargs) if x.output == 2 and (c := x.check(out)) is not None]
+
+
+def test_correct_least_squares_ranks_stay_within_their_range():
+    """Every rank-revealing driver on every kind of matrix, with cutoffs at, near and around its
+    singular values: a correct driver's rank is never called wrong. gelsy is called through LAPACK
+    directly with its pivots zeroed, as torch 2.13's own call does not always do
+    (pytorch/pytorch#187411)."""
+    rng = random.Random(3)
+    checked = {"gelsy": 0, "gelsd": 0, "gelss": 0}
+    for _ in range(150):
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        m, n = rng.randint(1, 32), rng.randint(1, 8)
+        kind = rng.choice(["randn", "graded", "scaled", "integer", "near-dependent", "vandermonde", "low-rank"])
+        a = _tall(kind, m, n, g) if kind != "low-rank" else (
+            torch.randn(m, 2, generator=g, dtype=torch.float64) @ torch.randn(2, n, generator=g, dtype=torch.float64))
+        dtype = rng.choice([torch.float32, torch.float64])
+        a = a.to(dtype)
+        b = torch.randn(m, 1, generator=g, dtype=torch.float64).to(dtype)
+        s = torch.linalg.svdvals(a.double())
+        ratio = float(s[rng.randrange(len(s))] / s[0]) if s[0] > 0 else 1e-3
+        rcond = rng.choice([None, ratio, ratio * (1 + 1e-4), ratio * 2, ratio / 2, ratio * 50, 3.0])
+        rcond = rcond if rcond is None or rcond > 0 else None
+        for driver in checked:
+            kwargs = {"driver": driver} | ({} if rcond is None else {"rcond": rcond})
+            out = torch.ops.aten.linalg_lstsq(a, b, **kwargs)
+            if driver == "gelsy":
+                cutoff = rcond if rcond is not None else torch.finfo(dtype).eps * max(m, n)
+                rank = _lapack_gelsy(a, cutoff)
+                if rank is None:
+                    continue
+                out = (out[0], out[1], torch.tensor(rank), out[3])
+            for c in [c for x in answers("linalg_lstsq", (a, b), kwargs) if (c := x.check(out)) is not None]:
+                checked[driver] += 1
+                assert not c.disagrees, (driver, kind, m, n, dtype, rcond, c.answer.output, c.got, c.allowed, c.error)
+    assert checked["gelsd"] > 250 and checked["gelss"] > 250, checked
+    assert checked["gelsy"] > 100 or _lapack_gelsy(torch.eye(2), 1e-6) is None, checked
+
+
+def test_a_driver_without_column_pivoting_is_caught():
+    """gelsy with its columns fixed in place (the stale pivots of pytorch/pytorch#187411) reads the
+    rank off an unpivoted R: 1 for a rank-2 matrix whose second column is twice its first."""
+    a = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.5], [3.0, 6.0, 9.5]], dtype=torch.float64)
+    b = torch.ones(3, 1, dtype=torch.float64)
+    out = torch.ops.aten.linalg_lstsq(a, b, driver="gelsy")
+    eps = torch.finfo(torch.float64).eps * 3
+    right, wrong = _lapack_gelsy(a, eps), _lapack_gelsy(a, eps, fixed=True)
+    if right is None:
+        pytest.skip("this torch build does not export LAPACK's gelsy")
+    assert (right, wrong) == (2, 1)
+    [check] = _rank_checks(a, b, (out[0], out[1], torch.tensor(right), out[3]), driver="gelsy")
+    assert not check.disagrees and check.allowed == (2, 3) and check.exact == 2
+    [check] = _rank_checks(a, b, (out[0], out[1], torch.tensor(wrong), out[3]), driver="gelsy")
+    assert check.disagrees and check.got == 1 and check.allowed == (2, 3)
+
+
+def test_rank_ranges_follow_each_drivers_reading_of_the_cutoff():
+    a = torch.tensor([[3.0, 0.0], [0.0, 1e-3], [0.0, 0.0]])
+    b = torch.ones(3, 1)
+
+    def allowed(rank, **kwargs):
+        solution, residuals, _, values = torch.ops.aten.linalg_lstsq(a, b, **kwargs)
+        [check] = _rank_checks(a, b, (solution, residuals, torch.tensor(rank), values), **kwargs)
+        return check.allowed, check.disagrees
+
+    assert allowed(2, driver="gelsd") == ((2, 2), False)
+    assert allowed(1, driver="gelsd", rcond=1e-2) == ((1, 1), False)
+    assert allowed(2, driver="gelsd", rcond=5.0) == ((2, 2), False)  # gelsd: a cutoff ≥ 1 is the machine precision
+    assert allowed(0, driver="gelss", rcond=5.0) == ((0, 0), False)  # gelss: nothing is above 5·σ₁
+    assert allowed(1, driver="gelsy", rcond=5.0) == ((1, 1), False)  # gelsy keeps its first column
+    assert allowed(0, driver="gelsy", rcond=5.0)[1] is True
+    assert allowed(0, driver="gelsy", rcond=1e-2)[1] is True
+    assert _rank_checks(a, b, torch.ops.aten.linalg_lstsq(a, b, driver="gels")) == []  # gels reports no rank
+    assert [x for x in answers("linalg_lstsq", (a, b), {"driver": "gelsy", "rcond": -1.0}) if x.output == 2] == []
+    zero = torch.zeros(3, 2)
+    for driver in ("gelsy", "gelsd", "gelss"):
+        solution, residuals, rank, values = torch.ops.aten.linalg_lstsq(zero, b, driver=driver)
+        [check] = _rank_checks(zero, b, (solution, residuals, rank, values), driver=driver)
+        assert not check.disagrees and check.got == 0, driver
+
+
+def test_the_reference_continues_from_the_exact_rank_where_the_float64_driver_is_wrong():
+    class StalePivots(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ == "linalg_lstsq":
+                return (out[0], out[1], torch.zeros_like(out[2]), out[3])
+            return out
+
+    a = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.5], [3.0, 6.0, 9.5], [1.0, 0.0, 1.0]])
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        rank = torch.linalg.lstsq(a, torch.ones(4, 1), driver="gelsd").rank
+    recording = recorder.finish()
+    node = recorder.lookup(rank)
+    note = next(c for c in recording.conditioning if c["op"] == "linalg_lstsq")
+    assert note["kernel_disagrees"] is False
+    with StalePivots():
+        replay = replay_fp64(recording.graph, {node.name}, 60)
+    [check] = [c for c in replay.checked.values()]
+    assert check.disagrees and check.got == 0 and check.allowed == (3, 3)
+    assert int(replay.values[node.name]) == 3

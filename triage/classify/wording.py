@@ -75,19 +75,33 @@ def posted_text(v: ReportedValue) -> str:
 
 def wrong_kernel_text(run: ArmRun, o: Observable, note: dict[str, Any], also: list[str]) -> str:
     shape = "×".join(map(str, note.get("shape") or []))
-    text = (f"`aten.{note['op']}` at line {note.get('line')} (`{run.spec}`, {shape} {note.get('dtype')}) returns "
-            f"{_num(note.get('kernel_value'))} where the exact answer on the very input it was given is "
-            f"{_num(note.get('kernel_exact'))} ({note.get('independent')}): off by {_num(note.get('kernel_error'), 2)} "
-            f"of the answer's scale, where a correct kernel at {note.get('dtype')} stays within "
-            f"{_num(note.get('kernel_bound'), 2)} ({policy.INDEPENDENT_SAFETY:g}× the backward-stable bound, conditioning "
-            f"included). {o.shown} (line {o.line}) depends on it and is far from the float64 value.")
+    where = f"`aten.{note['op']}` at line {note.get('line')} (`{run.spec}`, {shape} {note.get('dtype')})"
+    if note.get("kernel_allowed"):
+        text = (f"{where} returns rank {_num(note.get('kernel_value'))} where a correct driver returns "
+                f"{_range(note['kernel_allowed'])} on the very input it was given, at its cutoff rcond = "
+                f"{_num(note.get('kernel_cutoff'), 3)} ({note.get('independent')}, the backward error "
+                f"{policy.INDEPENDENT_SAFETY:g}× its bound): the exact numerical rank there is "
+                f"{_num(note.get('kernel_exact'))}.")
+    else:
+        text = (f"{where} returns {_num(note.get('kernel_value'))} where the exact answer on the very input it was "
+                f"given is {_num(note.get('kernel_exact'))} ({note.get('independent')}): off by "
+                f"{_num(note.get('kernel_error'), 2)} of the answer's scale, where a correct kernel at "
+                f"{note.get('dtype')} stays within {_num(note.get('kernel_bound'), 2)} "
+                f"({policy.INDEPENDENT_SAFETY:g}× the backward-stable bound, conditioning included).")
+    text += f" {o.shown} (line {o.line}) depends on it and is far from the float64 value."
     if also:
         text += f" {', '.join(f'`{a}`' for a in also)} returns the same wrong answer: the arms share the kernel."
     if note.get("float64_disagrees") is True:
-        text += (" The float64 replay, which runs the same library, is off too "
-                 f"({_num(note.get('float64_error'), 2)} where float64 allows {_num(note.get('float64_bound'), 2)}): "
-                 "the reference continues from the exact answer.")
+        off = (f"rank {_num(note.get('float64_value'))} where float64 allows {_range(note['float64_allowed'])}"
+               if note.get("float64_allowed") else
+               f"{_num(note.get('float64_error'), 2)} where float64 allows {_num(note.get('float64_bound'), 2)}")
+        text += f" The float64 replay, which runs the same library, is off too ({off}): the reference continues from the exact answer."
     return text + " A kernel bug, shown by an independent computation, not rounding and not conditioning."
+
+
+def _range(allowed: list[int]) -> str:
+    low, high = allowed
+    return f"rank {low}" if low == high else f"a rank from {low} to {high}"
 
 
 def _num(x: Any, digits: int = 9) -> str:
@@ -363,9 +377,11 @@ def cond_text(note: dict[str, Any], full: bool = False) -> str:
         parts.append(f"cond = {note['cond']:.3g}")
     for side, whose in (("kernel", "the arm's kernel"), ("float64", "the float64 replay's kernel")):
         if note.get(f"{side}_disagrees") is True:
-            parts.append(f"{whose} {_num(note.get(f'{side}_error'), 2)} off the exact answer ({note.get('independent')}), "
-                         f"beyond the {_num(note.get(f'{side}_bound'), 2)} a correct one reaches"
-                         + ("; the reference continues from the exact answer" if side == "float64" else ""))
+            off = (f"{whose} returns rank {_num(note.get(f'{side}_value'))} where a correct one returns "
+                   f"{_range(note[f'{side}_allowed'])} ({note.get('independent')})" if note.get(f"{side}_allowed") else
+                   f"{whose} {_num(note.get(f'{side}_error'), 2)} off the exact answer ({note.get('independent')}), "
+                   f"beyond the {_num(note.get(f'{side}_bound'), 2)} a correct one reaches")
+            parts.append(off + ("; the reference continues from the exact answer" if side == "float64" else ""))
     text = ", ".join(parts)
     if full:
         text = (f"conditioning of `{note['op']}` input ({'×'.join(map(str, note['shape']))} {note['dtype']}, "

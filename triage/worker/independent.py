@@ -127,18 +127,29 @@ class Answer:
 
 @dataclass
 class Check:
-    answer: Answer
+    answer: Answer | RankAnswer
     error: float   # the largest error, relative to the answer's scale
     bound: float   # what a correct kernel may reach at that precision
     got: float     # the kernel's element at the worst position
     exact: float   # the answer's
+    # Where the answer is a range of values a correct kernel may return (a driver's numerical
+    # rank): that range at the worst position, the cutoff it was found at, and the value the
+    # float64 reference continues from when its own kernel falls outside.
+    allowed: tuple[int, int] | None = None
+    cutoff: float | None = None
+    replacement: torch.Tensor | None = None
 
     @property
     def disagrees(self) -> bool:
         return self.error > self.bound
 
+    def merged(self, got: torch.Tensor) -> torch.Tensor:
+        """What the float64 reference continues from in place of a kernel's output that
+        disagrees with the answer."""
+        return self.replacement if self.replacement is not None else self.answer.merged(got)
 
-def answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+
+def answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer | RankAnswer]:
     """The independent answers for a call of aten `op` (its overload packet's name) on these
     arguments, [] where the op is not covered or the input is too large, complex or not finite."""
     if op in _FUNCTIONS:
@@ -514,7 +525,128 @@ def _positive_diagonal(outputs: Any) -> Any:
     return q * signs.unsqueeze(-2), r * signs.unsqueeze(-1)
 
 
-_RECTANGULAR = {"linalg_lstsq": _least_squares, "linalg_pinv": _pseudoinverse,
+# -- a least-squares driver's numerical rank: a range, not a value -------------------------
+# How far the pivots QR with column pivoting picks (from downdated column norms) may fall
+# short of the largest column, as a factor on its rank-revealing bounds below.
+PIVOT_SLACK = 2.0
+
+
+@dataclass
+class RankAnswer:
+    """The rank `linalg_lstsq` returns with a rank-revealing driver, answered from the singular
+    values of the recorded input (mpmath at 50 digits, no LAPACK) as the range of ranks a
+    correct driver may return at the arm's precision and cutoff `rcond`.
+
+    The driver factors A + E with ‖E‖ ≤ δ = SAFETY·m·n·u·‖A‖₂ (backward stable), so each
+    singular value it sees is within δ of the exact one (Weyl).
+
+    * gelsd, gelss count the singular values above rcond·σ₁.
+    * gelsy (QR with column pivoting, then incremental condition estimation) keeps the k-th
+      column while its estimates of R_k's extreme singular values keep smin ≥ rcond·smax. The
+      estimates satisfy σ_min(R_k) ≤ smin ≤ |r_kk| and σ₁/√n ≤ |r₁₁| ≤ smax ≤ σ₁. The pivoted R
+      is diagonally dominant by columns, so σ_min(R_k) ≥ |r_kk|/2ᵏ (Faddeev, Kublanovskaya &
+      Faddeeva), and σ_k ≤ ‖R₂₂‖ ≤ √n·|r_kk| (interlacing). Hence it keeps column k whenever
+      σ_k ≥ √n·2ᵏ·rcond·σ₁, and drops it whenever 2ᵏ·σ_k·√n < rcond·σ₁; the rank lies between.
+
+    A rank outside that range is not a rounding or a cutoff's doing: the driver computed
+    something else (gelsy left with stale column pivots: pytorch/pytorch#187411)."""
+    op: str
+    method: str
+    output: int
+    singular: torch.Tensor        # (batch, min(m, n)) float64, descending
+    driver: str
+    rcond: float | None           # the caller's cutoff; None: the dtype's eps·max(m, n)
+    order: tuple[int, int]        # (m, n)
+    batch: tuple[int, ...]
+    magnitudes: tuple[float, float]
+
+    def allowed(self, u: float, rcond: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per matrix: the smallest and largest rank a correct driver may return, and the
+        numerical rank of the exact singular values at this cutoff."""
+        m, n = self.order
+        s = self.singular
+        top = s[:, :1]
+        delta = SAFETY * m * n * u * top
+        exact = (s > rcond * top).sum(-1)
+        if self.driver == "gelsy":
+            growth = PIVOT_SLACK * math.sqrt(n) * 2.0 ** torch.arange(1, s.shape[-1] + 1, dtype=torch.float64)
+            kept = (s - delta) > growth * rcond * (top + delta)
+            dropped = growth * (s + delta) < rcond * (top - delta).clamp_min(0)
+            # Its first column is kept whatever the cutoff, unless the whole matrix is zero.
+            kept[:, 0], dropped[:, 0] = top[:, 0] > 0, top[:, 0] == 0
+        else:
+            kept = (s - delta) > rcond * (top + delta)
+            dropped = ~((s + delta) > rcond * (top - delta).clamp_min(0))
+        # The leading run of kept columns, and everything before the first column surely dropped.
+        low = kept.to(torch.int64).cumprod(-1).sum(-1)
+        high = (~dropped).to(torch.int64).cumprod(-1).sum(-1)
+        return low, high, exact
+
+    def check(self, outputs: Any) -> Check | None:
+        if not isinstance(outputs, (tuple, list)) or len(outputs) <= self.output:
+            return None
+        solution, got = outputs[0], outputs[self.output]
+        if (not isinstance(solution, torch.Tensor) or solution.dtype not in UNIT_ROUNDOFF
+                or not isinstance(got, torch.Tensor) or tuple(got.shape) != self.batch):
+            return None
+        u, info = UNIT_ROUNDOFF[solution.dtype], torch.finfo(solution.dtype)
+        smallest, largest = self.magnitudes
+        if largest > info.max / 4 or smallest < info.tiny / u:
+            return None
+        rcond = self.rcond if self.rcond is not None else info.eps * max(self.order)
+        if self.driver == "gelsd" and rcond >= 1:
+            rcond = u  # gelsd (its dlalsd) reads a cutoff of 1 or more as the machine precision
+        low, high, exact = self.allowed(u, rcond)
+        rank = got.detach().to("cpu", torch.int64).reshape(-1)
+        outside = torch.maximum(low - rank, rank - high).clamp_min(0)
+        worst = int(torch.argmax(outside))
+        return Check(self, float(outside[worst]), 0.5, float(rank[worst]), float(exact[worst]),
+                     allowed=(int(low[worst]), int(high[worst])), cutoff=rcond,
+                     replacement=exact.reshape(self.batch).to(got.dtype))
+
+    def merged(self, got: torch.Tensor) -> torch.Tensor:
+        return got  # a range has no one value: the check's replacement is the value
+
+
+def _least_squares_rank(args: tuple, kwargs: dict[str, Any]) -> list[RankAnswer]:
+    """The rank (and, from gelsd and gelss, the singular values) `linalg_lstsq` reports."""
+    import mpmath
+
+    a = args[0] if args else None
+    if not isinstance(a, torch.Tensor) or a.is_complex() or not a.is_floating_point() or a.dim() < 2:
+        return []
+    driver = kwargs.get("driver") or ("gelsy" if a.device.type == "cpu" else "gels")
+    rcond = kwargs.get("rcond", args[2] if len(args) > 2 else None)
+    if driver not in ("gelsy", "gelsd", "gelss") or (rcond is not None and not float(rcond) > 0):
+        return []  # gels reports no rank; a cutoff ≤ 0 means something else to each driver
+    m, n = a.shape[-2], a.shape[-1]
+    batch = a.numel() // (m * n) if m * n else 0
+    if min(m, n) == 0 or max(m, n) > 4 * MAX_ORDER or min(m, n) > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
+        return []
+    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
+    if not bool(torch.isfinite(wide).all()):
+        return []
+    values = []
+    with mpmath.workdps(DIGITS):
+        for matrix in wide.tolist():
+            s = mpmath.mp.svd_r(mpmath.matrix(matrix), compute_uv=False)
+            values.append(sorted((float(x) for x in s), reverse=True))
+    s = torch.tensor(values, dtype=torch.float64)
+    shape = tuple(a.shape[:-2])
+    magnitudes = _magnitudes(wide, s[:, :1])
+    found: list[Any] = [RankAnswer("lstsq", f"mpmath singular values at {DIGITS} digits, {driver}'s rank bounds", 2, s,
+                                   driver, None if rcond is None else float(rcond), (m, n), shape, magnitudes)]
+    if driver != "gelsy":
+        found.append(Answer("lstsq", f"mpmath at {DIGITS} digits", 3, s.reshape(shape + (s.shape[-1],)),
+                            s[:, :1].reshape(shape + (1,)), min(m, n), magnitudes))
+    return found
+
+
+def _least_squares_answers(args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+    return _least_squares(args, kwargs) + _least_squares_rank(args, kwargs)
+
+
+_RECTANGULAR = {"linalg_lstsq": _least_squares_answers, "linalg_pinv": _pseudoinverse,
                 "linalg_qr": _qr}
 
 
@@ -607,7 +739,7 @@ class Budget:
     def __init__(self, seconds: float = BUDGET_S) -> None:
         self.left = seconds
 
-    def answers(self, op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+    def answers(self, op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer | RankAnswer]:
         if self.left <= 0 or op not in COVERED_OPS:
             return []
         start = time.monotonic()
@@ -620,9 +752,12 @@ class Budget:
 def note_fields(check: Check, side: str) -> dict[str, Any]:
     """The conditioning note's flat fields for one check: `side` is "kernel" (the arm's own
     output) or "float64" (the replay's)."""
-    return {"independent": check.answer.method, f"{side}_error": _finite(check.error),
-            f"{side}_bound": check.bound, f"{side}_value": _finite(check.got), f"{side}_exact": check.exact,
-            f"{side}_disagrees": check.disagrees}
+    fields = {"independent": check.answer.method, f"{side}_error": _finite(check.error),
+              f"{side}_bound": check.bound, f"{side}_value": _finite(check.got), f"{side}_exact": check.exact,
+              f"{side}_disagrees": check.disagrees}
+    if check.allowed is not None:
+        fields.update({f"{side}_allowed": list(check.allowed), f"{side}_cutoff": check.cutoff})
+    return fields
 
 
 def _finite(x: float) -> float | str:

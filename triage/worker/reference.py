@@ -152,7 +152,7 @@ def _checked_outputs(n: fx.Node, env: dict[fx.Node, Any], budget: Budget, result
     if not checks:
         return out
     result.checked[n.name] = max(checks, key=lambda c: c.error / c.bound)
-    wrong = {c.answer.output: c.answer for c in checks if c.disagrees}
+    wrong = {c.answer.output: c for c in checks if c.disagrees}
     if not wrong:
         return out
     if not isinstance(out, tuple):
