@@ -82,8 +82,13 @@ class Answer:
     # found not positive definite) returned a partial result, judged by its caller, not here.
     status_output: int | None = None
     # Where the op's answer is unique only up to signs (QR: a column of Q and the row of R it
-    # multiplies may both be negated), the kernel's outputs in the answer's sign convention.
-    canonical: Callable[[Any], Any] | None = None
+    # multiplies may both be negated; an eigenvector): per output, the ±1 factors (broadcasting)
+    # that bring the kernel's outputs to the answer's signs, and back.
+    signs: Callable[[Any], dict[int, torch.Tensor] | None] | None = None
+    # Where the bound differs from element to element (a vector's error grows as its
+    # eigenvalue's gap closes): the size of the answer itself, past which an element's bound
+    # leaves it no digit and that element is not answered (a unit vector's: 1).
+    reach: float | None = None
 
     def check(self, outputs: Any) -> Check | None:
         """How far the op's actual `outputs` lie from this answer, at the unit roundoff of the
@@ -92,12 +97,16 @@ class Answer:
             status = outputs[self.status_output] if isinstance(outputs, (tuple, list)) else None
             if not isinstance(status, torch.Tensor) or bool(status.ne(0).any()):
                 return None
-        if self.canonical is not None:
-            outputs = self.canonical(outputs)
         got = outputs[self.output] if isinstance(outputs, (tuple, list)) else outputs
         if (not isinstance(got, torch.Tensor) or got.dtype not in UNIT_ROUNDOFF
                 or tuple(got.shape) != tuple(self.value.shape)):
             return None
+        sign = torch.ones((), dtype=torch.float64)
+        if self.signs is not None:
+            signs = self.signs(outputs)
+            if signs is None:
+                return None
+            sign = signs.get(self.output, sign)
         u, info = UNIT_ROUNDOFF[got.dtype], torch.finfo(got.dtype)
         bound = SAFETY * self.factor * u
         smallest, largest = self.magnitudes
@@ -105,24 +114,25 @@ class Answer:
         # infinite, zero or imprecise answer is the range's doing, not the kernel's.
         if not math.isfinite(bound) or bound >= NO_DIGIT or largest > info.max / 4 or smallest < info.tiny / u:
             return None
-        got = got.detach().to("cpu", torch.float64)
+        got = got.detach().to("cpu", torch.float64) * sign
         exact = self.value
         answered = torch.isfinite(exact)  # a function's pole or a value past float64: not answered
+        if self.reach is not None:
+            answered = answered & (bound * self.scale < NO_DIGIT * self.reach).expand_as(exact)
         if not bool(answered.any()):
             return None
+        # The answer where it has one, the kernel's value elsewhere, in the kernel's signs.
+        replacement = torch.where(answered, exact, got) * sign
         if not bool(torch.isfinite(got)[answered].all()):
             worst = int(torch.argmax((answered & ~torch.isfinite(got)).to(torch.int8).reshape(-1)))
-            return Check(self, math.inf, bound, float(got.reshape(-1)[worst]), float(exact.reshape(-1)[worst]))
+            return Check(self, math.inf, bound, float(got.reshape(-1)[worst]), float(exact.reshape(-1)[worst]),
+                         replacement)
         scale = self.scale.expand_as(exact)
         error = torch.where(answered, (got - exact).abs() / scale.clamp_min(torch.finfo(torch.float64).tiny),
                             torch.zeros_like(exact)).reshape(-1)
         worst = int(torch.argmax(error))
-        return Check(self, float(error[worst]), bound, float(got.reshape(-1)[worst]), float(exact.reshape(-1)[worst]))
-
-
-    def merged(self, got: torch.Tensor) -> torch.Tensor:
-        """The answer where it has one, the kernel's value elsewhere."""
-        return torch.where(torch.isfinite(self.value), self.value, got)
+        return Check(self, float(error[worst]), bound, float(got.reshape(-1)[worst]), float(exact.reshape(-1)[worst]),
+                     replacement)
 
 
 @dataclass
@@ -132,21 +142,17 @@ class Check:
     bound: float   # what a correct kernel may reach at that precision
     got: float     # the kernel's element at the worst position
     exact: float   # the answer's
+    # What the float64 reference continues from in place of the kernel's output, where the
+    # kernel disagrees: the answer where it has one, in the kernel's own signs.
+    replacement: torch.Tensor
     # Where the answer is a range of values a correct kernel may return (a driver's numerical
-    # rank): that range at the worst position, the cutoff it was found at, and the value the
-    # float64 reference continues from when its own kernel falls outside.
+    # rank): that range at the worst position and the cutoff it was found at.
     allowed: tuple[int, int] | None = None
     cutoff: float | None = None
-    replacement: torch.Tensor | None = None
 
     @property
     def disagrees(self) -> bool:
         return self.error > self.bound
-
-    def merged(self, got: torch.Tensor) -> torch.Tensor:
-        """What the float64 reference continues from in place of a kernel's output that
-        disagrees with the answer."""
-        return self.replacement if self.replacement is not None else self.answer.merged(got)
 
 
 def answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer | RankAnswer]:
@@ -309,35 +315,117 @@ def _solve(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[
 def _singular_values(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
     import mpmath
 
-    values = []
+    compute_uv = bool(kwargs.get("compute_uv", args[2] if len(args) > 2 else True))
+    values, lefts, rights, gaps = [], [], [], []
     with mpmath.workdps(DIGITS):
         for matrix in wide.tolist():
-            s = mpmath.mp.svd_r(mpmath.matrix(matrix), compute_uv=False)
-            values.append(sorted((float(x) for x in s), reverse=True))
+            if compute_uv:
+                u, s, vh = mpmath.mp.svd_r(mpmath.matrix(matrix))
+            else:
+                u, s, vh = None, mpmath.mp.svd_r(mpmath.matrix(matrix), compute_uv=False), None
+            order = sorted(range(len(s)), key=lambda i: -s[i])
+            values.append([float(s[i]) for i in order])
+            if u is not None:
+                lefts.append([[float(u[r, i]) for i in order] for r in range(len(order))])
+                rights.append([[float(vh[i, c]) for c in range(len(order))] for i in order])
+                # As eigenvalues ±σ of [[0, A], [Aᵀ, 0]]: the distance to every other σⱼ and to every −σⱼ.
+                ordered = [s[i] for i in order]
+                gaps.append([float(min([abs(x - y) for j, y in enumerate(ordered) if j != i] + [x + ordered[-1]]))
+                             for i, x in enumerate(ordered)])
     s = torch.tensor(values, dtype=torch.float64)
     scale = s[:, :1].clone()  # ‖A‖₂ per matrix
     n = wide.shape[-1]
-    return [Answer("svd", f"mpmath at {DIGITS} digits", 1, s.reshape(shape[:-1]), scale.reshape(shape[:-2] + (1,)), n,
-                   _magnitudes(wide, scale))]
+    magnitudes = _magnitudes(wide, scale)
+    found = [Answer("svd", f"mpmath at {DIGITS} digits", 1, s.reshape(shape[:-1]), scale.reshape(shape[:-2] + (1,)), n,
+                    magnitudes)]
+    if compute_uv:
+        u = torch.tensor(lefts, dtype=torch.float64).reshape(shape)
+        vh = torch.tensor(rights, dtype=torch.float64).reshape(shape)
+        columns = _vector_scale(scale, gaps).reshape(shape[:-2] + (1, n))
+        signs = _singular_vector_signs(u, vh)
+        found += [Answer("svd", f"mpmath at {DIGITS} digits", 0, u, columns, VECTOR_FACTOR * n, magnitudes,
+                         signs=signs, reach=1.0),
+                  Answer("svd", f"mpmath at {DIGITS} digits", 2, vh, columns.transpose(-2, -1), VECTOR_FACTOR * n,
+                         magnitudes, signs=signs, reach=1.0)]
+    return found
 
 
 def _symmetric_eigenvalues(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
     import mpmath
 
     lower = str(kwargs.get("UPLO", args[1] if len(args) > 1 else "L")).upper() != "U"
+    compute_v = bool(kwargs.get("compute_v", args[2] if len(args) > 2 else True))
     # The kernel reads one triangle only: the matrix it solves is that triangle, mirrored.
     half = wide.tril() if lower else wide.triu()
     symmetric = half + half.transpose(-2, -1) - torch.diag_embed(wide.diagonal(dim1=-2, dim2=-1))
-    values = []
+    values, vectors, gaps = [], [], []
     with mpmath.workdps(DIGITS):
         for matrix in symmetric.tolist():
-            e = mpmath.mp.eigsy(mpmath.matrix(matrix), eigvals_only=True)
-            values.append(sorted(float(x) for x in e))
+            if compute_v:
+                e, q = mpmath.mp.eigsy(mpmath.matrix(matrix))
+            else:
+                e, q = mpmath.mp.eigsy(mpmath.matrix(matrix), eigvals_only=True), None
+            order = sorted(range(len(e)), key=lambda i: e[i])
+            values.append([float(e[i]) for i in order])
+            if q is not None:
+                vectors.append([[float(q[r, i]) for i in order] for r in range(len(order))])
+                ordered = [e[i] for i in order]
+                gaps.append([float(min((abs(x - y) for j, y in enumerate(ordered) if j != i), default=mpmath.inf))
+                             for i, x in enumerate(ordered)])
     lam = torch.tensor(values, dtype=torch.float64)
     scale = lam.abs().amax(dim=-1, keepdim=True)  # ‖A‖₂ of a symmetric matrix
     n = wide.shape[-1]
-    return [Answer("eigh", f"mpmath at {DIGITS} digits", 0, lam.reshape(shape[:-1]), scale.reshape(shape[:-2] + (1,)), n,
-                   _magnitudes(symmetric, scale))]
+    magnitudes = _magnitudes(symmetric, scale)
+    found = [Answer("eigh", f"mpmath at {DIGITS} digits", 0, lam.reshape(shape[:-1]), scale.reshape(shape[:-2] + (1,)),
+                    n, magnitudes)]
+    if compute_v:
+        q = torch.tensor(vectors, dtype=torch.float64).reshape(shape)
+        found.append(Answer("eigh", f"mpmath at {DIGITS} digits", 1, q,
+                            _vector_scale(scale, gaps).reshape(shape[:-2] + (1, n)), VECTOR_FACTOR * n, magnitudes,
+                            signs=_eigenvector_signs(q), reach=1.0))
+    return found
+
+
+# A backward-stable eigensolver or SVD solves A + E with ‖E‖ ≤ n·u·‖A‖₂ (times SAFETY); each
+# unit vector then turns by sin θ ≤ ‖E‖/(gap − ‖E‖) ≤ 2‖E‖/gap while the bound keeps a digit
+# (Davis–Kahan; Wedin for singular vectors), and moves by ‖v̂ − v‖ ≤ √2·sin θ once its sign is
+# the answer's: this factor (2√2, rounded up) times n, relative to ‖A‖₂/gap.
+VECTOR_FACTOR = 4.0
+
+
+def _vector_scale(norm: torch.Tensor, gaps: list[list[float]]) -> torch.Tensor:
+    """Per matrix and vector: ‖A‖₂/gap, infinite where the gap is 0 (a repeated value: its
+    vectors are any basis of their space, not answered)."""
+    gap = torch.tensor(gaps, dtype=torch.float64)
+    return torch.where(gap > 0, norm / gap.clamp_min(torch.finfo(torch.float64).tiny), torch.inf)
+
+
+def _eigenvector_signs(exact: torch.Tensor) -> Callable[[Any], dict[int, torch.Tensor] | None]:
+    """The kernel's eigenvectors negated where they point away from the answer's: an
+    eigenvector is unique only up to its sign."""
+    def signs(outputs: Any) -> dict[int, torch.Tensor] | None:
+        if not isinstance(outputs, (tuple, list)) or len(outputs) != 2 or not isinstance(outputs[1], torch.Tensor):
+            return None
+        dots = (outputs[1].detach().to("cpu", torch.float64) * exact).sum(-2, keepdim=True)
+        return {1: torch.where(dots < 0, -1.0, 1.0).to(torch.float64)}
+    return signs
+
+
+def _singular_vector_signs(u: torch.Tensor, vh: torch.Tensor) -> Callable[[Any], dict[int, torch.Tensor] | None]:
+    """The kernel's pairs of singular vectors negated together where they point away from the
+    answer's: uᵢ and vᵢ are unique only up to one common sign."""
+    def signs(outputs: Any) -> dict[int, torch.Tensor] | None:
+        if not isinstance(outputs, (tuple, list)) or len(outputs) != 3:
+            return None
+        left, _, right = outputs
+        if (not isinstance(left, torch.Tensor) or not isinstance(right, torch.Tensor)
+                or tuple(left.shape) != tuple(u.shape) or tuple(right.shape) != tuple(vh.shape)):
+            return None
+        dots = ((left.detach().to("cpu", torch.float64) * u).sum(-2)
+                + (right.detach().to("cpu", torch.float64) * vh).sum(-1))
+        sign = torch.where(dots < 0, -1.0, 1.0).to(torch.float64)
+        return {0: sign.unsqueeze(-2), 2: sign.unsqueeze(-1)}
+    return signs
 
 
 def _cholesky(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
@@ -509,20 +597,17 @@ def _qr(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     kappa = max(k for *_, k in per_matrix)
     magnitudes = _magnitudes(wide, scale_r)
     return [Answer("qr", f"mpmath at {DIGITS} digits", 0, q.reshape(batch + (m, n)), torch.ones(batch + (1, 1),
-                   dtype=torch.float64), m * n * kappa, magnitudes, canonical=_positive_diagonal),
+                   dtype=torch.float64), m * n * kappa, magnitudes, signs=_diagonal_signs),
             Answer("qr", f"mpmath at {DIGITS} digits", 1, r.reshape(batch + (n, n)), scale_r.reshape(batch + (1, 1)),
-                   m * n * kappa, magnitudes, canonical=_positive_diagonal)]
+                   m * n * kappa, magnitudes, signs=_diagonal_signs)]
 
 
-def _positive_diagonal(outputs: Any) -> Any:
-    """(Q, R) with each column of Q and row of R negated where R's diagonal is negative."""
-    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
-        return outputs
-    q, r = outputs
-    if not isinstance(q, torch.Tensor) or not isinstance(r, torch.Tensor):
-        return outputs
-    signs = torch.where(r.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(r.dtype)
-    return q * signs.unsqueeze(-2), r * signs.unsqueeze(-1)
+def _diagonal_signs(outputs: Any) -> dict[int, torch.Tensor] | None:
+    """Each column of Q and row of R negated where R's diagonal is negative."""
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2 or not isinstance(outputs[1], torch.Tensor):
+        return None
+    sign = torch.where(outputs[1].detach().to("cpu").diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(torch.float64)
+    return {0: sign.unsqueeze(-2), 1: sign.unsqueeze(-1)}
 
 
 # -- a least-squares driver's numerical rank: a range, not a value -------------------------
@@ -601,11 +686,8 @@ class RankAnswer:
         outside = torch.maximum(low - rank, rank - high).clamp_min(0)
         worst = int(torch.argmax(outside))
         return Check(self, float(outside[worst]), 0.5, float(rank[worst]), float(exact[worst]),
-                     allowed=(int(low[worst]), int(high[worst])), cutoff=rcond,
-                     replacement=exact.reshape(self.batch).to(got.dtype))
-
-    def merged(self, got: torch.Tensor) -> torch.Tensor:
-        return got  # a range has no one value: the check's replacement is the value
+                     exact.reshape(self.batch).to(got.dtype),
+                     allowed=(int(low[worst]), int(high[worst])), cutoff=rcond)
 
 
 def _least_squares_rank(args: tuple, kwargs: dict[str, Any]) -> list[RankAnswer]:

@@ -156,8 +156,8 @@ def _checked_outputs(n: fx.Node, env: dict[fx.Node, Any], budget: Budget, result
     if not wrong:
         return out
     if not isinstance(out, tuple):
-        return wrong[0].merged(out) if 0 in wrong else out
-    return tuple(wrong[i].merged(o) if i in wrong else o for i, o in enumerate(out))
+        return wrong[0].replacement if 0 in wrong else out
+    return tuple(wrong[i].replacement if i in wrong else o for i, o in enumerate(out))
 
 
 def cone(graph: fx.Graph, targets: list[fx.Node]) -> list[fx.Node]:
