@@ -20,6 +20,7 @@ OPS = {
     "_linalg_solve_ex": lambda a, b: torch.ops.aten._linalg_solve_ex(a, b),
     "_linalg_svd": lambda a, b: torch.ops.aten._linalg_svd(a),
     "_linalg_eigh": lambda a, b: torch.ops.aten._linalg_eigh(a),
+    "linalg_lu_factor_ex": lambda a, b: torch.ops.aten.linalg_lu_factor_ex(a),
 }
 
 
@@ -527,3 +528,30 @@ def test_the_reference_continues_from_the_exact_eigenvectors_in_the_kernels_sign
     # The exact vectors, each with the sign the (faulty) float64 kernel gave it.
     flipped = honest.values[node.name] * torch.tensor([-1.0, 1.0, 1.0], dtype=torch.float64)
     assert torch.allclose(replay.values[node.name], flipped, rtol=0, atol=1e-12)
+
+
+def test_lu_factors_are_answered_for_the_pivots_partial_pivoting_takes():
+    a = torch.tensor([[1.0, 2.0, 0.0], [-1.0, 3.0, 1.0], [2.0, 1.0, 5.0]])
+    p, lower, upper = torch.ops.aten.linalg_lu(a)
+
+    def lu_checks(outputs):
+        return [(c.answer.output, c.disagrees) for x in answers("linalg_lu", (a,), {}) if (c := x.check(outputs))]
+
+    assert lu_checks((p, lower, upper)) == [(1, False), (2, False)]
+    wrong = lower.clone()
+    wrong[2, 1] *= 1.01
+    assert lu_checks((p, wrong, upper)) == [(1, True), (2, False)]
+    assert lu_checks((p, lower, upper * 1.001)) == [(1, False), (2, True)]
+    # Another permutation is another factorization, not answered: the pivots decide it.
+    assert lu_checks((torch.eye(3), lower, upper)) == []
+    # A tie (|1| = |−1|): partial pivoting keeps the first row, as getrf does; a kernel that
+    # swapped made a legitimate other choice, which the answer does not judge.
+    tie = torch.tensor([[1.0, 2.0], [-1.0, 3.0]])
+    packed, pivots, info = torch.ops.aten.linalg_lu_factor_ex(tie)
+    assert pivots.tolist() == [1, 2]
+    [answer] = answers("linalg_lu_factor_ex", (tie,), {})
+    assert answer.check((packed, pivots, info)).disagrees is False
+    swapped = torch.tensor([[-1.0, 3.0], [-1.0, 5.0]])  # LU of the rows swapped
+    assert answer.check((swapped, torch.tensor([2, 2], dtype=torch.int32), info)) is None
+    assert answers("linalg_lu_factor_ex", (torch.tensor([[1.0, 2.0], [2.0, 4.0]]),), {}) == []  # singular
+    assert answers("linalg_lu", (a,), {"pivot": False}) == []

@@ -6,11 +6,13 @@ precision up: where that library is wrong on an input (a driver that returns ran
 rank-2 matrix, a determinant's pivot lost), the reference shares the bug and the arm looks
 right.  Every float is a rational number, so for a small matrix the determinant, inverse and
 solution of the *recorded* input have exact values, found here in rational arithmetic
-(`fractions.Fraction`, Gauss–Jordan without rounding), and so are the least-squares solution
-and the pseudoinverse of a tall matrix of full column rank (the normal equations, solved
-exactly); singular and eigenvalues, the Cholesky factor and QR's factors are algebraic, found
-with mpmath at 50 significant digits (its own SVD, symmetric eigensolver and Cholesky — R is
-the Cholesky factor of the exact AᵀA, Q = A·R⁻¹ —: no LAPACK).
+(`fractions.Fraction`, Gauss–Jordan without rounding), and so are LU's factors with partial
+pivoting, the least-squares solution and the pseudoinverse of a tall matrix of full column
+rank (the normal equations, solved exactly); singular values and vectors, symmetric
+eigenvalues and vectors, the Cholesky factor and QR's factors are algebraic, found with
+mpmath at 50 significant digits (its own SVD, symmetric eigensolver and Cholesky — R is the
+Cholesky factor of the exact AᵀA, Q = A·R⁻¹ —: no LAPACK). A least-squares driver's rank is
+answered as the range of ranks a correct driver returns (`RankAnswer`).
 
 Each answer knows how far a correct kernel may be from it at a unit roundoff u — the
 textbook backward-stable bounds (Higham, *Accuracy and Stability of Numerical Algorithms*,
@@ -21,6 +23,10 @@ SAFETY factor:
 * determinant:        |d̂ − d| ≤ n²·κ∞(A)·u·|d|, and log|d| within that error (absolute) times
                       max(1, |log|d||) for the log's own rounding;
 * singular values and symmetric eigenvalues: |σ̂ᵢ − σᵢ| ≤ n·u·‖A‖₂;
+* their vectors:      ‖v̂ᵢ − vᵢ‖ ≤ 4n·u·‖A‖₂/gapᵢ once the sign is the answer's (Davis–Kahan,
+                      Wedin), not answered where that leaves no digit;
+* LU factors:         n·u·‖L⁻¹‖‖|L||U|‖‖U⁻¹‖ relative to each factor, for the pivots partial
+                      pivoting takes in exact arithmetic;
 * Cholesky factor:    ‖L̂ − L‖ ≤ n²·κ∞(A)·u·‖L‖ (backward error n·u·‖A‖, amplified by κ);
 * least squares:      ‖X̂ − X‖ ≤ m·n·u·(2κ₂ + κ₂(κ₂+1)·‖R‖/(‖A‖‖X‖))·‖X‖ per column, where a
                       rank cutoff (`rcond`) cannot drop a singular value;
@@ -85,6 +91,10 @@ class Answer:
     # multiplies may both be negated; an eigenvector): per output, the ±1 factors (broadcasting)
     # that bring the kernel's outputs to the answer's signs, and back.
     signs: Callable[[Any], dict[int, torch.Tensor] | None] | None = None
+    # Where the answer holds only for some of the kernel's decisions (LU: the same pivots as
+    # partial pivoting takes in exact arithmetic; a near-tie may go either way): whether the
+    # kernel's outputs made them.
+    precondition: Callable[[Any], bool] | None = None
     # Where the bound differs from element to element (a vector's error grows as its
     # eigenvalue's gap closes): the size of the answer itself, past which an element's bound
     # leaves it no digit and that element is not answered (a unit vector's: 1).
@@ -97,6 +107,8 @@ class Answer:
             status = outputs[self.status_output] if isinstance(outputs, (tuple, list)) else None
             if not isinstance(status, torch.Tensor) or bool(status.ne(0).any()):
                 return None
+        if self.precondition is not None and not self.precondition(outputs):
+            return None
         got = outputs[self.output] if isinstance(outputs, (tuple, list)) else outputs
         if (not isinstance(got, torch.Tensor) or got.dtype not in UNIT_ROUNDOFF
                 or tuple(got.shape) != tuple(self.value.shape)):
@@ -309,6 +321,94 @@ def _solve(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[
         x, scale = x.squeeze(-1), scale.squeeze(-1)
     kappa = max(e[2] for e in exact)
     return [Answer("solve", "rational arithmetic", 0, x, scale, n * kappa, _magnitudes(wide, rhs, scale))]
+
+
+def _partial_pivoting(matrix: list[list[float]]) -> tuple[list, list, list[int], float] | None:
+    """The exact LU factors of a float matrix with partial pivoting (the first largest candidate
+    as pivot, as LAPACK's getrf takes it), its pivots (1-based, as getrf's sequential swaps) and
+    c = ‖L⁻¹‖∞·‖|L||U|‖∞·‖U⁻¹‖∞; None when singular."""
+    n = len(matrix)
+    a = [[Fraction(v) for v in row] for row in matrix]
+    pivots = []
+    for k in range(n):
+        p = max(range(k, n), key=lambda i: abs(a[i][k]))
+        if a[p][k] == 0:
+            return None
+        pivots.append(p + 1)
+        a[k], a[p] = a[p], a[k]
+        for i in range(k + 1, n):
+            f = a[i][k] / a[k][k]
+            a[i][k] = f
+            a[i][k + 1:] = [x - f * y for x, y in zip(a[i][k + 1:], a[k][k + 1:], strict=True)]
+    lower = [[a[i][j] if j < i else Fraction(int(i == j)) for j in range(n)] for i in range(n)]
+    upper = [[a[i][j] if j >= i else Fraction(0) for j in range(n)] for i in range(n)]
+    _, lower_inverse = _gauss_jordan_exact(lower)
+    _, upper_inverse = _gauss_jordan_exact(upper)
+    product = [[sum(abs(float(lower[i][k])) * abs(float(upper[k][j])) for k in range(n)) for j in range(n)]
+               for i in range(n)]
+    return lower, upper, pivots, _norm_inf(lower_inverse) * _norm_inf(product) * _norm_inf(upper_inverse)
+
+
+def _exact_lu(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+    """LU with partial pivoting of a nonsingular matrix, exactly. A backward-stable LU factors
+    PA + ΔA with |ΔA| ≤ n·u·|L||U|, and to first order ΔL = L·stril(L⁻¹ΔA·U⁻¹),
+    ΔU = triu(L⁻¹ΔA·U⁻¹)·U: each factor's error is at most n·u·c·‖factor‖∞. The answer holds
+    where the kernel took the same pivots (a near-tie may go either way under rounding)."""
+    if not bool(kwargs.get("pivot", args[1] if len(args) > 1 else True)):
+        return None  # without pivoting (CUDA only): not answered
+    n = wide.shape[-1]
+    per_matrix = [_partial_pivoting(matrix) for matrix in wide.tolist()]
+    if any(e is None for e in per_matrix):
+        return None  # singular: U has a zero pivot, and the bound needs U⁻¹
+    lower = torch.tensor([[[float(x) for x in row] for row in e[0]] for e in per_matrix], dtype=torch.float64)
+    upper = torch.tensor([[[float(x) for x in row] for row in e[1]] for e in per_matrix], dtype=torch.float64)
+    pivots = torch.tensor([e[2] for e in per_matrix], dtype=torch.int64)
+    rows = [list(range(n)) for _ in per_matrix]
+    for order, swaps in zip(rows, pivots.tolist(), strict=True):
+        for k, p in enumerate(swaps):
+            order[k], order[p - 1] = order[p - 1], order[k]
+    # A = P·L·U: P's transpose takes A's rows in the pivots' order.
+    permutation = torch.eye(n, dtype=torch.float64)[torch.tensor(rows)].transpose(-2, -1)
+    lower_norm = lower.abs().sum(-1).amax(-1)[:, None, None]
+    upper_norm = upper.abs().sum(-1).amax(-1)[:, None, None]
+    batch = shape[:-2]
+    return {"lower": lower.reshape(shape), "upper": upper.reshape(shape), "pivots": pivots.reshape(batch + (n,)),
+            "permutation": permutation.reshape(shape), "lower_norm": lower_norm.reshape(batch + (1, 1)),
+            "upper_norm": upper_norm.reshape(batch + (1, 1)), "factor": n * max(e[3] for e in per_matrix),
+            "magnitudes": _magnitudes(wide, upper_norm)}
+
+
+def _same_output(index: int, expected: torch.Tensor) -> Callable[[Any], bool]:
+    def same(outputs: Any) -> bool:
+        got = outputs[index] if isinstance(outputs, (tuple, list)) and len(outputs) > index else None
+        return (isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape)
+                and bool((got.detach().to("cpu", torch.float64) == expected.to(torch.float64)).all()))
+    return same
+
+
+def _lu_factor(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    """`linalg_lu_factor_ex`: (LU packed, pivots, info)."""
+    lu = _exact_lu(wide, shape, args, kwargs)
+    if lu is None:
+        return []
+    n = wide.shape[-1]
+    strictly_lower = torch.ones(n, n, dtype=torch.bool).tril(-1)
+    packed = torch.where(strictly_lower, lu["lower"], lu["upper"])
+    scale = torch.where(strictly_lower, lu["lower_norm"], lu["upper_norm"])
+    return [Answer("lu_factor", "rational arithmetic", 0, packed, scale, lu["factor"], lu["magnitudes"],
+                   status_output=2, precondition=_same_output(1, lu["pivots"]))]
+
+
+def _lu(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    """`linalg_lu`: (P, L, U) with A = P·L·U."""
+    lu = _exact_lu(wide, shape, args, kwargs)
+    if lu is None:
+        return []
+    same = _same_output(0, lu["permutation"])
+    return [Answer("lu", "rational arithmetic", 1, lu["lower"], lu["lower_norm"], lu["factor"], lu["magnitudes"],
+                   precondition=same),
+            Answer("lu", "rational arithmetic", 2, lu["upper"], lu["upper_norm"], lu["factor"], lu["magnitudes"],
+                   precondition=same)]
 
 
 # -- mpmath at 50 digits --------------------------------------------------------------------
@@ -739,7 +839,7 @@ _SOLVERS = {
     "_linalg_solve_ex": _solve, "linalg_solve": _solve, "linalg_solve_ex": _solve,
     "_linalg_svd": _singular_values, "linalg_svdvals": _singular_values,
     "_linalg_eigh": _symmetric_eigenvalues, "linalg_eigvalsh": _symmetric_eigenvalues,
-    "linalg_cholesky_ex": _cholesky,
+    "linalg_cholesky_ex": _cholesky, "linalg_lu_factor_ex": _lu_factor, "linalg_lu": _lu,
 }
 
 
