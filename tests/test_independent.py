@@ -555,3 +555,33 @@ def test_lu_factors_are_answered_for_the_pivots_partial_pivoting_takes():
     assert answer.check((swapped, torch.tensor([2, 2], dtype=torch.int32), info)) is None
     assert answers("linalg_lu_factor_ex", (torch.tensor([[1.0, 2.0], [2.0, 4.0]]),), {}) == []  # singular
     assert answers("linalg_lu", (a,), {"pivot": False}) == []
+
+
+def test_general_eigenvalues_are_matched_in_any_order_and_checked_both_ways():
+    rng = random.Random(6)
+    checked = 0
+    for _ in range(60):
+        n = rng.randint(1, 8)
+        kind = rng.choice(["randn", "near-singular", "scaled", "integer", "graded", "low-rank"])
+        dtype = rng.choice([torch.float32, torch.float64])
+        a = _matrix(kind, n, rng).to(dtype)
+        out = torch.ops.aten.linalg_eig(a)
+        for c in [c for x in answers("linalg_eig", (a,), {}) if (c := x.check(out)) is not None]:
+            checked += 1
+            assert not c.disagrees, (kind, n, dtype, c.error, c.bound)
+    assert checked > 40, checked
+    a = torch.tensor([[1.0, 2.0, 0.0], [-1.0, 3.0, 1.0], [2.0, 1.0, 5.0]])  # a complex pair and a real one
+    values, vectors = torch.ops.aten.linalg_eig(a)
+    [answer] = answers("linalg_eig", (a,), {})
+
+    def disagrees(v):
+        return answer.check((v, vectors)).disagrees
+
+    assert not disagrees(values) and not disagrees(values[[2, 1, 0]])  # any order
+    assert disagrees(values * torch.tensor([1.0, 1.0, 1.001]))
+    assert disagrees(values[[0, 0, 2]])  # one of the pair returned twice, its conjugate missed
+    assert disagrees(values.conj() * torch.tensor([1.0, 1.0, 0.0]))
+    # A perturbed Jordan block: its eigenvalues move by the square root of the perturbation,
+    # no digit survives at float32: nothing is concluded.
+    jordan = torch.tensor([[2.0, 1.0], [1e-10, 2.0]])
+    assert [c for x in answers("linalg_eig", (jordan,), {}) if (c := x.check(torch.ops.aten.linalg_eig(jordan)))] == []

@@ -149,7 +149,7 @@ class Answer:
 
 @dataclass
 class Check:
-    answer: Answer | RankAnswer
+    answer: Answer | RankAnswer | EigenvalueAnswer
     error: float   # the largest error, relative to the answer's scale
     bound: float   # what a correct kernel may reach at that precision
     got: float     # the kernel's element at the worst position
@@ -167,7 +167,7 @@ class Check:
         return self.error > self.bound
 
 
-def answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer | RankAnswer]:
+def answers(op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer | RankAnswer | EigenvalueAnswer]:
     """The independent answers for a call of aten `op` (its overload packet's name) on these
     arguments, [] where the op is not covered or the input is too large, complex or not finite."""
     if op in _FUNCTIONS:
@@ -828,6 +828,96 @@ def _least_squares_answers(args: tuple, kwargs: dict[str, Any]) -> list[Any]:
     return _least_squares(args, kwargs) + _least_squares_rank(args, kwargs)
 
 
+# -- the eigenvalues of a general matrix: a set, matched to the kernel's in any order --------
+@dataclass
+class EigenvalueAnswer:
+    """`linalg_eig`'s eigenvalues of a real matrix (mpmath at 50 digits, with left and right
+    eigenvectors for each one's condition number κᵢ = ‖xᵢ‖‖yᵢ‖/|yᵢᴴxᵢ|). A backward-stable
+    eigensolver solves A + E with ‖E‖ ≤ n·u·‖A‖, which moves λᵢ by at most κᵢ·‖E‖ to first order
+    (Wilkinson): each within a disk of radius n·u·κᵢ·‖A‖_F (times SAFETY). The kernel returns
+    them in an order of its own, so each of its values is compared with the nearest exact one
+    and each exact one with the nearest of the kernel's: a value missed or invented shows. Not
+    answered where a disk leaves no digit or two disks meet (which is which is then undecided)."""
+    op: str
+    method: str
+    output: int
+    value: torch.Tensor          # (batch, n) complex128
+    condition: torch.Tensor      # (batch, n) κᵢ
+    norm: torch.Tensor           # (batch, 1) ‖A‖_F
+    batch: tuple[int, ...]
+    magnitudes: tuple[float, float]
+
+    def check(self, outputs: Any) -> Check | None:
+        got = outputs[self.output] if isinstance(outputs, (tuple, list)) else None
+        if not isinstance(got, torch.Tensor) or got.dtype not in (torch.complex64, torch.complex128):
+            return None
+        n = self.value.shape[-1]
+        if tuple(got.shape) != self.batch + (n,):
+            return None
+        real = torch.float32 if got.dtype == torch.complex64 else torch.float64
+        u, info = UNIT_ROUNDOFF[real], torch.finfo(real)
+        bound = SAFETY * n * u
+        smallest, largest = self.magnitudes
+        if bound * float(self.condition.max()) >= NO_DIGIT or largest > info.max / 4 or smallest < info.tiny / u:
+            return None
+        radius = bound * self.condition * self.norm
+        exact = self.value
+        apart = (exact[:, :, None] - exact[:, None, :]).abs() > 2 * (radius[:, :, None] + radius[:, None, :])
+        if not bool((apart | torch.eye(n, dtype=torch.bool)).all()):
+            return None
+        got = got.detach().to("cpu", torch.complex128).reshape(-1, n)
+        if not bool(torch.isfinite(got).all()):
+            return Check(self, math.inf, bound, math.nan, math.nan, got.reshape(self.batch + (n,)))
+        distance = (got[:, :, None] - exact[:, None, :]).abs()           # (batch, kernel's, exact)
+        scale = (self.condition * self.norm)[:, None, :]
+        nearest = distance.argmin(-1)                                     # each kernel value's exact one
+        kernel_side = (distance / scale).amin(-1)
+        exact_side = (distance / scale).amin(-2)
+        error = torch.cat([kernel_side, exact_side], dim=-1)
+        worst = int(torch.argmax(error.reshape(-1)))
+        matrix, index = divmod(worst, 2 * n)
+        if index < n:
+            shown, answer = got[matrix, index], exact[matrix, nearest[matrix, index]]
+        else:
+            answer = exact[matrix, index - n]
+            shown = got[matrix, distance[matrix, :, index - n].argmin()]
+        replacement = torch.gather(exact, 1, nearest).reshape(self.batch + (n,))
+        return Check(self, float(error.reshape(-1)[worst]), bound, _complex_value(shown), _complex_value(answer),
+                     replacement)
+
+
+def _complex_value(z: torch.Tensor) -> float:
+    """A real number as itself; a complex one by its modulus with its argument's sign (what the
+    note's flat fields can hold)."""
+    return float(z.real) if float(z.imag) == 0 else math.copysign(float(z.abs()), float(z.imag))
+
+
+def _general_eigenvalues(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[EigenvalueAnswer]:
+    import mpmath
+
+    values, conditions = [], []
+    with mpmath.workdps(DIGITS):
+        for matrix in wide.tolist():
+            try:
+                e, left, right = mpmath.mp.eig(mpmath.matrix(matrix), left=True, right=True)
+            except (ValueError, ZeroDivisionError):
+                return []
+            n = len(e)
+            kappa = []
+            for i in range(n):
+                x = [right[r, i] for r in range(n)]
+                y = [left[i, c] for c in range(n)]
+                dot = abs(mpmath.fsum(a * b for a, b in zip(y, x, strict=True)))
+                size = mpmath.sqrt(mpmath.fsum(abs(a) ** 2 for a in x)) * mpmath.sqrt(mpmath.fsum(abs(b) ** 2 for b in y))
+                kappa.append(float(size / dot) if dot != 0 else math.inf)
+            values.append([complex(v) for v in e])
+            conditions.append(kappa)
+    value = torch.tensor(values, dtype=torch.complex128)
+    norm = torch.linalg.matrix_norm(wide).reshape(-1, 1)
+    return [EigenvalueAnswer("eig", f"mpmath at {DIGITS} digits", 0, value, torch.tensor(conditions, dtype=torch.float64),
+                             norm, shape[:-2], _magnitudes(wide, norm))]
+
+
 _RECTANGULAR = {"linalg_lstsq": _least_squares_answers, "linalg_pinv": _pseudoinverse,
                 "linalg_qr": _qr}
 
@@ -840,6 +930,7 @@ _SOLVERS = {
     "_linalg_svd": _singular_values, "linalg_svdvals": _singular_values,
     "_linalg_eigh": _symmetric_eigenvalues, "linalg_eigvalsh": _symmetric_eigenvalues,
     "linalg_cholesky_ex": _cholesky, "linalg_lu_factor_ex": _lu_factor, "linalg_lu": _lu,
+    "linalg_eig": _general_eigenvalues,
 }
 
 
@@ -921,7 +1012,7 @@ class Budget:
     def __init__(self, seconds: float = BUDGET_S) -> None:
         self.left = seconds
 
-    def answers(self, op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer | RankAnswer]:
+    def answers(self, op: str, args: tuple, kwargs: dict[str, Any]) -> list[Answer | RankAnswer | EigenvalueAnswer]:
         if self.left <= 0 or op not in COVERED_OPS:
             return []
         start = time.monotonic()
