@@ -7,14 +7,26 @@ failed (there must be none).
 
     python bench/independent_calibration.py SEED ITERATIONS    # about 60 s for 500 on 2 cores
     python bench/independent_calibration.py --opinfo           # every answered op on OpInfo's samples
+    python bench/independent_calibration.py --square SEED ITERATIONS   # vectors, LU, eig, ranks
+
+`--square` covers the answers whose correct kernels meet their bounds only under a condition:
+eigen- and singular vectors (the gap), LU (the pivots), general eigenvalues (each one's κ) and a
+least-squares driver's rank (a range, at cutoffs at, near and around the singular values).
+gelsy is called through LAPACK directly with its column pivots zeroed, as torch 2.13's own call
+does not always pass them (pytorch/pytorch#187411); how often torch's own call falls outside the
+range is counted apart.
 """
 import random
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 from triage.worker.independent import answers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from lapack import lapack_gelsy  # noqa: E402 - the tests' direct LAPACK call
 
 KINDS = ("randn", "graded", "rowgraded", "scaled", "integer", "near-dependent", "vandermonde")
 DRIVERS = (None, "gelsy", "gels", "gelsd", "gelss")
@@ -86,10 +98,97 @@ def main(seed: int, iterations: int) -> int:
     return 1 if wrong else 0
 
 
+def square(kind: str, n: int, g: torch.Generator, rng: random.Random) -> torch.Tensor:
+    """A square matrix of a kind whose vectors, pivots or eigenvalues are hard to get right."""
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    values = torch.randn(n, generator=g, dtype=torch.float64)
+    if kind == "close" and n > 1:
+        values[1] = values[0] + 10 ** rng.uniform(-12, -1)
+    elif kind == "cluster":
+        values = 1 + values * 10 ** rng.uniform(-9, -2)
+    elif kind == "repeated" and n > 1:
+        values[1] = values[0]
+    elif kind == "graded":
+        values = values * torch.logspace(-8, 0, n, dtype=torch.float64)
+    a = q @ torch.diag(values) @ q.T
+    if kind == "integer":
+        a = torch.randint(-3, 4, (n, n), generator=g).double()
+    elif kind == "nonnormal":
+        a = torch.randn(n, n, generator=g, dtype=torch.float64).triu() * 10 ** rng.uniform(0, 3)
+    elif kind == "jordan":
+        a = 2 * torch.eye(n, dtype=torch.float64) + torch.diag(torch.ones(n - 1, dtype=torch.float64), 1)
+        a = a + 10 ** rng.uniform(-12, -2) * torch.randn(n, n, generator=g, dtype=torch.float64)
+    elif kind == "scaled":
+        a = a * 10 ** rng.uniform(-15, 15)
+    return a
+
+
+SQUARE_KINDS = ("randn", "close", "cluster", "repeated", "graded", "integer", "nonnormal", "jordan", "scaled")
+
+
+def square_main(seed: int, iterations: int) -> int:
+    rng = random.Random(seed)
+    count: dict[str, int] = {}
+    worst: dict[str, float] = {}
+    wrong, torch_gelsy = [], [0, 0]
+    start = time.time()
+
+    def record(op: str, check, *case) -> None:
+        count[op] = count.get(op, 0) + 1
+        worst[op] = max(worst.get(op, 0.0), check.error / check.bound)
+        if check.disagrees:
+            wrong.append((op, *case, check.error, check.bound))
+
+    for _ in range(iterations):
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        n, kind, dtype = rng.randint(1, 8), rng.choice(SQUARE_KINDS), rng.choice([torch.float32, torch.float64])
+        a = square(kind, n, g, rng)
+        symmetric = ((a + a.T) / 2).to(dtype)
+        general = a.to(dtype)
+        for name, x, label in (("_linalg_eigh", symmetric, "eigenvectors"), ("_linalg_svd", general, "singular vectors"),
+                               ("linalg_lu_factor_ex", general, "LU (packed)"), ("linalg_lu", general, "LU (P, L, U)"),
+                               ("linalg_eig", general, "eigenvalues (general)")):
+            out = getattr(torch.ops.aten, name)(x)
+            for answer in answers(name, (x,), {}):
+                if name in ("_linalg_eigh", "_linalg_svd") and answer.output == (0 if name == "_linalg_eigh" else 1):
+                    continue  # the values: measured by main()'s seeds and --opinfo
+                if (check := answer.check(out)) is not None:
+                    record(label, check, kind, n, dtype, answer.output)
+        # The rank of a least-squares driver, at cutoffs at, near and around a singular value.
+        m = rng.randint(1, 32)
+        tall = torch.cat([general, torch.randn(max(m - n, 0), n, generator=g, dtype=torch.float64).to(dtype)])[:m]
+        b = torch.randn(m, 1, generator=g, dtype=torch.float64).to(dtype)
+        s = torch.linalg.svdvals(tall.double())
+        ratio = float(s[rng.randrange(len(s))] / s[0]) if len(s) and s[0] > 0 else 1e-3
+        rcond = rng.choice([None, ratio, ratio * (1 + 1e-4), ratio * 2, ratio / 2, ratio * 50, 3.0])
+        rcond = rcond if rcond is None or rcond > 0 else None
+        for driver in ("gelsy", "gelsd", "gelss"):
+            kwargs = {"driver": driver} | ({} if rcond is None else {"rcond": rcond})
+            out = torch.ops.aten.linalg_lstsq(tall, b, **kwargs)
+            rank_answers = [x for x in answers("linalg_lstsq", (tall, b), kwargs) if x.output == 2]
+            if driver == "gelsy":
+                for answer in rank_answers:  # torch's own call, counted apart
+                    if (check := answer.check(out)) is not None:
+                        torch_gelsy[0] += 1
+                        torch_gelsy[1] += check.disagrees
+                cutoff = rcond if rcond is not None else torch.finfo(dtype).eps * max(m, n)
+                rank = lapack_gelsy(tall, cutoff)
+                if rank is None:
+                    continue
+                out = (out[0], out[1], torch.tensor(rank), out[3])
+            for answer in rank_answers:
+                if (check := answer.check(out)) is not None:
+                    record(f"rank ({driver})", check, kind, m, n, dtype, rcond)
+    print(f"checks {count}, largest error / bound {worst}, wrong {len(wrong)} {wrong[:5]}, "
+          f"torch's own gelsy call outside the range {torch_gelsy[1]} of {torch_gelsy[0]}, {time.time() - start:.1f} s")
+    return 1 if wrong else 0
+
+
 # OpInfo entries whose calls reach an answered aten op (the op is seen at dispatch, as the
 # recorder sees it: linalg.cholesky is linalg_cholesky_ex, linalg.svdvals is _linalg_svd).
 OPINFO_NAMES = ("linalg.lstsq", "linalg.pinv", "linalg.qr", "linalg.cholesky", "linalg.det", "linalg.inv",
-                "linalg.solve", "linalg.svdvals", "linalg.eigvalsh", "linalg.slogdet")
+                "linalg.solve", "linalg.svdvals", "linalg.eigvalsh", "linalg.slogdet", "linalg.eigh", "linalg.svd",
+                "linalg.lu_factor", "linalg.lu", "linalg.eig", "linalg.eigvals")
 
 
 def opinfo(samples_per_op: int = 40) -> int:
@@ -138,4 +237,7 @@ def opinfo(samples_per_op: int = 40) -> int:
 if __name__ == "__main__":
     if "--opinfo" in sys.argv:
         sys.exit(opinfo())
+    if "--square" in sys.argv:
+        rest = [a for a in sys.argv[1:] if a != "--square"]
+        sys.exit(square_main(int(rest[0]) if rest else 0, int(rest[1]) if len(rest) > 1 else 300))
     sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 0, int(sys.argv[2]) if len(sys.argv) > 2 else 500))

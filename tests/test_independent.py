@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from lapack import lapack_gelsy
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from triage.worker.independent import answers
@@ -314,39 +315,6 @@ def test_a_cancelling_float64_formula_is_replaced_by_mpmath():
     assert reference[1].item() == torch.nn.functional.gelu(torch.tensor(0.5, dtype=torch.float64)).item()
 
 
-def _lapack_gelsy(a: torch.Tensor, rcond: float, fixed: bool = False) -> int | None:
-    """LAPACK's ?gelsy called directly on `a` with every column free (JPVT zeroed, as a correct
-    caller passes it) or, with `fixed`, every column fixed in place (as stale pivots leave it):
-    its rank. None where this torch build does not export the symbol."""
-    import ctypes
-    import os
-
-    try:
-        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
-        names = ("DGELSY", "dgelsy_") if a.dtype == torch.float64 else ("SGELSY", "sgelsy_")
-        fn = next(getattr(lib, name) for name in names if hasattr(lib, name))
-    except (OSError, StopIteration):
-        return None
-    real = ctypes.c_double if a.dtype == torch.float64 else ctypes.c_float
-    m, n = a.shape
-    lda, ldb = max(1, m), max(1, m, n)
-    matrix = (real * (lda * n))(*a.T.reshape(-1).tolist())
-    rhs = (real * ldb)()
-    pivots = (ctypes.c_int * n)(*([1] * n if fixed else [0] * n))
-    rank, info, query = ctypes.c_int(), ctypes.c_int(), (real * 1)()
-
-    def call(work, size):
-        fn(*(ctypes.byref(ctypes.c_int(v)) for v in (m, n, 1)), matrix, ctypes.byref(ctypes.c_int(lda)), rhs,
-           ctypes.byref(ctypes.c_int(ldb)), pivots, ctypes.byref(real(rcond)), ctypes.byref(rank), work,
-           ctypes.byref(ctypes.c_int(size)), ctypes.byref(info))
-
-    call(query, -1)
-    size = max(1, int(query[0]))
-    call((real * size)(), size)
-    assert info.value == 0
-    return rank.value
-
-
 def _rank_checks(a, b, out, **kwargs):
     return [c for x in answers("linalg_lstsq", (a, b), kwargs) if x.output == 2 and (c := x.check(out)) is not None]
 
@@ -376,7 +344,7 @@ def test_correct_least_squares_ranks_stay_within_their_range():
             out = torch.ops.aten.linalg_lstsq(a, b, **kwargs)
             if driver == "gelsy":
                 cutoff = rcond if rcond is not None else torch.finfo(dtype).eps * max(m, n)
-                rank = _lapack_gelsy(a, cutoff)
+                rank = lapack_gelsy(a, cutoff)
                 if rank is None:
                     continue
                 out = (out[0], out[1], torch.tensor(rank), out[3])
@@ -384,7 +352,7 @@ def test_correct_least_squares_ranks_stay_within_their_range():
                 checked[driver] += 1
                 assert not c.disagrees, (driver, kind, m, n, dtype, rcond, c.answer.output, c.got, c.allowed, c.error)
     assert checked["gelsd"] > 250 and checked["gelss"] > 250, checked
-    assert checked["gelsy"] > 100 or _lapack_gelsy(torch.eye(2), 1e-6) is None, checked
+    assert checked["gelsy"] > 100 or lapack_gelsy(torch.eye(2), 1e-6) is None, checked
 
 
 def test_a_driver_without_column_pivoting_is_caught():
@@ -394,7 +362,7 @@ def test_a_driver_without_column_pivoting_is_caught():
     b = torch.ones(3, 1, dtype=torch.float64)
     out = torch.ops.aten.linalg_lstsq(a, b, driver="gelsy")
     eps = torch.finfo(torch.float64).eps * 3
-    right, wrong = _lapack_gelsy(a, eps), _lapack_gelsy(a, eps, fixed=True)
+    right, wrong = lapack_gelsy(a, eps), lapack_gelsy(a, eps, fixed=True)
     if right is None:
         pytest.skip("this torch build does not export LAPACK's gelsy")
     assert (right, wrong) == (2, 1)
