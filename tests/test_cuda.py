@@ -1,8 +1,9 @@
 """CUDA paths of triage, on a real GPU (issue 29): `pytest -m cuda` runs them; without a GPU they skip.
 
 Device collapse onto `cuda`, a CUDA arm that really sees the GPU from inside its sandbox (a silent
-CPU fallback would turn it into a CPU arm), the TF32 switch on an fp32 matmul divergence, and
-`index_add_` under `deterministic=on`.  `bench/gpu_check.py` runs these on a lent GPU machine.
+CPU fallback would turn it into a CPU arm), the TF32 switch on an fp32 matmul divergence,
+`index_add_` under `deterministic=on`, and the CUDA linalg kernels against their independent
+answers.  `bench/gpu_check.py` runs these on a lent GPU machine.
 """
 import textwrap
 
@@ -130,3 +131,59 @@ def test_index_add_under_deterministic(tmp_path):
     for a in report["ablations"]:
         if a["switch"] == "deterministic=on":
             assert a["outcome"], a
+
+
+def _correct_linalg_kernels_within_their_answers(device: str, iterations: int = 40) -> dict[str, int]:
+    """Every independently answered linalg op, run on `device` on random matrices of several kinds
+    (float32 and float64): each check's count by op; a kernel past its bound fails."""
+    import random
+
+    from triage.worker.independent import answers
+
+    rng = random.Random(0)
+    checked: dict[str, int] = {}
+    ops = ("_linalg_det", "_linalg_slogdet", "linalg_inv_ex", "_linalg_svd", "_linalg_eigh", "linalg_lu_factor_ex",
+           "linalg_lu", "linalg_cholesky_ex", "linalg_qr", "linalg_pinv", "linalg_eig")
+    # The matrix each op is given: symmetric for eigh, positive definite for Cholesky.
+    inputs = {"_linalg_eigh": lambda a: a + a.mT,
+              "linalg_cholesky_ex": lambda a: a @ a.mT + torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)}
+    for _ in range(iterations):
+        n = rng.randint(1, 8)
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        a = torch.randn(n, n, generator=g, dtype=torch.float64)
+        kind = rng.choice(["randn", "graded", "integer", "near-singular"])
+        if kind == "graded":
+            a = a * torch.logspace(-4, 4, n, dtype=torch.float64)[:, None]
+        elif kind == "integer":
+            a = torch.randint(-3, 4, (n, n), generator=g).double()
+        elif kind == "near-singular" and n > 1:
+            a[-1] = a[0] + 1e-5 * torch.randn(n, generator=g, dtype=torch.float64)
+        for dtype in (torch.float32, torch.float64):
+            x = a.to(device, dtype)
+            for name in ops:
+                arg = inputs.get(name, lambda t: t)(x)
+                try:
+                    out = getattr(torch.ops.aten, name)(arg)
+                except RuntimeError:
+                    continue  # a matrix the kernel refuses
+                for answer in answers(name, (arg,), {}):
+                    if (check := answer.check(out)) is not None:
+                        checked[name] = checked.get(name, 0) + 1
+                        assert not check.disagrees, (device, name, kind, n, dtype, answer.output, check.error, check.bound)
+            b = torch.randn(n + 2, 2, generator=g, dtype=torch.float64).to(device, dtype)
+            tall = torch.cat([x, x[:2] + 1]) if n else x
+            if tall.shape[0] == b.shape[0]:
+                out = torch.ops.aten.linalg_lstsq(tall, b)
+                for answer in answers("linalg_lstsq", (tall, b), {}):
+                    if (check := answer.check(out)) is not None:
+                        checked["linalg_lstsq"] = checked.get("linalg_lstsq", 0) + 1
+                        assert not check.disagrees, (device, "lstsq", kind, n, dtype, answer.output, check.error, check.bound)
+    return checked
+
+
+def test_cuda_linalg_kernels_stay_within_their_independent_answers():
+    """cuSOLVER's and MAGMA's kernels (det, slogdet, inverse, SVD and its vectors, eigh and its
+    vectors, LU, Cholesky, QR, pinv, general eigenvalues, least squares) against the exact or
+    50-digit answer, with the bounds the CPU's LAPACK was calibrated against."""
+    checked = _correct_linalg_kernels_within_their_answers("cuda")
+    assert sum(checked.values()) > 300 and len(checked) >= 10, checked
