@@ -282,6 +282,28 @@ def test_arms_sharing_a_wrong_kernel_are_a_kernel_bug_not_agreement(tmp_path, tr
     assert notes and all(c["kernel_disagrees"] is False and c["float64_disagrees"] is False for c in notes)
 
 
+EIG_SCRIPT = """\
+import torch
+a = torch.tensor([[1.0, 2.0, 0.0], [-1.0, 3.0, 1.0], [2.0, 1.0, 5.0]])
+w = torch.linalg.eigvals(a)
+print(w.abs().max())
+"""
+
+
+def test_a_wrong_complex_eigenvalue_is_named_as_a_kernel_bug(tmp_path, triage):
+    """A general eigensolver that returns its eigenvalues (a complex pair and a real one) 1 % off,
+    on two arms that agree: the exact eigenvalues show it, in the complex plane."""
+    script = tmp_path / "eig.py"
+    script.write_text(EIG_SCRIPT)
+    fault = "fault=aten.linalg_eig:scale"
+    code, report, _, out = triage(script, f"cpu/{fault},cpu/threads=1/{fault}", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert v["kind"] == "likely-bug" and "exact answer" in v["summary"] and "share the kernel" in v["summary"], v
+    [note] = [c for c in report["arms"][0]["conditioning"] if c["op"] == "linalg_eig"]
+    assert note["kernel_disagrees"] is True and note.get("kind") != "close-eigenvalues"
+
+
 FUNCTIONS = {"exp": torch.exp, "expm1": torch.expm1, "log1p": torch.log1p, "sin": torch.sin, "tanh": torch.tanh,
              "asinh": torch.asinh, "erf": torch.erf, "erfc": torch.erfc, "lgamma": torch.lgamma,
              "digamma": torch.digamma, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu,

@@ -29,6 +29,16 @@ def test_close_eigenvalues_are_named_with_the_gap_not_the_condition_number():
     assert well_separated.get("kind") != "close-eigenvalues"
 
 
+def test_a_complex_conjugate_pair_is_not_a_close_pair():
+    """A real matrix's complex eigenvalues λ and λ̄ share their real part and lie 2·|Im λ| apart:
+    a general eigensolver's vectors are then as well determined as any."""
+    rotation = torch.tensor([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 3.0]])  # eigenvalues ±i and 3
+    note = condition_of("linalg_eig", rotation)
+    assert note.get("kind") != "close-eigenvalues", note
+    close = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0 + 1e-6, 0.0], [0.0, 0.0, 3.0]])  # 1 and 1 + 1e-6
+    assert condition_of("linalg_eig", close)["kind"] == "close-eigenvalues"
+
+
 def _eigenvectors_spread(s, samples=29, seed=0):
     recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
     with recorder:

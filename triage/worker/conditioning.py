@@ -87,14 +87,19 @@ def _vector_sensitivity(op: str, wide: torch.Tensor, dtype: torch.dtype, s: torc
     """The smallest gap between two of the matrix's eigenvalues (singular values), worst
     over a batch, and the vectors' error it allows, u·‖A‖₂/gap."""
     what = VECTOR_OPS[op]
-    if what == "eigenvalue":
-        values = (torch.linalg.eigvalsh(wide) if op != "linalg_eig" else torch.linalg.eigvals(wide).real)
+    if op == "linalg_eig":
+        # A real matrix's eigenvalues may be complex: the gap is the distance in the plane (a
+        # conjugate pair shares its real part, and is apart by twice its imaginary one).
+        values = torch.linalg.eigvals(wide)
+        if values.shape[-1] < 2:
+            return None
+        apart = (values[:, :, None] - values[:, None, :]).abs()
+        gaps = apart.masked_fill(torch.eye(values.shape[-1], dtype=torch.bool), math.inf).amin(dim=(-2, -1))
     else:
-        values = s
-    values = values.sort(dim=-1).values
-    if values.shape[-1] < 2:
-        return None
-    gaps = values.diff(dim=-1).abs().amin(dim=-1)
+        values = (torch.linalg.eigvalsh(wide) if what == "eigenvalue" else s).sort(dim=-1).values
+        if values.shape[-1] < 2:
+            return None
+        gaps = values.diff(dim=-1).abs().amin(dim=-1)
     norm = s[:, 0]
     u = torch.finfo(dtype).eps / 2
     sensitivity = torch.where(gaps > 0, u * norm / gaps, torch.full_like(gaps, math.inf))

@@ -152,8 +152,8 @@ class Check:
     answer: Answer | RankAnswer | EigenvalueAnswer
     error: float   # the largest error, relative to the answer's scale
     bound: float   # what a correct kernel may reach at that precision
-    got: float     # the kernel's element at the worst position
-    exact: float   # the answer's
+    got: float | complex     # the kernel's element at the worst position
+    exact: float | complex   # the answer's
     # What the float64 reference continues from in place of the kernel's output, where the
     # kernel disagrees: the answer where it has one, in the kernel's own signs.
     replacement: torch.Tensor
@@ -886,10 +886,9 @@ class EigenvalueAnswer:
                      replacement)
 
 
-def _complex_value(z: torch.Tensor) -> float:
-    """A real number as itself; a complex one by its modulus with its argument's sign (what the
-    note's flat fields can hold)."""
-    return float(z.real) if float(z.imag) == 0 else math.copysign(float(z.abs()), float(z.imag))
+def _complex_value(z: torch.Tensor) -> float | complex:
+    """A real eigenvalue as a float, a complex one as a complex."""
+    return float(z.real) if float(z.imag) == 0 else complex(z)
 
 
 def _general_eigenvalues(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[EigenvalueAnswer]:
@@ -1026,12 +1025,15 @@ def note_fields(check: Check, side: str) -> dict[str, Any]:
     """The conditioning note's flat fields for one check: `side` is "kernel" (the arm's own
     output) or "float64" (the replay's)."""
     fields = {"independent": check.answer.method, f"{side}_error": _finite(check.error),
-              f"{side}_bound": check.bound, f"{side}_value": _finite(check.got), f"{side}_exact": check.exact,
+              f"{side}_bound": check.bound, f"{side}_value": _finite(check.got), f"{side}_exact": _finite(check.exact),
               f"{side}_disagrees": check.disagrees}
     if check.allowed is not None:
         fields.update({f"{side}_allowed": list(check.allowed), f"{side}_cutoff": check.cutoff})
     return fields
 
 
-def _finite(x: float) -> float | str:
+def _finite(x: float | complex) -> float | str:
+    """A note's number as JSON holds it: a non-finite or complex one as text."""
+    if isinstance(x, complex):
+        return f"{x.real:.9g}{x.imag:+.9g}j"
     return x if math.isfinite(x) else str(x)

@@ -76,7 +76,8 @@ class Leaf:
 
 @dataclass
 class Fault:
-    """A test-only arm knob: perturb every floating output of one named aten op."""
+    """A test-only arm knob: perturb every floating output of one named aten op (and, scaled,
+    every complex one)."""
 
     op: str
     how: str = "scale"
@@ -95,7 +96,8 @@ class Fault:
         if self.how == "raise":
             raise RuntimeError(f"triage fault injection: {self.op} failed")
         for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+            if (not isinstance(t, torch.Tensor) or t.numel() == 0
+                    or not (t.is_floating_point() or (t.is_complex() and self.how == "scale"))):
                 continue
             flat = t.view(-1) if t.is_contiguous() else None
             if self.how == "scale":
