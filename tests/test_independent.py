@@ -496,6 +496,245 @@ def test_a_turned_vector_is_caught_but_not_a_change_of_signs():
     assert any(c.disagrees for c in _checks("_linalg_svd", sym, None, (u * sign, s_, vh)))
 
 
+def test_the_reference_continues_from_the_exact_eigenvectors_in_the_arms_signs():
+    class TurnedVectors(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ == "_linalg_eigh":
+                return out[0], out[1] * torch.tensor([-1.01, 1.01, 1.01], dtype=out[1].dtype)
+            return out
+
+    sym = _symmetric_with([1.0, 2.0, 4.0], 9).float()  # mpmath's signs differ from LAPACK's here
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        vectors = torch.linalg.eigh(sym).eigenvectors
+    recording = recorder.finish()
+    node = recorder.lookup(vectors)
+    honest = replay_fp64(recording.graph, {node.name}, 60)
+    with TurnedVectors():
+        replay = replay_fp64(recording.graph, {node.name}, 60)
+    [check] = [c for c in replay.checked.values()]
+    assert check.disagrees and check.answer.output == 1
+    # The exact vectors, each with the sign the arm's kernel gave it (the faulty float64
+    # kernel's other sign for the first is taken back, as any sign the reference chose).
+    assert torch.allclose(replay.values[node.name], honest.values[node.name], rtol=0, atol=1e-12)
+    assert bool(((replay.values[node.name] * vectors.double()).sum(0) > 0).all())
+
+
+EIG_SCRIPT = """\
+import torch
+a = torch.tensor([[1.0, 2.0, 0.0], [-1.0, 3.0, 1.0], [2.0, 1.0, 5.0]])
+w = torch.linalg.eigvals(a)
+print(w.abs().max())
+"""
+
+
+def test_a_wrong_complex_eigenvalue_is_named_as_a_kernel_bug(tmp_path, triage):
+    """A general eigensolver that returns its eigenvalues (a complex pair and a real one) 1 % off,
+    on two arms that agree: the exact eigenvalues show it, in the complex plane."""
+    script = tmp_path / "eig.py"
+    script.write_text(EIG_SCRIPT)
+    fault = "fault=aten.linalg_eig:scale"
+    code, report, _, out = triage(script, f"cpu/{fault},cpu/threads=1/{fault}", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    v = report["verdict"]
+    assert v["kind"] == "likely-bug" and "exact answer" in v["summary"] and "share the kernel" in v["summary"], v
+    [note] = [c for c in report["arms"][0]["conditioning"] if c["op"] == "linalg_eig"]
+    assert note["kernel_disagrees"] is True and note.get("kind") != "close-eigenvalues"
+
+
+FUNCTIONS = {"exp": torch.exp, "expm1": torch.expm1, "log1p": torch.log1p, "sin": torch.sin, "tanh": torch.tanh,
+             "asinh": torch.asinh, "erf": torch.erf, "erfc": torch.erfc, "lgamma": torch.lgamma,
+             "digamma": torch.digamma, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu,
+             "special_i0e": torch.special.i0e}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_correct_float64_special_functions_agree_with_mpmath(name):
+    g = torch.Generator().manual_seed(11)
+    for scale in (1e-6, 0.5, 3.0, 30.0):
+        x = (torch.rand(64, generator=g, dtype=torch.float64) * 2 - 1) * scale
+        [answer] = answers(name, (x,), {})
+        check = answer.check(FUNCTIONS[name](x))
+        assert check is not None and not check.disagrees, (scale, check.error, check.bound)
+
+
+def test_a_cancelling_float64_formula_is_replaced_by_mpmath():
+    """float64 GELU computes x/2·(1 + erf(x/√2)): near x = −8 the sum keeps one digit."""
+    x = torch.tensor([-8.0, 0.5])
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        y = torch.nn.functional.gelu(x)
+    recording = recorder.finish()
+    node = recorder.lookup(y)
+    replay = replay_fp64(recording.graph, {node.name}, 60)
+    check = replay.checked[node.name]
+    assert check.disagrees and check.answer.method.startswith("mpmath")
+    exact = -4.9767684594174271e-15  # -8/2·erfc(8/√2), mpmath at 50 digits
+    reference = replay.values[node.name]
+    assert abs(reference[0].item() - exact) < 1e-12 * abs(exact)
+    assert reference[1].item() == torch.nn.functional.gelu(torch.tensor(0.5, dtype=torch.float64)).item()
+
+
+def _rank_checks(a, b, out, **kwargs):
+    return [c for x in answers("linalg_lstsq", (a, b), kwargs) if x.output == 2 and (c := x.check(out)) is not None]
+
+
+def test_correct_least_squares_ranks_stay_within_their_range():
+    """Every rank-revealing driver on every kind of matrix, with cutoffs at, near and around its
+    singular values: a correct driver's rank is never called wrong. gelsy is called through LAPACK
+    directly with its pivots zeroed, as torch 2.13's own call does not always do
+    (pytorch/pytorch#187411)."""
+    rng = random.Random(3)
+    checked = {"gelsy": 0, "gelsd": 0, "gelss": 0}
+    for _ in range(150):
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        m, n = rng.randint(1, 32), rng.randint(1, 8)
+        kind = rng.choice(["randn", "graded", "scaled", "integer", "near-dependent", "vandermonde", "low-rank"])
+        a = _tall(kind, m, n, g) if kind != "low-rank" else (
+            torch.randn(m, 2, generator=g, dtype=torch.float64) @ torch.randn(2, n, generator=g, dtype=torch.float64))
+        dtype = rng.choice([torch.float32, torch.float64])
+        a = a.to(dtype)
+        b = torch.randn(m, 1, generator=g, dtype=torch.float64).to(dtype)
+        s = torch.linalg.svdvals(a.double())
+        ratio = float(s[rng.randrange(len(s))] / s[0]) if s[0] > 0 else 1e-3
+        rcond = rng.choice([None, ratio, ratio * (1 + 1e-4), ratio * 2, ratio / 2, ratio * 50, 3.0])
+        rcond = rcond if rcond is None or rcond > 0 else None
+        for driver in checked:
+            kwargs = {"driver": driver} | ({} if rcond is None else {"rcond": rcond})
+            out = torch.ops.aten.linalg_lstsq(a, b, **kwargs)
+            if driver == "gelsy":
+                cutoff = rcond if rcond is not None else torch.finfo(dtype).eps * max(m, n)
+                rank = lapack_gelsy(a, cutoff)
+                if rank is None:
+                    continue
+                out = (out[0], out[1], torch.tensor(rank), out[3])
+            for c in [c for x in answers("linalg_lstsq", (a, b), kwargs) if (c := x.check(out)) is not None]:
+                checked[driver] += 1
+                assert not c.disagrees, (driver, kind, m, n, dtype, rcond, c.answer.output, c.got, c.allowed, c.error)
+    assert checked["gelsd"] > 250 and checked["gelss"] > 250, checked
+    assert checked["gelsy"] > 100 or lapack_gelsy(torch.eye(2), 1e-6) is None, checked
+
+
+def test_a_driver_without_column_pivoting_is_caught():
+    """gelsy with its columns fixed in place (the stale pivots of pytorch/pytorch#187411) reads the
+    rank off an unpivoted R: 1 for a rank-2 matrix whose second column is twice its first."""
+    a = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.5], [3.0, 6.0, 9.5]], dtype=torch.float64)
+    b = torch.ones(3, 1, dtype=torch.float64)
+    out = torch.ops.aten.linalg_lstsq(a, b, driver="gelsy")
+    eps = torch.finfo(torch.float64).eps * 3
+    right, wrong = lapack_gelsy(a, eps), lapack_gelsy(a, eps, fixed=True)
+    if right is None:
+        pytest.skip("this torch build does not export LAPACK's gelsy")
+    assert (right, wrong) == (2, 1)
+    [check] = _rank_checks(a, b, (out[0], out[1], torch.tensor(right), out[3]), driver="gelsy")
+    assert not check.disagrees and check.allowed == (2, 3) and check.exact == 2
+    [check] = _rank_checks(a, b, (out[0], out[1], torch.tensor(wrong), out[3]), driver="gelsy")
+    assert check.disagrees and check.got == 1 and check.allowed == (2, 3)
+
+
+def test_rank_ranges_follow_each_drivers_reading_of_the_cutoff():
+    a = torch.tensor([[3.0, 0.0], [0.0, 1e-3], [0.0, 0.0]])
+    b = torch.ones(3, 1)
+
+    def allowed(rank, **kwargs):
+        solution, residuals, _, values = torch.ops.aten.linalg_lstsq(a, b, **kwargs)
+        [check] = _rank_checks(a, b, (solution, residuals, torch.tensor(rank), values), **kwargs)
+        return check.allowed, check.disagrees
+
+    assert allowed(2, driver="gelsd") == ((2, 2), False)
+    assert allowed(1, driver="gelsd", rcond=1e-2) == ((1, 1), False)
+    assert allowed(2, driver="gelsd", rcond=5.0) == ((2, 2), False)  # gelsd: a cutoff ≥ 1 is the machine precision
+    assert allowed(0, driver="gelss", rcond=5.0) == ((0, 0), False)  # gelss: nothing is above 5·σ₁
+    assert allowed(1, driver="gelsy", rcond=5.0) == ((1, 1), False)  # gelsy keeps its first column
+    assert allowed(0, driver="gelsy", rcond=5.0)[1] is True
+    assert allowed(0, driver="gelsy", rcond=1e-2)[1] is True
+    assert _rank_checks(a, b, torch.ops.aten.linalg_lstsq(a, b, driver="gels")) == []  # gels reports no rank
+    assert [x for x in answers("linalg_lstsq", (a, b), {"driver": "gelsy", "rcond": -1.0}) if x.output == 2] == []
+    zero = torch.zeros(3, 2)
+    for driver in ("gelsy", "gelsd", "gelss"):
+        solution, residuals, rank, values = torch.ops.aten.linalg_lstsq(zero, b, driver=driver)
+        [check] = _rank_checks(zero, b, (solution, residuals, rank, values), driver=driver)
+        assert not check.disagrees and check.got == 0, driver
+
+
+def test_the_reference_continues_from_the_exact_rank_where_the_float64_driver_is_wrong():
+    class StalePivots(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ == "linalg_lstsq":
+                return (out[0], out[1], torch.zeros_like(out[2]), out[3])
+            return out
+
+    a = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.5], [3.0, 6.0, 9.5], [1.0, 0.0, 1.0]])
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        rank = torch.linalg.lstsq(a, torch.ones(4, 1), driver="gelsd").rank
+    recording = recorder.finish()
+    node = recorder.lookup(rank)
+    note = next(c for c in recording.conditioning if c["op"] == "linalg_lstsq")
+    assert note["kernel_disagrees"] is False
+    with StalePivots():
+        replay = replay_fp64(recording.graph, {node.name}, 60)
+    [check] = [c for c in replay.checked.values()]
+    assert check.disagrees and check.got == 0 and check.allowed == (3, 3)
+    assert int(replay.values[node.name]) == 3
+
+
+def _symmetric_with(values, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(len(values), len(values), generator=g, dtype=torch.float64))
+    return q @ torch.diag(torch.tensor(values, dtype=torch.float64)) @ q.T
+
+
+def test_eigenvectors_and_singular_vectors_stay_within_their_bounds_as_gaps_close():
+    """Eigen- and singular vectors of matrices whose values are far apart, close (gaps down to
+    1e-12), clustered, graded or repeated: a correct kernel is never called wrong; a vector whose
+    gap leaves it no digit is not answered."""
+    rng = random.Random(4)
+    checked = 0
+    for _ in range(120):
+        n = rng.randint(2, 8)
+        values = [rng.gauss(0, 1) for _ in range(n)]
+        kind = rng.choice(["apart", "close", "cluster", "repeated"])
+        if kind == "close":
+            values[1] = values[0] + 10 ** rng.uniform(-12, -1)
+        elif kind == "cluster":
+            values = [1 + v * 10 ** rng.uniform(-9, -2) for v in values]
+        elif kind == "repeated":
+            values[1] = values[0]
+        sym = _symmetric_with(values, rng.randrange(1 << 30))
+        general = sym @ torch.linalg.qr(torch.randn(n, n, dtype=torch.float64))[0]
+        for dtype in (torch.float32, torch.float64):
+            for name, x in (("_linalg_eigh", sym.to(dtype)), ("_linalg_svd", general.to(dtype))):
+                out = getattr(torch.ops.aten, name)(x)
+                for c in _checks(name, x, None, out):
+                    checked += c.answer.output != (0 if name == "_linalg_eigh" else 1)
+                    assert not c.disagrees, (name, kind, n, dtype, c.answer.output, c.error, c.bound)
+    assert checked > 200, checked
+
+
+def test_a_turned_vector_is_caught_but_not_a_change_of_signs():
+    sym = _symmetric_with([1.0, 2.0, 4.0], 7).float()
+    values, vectors = torch.ops.aten._linalg_eigh(sym)
+    flipped = vectors * torch.tensor([-1.0, 1.0, -1.0])
+    c, s = math.cos(1e-3), math.sin(1e-3)
+    turned = vectors @ torch.tensor([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])  # within a plane of two
+    for vecs, wrong in ((vectors, False), (flipped, False), (turned, True)):
+        [check] = [c for c in _checks("_linalg_eigh", sym, None, (values, vecs)) if c.answer.output == 1]
+        assert check.disagrees is wrong, (check.error, check.bound)
+    # The same turn between two vectors 1e-7 apart in value: no digit of either survives float32.
+    close = _symmetric_with([1.0, 1.0 + 1e-7, 4.0], 7).float()
+    values, vectors = torch.ops.aten._linalg_eigh(close)
+    turned = vectors @ torch.tensor([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    assert not any(c.disagrees for c in _checks("_linalg_eigh", close, None, (values, turned)))
+    u, s_, vh = torch.ops.aten._linalg_svd(sym)
+    sign = torch.tensor([1.0, -1.0, -1.0])
+    assert not any(c.disagrees for c in _checks("_linalg_svd", sym, None, (u * sign, s_, vh * sign[:, None])))
+    # A left vector negated without its right one is another factorization: U·S·Vh ≠ A.
+    assert any(c.disagrees for c in _checks("_linalg_svd", sym, None, (u * sign, s_, vh)))
+
+
 def test_the_reference_continues_from_the_exact_eigenvectors_in_the_kernels_signs():
     class TurnedVectors(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
