@@ -290,7 +290,7 @@ def _wrong_kernel(c: Comparison, completed: list[ArmRun]) -> Verdict | None:
                 x.get("kernel_disagrees") is True and x.get("op") == note["op"] and x.get("line") == note.get("line")
                 for x in r.conditioning)]
             return make_verdict("likely-bug", False, policy.NONE, ["silent", "linalg", "review"],
-                            wrong_kernel_text(run, o, note, both), [cond_text(note, full=True)])
+                            wrong_kernel_text(run, o, note, both), [cond_text(dict(note, arm=run.spec), full=True)])
     return None
 
 
