@@ -240,3 +240,37 @@ def test_the_exact_sensitivity_of_a_sum_of_linear_terms_is_the_central_differenc
     monkeypatch.setattr(kernel_errors, "_linear_terms", lambda *_: None)
     differences = kernel_errors.input_sensitivity(op, args, kwargs, torch.float64, a.shape)
     assert torch.allclose(exact, differences, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("op, extra", [
+    (torch.ops.aten.lerp.Scalar, (0.3,)), (torch.ops.aten.lerp.Tensor, ()), (torch.ops.aten.lerp.Tensor, ("row",)),
+    (torch.ops.aten.addcmul.default, ()), (torch.ops.aten.addcdiv.default, ({"value": -0.7},)),
+    (torch.ops.aten.addcmul.default, ("row",))])
+def test_the_numpy_conditioning_of_a_small_linear_op_is_torchs_bit_for_bit(monkeypatch, op, extra):
+    # Half the elements cancel (the start is minus the other terms, up to a few ulp), so both
+    # paths find ill-conditioned elements, zeros and well-conditioned ones to tell apart.
+    g = torch.Generator().manual_seed(5)
+    a, b, c = (torch.randn(4, 64, generator=g, dtype=torch.float64) for _ in range(3))
+    c = c + torch.sign(c)  # a divisor away from 0
+    if op is torch.ops.aten.lerp.Scalar:
+        args, kwargs = (a, b, 0.3), {}
+        a[:, ::2] = -b[:, ::2] * 0.3 / 0.7
+    elif op is torch.ops.aten.lerp.Tensor:
+        w = torch.rand(1, 64, generator=g, dtype=torch.float64) if extra else torch.rand(4, 64, generator=g,
+                                                                                         dtype=torch.float64)
+        args, kwargs = (a, b, w), {}
+        a[:, ::2] = (-b * w / (1 - w))[:, ::2]
+    else:
+        kwargs = extra[0] if extra and isinstance(extra[0], dict) else {}
+        if extra == ("row",):
+            c = c[:1]
+        args = (a, b, c)
+        term = kwargs.get("value", 1) * (b * c if op is torch.ops.aten.addcmul.default else b / c)
+        a[:, ::2] = -term[:, ::2]
+    a[0, 1] = 0.0
+    b[0, 1] = 0.0
+    numpy_scale = kernel_errors.ill_conditioned_scale(op, args, kwargs)
+    monkeypatch.setattr(kernel_errors, "NUMPY_CONDITIONING_ELEMENTS", 0)
+    torch_scale = kernel_errors.ill_conditioned_scale(op, args, kwargs)
+    assert torch_scale is not None and bool((torch_scale > 0).any()) and bool((torch_scale == 0).any())
+    assert numpy_scale is not None and torch.equal(numpy_scale, torch_scale)

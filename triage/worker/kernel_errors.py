@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
@@ -374,6 +375,10 @@ def input_magnitude(args: tuple, dtype: Any, shape: Any) -> Any:
     return total
 
 
+# The ops `_linear_terms` knows, with how many positional arguments it gives a term for.
+LINEAR_TERMS = {"lerp": 3, "addcmul": 3, "addcdiv": 3}
+
+
 def _linear_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
     """xᵢ·∂f/∂xᵢ for each argument of an op that is a sum of terms each linear in one
     argument (lerp's, addcmul's, addcdiv's): exactly what central differences find, in a few
@@ -387,6 +392,60 @@ def _linear_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
         term = kwargs.get("value", 1) * (t1 * t2 if name == "addcmul" else t1 / t2)  # `value`: keyword-only
         return [start, term, term]  # t2·∂(t1/t2)/∂t2 = −t1/t2: the same magnitude
     return None
+
+
+# Up to this many elements the conditioning of an op with linear terms is found in NumPy: a
+# few dozen passes over a small value are mostly the calls' overhead (an optimizer's
+# `lerp_`, `addcmul_`, `addcdiv_` on every parameter, every step: a quarter of a training
+# loop's simulated rounding in torch).
+NUMPY_CONDITIONING_ELEMENTS = 1 << 12
+
+
+def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """Where pointwise `func` (out of place) is ill-conditioned on these float64 arguments
+    (`well_conditioned` false, by Σ|xᵢ·∂f/∂xᵢ|): the scale max(Σ|xᵢ|, |f|) there and 0
+    elsewhere; None where it is well conditioned everywhere or has no sensitivity figure."""
+    value = func(*args, **kwargs)
+    name = func.overloadpacket.__name__.rstrip("_")
+    if value.numel() <= NUMPY_CONDITIONING_ELEMENTS and name in LINEAR_TERMS \
+            and len(args) <= LINEAR_TERMS[name]:
+        return _ill_conditioned_scale_numpy(name, args, kwargs, value)
+    sens = input_sensitivity(func, args, kwargs, torch.float64, value.shape)
+    if sens is None:
+        return None
+    magnitude = input_magnitude(args, torch.float64, value.shape)
+    ill = ~well_conditioned(sens, magnitude, value.abs())
+    return torch.where(ill, torch.maximum(magnitude, value.abs()), 0.0) if bool(ill.any()) else None
+
+
+def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: torch.Tensor) -> torch.Tensor | None:
+    """`ill_conditioned_scale` of an op with linear terms (`_linear_terms`), in NumPy: the
+    same IEEE operations in the same order as `input_sensitivity`, `input_magnitude` and
+    `well_conditioned`, so the same scale bit for bit."""
+    shape = tuple(value.shape)
+    arrays = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
+    linear = _linear_terms(name, tuple(arrays), {k: v.numpy() if isinstance(v, torch.Tensor) else v
+                                                 for k, v in kwargs.items()})
+    f = np.abs(value.numpy())
+
+    def spread(x: Any) -> np.ndarray:  # `expand`, without NumPy's cost where the shape is the result's already
+        x = np.asarray(x, dtype=np.float64)
+        return x if x.shape == shape else np.broadcast_to(x, shape)
+
+    sens = None
+    magnitude = np.zeros(shape)
+    for j, (a, x) in enumerate(zip(args, arrays, strict=True)):
+        if not isinstance(a, torch.Tensor) or a.dtype != torch.float64:
+            continue
+        magnitude = magnitude + spread(np.abs(x))
+        if x.shape == shape:
+            term = spread(np.abs(linear[j]))
+            term = np.where(np.isfinite(term), term, math.inf)
+            sens = term if sens is None else sens + term
+    if sens is None:
+        return None
+    ill = ~((sens <= WELL_CONDITIONED * f) & ((sens > 0) | (magnitude == 0)))
+    return torch.from_numpy(np.where(ill, np.maximum(magnitude, f), 0.0)) if ill.any() else None
 
 
 def _in_float64(a: Any, dtype: Any) -> Any:

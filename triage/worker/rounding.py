@@ -81,7 +81,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from triage import policy
 from triage.worker import vector_signs
 from triage.worker.conditioning import reduced_dims
-from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, input_magnitude, input_sensitivity, well_conditioned
+from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_conditioned_scale
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
 from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
@@ -1624,13 +1624,7 @@ class RoundingMode(TriageDispatchMode):
             return
         first_args, first_kwargs = (_sample_args(args, 0), _sample_kwargs(kwargs, 0)) if self.samples else (args, kwargs)
         try:
-            pure = _out_of_place(func)
-            first = pure(*first_args, **first_kwargs)
-            sens = input_sensitivity(pure, first_args, first_kwargs, torch.float64, first.shape)
-            magnitude = input_magnitude(first_args, torch.float64, first.shape)
-            ill = None if sens is None else ~well_conditioned(sens, magnitude, first.abs())
-            cached = (func, None if ill is None or not bool(ill.any())
-                      else torch.where(ill, torch.maximum(magnitude, first.abs()), 0.0))
+            cached = (func, ill_conditioned_scale(_out_of_place(func), first_args, first_kwargs))
         except Exception:  # noqa: BLE001 - no sensitivity (nor an out-of-place form): the forward bound alone
             cached = (func, None)
         self.cache.ill_conditioned[call] = cached
