@@ -264,13 +264,20 @@ print(s)
 """
 
 
+def _two_arms_sharing_a_fault(tmp_path, triage, source: str, op: str) -> tuple:
+    """`source` run on two CPU arms whose `op` kernel is scaled by the same fault (they agree
+    with each other bitwise): (script, fault arm, report)."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    fault = f"fault=aten.{op}:scale"
+    code, report, _, out = triage(script, f"cpu/{fault},cpu/threads=1/{fault}", "--no-minimize", "--no-ablate")
+    assert code == 0, out
+    return script, f"cpu/{fault}", report
+
+
 def test_arms_sharing_a_wrong_kernel_are_a_kernel_bug_not_agreement(tmp_path, triage):
     """Two arms that call one faulty kernel agree bitwise: only the exact answer shows the bug."""
-    script = tmp_path / "svd.py"
-    script.write_text(SVD_SCRIPT)
-    fault = "fault=aten._linalg_svd:scale"
-    code, report, comment, out = triage(script, f"cpu/{fault},cpu/threads=1/{fault}", "--no-minimize", "--no-ablate")
-    assert code == 0, out
+    script, _, report = _two_arms_sharing_a_fault(tmp_path, triage, SVD_SCRIPT, "_linalg_svd")
     v = report["verdict"]
     assert v["kind"] == "likely-bug" and v["expected"] is False, v["summary"]
     assert "exact answer" in v["summary"] and "mpmath" in v["summary"] and "share the kernel" in v["summary"]
@@ -293,16 +300,12 @@ print(w.abs().max())
 def test_a_wrong_complex_eigenvalue_is_named_as_a_kernel_bug(tmp_path, triage):
     """A general eigensolver that returns its eigenvalues (a complex pair and a real one) 1 % off,
     on two arms that agree: the exact eigenvalues show it, in the complex plane."""
-    script = tmp_path / "eig.py"
-    script.write_text(EIG_SCRIPT)
-    fault = "fault=aten.linalg_eig:scale"
-    code, report, _, out = triage(script, f"cpu/{fault},cpu/threads=1/{fault}", "--no-minimize", "--no-ablate")
-    assert code == 0, out
+    _, arm, report = _two_arms_sharing_a_fault(tmp_path, triage, EIG_SCRIPT, "linalg_eig")
     v = report["verdict"]
     assert v["kind"] == "likely-bug" and "exact answer" in v["summary"] and "share the kernel" in v["summary"], v
     [note] = [c for c in report["arms"][0]["conditioning"] if c["op"] == "linalg_eig"]
     assert note["kernel_disagrees"] is True and note.get("kind") != "close-eigenvalues"
-    assert f"arm cpu/{fault}" in v["evidence"][0], v["evidence"]
+    assert f"arm {arm}" in v["evidence"][0], v["evidence"]
 
 
 FUNCTIONS = {"exp": torch.exp, "expm1": torch.expm1, "log1p": torch.log1p, "sin": torch.sin, "tanh": torch.tanh,

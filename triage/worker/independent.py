@@ -45,6 +45,7 @@ sensitivity to its argument's last bit).
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -55,6 +56,7 @@ from typing import Any
 import torch
 
 from triage import policy
+from triage.worker import vector_signs
 
 # The largest matrix (order) and batch answered: rational elimination grows as n³ with
 # numbers of growing length, mpmath's eigensolvers are pure Python.
@@ -119,12 +121,8 @@ class Answer:
             if signs is None:
                 return None
             sign = signs.get(self.output, sign)
-        u, info = UNIT_ROUNDOFF[got.dtype], torch.finfo(got.dtype)
-        bound = SAFETY * self.factor * u
-        smallest, largest = self.magnitudes
-        # Beyond the dtype's range (or in its subnormals, where fewer digits are kept), an
-        # infinite, zero or imprecise answer is the range's doing, not the kernel's.
-        if not math.isfinite(bound) or bound >= NO_DIGIT or largest > info.max / 4 or smallest < info.tiny / u:
+        bound = SAFETY * self.factor * UNIT_ROUNDOFF[got.dtype]
+        if not math.isfinite(bound) or bound >= NO_DIGIT or _outside_range(self.magnitudes, got.dtype):
             return None
         got = got.detach().to("cpu", torch.float64) * sign
         exact = self.value
@@ -196,6 +194,15 @@ def _magnitudes(*tensors: torch.Tensor, largest: float = 0.0) -> tuple[float, fl
     values = torch.cat([t.detach().abs().reshape(-1) for t in tensors])
     nonzero = values[values > 0]
     return (float(nonzero.min()) if nonzero.numel() else math.inf, max(float(values.max()), largest))
+
+
+def _outside_range(magnitudes: tuple[float, float], dtype: torch.dtype) -> bool:
+    """The input or the answer (`_magnitudes`) reaches past `dtype`'s range or into its
+    subnormals, where fewer digits are kept: there an infinite, zero or imprecise result is
+    the range's doing, not the kernel's, and no answer is checked."""
+    smallest, largest = magnitudes
+    info = torch.finfo(dtype)
+    return largest > info.max / 4 or smallest < info.tiny / UNIT_ROUNDOFF[dtype]
 
 
 def _leading_products(wide: torch.Tensor) -> float:
@@ -442,7 +449,7 @@ def _singular_values(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict
         u = torch.tensor(lefts, dtype=torch.float64).reshape(shape)
         vh = torch.tensor(rights, dtype=torch.float64).reshape(shape)
         columns = _vector_scale(scale, gaps).reshape(shape[:-2] + (1, n))
-        signs = _singular_vector_signs(u, vh)
+        signs = _vector_signs("linalg_svd", u, vh)
         found += [Answer("svd", f"mpmath at {DIGITS} digits", 0, u, columns, VECTOR_FACTOR * n, magnitudes,
                          signs=signs, reach=1.0),
                   Answer("svd", f"mpmath at {DIGITS} digits", 2, vh, columns.transpose(-2, -1), VECTOR_FACTOR * n,
@@ -482,7 +489,7 @@ def _symmetric_eigenvalues(wide: torch.Tensor, shape: tuple, args: tuple, kwargs
         q = torch.tensor(vectors, dtype=torch.float64).reshape(shape)
         found.append(Answer("eigh", f"mpmath at {DIGITS} digits", 1, q,
                             _vector_scale(scale, gaps).reshape(shape[:-2] + (1, n)), VECTOR_FACTOR * n, magnitudes,
-                            signs=_eigenvector_signs(q), reach=1.0))
+                            signs=_vector_signs("linalg_eigh", q), reach=1.0))
     return found
 
 
@@ -500,32 +507,11 @@ def _vector_scale(norm: torch.Tensor, gaps: list[list[float]]) -> torch.Tensor:
     return torch.where(gap > 0, norm / gap.clamp_min(torch.finfo(torch.float64).tiny), torch.inf)
 
 
-def _eigenvector_signs(exact: torch.Tensor) -> Callable[[Any], dict[int, torch.Tensor] | None]:
-    """The kernel's eigenvectors negated where they point away from the answer's: an
-    eigenvector is unique only up to its sign."""
-    def signs(outputs: Any) -> dict[int, torch.Tensor] | None:
-        if not isinstance(outputs, (tuple, list)) or len(outputs) != 2 or not isinstance(outputs[1], torch.Tensor):
-            return None
-        dots = (outputs[1].detach().to("cpu", torch.float64) * exact).sum(-2, keepdim=True)
-        return {1: torch.where(dots < 0, -1.0, 1.0).to(torch.float64)}
-    return signs
-
-
-def _singular_vector_signs(u: torch.Tensor, vh: torch.Tensor) -> Callable[[Any], dict[int, torch.Tensor] | None]:
-    """The kernel's pairs of singular vectors negated together where they point away from the
-    answer's: uᵢ and vᵢ are unique only up to one common sign."""
-    def signs(outputs: Any) -> dict[int, torch.Tensor] | None:
-        if not isinstance(outputs, (tuple, list)) or len(outputs) != 3:
-            return None
-        left, _, right = outputs
-        if (not isinstance(left, torch.Tensor) or not isinstance(right, torch.Tensor)
-                or tuple(left.shape) != tuple(u.shape) or tuple(right.shape) != tuple(vh.shape)):
-            return None
-        dots = ((left.detach().to("cpu", torch.float64) * u).sum(-2)
-                + (right.detach().to("cpu", torch.float64) * vh).sum(-1))
-        sign = torch.where(dots < 0, -1.0, 1.0).to(torch.float64)
-        return {0: sign.unsqueeze(-2), 2: sign.unsqueeze(-1)}
-    return signs
+def _vector_signs(name: str, *exact: torch.Tensor) -> Callable[[Any], dict[int, torch.Tensor] | None]:
+    """The kernel's eigenvectors, or pairs of singular vectors, negated where they point away
+    from the answer's `exact` ones: each is unique only up to its sign (one common sign for a
+    pair uᵢ, vᵢ)."""
+    return functools.partial(vector_signs.signs, name, reference=exact)
 
 
 def _cholesky(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
@@ -774,10 +760,9 @@ class RankAnswer:
         if (not isinstance(solution, torch.Tensor) or solution.dtype not in UNIT_ROUNDOFF
                 or not isinstance(got, torch.Tensor) or tuple(got.shape) != self.batch):
             return None
-        u, info = UNIT_ROUNDOFF[solution.dtype], torch.finfo(solution.dtype)
-        smallest, largest = self.magnitudes
-        if largest > info.max / 4 or smallest < info.tiny / u:
+        if _outside_range(self.magnitudes, solution.dtype):
             return None
+        u, info = UNIT_ROUNDOFF[solution.dtype], torch.finfo(solution.dtype)
         rcond = self.rcond if self.rcond is not None else info.eps * max(self.order)
         if self.driver == "gelsd" and rcond >= 1:
             rcond = u  # gelsd (its dlalsd) reads a cutoff of 1 or more as the machine precision
@@ -855,10 +840,8 @@ class EigenvalueAnswer:
         if tuple(got.shape) != self.batch + (n,):
             return None
         real = torch.float32 if got.dtype == torch.complex64 else torch.float64
-        u, info = UNIT_ROUNDOFF[real], torch.finfo(real)
-        bound = SAFETY * n * u
-        smallest, largest = self.magnitudes
-        if bound * float(self.condition.max()) >= NO_DIGIT or largest > info.max / 4 or smallest < info.tiny / u:
+        bound = SAFETY * n * UNIT_ROUNDOFF[real]
+        if bound * float(self.condition.max()) >= NO_DIGIT or _outside_range(self.magnitudes, real):
             return None
         radius = bound * self.condition * self.norm
         exact = self.value

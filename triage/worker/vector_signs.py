@@ -39,29 +39,47 @@ def keep(name: str, out: Any) -> tuple[torch.Tensor, ...] | None:
     return tuple(kept)
 
 
-def align(name: str, out: Any, arm: tuple[torch.Tensor, ...]) -> Any:
-    """`out` (a replay's outputs of the op) with each vector, or pair, negated in place where it
-    points away from the arm's; a replay stacked along a new first dimension broadcasts."""
+def signs(name: str, outputs: Any, reference: tuple[torch.Tensor, ...]) -> dict[int, torch.Tensor] | None:
+    """The ±1 factors (float64, CPU) that turn each vector, or pair, of a `SIGNED` op's
+    `outputs` toward `reference`'s (its vector outputs in `SIGNED` order: the arm's, or an
+    independent answer's), by output index and shaped to broadcast against that output: 1
+    beyond the first min(m, n) vectors. A stack of replays along a new first dimension gets
+    one factor per replay. None where the outputs do not have the reference's shapes."""
     layout = SIGNED.get(name)
-    if layout is None or not isinstance(out, (tuple, list)) or len(arm) != len(layout):
-        return out
-    parts = [out[index] if index < len(out) else None for index, _ in layout]
-    if any(not isinstance(p, torch.Tensor) or p.shape[-2:] != a.shape[-2:] or p.device.type != "cpu"
-           for p, a in zip(parts, arm, strict=True)):
-        return out
+    if layout is None or not isinstance(outputs, (tuple, list)) or len(reference) != len(layout):
+        return None
+    parts = [outputs[index] if index < len(outputs) else None for index, _ in layout]
+    if any(not isinstance(p, torch.Tensor) or p.shape[-2:] != r.shape[-2:]
+           for p, r in zip(parts, reference, strict=True)):
+        return None
+    parts = [p.detach().to("cpu", torch.float64) for p in parts]
     # The first k = min(m, n) vectors pair up; a complete factorization's others span the
-    # complement in a basis of the kernel's choosing, which no sign makes the arm's.
-    k = min(min(p.shape[-1] if not rows else p.shape[-2] for p, (_, rows) in zip(parts, layout, strict=True)),
-            min(a.shape[-1] if not rows else a.shape[-2] for a, (_, rows) in zip(arm, layout, strict=True)))
+    # complement in a basis of the kernel's choosing, which no sign makes the reference's.
+    k = min(min(t.shape[-2] if rows else t.shape[-1] for t, (_, rows) in zip(parts, layout, strict=True)),
+            min(t.shape[-2] if rows else t.shape[-1] for t, (_, rows) in zip(reference, layout, strict=True)))
 
     def leading(t: torch.Tensor, rows: bool) -> torch.Tensor:
         return t[..., :k, :] if rows else t[..., :k]
 
     # R's rows follow Q's columns: for QR only Q decides.
     deciding = 1 if name == "linalg_qr" else len(layout)
-    dots = sum((leading(p, rows) * leading(a, rows)).sum(-1 if rows else -2) for p, a, (_, rows) in
-               zip(parts[:deciding], arm[:deciding], layout[:deciding], strict=True))
-    signs = torch.where(dots < 0, -1.0, 1.0).to(parts[0].dtype)
-    for p, (_, rows) in zip(parts, layout, strict=True):
-        leading(p, rows).mul_(signs.unsqueeze(-1) if rows else signs.unsqueeze(-2))
+    dots = sum((leading(p, rows) * leading(r, rows)).sum(-1 if rows else -2) for p, r, (_, rows) in
+               zip(parts[:deciding], reference[:deciding], layout[:deciding], strict=True))
+    sign = torch.where(dots < 0, -1.0, 1.0).to(torch.float64)
+    factors = {}
+    for p, (index, rows) in zip(parts, layout, strict=True):
+        count = p.shape[-2] if rows else p.shape[-1]
+        padded = torch.cat([sign, sign.new_ones(sign.shape[:-1] + (count - k,))], -1) if count > k else sign
+        factors[index] = padded.unsqueeze(-1) if rows else padded.unsqueeze(-2)
+    return factors
+
+
+def align(name: str, out: Any, arm: tuple[torch.Tensor, ...]) -> Any:
+    """`out` (a replay's outputs of the op, on the CPU) with each vector, or pair, negated in
+    place where it points away from the arm's (`signs`)."""
+    factors = signs(name, out, arm)
+    if factors is None or any(out[index].device.type != "cpu" for index in factors):
+        return out
+    for index, factor in factors.items():
+        out[index].mul_(factor)
     return out
