@@ -412,6 +412,7 @@ def test_views_of_a_stack_shift_their_dimensions_as_vmap_does():
     x = rounding._mark_stacked(torch.randn(5, 3, 4, 2, dtype=torch.float64))
     vector = rounding._mark_stacked(torch.randn(5, 6, dtype=torch.float64))
     scalar = rounding._mark_stacked(torch.randn(5, dtype=torch.float64))
+    twice = rounding._mark_stacked(x * 2)
     calls = ([(aten.select.int, (x, d, i)) for d in range(-3, 3) for i in (0, -1)]
              + [(aten.transpose.int, (x, a, b)) for a in range(-3, 3) for b in range(-3, 3)]
              + [(aten.unsqueeze.default, (x, d)) for d in range(-4, 4)]
@@ -421,7 +422,10 @@ def test_views_of_a_stack_shift_their_dimensions_as_vmap_does():
              + [(aten.t.default, (a,)) for a in (rounding._mark_stacked(torch.randn(5, 3, 2, dtype=torch.float64)),
                                                  vector)]
              + [(aten.unsqueeze.default, (scalar, 0)), (aten.view.default, (scalar, [1, 1])),
-                (aten.t.default, (scalar,)), (aten.permute.default, (scalar, []))])
+                (aten.t.default, (scalar,)), (aten.permute.default, (scalar, []))]
+             + [(aten.stack.default, ([x, twice],) + d) for d in ((), (0,), (3,), (-1,), (-4,), (2,))]
+             + [(aten.cat.default, ([x, twice, x],) + d) for d in ((), (0,), (2,), (-1,), (-3,))]
+             + [(aten.stack.default, ([scalar, scalar],)), (aten.cat.default, ([vector, vector], -1))])
     for func, args in calls:
         direct = rounding._stacked_view(func, args, {})
         batched, expected = rounding._vmapped(func, args, {}, 5)
@@ -434,3 +438,7 @@ def test_views_of_a_stack_shift_their_dimensions_as_vmap_does():
     assert rounding._stacked_view(aten.select.int, (x,), {"dim": 0, "index": 0}) is None
     assert rounding._stacked_view(aten.expand.default, (x, [3, 4, 2]), {}) is None
     assert rounding._stacked_view(aten.view.default, (rounding._mark_stacked(x.transpose(1, 2)), [24]), {}) is None
+    # Nor a join of a stacked and an unstacked tensor, of two ranks, or past a sample's dimensions.
+    assert rounding._stacked_view(aten.stack.default, ([x, torch.randn(3, 4, 2, dtype=torch.float64)],), {}) is None
+    assert rounding._stacked_view(aten.cat.default, ([x, vector],), {}) is None
+    assert rounding._stacked_view(aten.stack.default, ([x, x], 4), {}) is None

@@ -85,7 +85,7 @@ from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_condition
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
 from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
-from triage.worker.reference import EXACT_OPS, cone, last_uses, release, widen, widen_dtype
+from triage.worker.reference import EXACT_OPS, cone, last_uses, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
 FORMATS = {
@@ -917,7 +917,8 @@ class _ReplayPlan:
     pointwise ops of `_common_subexpressions`, `repeats`, and aliases)."""
 
     order: list[fx.Node]
-    last_use: dict[fx.Node, int]
+    inputs: dict[fx.Node, list[fx.Node]]  # each node's input nodes (fx builds the list anew on every read)
+    frees: list[list[fx.Node]]  # by position in `order`: the values last read there
     same_as: dict[fx.Node, fx.Node]
     repeats: dict[fx.Node, fx.Node]
     written: dict[fx.Node, tuple[list[int], set[str]]]  # each in-place op's written positions and names
@@ -935,7 +936,10 @@ class _ReplayPlan:
                 last_use[same_as[n]] = max(last_use.get(same_as[n], i), i)
         written = {n: (_written(n.target), {n.target._schema.arguments[j].name for j in _written(n.target)})
                    for n in order if isinstance(n.target, torch._ops.OpOverload) and _written(n.target)}
-        return cls(order, last_use, same_as, repeats, written)
+        frees: list[list[fx.Node]] = [[] for _ in order]
+        for a, i in last_use.items():
+            frees[i].append(a)
+        return cls(order, {n: n.all_input_nodes for n in order}, frees, same_as, repeats, written)
 
 
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
@@ -1030,14 +1034,16 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         site = cancellation_at(n, args, out)
                         if site is not None:
                             result.cancellations[n.name] = site
-                        if _unchanging(n, constants, mode):
+                        if _unchanging(n, plan.inputs[n], constants, mode):
                             mode.cache.keep(n, out, (first_call, mode.calls))
                     if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
                         result.discrete[n.name] = out
                         result.nodes[n.name] = n
                 if n.name in wanted:
                     result.values[n.name] = env[n]
-                release(env, n, i, plan.last_use, wanted)
+                for a in plan.frees[i]:
+                    if a.name not in wanted:
+                        env.pop(a, None)
     finally:
         torch.set_default_dtype(previous)
     return result
@@ -1079,7 +1085,7 @@ def _run_compiled(region: Any, mode: RoundingMode, *args: Any) -> Any:
         mode.repeats = None
 
 
-def _unchanging(n: fx.Node, constants: dict[fx.Node, Any], mode: RoundingMode) -> bool:
+def _unchanging(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, Any], mode: RoundingMode) -> bool:
     """A node whose value is the same in every replay: an op the centre replay did not round
     (`RoundingMode.rounded`: a view, a selection, a widening copy) of values that are the same
     in every replay, and no random draw."""
@@ -1087,7 +1093,7 @@ def _unchanging(n: fx.Node, constants: dict[fx.Node, Any], mode: RoundingMode) -
     if target is not operator.getitem and (not isinstance(target, torch._ops.OpOverload)
                                            or torch.Tag.nondeterministic_seeded in target.tags):
         return False
-    return not mode.rounded and all(a in constants for a in n.all_input_nodes)
+    return not mode.rounded and all(a in constants for a in inputs)
 
 
 def _plain_add(name: str, args: tuple, kwargs: dict) -> bool:
@@ -1502,6 +1508,8 @@ class RoundingMode(TriageDispatchMode):
         samples can take it at once. Decompositions, linalg's perturbed inputs, transforms
         and kernels whose error is relative to the output's scale run once per sample."""
         name = func.overloadpacket.__name__
+        if func in _STACKED_VIEWS:  # `_dispatch`: a view, stacked or run per sample by `_evaluate`
+            return True
         routed = self.cache.routes.get(self.calls)
         if routed is None or routed[0] is not func:
             return False
@@ -1522,6 +1530,11 @@ class RoundingMode(TriageDispatchMode):
         call = self.calls
         self.calls += 1
         name = func.overloadpacket.__name__
+        if func in _STACKED_VIEWS and args and isinstance(args[0], torch.Tensor):
+            # A view has its input's dtype and rounds nothing: no route to find (a training
+            # loop's batches and transposed weights, a third of its ops).
+            return self._tag(self._evaluate(func, args if name in EXACT_OPS else _widened(args), kwargs),
+                             [self.vdtype(args[0])])
         # The same call of every replay has the same op and arm dtypes, so the same route.
         routed = self.cache.routes.get(call)
         if routed is None or routed[0] is not func:
@@ -2544,10 +2557,27 @@ _STACKED_VIEWS: dict[Any, Any] = {
 }
 
 
+# Ops joining a list of tensors along a dimension argument: on stacked tensors, that dimension
+# shifted past the stack's first (a data loader's batch: `stack` of its samples, every step).
+_STACKED_JOINS = {torch.ops.aten.stack.default: 1, torch.ops.aten.cat.default: 0}
+
+
 def _stacked_view(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """A view op (`_STACKED_VIEWS`) of a stacked tensor, on every sample at once; None for
-    any other call (functorch's vmap then), and where the view does not apply as it is (a
-    dimension a sample does not have, a view the stack's strides do not allow)."""
+    """A view op (`_STACKED_VIEWS`) of a stacked tensor, or a join (`_STACKED_JOINS`) of
+    stacked tensors of one rank, on every sample at once; None for any other call (functorch's
+    vmap then), and where the op does not apply as it is (a dimension a sample does not have,
+    a view the stack's strides do not allow)."""
+    added = _STACKED_JOINS.get(func)
+    if added is not None:
+        tensors = args[0] if args and isinstance(args[0], (list, tuple)) else None
+        if kwargs or not tensors or len(args) > 2 or not all(_is_stacked(t) for t in tensors) \
+                or len({t.dim() for t in tensors}) != 1:
+            return None
+        dim = args[1] if len(args) > 1 else 0
+        try:
+            return _mark_stacked(func(tensors, _sample_dim(dim, tensors[0].dim() - 1 + added)))
+        except (RuntimeError, IndexError, TypeError):
+            return None
     view = _STACKED_VIEWS.get(func)
     if view is None or kwargs or not args or not _is_stacked(args[0]) or any(_is_stacked(a) for a in args[1:]):
         return None
