@@ -56,7 +56,7 @@ from typing import Any
 import torch
 
 from triage import policy
-from triage.worker import vector_signs
+from triage.worker import arm_choices
 
 # The largest matrix (order) and batch answered: rational elimination grows as n³ with
 # numbers of growing length, mpmath's eigensolvers are pure Python.
@@ -511,7 +511,7 @@ def _vector_signs(name: str, *exact: torch.Tensor) -> Callable[[Any], dict[int, 
     """The kernel's eigenvectors, or pairs of singular vectors, negated where they point away
     from the answer's `exact` ones: each is unique only up to its sign (one common sign for a
     pair uᵢ, vᵢ)."""
-    return functools.partial(vector_signs.signs, name, reference=exact)
+    return functools.partial(arm_choices.signs, name, reference=exact)
 
 
 def _cholesky(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:

@@ -49,7 +49,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from triage.worker import vector_signs
+from triage.worker import arm_choices
 from triage.worker.conditioning import LINALG_OPS, SENSITIVE_OPS, condition_of, sensitivity_of
 from triage.worker.independent import Budget, note_fields
 from triage.worker.modes import TriageDispatchMode
@@ -223,9 +223,9 @@ class OpRecorder(TriageDispatchMode):
             self._register_written(node, func, args, kwargs, out)
         else:
             self._register_outputs(node, out)
-            vectors = vector_signs.keep(name, out)
+            vectors = arm_choices.keep(name, out)
             if vectors is not None:
-                node.meta["arm_vectors"] = vectors
+                node.meta["arm_choices"] = vectors
             if written_lists:
                 # No functional form to replay: the written tensors re-anchor at their next use.
                 for t in written:

@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_map
 
-from triage.worker import vector_signs
+from triage.worker import arm_choices
 from triage.worker.independent import COVERED_OPS, Budget, Check
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opgraph import written_positions
@@ -107,8 +107,8 @@ def replay_fp64(graph: fx.Graph, wanted: set[str], deadline_s: float,
                     result.incomplete = f"the replay passed its {deadline_s:.0f} s budget"
                     break
                 _evaluate(n, env, result)
-                if n in env and "arm_vectors" in n.meta:
-                    env[n] = vector_signs.align(_packet(n), env[n], n.meta["arm_vectors"])
+                if n in env and "arm_choices" in n.meta:
+                    env[n] = arm_choices.align(_packet(n), env[n], n.meta["arm_choices"])
                 if n.name in exact_singular and n in env:
                     env[n] = _exact_singular_outputs(n, env[n], exact_singular[n.name])
                 if n in env and n.op == "call_function" and _packet(n) in COVERED_OPS:

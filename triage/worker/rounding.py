@@ -79,7 +79,7 @@ from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from triage import policy
-from triage.worker import vector_signs
+from triage.worker import arm_choices
 from triage.worker.conditioning import reduced_dims
 from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_conditioned_scale
 from triage.worker.modes import TriageDispatchMode
@@ -1016,9 +1016,9 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                                 kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
                                           for k, v in kwargs.items()}
                             env[n] = mode.round_op(n.target, args, kwargs)
-                            if "arm_vectors" in n.meta:  # the signs the arm chose
-                                env[n] = vector_signs.align(n.target.overloadpacket.__name__, env[n],
-                                                            n.meta["arm_vectors"])
+                            if "arm_choices" in n.meta:  # the signs the arm chose
+                                env[n] = arm_choices.align(n.target.overloadpacket.__name__, env[n],
+                                                            n.meta["arm_choices"])
                         else:  # a compiled region: its dynamo graph, op by op
                             env[n] = mode.each_sample(functools.partial(_run_compiled, n.target, mode), args, {})
                     except Exception as e:  # noqa: BLE001 - the simulation only loses this value
