@@ -120,3 +120,45 @@ def test_the_reference_and_the_simulation_follow_a_general_eigensolvers_choices(
         off = arm.to(reference.dtype) - reference
         off = torch.view_as_real(off) if off.is_complex() else off  # a complex value's spread: its real pairs
         assert bool((off.abs() <= 8 * spread.sigma + 1e-6).all()), name
+
+
+def _phases(n: int, shift: float) -> torch.Tensor:
+    return torch.polar(torch.ones(n, dtype=torch.float64), torch.linspace(-3, 3, n, dtype=torch.float64) + shift)
+
+
+def test_complex_vectors_take_the_arms_phases():
+    """A complex eigenvector (or pair of singular vectors, or column of Q with its row of R) is
+    unique up to a phase: each is turned to the arm's, a row of Vh or R by the conjugate."""
+    a = torch.randn(5, 3, dtype=torch.complex128, generator=torch.Generator().manual_seed(0))
+    values, vectors = torch.linalg.eigh(a.conj().T @ a)
+    arm = arm_choices.keep("_linalg_eigh", (values, vectors * _phases(3, 0.1)))
+    out = arm_choices.align("_linalg_eigh", (values.clone(), vectors.clone()), arm)
+    assert torch.allclose(out[1], arm[0], rtol=0, atol=1e-12)
+    for full in (False, True):
+        u, s, vh = torch.linalg.svd(a, full_matrices=full)
+        c = _phases(3, 0.4)
+        arm_u, arm_vh = u.clone(), vh.clone()
+        arm_u[:, :3] *= c
+        arm_vh[:3] *= c.conj()[:, None]
+        out = arm_choices.align("_linalg_svd", (u.clone(), s, vh.clone()), arm_choices.keep("_linalg_svd", (arm_u, s, arm_vh)))
+        assert torch.allclose(out[0][:, :3], arm_u[:, :3], rtol=0, atol=1e-12)
+        assert torch.allclose(out[2][:3], arm_vh[:3], rtol=0, atol=1e-12)
+    q, r = torch.linalg.qr(a)
+    c = _phases(3, -0.7)
+    arm = arm_choices.keep("linalg_qr", (q * c, r * c.conj()[:, None]))
+    out = arm_choices.align("linalg_qr", (q.clone(), r.clone()), arm)
+    assert torch.allclose(out[0], arm[0], rtol=0, atol=1e-12) and torch.allclose(out[1], arm[1], rtol=0, atol=1e-12)
+
+
+def test_a_complex_decompositions_input_is_perturbed_in_both_parts():
+    """Backward stability for complex linear algebra: the replay's input moves in its real and
+    imaginary parts at the arm's precision (float32 for complex64), as a real one does."""
+    from triage.worker.rounding import RoundingMode, _CallCache
+
+    mode = RoundingMode(SimulationOptions(), _CallCache(), direction=0, generator=torch.Generator().manual_seed(1))
+    a = torch.randn(6, 6, dtype=torch.complex128, generator=torch.Generator().manual_seed(2))
+    a._arm_dtype = torch.complex64
+    (moved,) = mode._perturb_matrices((a,), 1.0)
+    relative = ((moved - a).abs() / a.abs().amax()).amax()
+    assert 2.0 ** -24 / 8 < float(relative) < 4 * 6 ** 0.5 * 2.0 ** -24
+    assert float((moved - a).real.abs().amax()) > 0 and float((moved - a).imag.abs().amax()) > 0

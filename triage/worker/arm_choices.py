@@ -48,9 +48,10 @@ def keep(name: str, out: Any) -> tuple[torch.Tensor, ...] | None:
     kept = []
     for index, _ in layout:
         t = out[index] if index < len(out) else None
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0 or t.numel() > MAX_ELEMENTS:
+        if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()) or t.numel() == 0 \
+                or t.numel() > MAX_ELEMENTS:
             return None
-        kept.append(t.detach().to("cpu", torch.float64))
+        kept.append(t.detach().to("cpu", torch.complex128 if t.is_complex() else torch.float64))
     return tuple(kept)
 
 
@@ -58,8 +59,11 @@ def signs(name: str, outputs: Any, reference: tuple[torch.Tensor, ...]) -> dict[
     """The ±1 factors (float64, CPU) that turn each vector, or pair, of a `SIGNED` op's
     `outputs` toward `reference`'s (its vector outputs in `SIGNED` order: the arm's, or an
     independent answer's), by output index and shaped to broadcast against that output: 1
-    beyond the first min(m, n) vectors. A stack of replays along a new first dimension gets
-    one factor per replay. None where the outputs do not have the reference's shapes."""
+    beyond the first min(m, n) vectors. Complex vectors are unique up to a phase c, |c| = 1,
+    not a sign: their factors are the phases (complex128) that bring each nearest to the
+    reference's (a row of Vh or of R turns by c̄ where its column of U or Q turns by c). A
+    stack of replays along a new first dimension gets one factor per replay. None where the
+    outputs do not have the reference's shapes."""
     layout = SIGNED.get(name)
     if layout is None or not isinstance(outputs, (tuple, list)) or len(reference) != len(layout):
         return None
@@ -67,7 +71,10 @@ def signs(name: str, outputs: Any, reference: tuple[torch.Tensor, ...]) -> dict[
     if any(not isinstance(p, torch.Tensor) or p.shape[-2:] != r.shape[-2:]
            for p, r in zip(parts, reference, strict=True)):
         return None
-    parts = [p.detach().to("cpu", torch.float64) for p in parts]
+    complex_ = any(p.is_complex() or r.is_complex() for p, r in zip(parts, reference, strict=True))
+    wide = torch.complex128 if complex_ else torch.float64
+    parts = [p.detach().to("cpu", wide) for p in parts]
+    reference = tuple(r.to(wide) for r in reference)
     # The first k = min(m, n) vectors pair up; a complete factorization's others span the
     # complement in a basis of the kernel's choosing, which no sign makes the reference's.
     k = min(min(t.shape[-2] if rows else t.shape[-1] for t, (_, rows) in zip(parts, layout, strict=True)),
@@ -78,13 +85,23 @@ def signs(name: str, outputs: Any, reference: tuple[torch.Tensor, ...]) -> dict[
 
     # R's rows follow Q's columns: for QR only Q decides.
     deciding = 1 if name == "linalg_qr" else len(layout)
-    dots = sum((leading(p, rows) * leading(r, rows)).sum(-1 if rows else -2) for p, r, (_, rows) in
-               zip(parts[:deciding], reference[:deciding], layout[:deciding], strict=True))
-    sign = torch.where(dots < 0, -1.0, 1.0).to(torch.float64)
+    if complex_:
+        # The phase c maximizing Re Σ c̄·z over the deciding outputs, z = vᴴ·v_ref for a column
+        # and its conjugate for a row (which turns by c̄): c = Σz/|Σz|.
+        dots = sum((leading(p, rows).conj() * leading(r, rows)).sum(-1 if rows else -2).conj() if rows
+                   else (leading(p, rows).conj() * leading(r, rows)).sum(-2)
+                   for p, r, (_, rows) in zip(parts[:deciding], reference[:deciding], layout[:deciding], strict=True))
+        size = dots.abs()
+        sign = torch.where(size > 0, dots / size.clamp_min(torch.finfo(torch.float64).tiny), torch.ones_like(dots))
+    else:
+        dots = sum((leading(p, rows) * leading(r, rows)).sum(-1 if rows else -2) for p, r, (_, rows) in
+                   zip(parts[:deciding], reference[:deciding], layout[:deciding], strict=True))
+        sign = torch.where(dots < 0, -1.0, 1.0).to(torch.float64)
     factors = {}
     for p, (index, rows) in zip(parts, layout, strict=True):
         count = p.shape[-2] if rows else p.shape[-1]
-        padded = torch.cat([sign, sign.new_ones(sign.shape[:-1] + (count - k,))], -1) if count > k else sign
+        turn = sign.conj() if rows and complex_ else sign
+        padded = torch.cat([turn, turn.new_ones(turn.shape[:-1] + (count - k,))], -1) if count > k else turn
         factors[index] = padded.unsqueeze(-1) if rows else padded.unsqueeze(-2)
     return factors
 

@@ -128,6 +128,15 @@ LINALG = {"_linalg_det", "linalg_det", "det", "_linalg_slogdet", "linalg_slogdet
 SPECTRAL = {"_linalg_svd", "linalg_svd", "_linalg_eigh", "linalg_eigh", "linalg_eig", "_linalg_eigvals"}
 SPECTRAL_BACKWARD = 4.0
 SPECTRAL_LIBRARY_U = 2.0
+# Householder QR's backward error is column-wise γ(mn)·‖aⱼ‖ (Higham, theorem 19.4), wider than
+# √n·u: the real float32 kernel's Q fell outside its simulated spread for 8 of 160 random tall,
+# square and wide matrices (some with graded columns) at √n·u, 3 at twice that and 1 at four
+# times (bench/RESULTS.md, "QR's backward error"); an injected 1e-5 is still found on all.
+QR_BACKWARD = 2.0
+# Each linalg op's input perturbation, as a multiple of √n·u (1 unless measured wider).
+BACKWARD_FACTORS = dict.fromkeys(SPECTRAL, SPECTRAL_BACKWARD) | {"linalg_qr": QR_BACKWARD}
+# A complex dtype's real and imaginary parts: the precision its linear algebra rounds at.
+COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
 # Results defined by the dtype's own lattice (the next representable value): computed at the
 # arm's dtype itself, where a float64 replay would step to a float64 neighbour instead.
 LATTICE_OPS = {"nextafter"}
@@ -1565,9 +1574,8 @@ class RoundingMode(TriageDispatchMode):
         if route == "decomposed":
             return self._decompose(func, args, kwargs, in_vd, out_vd)
         if route == "linalg":
-            spectral = name in SPECTRAL
-            out = self._round_all(func(*self._perturb_matrices(args, SPECTRAL_BACKWARD if spectral else 1.0), **kwargs),
-                                  out_vd, library=SPECTRAL_LIBRARY_U if spectral else 0.0)
+            out = self._round_all(func(*self._perturb_matrices(args, BACKWARD_FACTORS.get(name, 1.0)), **kwargs),
+                                  out_vd, library=SPECTRAL_LIBRARY_U if name in SPECTRAL else 0.0)
         elif route == "exact":
             out = self._evaluate(func, args, kwargs)
             # Exact results of arm-precision inputs are representable; only a narrowing rounds.
@@ -2004,15 +2012,22 @@ class RoundingMode(TriageDispatchMode):
             return args
         out = []
         for a in args:
-            if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.is_floating_point() and a.numel():
-                u = UNIT_ROUNDOFF.get(self.vdtype(a), 2.0 ** -53)
+            if isinstance(a, torch.Tensor) and a.dim() >= 2 and (a.is_floating_point() or a.is_complex()) and a.numel():
+                u = UNIT_ROUNDOFF.get(COMPLEX_PARTS.get(self.vdtype(a), self.vdtype(a)), 2.0 ** -53)
                 c = factor * math.sqrt(max(a.shape[-1], a.shape[-2]))
                 largest = torch.nan_to_num(a.abs(), posinf=0.0).amax(dim=(-2, -1), keepdim=True)
-                relative = (torch.rand(a.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * c * u
-                normwise = (torch.rand(a.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * c * u
+                relative, normwise = (self._unit_draws(a) * c * u for _ in range(2))
                 a = a * (1 + relative) + normwise * largest
             out.append(a)
         return tuple(out)
+
+    def _unit_draws(self, a: torch.Tensor) -> torch.Tensor:
+        """Uniform draws in [-1, 1] shaped like `a`; for a complex `a`, real and imaginary parts
+        each so (a modulus up to √2: a complex flop errs up to √2·u for an addition and √5·u
+        for a product, against u for a real one; Higham, Accuracy and Stability, lemma 3.5)."""
+        if not a.is_complex():
+            return torch.rand(a.shape, generator=self.generator, dtype=torch.float64) * 2 - 1
+        return torch.view_as_complex(torch.rand(a.shape + (2,), generator=self.generator, dtype=torch.float64) * 2 - 1)
 
 
 def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int | torch.Tensor,
