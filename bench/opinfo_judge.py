@@ -87,7 +87,9 @@ def as_case(info: Any, sample: Any) -> tuple[Callable, tuple] | None:
             full[i] = t
         x, args, kwargs = tree_unflatten(full, spec)
         out = info(x, *args, **kwargs)
-        floats = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        tensors_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        # The first floating output, else the first complex one (eig's, an FFT's).
+        floats = [t for t in tensors_out if t.is_floating_point()] or [t for t in tensors_out if t.is_complex()]
         if not floats:
             raise TypeError("no floating output")
         return floats[0]
@@ -114,7 +116,8 @@ def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.
         except Exception as e:  # noqa: BLE001 - the op rejects its own sample, or the recorder cannot take it
             result.not_judged[f"record: {type(e).__name__}"] += 1
             continue
-        if node is None or not isinstance(out, torch.Tensor) or out.dtype != dt or out.numel() == 0:
+        if node is None or not isinstance(out, torch.Tensor) or out.dtype not in (dt, bench.COMPLEX_OF.get(dt)) \
+                or out.numel() == 0:
             result.not_judged["output not of the sample's dtype"] += 1
             continue
         try:

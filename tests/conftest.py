@@ -250,6 +250,8 @@ def recorded(fn, *inputs):
 
 def simulated_spread(fn, *inputs, samples=29):
     """Record `fn` eagerly and simulate its rounding: (arm value, RoundingSpread, Simulation)."""
+    import torch
+
     from triage.judge import RoundingSpread
     from triage.worker.rounding import SimulationOptions, simulate_rounding
 
@@ -258,4 +260,7 @@ def simulated_spread(fn, *inputs, samples=29):
     (name, reference), = wanted.items()
     spread = sim.spreads[name]
     assert spread.status == "judged", spread.reason
-    return out, RoundingSpread.of_simulation(spread, reference.numpy(), str(out.dtype).replace("torch.", "")), sim
+    reference = reference.resolve_conj()
+    # A complex value's spread is of its real pairs.
+    wide = torch.view_as_real(reference).numpy() if reference.is_complex() else reference.numpy()
+    return out, RoundingSpread.of_simulation(spread, wide, str(out.dtype).replace("torch.", "")), sim

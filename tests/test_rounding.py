@@ -202,3 +202,27 @@ def test_tf32_arms_get_the_spread_of_10_bit_inputs():
     tf32_inputs = (round_to(a.double(), "tf32", 0, None) @ round_to(b.double(), "tf32", 0, None)).float()
     assert judge(tf32_inputs, spread(True)).zone == "inside"
     assert judge(tf32_inputs, spread(False)).zone == "outside"
+
+
+def test_a_conjugate_view_is_simulated_like_any_complex_value():
+    """`fft.ihfft` returns a conjugate view, which has no real view until resolved: its spread
+    is still simulated (it crashed the worker), and the kernel's value lies inside."""
+    x = torch.linspace(-1, 1, 16)
+    out, spread, _ = simulated_spread(torch.fft.ihfft, x)
+    assert out.is_conj() and spread.samples >= 9
+    judged = judge_value(out.resolve_conj().to(torch.complex128).numpy(), spread, "cpu", 0, "y", None)
+    assert judged.status == "judged" and judged.zone == "inside", judged
+
+
+def test_complex_and_polar_replay_their_values():
+    """`torch.complex` and `torch.polar` decompose into writes to views of a fresh tensor, which
+    a traced replay lost (every sample came back empty or as uninitialized memory): `complex`
+    is exact, `polar` one library call, and a value downstream is judged on a rounding-sized spread."""
+    re, im = torch.tensor([1.5, 3.0, -0.25]), torch.tensor([-2.25, 0.5, 7.0])
+    out, spread, _ = simulated_spread(torch.complex, re, im)
+    assert float(spread.sigma.max()) == 0.0 and np.allclose(spread.mean, spread.reference)
+    out, spread, _ = simulated_spread(lambda r, a: torch.polar(r, a).exp().abs(), re.abs(), im)
+    assert 0 < float(spread.sigma.max()) < 1e-5 * float(np.abs(spread.reference).max())
+    assert np.allclose(spread.mean, spread.reference, rtol=1e-5, atol=0)
+    assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
+    assert judge_value((out.double() * (1 + 1e-4)).numpy(), spread, "cpu", 0, "y", None).zone == "outside"

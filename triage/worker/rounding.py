@@ -137,6 +137,10 @@ QR_BACKWARD = 2.0
 BACKWARD_FACTORS = dict.fromkeys(SPECTRAL, SPECTRAL_BACKWARD) | {"linalg_qr": QR_BACKWARD}
 # A complex dtype's real and imaginary parts: the precision its linear algebra rounds at.
 COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
+# Composite functions rounded as one library call: their decompositions write their result into
+# views of a fresh tensor, which a traced replay cannot follow (polar: every sample came back
+# as uninitialized memory).
+LIBRARY_COMPOSITES = {"polar"}
 # Results defined by the dtype's own lattice (the next representable value): computed at the
 # arm's dtype itself, where a float64 replay would step to a float64 neighbour instead.
 LATTICE_OPS = {"nextafter"}
@@ -773,9 +777,10 @@ def deviation_stat(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor) 
 
 def _spread(ref: torch.Tensor, values: list[torch.Tensor], up: torch.Tensor, down: torch.Tensor) -> NodeSpread:
     if ref.is_complex():
-        ref = torch.view_as_real(ref)
-        values = [torch.view_as_real(v) for v in values]
-        up, down = torch.view_as_real(up), torch.view_as_real(down)
+        # A conjugate view (`fft.ihfft`'s result) has no real view until it is resolved.
+        ref = torch.view_as_real(ref.resolve_conj())
+        values = [torch.view_as_real(v.resolve_conj()) for v in values]
+        up, down = torch.view_as_real(up.resolve_conj()), torch.view_as_real(down.resolve_conj())
     k = len(values)
     stack = torch.stack(values)  # (K, …)
     if bool(torch.isfinite(stack).all()) and bool(torch.isfinite(ref).all()):
@@ -1699,7 +1704,7 @@ class RoundingMode(TriageDispatchMode):
         real = {torch.complex64: torch.float32, torch.complex32: torch.float16}.get(d, d)
         bound = max(4.0, 2 * math.log2(max(2, x.numel()))) * UNIT_ROUNDOFF.get(real, 2.0 ** -53)
         if out.is_complex():
-            parts = self._scaled_noise(torch.view_as_real(out).contiguous(), bound)
+            parts = self._scaled_noise(torch.view_as_real(out.resolve_conj()).contiguous(), bound)
             out = torch.view_as_complex(parts.contiguous())
         else:
             out = self._scaled_noise(out, bound)
@@ -1881,7 +1886,7 @@ class RoundingMode(TriageDispatchMode):
 
     def _round(self, t: torch.Tensor, dtype: torch.dtype, library: float) -> torch.Tensor:
         if t.is_complex():
-            parts = torch.view_as_real(t)
+            parts = torch.view_as_real(t.resolve_conj())
             real_dtype = {torch.complex64: torch.float32, torch.complex32: torch.float16}.get(dtype, torch.float64)
             return torch.view_as_complex(self._round(parts.contiguous(), real_dtype, library))
         if self.exact or dtype not in FORMATS and dtype != torch.float64:
@@ -2219,7 +2224,9 @@ def op_class(func: Any) -> str:
     # A foreach op (an optimizer's step over a tensor list) rounds as its per-tensor op does.
     name = func.overloadpacket.__name__.removeprefix("_foreach_")
     names = {name, name.rstrip("_")}
-    if name in DECOMPOSED and func in decomposition_table or (
+    if name in LIBRARY_COMPOSITES:
+        kind = "library"
+    elif name in DECOMPOSED and func in decomposition_table or (
             torch.Tag.pointwise not in func.tags
             and not names & (EXACT | SUMS | CONTRACTIONS | LINALG | CORRECTLY_ROUNDED)
             and (func in decomposition_table or _composite(func))):
