@@ -124,7 +124,7 @@ def _align_general(name: str, out: Any, arm: tuple[torch.Tensor, ...]) -> Any:
     """A general eigensolver's outputs with the eigenvalues moved to the places of the arm's
     they match (`_matching`), the eigenvectors with them, each eigenvector turned by the phase
     c = z/|z|, z = vᴴ·v_arm, that brings it nearest to the arm's (for a real one: its sign)."""
-    values_at, vectors_at = GENERAL[name]
+    vectors_at = GENERAL[name][1]
     outputs = out if isinstance(out, (tuple, list)) else (out,)
     parts = [outputs[i] if i is not None and i < len(outputs) else None for i in GENERAL[name]][:len(arm)]
     if len(parts) != len(arm) or any(not isinstance(p, torch.Tensor) or not p.is_complex() or p.device.type != "cpu"

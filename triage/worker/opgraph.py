@@ -223,9 +223,9 @@ class OpRecorder(TriageDispatchMode):
             self._register_written(node, func, args, kwargs, out)
         else:
             self._register_outputs(node, out)
-            vectors = arm_choices.keep(name, out)
-            if vectors is not None:
-                node.meta["arm_choices"] = vectors
+            choices = arm_choices.keep(name, out)
+            if choices is not None:
+                node.meta["arm_choices"] = choices
             if written_lists:
                 # No functional form to replay: the written tensors re-anchor at their next use.
                 for t in written:

@@ -1030,7 +1030,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                                 kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
                                           for k, v in kwargs.items()}
                             env[n] = mode.round_op(n.target, args, kwargs)
-                            if "arm_choices" in n.meta:  # the signs the arm chose
+                            if "arm_choices" in n.meta:  # the order, signs and phases the arm chose
                                 env[n] = arm_choices.align(n.target.overloadpacket.__name__, env[n],
                                                             n.meta["arm_choices"])
                         else:  # a compiled region: its dynamo graph, op by op
@@ -1701,7 +1701,7 @@ class RoundingMode(TriageDispatchMode):
         d = out_vd[0] if out_vd else None
         if not isinstance(out, torch.Tensor) or x is None or d is None:
             return self._round_all(out, out_vd, library=0.0)
-        real = {torch.complex64: torch.float32, torch.complex32: torch.float16}.get(d, d)
+        real = COMPLEX_PARTS.get(d, d)
         bound = max(4.0, 2 * math.log2(max(2, x.numel()))) * UNIT_ROUNDOFF.get(real, 2.0 ** -53)
         if out.is_complex():
             parts = self._scaled_noise(torch.view_as_real(out.resolve_conj()).contiguous(), bound)
@@ -1887,7 +1887,7 @@ class RoundingMode(TriageDispatchMode):
     def _round(self, t: torch.Tensor, dtype: torch.dtype, library: float) -> torch.Tensor:
         if t.is_complex():
             parts = torch.view_as_real(t.resolve_conj())
-            real_dtype = {torch.complex64: torch.float32, torch.complex32: torch.float16}.get(dtype, torch.float64)
+            real_dtype = COMPLEX_PARTS.get(dtype, torch.float64)
             return torch.view_as_complex(self._round(parts.contiguous(), real_dtype, library))
         if self.exact or dtype not in FORMATS and dtype != torch.float64:
             return t
