@@ -163,7 +163,8 @@ def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.
             effect = bench.normwise(bench.rerun(order, wide=True, inject=site, eps=eps)[node], wide_base)
             ji = bench.judge(value, spread, "injected")
             result.injections.append({"eps": eps, "effective": effect >= eps / 10, "zone": ji.zone,
-                                      "finding": bench._a_finding(ji)})
+                                      "finding": bench._a_finding(ji), "site": str(site.target),
+                                      "statistic": ji.statistic})
     return result
 
 
@@ -206,6 +207,11 @@ def report(results: list[OpResult], seconds: float) -> None:
             print(f"- `{r.op}` {r.dtype} {s}")
         if len(alarms) > 60:
             print(f"- … and {len(alarms) - 60} more")
+    missed = [(r, i) for r in results for i in r.injections if i["effective"] and i["zone"] != "outside"]
+    if missed:
+        print("\nEffective injections judged inside (op, ε, the op injected: statistic):\n")
+        for r, i in missed[:60]:
+            print(f"- `{r.op}` {i['eps']:g} `{i['site']}`: {i['statistic'] or 0:.3g}σ")
     reasons = Counter()
     for r in results:
         reasons.update(r.not_judged)

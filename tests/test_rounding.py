@@ -215,9 +215,9 @@ def test_a_conjugate_view_is_simulated_like_any_complex_value():
 
 
 def test_complex_and_polar_replay_their_values():
-    """`torch.complex` and `torch.polar` decompose into writes to views of a fresh tensor, which
-    a traced replay lost (every sample came back empty or as uninitialized memory): `complex`
-    is exact, `polar` one library call, and a value downstream is judged on a rounding-sized spread."""
+    """`torch.complex` and `torch.polar` write into views of a fresh tensor, which the replays
+    lost (every sample came back empty or as uninitialized memory): `complex` is exact, `polar`'s
+    decomposition keeps its writes, and a value downstream is judged on a rounding-sized spread."""
     re, im = torch.tensor([1.5, 3.0, -0.25]), torch.tensor([-2.25, 0.5, 7.0])
     out, spread, _ = simulated_spread(torch.complex, re, im)
     assert float(spread.sigma.max()) == 0.0 and np.allclose(spread.mean, spread.reference)
@@ -226,3 +226,19 @@ def test_complex_and_polar_replay_their_values():
     assert np.allclose(spread.mean, spread.reference, rtol=1e-5, atol=0)
     assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
     assert judge_value((out.double() * (1 + 1e-4)).numpy(), spread, "cpu", 0, "y", None).zone == "outside"
+
+
+@pytest.mark.parametrize("reduce", [
+    lambda x: x.mean(dim=1), lambda x: x.sum(dim=1), lambda x: torch.cumsum(x, dim=0)[:1],
+    lambda x: (x.T.unsqueeze(-1) @ x.T.unsqueeze(-2)).sum((0,)),  # a matmul over an inner dimension of one
+    # torch's references (var_mean's) call prims that move values without arithmetic
+    lambda x: torch.ops.prims.broadcast_in_dim(x, [4, 1, 3], [0, 1]),
+])
+def test_a_reduction_of_one_term_adds_nothing(reduce):
+    """A sum, mean or matrix product over one term makes no addition, and a prim that only
+    moves values (`broadcast_in_dim`) rounds nothing: the result is the term itself in every
+    replay, as the kernel computes it."""
+    x = torch.tensor([[1.5], [-2.25], [0.75], [0.5]])  # any product of two is exact in float32
+    out, spread, _ = simulated_spread(reduce, x)
+    assert float(np.abs(spread.sigma).max()) == 0.0, spread.sigma
+    assert np.array_equal(spread.mean, out.double().numpy())

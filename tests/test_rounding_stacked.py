@@ -169,6 +169,27 @@ def test_a_decomposition_that_reads_a_value_is_not_traced():
     assert rounding._DecompositionTrace.of((torch.ones(2),), {}, [], made_in_python) is None
 
 
+def test_a_decomposition_writing_into_views_of_a_fresh_tensor_keeps_its_writes():
+    """`torch.polar`'s decomposition makes a complex tensor and writes its real and imaginary
+    parts through `view_as_real` views: every replay keeps those writes (the float32 view of a
+    complex64 value is exact, not a rounding that copies it), and a stack replays the trace one
+    sample at a time, since stacked samples would write into copies or into one shared tensor."""
+    r, t = torch.tensor([1.5, 3.0, 0.25]), torch.tensor([-2.25, 0.5, 7.0])
+    graph, wanted, _, _ = recorded(lambda r, t: torch.polar(r, t) * 1.0, r, t)
+    by_name = {n.name: n for n in graph.nodes}
+    plan = rounding._ReplayPlan.of(cone(graph, [by_name[w] for w in wanted]))
+    options, cache = SimulationOptions(), rounding._CallCache()
+    centre = rounding._replay(plan, set(wanted), rounding.RoundingMode(options, cache, 0, None))
+    directions = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    stacked = rounding._replay(plan, set(wanted), rounding.RoundingMode(
+        options, cache, directions, torch.Generator().manual_seed(0), samples=len(directions)))
+    assert centre.failed is None and stacked.failed is None, stacked.failed
+    (name,) = wanted
+    exact = torch.polar(r.double(), t.double())
+    assert torch.allclose(centre.values[name], exact, rtol=1e-6, atol=0)
+    assert torch.allclose(stacked.values[name], exact.expand(len(directions), -1), rtol=1e-5, atol=0)
+
+
 def test_a_stack_that_fails_is_replayed_one_sample_at_a_time(monkeypatch, mlp_recording):
     def refuse(outs):
         raise rounding.NotStackable("refused")

@@ -30,7 +30,9 @@ EXACT = EXACT_OPS | {
     "any", "all", "count_nonzero", "searchsorted", "bucketize", "unique", "_unique2", "zero_", "zero",
     "frac", "nan_to_num", "positive", "resolve_conj", "resolve_neg", "_conj", "conj", "real", "imag",
     "view_as_real", "view_as_complex", "logical_and_", "masked_fill_", "mode", "cummax", "cummin",
-    # Two real tensors as one complex one. Its decomposition writes into views of a fresh
-    # tensor, which a traced replay cannot follow (every sample came back empty).
-    "complex",
+    "complex",  # two real tensors as one complex one
+    # torch's prims that move or make values without arithmetic, which the references' code
+    # calls (var_mean's mean is `broadcast_in_dim` of a sum, divided).
+    "broadcast_in_dim", "collapse_view", "collapse", "expand_dims", "slice_in_dim", "split_dim", "view_of",
+    "rev", "iota", "empty_permuted",
 }

@@ -137,10 +137,6 @@ QR_BACKWARD = 2.0
 BACKWARD_FACTORS = dict.fromkeys(SPECTRAL, SPECTRAL_BACKWARD) | {"linalg_qr": QR_BACKWARD}
 # A complex dtype's real and imaginary parts: the precision its linear algebra rounds at.
 COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
-# Composite functions rounded as one library call: their decompositions write their result into
-# views of a fresh tensor, which a traced replay cannot follow (polar: every sample came back
-# as uninitialized memory).
-LIBRARY_COMPOSITES = {"polar"}
 # Results defined by the dtype's own lattice (the next representable value): computed at the
 # arm's dtype itself, where a float64 replay would step to a float64 neighbour instead.
 LATTICE_OPS = {"nextafter"}
@@ -1263,6 +1259,11 @@ class _DecompositionTrace:
     steps: list[tuple[Any, list[Any], Any]]  # (op, its flattened arguments, their spec)
     outputs: list[Any]  # the decomposition's flattened outputs
     spec: Any
+    # Whether an op writes to one of its arguments (`torch.polar` writes its real and imaginary
+    # parts through views of a tensor it makes). Stacked, that tensor is one value expanded
+    # over the samples, which torch refuses to write to, and the whole stack would fail: such
+    # a trace is replayed one sample at a time (`_stackable`).
+    writes: bool = False
 
     @classmethod
     def of(cls, args: tuple, kwargs: dict, steps: list[tuple], out: Any) -> _DecompositionTrace | None:
@@ -1287,7 +1288,8 @@ class _DecompositionTrace:
                     elif o is not None:
                         return None
             leaves, spec = tree_flatten(out)
-            return cls(traced, [ref(a) for a in leaves], spec)
+            writes = any(isinstance(func, torch._ops.OpOverload) and _written(func) for func, _, _ in traced)
+            return cls(traced, [ref(a) for a in leaves], spec, writes)
         except KeyError:
             return None
 
@@ -1531,7 +1533,8 @@ class RoundingMode(TriageDispatchMode):
         if route == "accumulated":
             return self.calls in self.cache.magnitudes and not (name in CONTRACTIONS and self._tf32(name, out_vd))
         if route == "decomposed":
-            return self.cache.decompositions.get(self.calls) is not None
+            trace = self.cache.decompositions.get(self.calls)
+            return trace is not None and not trace.writes
         if route == "library":
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
             # Where the function is ill-conditioned is found once, on the first replay that
@@ -2224,9 +2227,7 @@ def op_class(func: Any) -> str:
     # A foreach op (an optimizer's step over a tensor list) rounds as its per-tensor op does.
     name = func.overloadpacket.__name__.removeprefix("_foreach_")
     names = {name, name.rstrip("_")}
-    if name in LIBRARY_COMPOSITES:
-        kind = "library"
-    elif name in DECOMPOSED and func in decomposition_table or (
+    if name in DECOMPOSED and func in decomposition_table or (
             torch.Tag.pointwise not in func.tags
             and not names & (EXACT | SUMS | CONTRACTIONS | LINALG | CORRECTLY_ROUNDED)
             and (func in decomposition_table or _composite(func))):
@@ -2319,7 +2320,13 @@ def _widening(flat: list, in_vd: list, out_vd: list) -> bool:
 
 
 def _less_precise(a: torch.dtype, b: torch.dtype) -> bool:
-    return UNIT_ROUNDOFF.get(a, 0.0) > UNIT_ROUNDOFF.get(b, 0.0)
+    """`a` holds fewer digits than `b` (a complex dtype those of its parts: complex64's real
+    view is float32, exactly)."""
+    return UNIT_ROUNDOFF.get(COMPLEX_PARTS.get(a, a), 0.0) > UNIT_ROUNDOFF.get(COMPLEX_PARTS.get(b, b), 0.0)
+
+
+# Contractions without a bias term: the sum of their products and nothing else.
+PLAIN_CONTRACTIONS = {"mm", "bmm", "mv", "dot", "vdot", "matmul"}
 
 
 def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
@@ -2328,7 +2335,12 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
     element: contractions σ = √(n/3)·√(S²/3 + Σt²/2) (a sequential order: GEMM kernels
     accumulate along k), reductions the blocked walk, or inside a fused kernel (`fused`: a
     decomposed op's sum) the lane walk, or where any order is possible (`any_order`) the
-    sequential walk; bound = ⌈log2 n⌉·Σ|t|."""
+    sequential walk; bound = ⌈log2 n⌉·Σ|t|. One term is no addition: both are 0 there (a
+    mean over a dimension of one, a product with an inner dimension of one, a cumsum's first
+    element), and only the result's own rounding remains; not with a bias (addmm's, a
+    convolution's), whose addition rounds too."""
+    if name in PLAIN_CONTRACTIONS and _contraction_length(name, args) == 1:
+        return torch.zeros(out.shape, dtype=torch.float64), torch.zeros(out.shape, dtype=torch.float64)
     if name in CONTRACTIONS:
         squares = _same_contraction(name, func, args, kwargs, lambda x: x * x)
         absolute = _same_contraction(name, func, args, kwargs, torch.abs)
@@ -2346,7 +2358,10 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
             shape[dim] = x.shape[dim]
             count = torch.arange(1, x.shape[dim] + 1, dtype=torch.float64).reshape(shape)
             walk = (count / 3).sqrt() * (torch.cumsum(x, dim).square() / 3 + squares / 2).sqrt()
-            return walk, torch.ceil(torch.log2(count.clamp(min=2))) * absolute
+            added = count > 1
+            return walk * added, torch.ceil(torch.log2(count.clamp(min=2))) * absolute * added
+        if n == 1:
+            return torch.zeros(out.shape, dtype=torch.float64), torch.zeros(out.shape, dtype=torch.float64)
         if name == "prod":
             walk = out.abs() * math.sqrt(n / 3)
             return walk, out.abs() * n
@@ -2716,12 +2731,6 @@ def _order_dependent(node: fx.Node, by_name: dict[str, fx.Node]) -> list[str]:
     ops = {_op_name(by_name[name].target).removeprefix("aten.").rstrip("_") for name in _cone_names(node)
            if by_name[name].op == "call_function"}
     return sorted(f"aten.{op}" for op in ops & CUDA_ORDER_DEPENDENT)[:16]
-
-
-
-
-
-
 
 
 def spread_bytes(ref: torch.Tensor) -> int:
