@@ -37,6 +37,7 @@ confidence for false alarms and detection. With ``--fixtures``: the judge's shar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import math
@@ -66,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 from triage.judge import RoundingSpread, judge_value  # noqa: E402
 from triage.worker.opgraph import OpRecorder  # noqa: E402
-from triage.worker.reference import replay_fp64  # noqa: E402
+from triage.worker.reference import UpcastMode, replay_fp64  # noqa: E402
 from triage.worker.rounding import SimulationOptions, simulate_rounding  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -285,9 +286,10 @@ def cone(node: fx.Node) -> list[fx.Node]:
 def rerun(order: list[fx.Node], wide: bool, inject: fx.Node | None = None, eps: float = 0.0
           ) -> dict[fx.Node, Any]:
     """Re-run the recorded ops at the arm's precision (or all in float64 with `wide`), with
-    `inject`'s output multiplied by (1 + eps)."""
+    `inject`'s output multiplied by (1 + eps). Wide, every op runs as the float64 reference's
+    replay runs it (`UpcastMode`: dtype arguments and tensors the graph makes widened too)."""
     env: dict[fx.Node, Any] = {}
-    with torch.no_grad():
+    with torch.no_grad(), UpcastMode() if wide else contextlib.nullcontext():
         for n in order:
             if n.op == "placeholder":
                 v = n.meta["leaf"].value

@@ -48,6 +48,7 @@ class OpResult:
     compiled: int = 0
     compiled_outside: list[str] = field(default_factory=list)
     injections: list[dict[str, Any]] = field(default_factory=list)
+    not_injected: Counter = field(default_factory=Counter)  # samples judged but given no injection, by reason
 
 
 def family(info: Any) -> str:
@@ -157,7 +158,11 @@ def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.
         if spread is None:
             continue
         site = rng.choice(sites)
-        wide_base = bench.rerun(order, wide=True)[node]
+        try:
+            wide_base = bench.rerun(order, wide=True)[node]
+        except Exception as e:  # noqa: BLE001 - an op that refuses float64 (linear_cross_entropy's float32 accumulator)
+            result.not_injected[f"float64 re-run: {type(e).__name__}"] += 1
+            continue
         for eps in bench.EPSILONS:
             value = bench.rerun(order, wide=False, inject=site, eps=eps)[node]
             effect = bench.normwise(bench.rerun(order, wide=True, inject=site, eps=eps)[node], wide_base)
@@ -216,6 +221,11 @@ def report(results: list[OpResult], seconds: float) -> None:
     for r in results:
         reasons.update(r.not_judged)
     print("\nNot judged, by reason: " + "; ".join(f"{k} ({v})" for k, v in reasons.most_common(8)))
+    skipped = Counter()
+    for r in results:
+        skipped.update(r.not_injected)
+    if skipped:
+        print("\nJudged but not injected, by reason: " + "; ".join(f"{k} ({v})" for k, v in skipped.most_common(8)))
     print(f"\nOpInfo wall time: {seconds:.0f} s.")
 
 

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import simulated_spread
 
 from triage.judge import RoundingSpread, judge_value
@@ -32,6 +33,20 @@ def test_stochastic_rounding_lands_on_the_dtype_and_is_unbiased():
     assert torch.equal(r.to(torch.float32).double(), r)  # representable in float32
     assert set(r.unique().tolist()) == {1.0, 1.0 + 2.0 ** -23}
     assert abs(r.mean().item() - x[0].item()) < 2.0 ** -23 * 0.05
+
+
+@pytest.mark.parametrize("elements", [16, 1 << 13])  # the NumPy path, the torch one
+def test_rounding_a_format_without_a_dtype_to_nearest_draws_nothing(elements):
+    """The centre replay rounds a TF32 arm's matmul inputs to nearest: the nearer of the two
+    neighbours, the same every time (it drew from torch's global generator, so a test's
+    verdict moved with whichever tests ran before it in the process)."""
+    x = torch.linspace(-3, 3, elements, dtype=torch.float64) * (1 + 2.0 ** -15)
+    nearest = round_to(x, "tf32", 0, None)
+    assert torch.equal(nearest, round_to(x, "tf32", 0, None))
+    up, down = round_to(x, "tf32", 1, None), round_to(x, "tf32", -1, None)
+    tie = (x - down) == (up - x)
+    expected = torch.where((x - down) < (up - x), down, up)
+    assert torch.equal(nearest[~tie], expected[~tie])
 
 
 def test_directed_rounding_brackets_the_value_and_overflows_past_the_range():
@@ -242,3 +257,31 @@ def test_a_reduction_of_one_term_adds_nothing(reduce):
     out, spread, _ = simulated_spread(reduce, x)
     assert float(np.abs(spread.sigma).max()) == 0.0, spread.sigma
     assert np.array_equal(spread.mean, out.double().numpy())
+
+
+def test_as_strided_of_a_partial_view_replays_what_the_arm_read():
+    """`as_strided` reads its input's storage, not its elements: of a view into a larger tensor
+    (OpInfo's `partial_views` samples) the arm reads the base's memory, which a replay from the
+    view's own elements cannot, so the view's value is recorded as it was (a `storage` leaf)
+    and the correct kernel is not called infinitely far from its reference."""
+    base = torch.arange(10.0) * 1.5 - 4.0
+    out, spread, _ = simulated_spread(lambda v: v.as_strided((2, 2), (1, 2), 0) + 0.5, base[2:])
+    assert np.array_equal(spread.mean, out.double().numpy()) and float(spread.sigma.max()) == 0.0
+    assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
+
+
+def test_a_nearest_pixel_a_coordinates_rounding_away_is_either_pixel():
+    """`grid_sample` unnormalizes each coordinate in the grid's dtype: a point 1.2e-7 grid
+    units from the boundary between two pixels lands on either, depending on how the kernel
+    rounds ((x + 1)/2)·(W − 1) in float32. The random replays move the coordinates as far, so
+    either pixel's value is rounding of this computation, and a third is not."""
+    image = torch.tensor([[[[0.0, 10.0, 20.0, 30.0]]]])
+    grid = torch.tensor([[[[-2.0 ** -23, 0.0]]]])  # 1.5 − 1.8e-7 pixels: pixel 1's side, by less than 3u
+    out, spread, _ = simulated_spread(
+        lambda i, g: F.grid_sample(i, g, mode="nearest", align_corners=True), image, grid)
+    assert float(out) == 10.0
+
+    def zone(value):
+        return judge_value(np.full((1, 1, 1, 1), value), spread, "cpu", 0, "y", None).zone
+
+    assert zone(10.0) == "inside" and zone(20.0) == "inside" and zone(30.0) == "outside"

@@ -10,7 +10,9 @@ moment it was first used.  Leaves are:
 * ``random``        the output of a random op (``randn``, ``uniform_``, ``native_dropout``),
 * ``uninitialized`` ``torch.empty`` and friends,
 * ``stale``         a tensor mutated behind the recorder's back (a view of an in-place target),
-* ``compiled``      a compiled region's input that the eager recording did not produce.
+* ``compiled``      a compiled region's input that the eager recording did not produce,
+* ``storage``       an ``as_strided`` view that reads its input's storage beyond the input's
+                    own elements (a partial view's base): the replay holds only those elements.
 
 Staleness uses the tensor's version counter, which views share with their base: when the
 counter moved since the tensor was registered, its recorded producer no longer describes its
@@ -55,6 +57,10 @@ from triage.worker.independent import Budget, note_fields
 from triage.worker.modes import TriageDispatchMode
 
 UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+# Views defined on their input's storage rather than on its elements: replayed from a leaf's
+# value (its own elements, from offset 0), they read other memory than the arm did wherever
+# the input is not the whole of its storage (`_beyond_own_elements`).
+STORAGE_VIEWS = {"as_strided", "as_strided_copy"}
 # Ops whose outputs carry no numerical meaning worth a node (scalar extraction, metadata).
 MAX_HAZARD_CHECKS = 256
 SKIPPED_OPS = {"_local_scalar_dense", "is_nonzero", "equal", "sym_size", "sym_stride", "sym_numel"}
@@ -187,10 +193,12 @@ class OpRecorder(TriageDispatchMode):
         flat, spec = tree_flatten((args, kwargs))
         is_random = draws_random(func, args, kwargs)
         has_tensor_input = any(isinstance(a, torch.Tensor) for a in flat)
-        if is_random or not has_tensor_input or name in UNINITIALIZED_OPS:
+        beyond = name in STORAGE_VIEWS and _beyond_own_elements(args[0])
+        if is_random or not has_tensor_input or name in UNINITIALIZED_OPS or beyond:
             out = self._call(func, args, kwargs, random=is_random)
             self._wrote(_written_tensors(func, args, kwargs))
-            kind = "random" if is_random else ("uninitialized" if name in UNINITIALIZED_OPS else "factory")
+            kind = ("random" if is_random else "uninitialized" if name in UNINITIALIZED_OPS
+                    else "storage" if beyond else "factory")
             if is_random and not self.seeded and self.random_before_seed is None:
                 self.random_before_seed = {"op": name, "line": self.site()}
             self._paused_register_leaves(out, kind, name)
@@ -519,6 +527,15 @@ def value_inputs(n: fx.Node) -> list[fx.Node]:
         overwritten = n.args[0]
         return [a for a in n.all_input_nodes if a is not overwritten]
     return n.all_input_nodes
+
+
+def _beyond_own_elements(t: Any) -> bool:
+    """A tensor that is not the whole of its storage, laid out contiguously from its start:
+    an `as_strided` of it may read memory outside its elements."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    return t.storage_offset() != 0 or not t.is_contiguous() \
+        or t.untyped_storage().nbytes() != t.numel() * t.element_size()
 
 
 def draws_random(func: Any, args: tuple, kwargs: dict) -> bool:

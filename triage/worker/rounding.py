@@ -137,6 +137,13 @@ QR_BACKWARD = 2.0
 BACKWARD_FACTORS = dict.fromkeys(SPECTRAL, SPECTRAL_BACKWARD) | {"linalg_qr": QR_BACKWARD}
 # A complex dtype's real and imaginary parts: the precision its linear algebra rounds at.
 COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
+# Sampling ops and their coordinates' argument: the kernel unnormalizes each coordinate in
+# the grid's dtype, ((x + 1)·size − 1)/2 or ((x + 1)/2)·(size − 1), three roundings that move
+# it by up to 3u·(|x| + 1) grid units. That moves a bilinear weight, and flips a nearest or
+# border pixel: a discontinuous decision the arm takes at its own precision, which the random
+# replays take at theirs (`RoundingMode._moved_coordinates`).
+COORDINATE_ARGUMENTS = {"grid_sampler_2d": 1, "grid_sampler_3d": 1, "grid_sampler": 1}
+COORDINATE_ROUNDINGS = 3.0
 # Results defined by the dtype's own lattice (the next representable value): computed at the
 # arm's dtype itself, where a float64 replay would step to a float64 neighbour instead.
 LATTICE_OPS = {"nextafter"}
@@ -1572,6 +1579,8 @@ class RoundingMode(TriageDispatchMode):
             routed = self.cache.routes[call] = (func, out_vd, self._route(func, name, args, kwargs, flat, in_vd, out_vd),
                                                 in_vd)
         route = routed[2]
+        if name in COORDINATE_ARGUMENTS and self.generator is not None:
+            args = self._moved_coordinates(args, COORDINATE_ARGUMENTS[name])
         if route == "lattice":
             lattice = out_vd[0]
             out = func(*[a.to(lattice) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
@@ -2029,6 +2038,23 @@ class RoundingMode(TriageDispatchMode):
             out.append(a)
         return tuple(out)
 
+    def _moved_coordinates(self, args: tuple, index: int) -> tuple:
+        """A sampling op's coordinates (`COORDINATE_ARGUMENTS`) as its kernel unnormalizes
+        them, in a random replay: each moved by up to COORDINATE_ROUNDINGS·u·(|x| + 1), u of
+        their arm dtype; a stack's directed replays keep them."""
+        a = args[index] if index < len(args) else None
+        if not isinstance(a, torch.Tensor) or not a.is_floating_point():
+            return args
+        dtype = self.vdtype(a)
+        spread = COORDINATE_ROUNDINGS * UNIT_ROUNDOFF.get(dtype, 2.0 ** -53) * (a.abs() + 1)
+        shape = ((self.samples,) if self.samples and not _is_stacked(a) else ()) + tuple(a.shape)
+        draws = torch.rand(shape, generator=self.generator, dtype=torch.float64) * 2 - 1
+        if isinstance(self.direction, torch.Tensor):
+            draws = draws * (self._sign_views(draws.dim())[0] == 0)
+        moved = a + draws * spread
+        moved._arm_dtype = dtype
+        return args[:index] + (_mark_stacked(moved) if self.samples else moved,) + args[index + 1:]
+
     def _unit_draws(self, a: torch.Tensor) -> torch.Tensor:
         """Uniform draws in [-1, 1] shaped like `a`; for a complex `a`, real and imaginary parts
         each so (a modulus up to √2: a complex flop errs up to √2·u for an addition and √5·u
@@ -2134,6 +2160,8 @@ def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, directi
         away = t > 0 if direction > 0 else t < 0
         carry = away.to(torch.int64).mul_((1 << dropped) - 1)
     else:
+        if generator is None:
+            return None  # to nearest: `_round_by_spacing`
         carry = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64)
     return carry.add_(t.contiguous().view(torch.int64)).bitwise_and_(-(1 << dropped)).view(torch.float64)
 
@@ -2209,6 +2237,8 @@ def _round_array(a: np.ndarray, bits: int, largest: float, tiny: float, signs: i
             carry = np.where(signs == 0, drawn, carry)
     elif signs:
         carry = ((a > 0) if signs > 0 else (a < 0)).astype(np.int64) * ((1 << dropped) - 1)
+    elif generator is None:
+        return None  # to nearest (a tf32 rounding in the centre replay): `_round_by_spacing`
     else:
         carry = torch.randint(0, 1 << dropped, a.shape, generator=generator, dtype=torch.int64).numpy()
     rounded = np.asarray((carry + a.view(np.int64)) & -(1 << dropped))  # 0-dim: NumPy scalars
