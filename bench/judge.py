@@ -292,8 +292,10 @@ def rerun(order: list[fx.Node], wide: bool, inject: fx.Node | None = None, eps: 
     with torch.no_grad(), UpcastMode() if wide else contextlib.nullcontext():
         for n in order:
             if n.op == "placeholder":
+                # A copy: an in-place op of the graph would otherwise write into the recorded
+                # leaf, and every later re-run would start from that write.
                 v = n.meta["leaf"].value
-                env[n] = v.double() if wide and v.is_floating_point() else v
+                env[n] = v.double() if wide and v.is_floating_point() else v.clone()
                 continue
             args = fx.node.map_arg(n.args, lambda a: env[a])
             kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])

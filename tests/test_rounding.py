@@ -285,3 +285,13 @@ def test_a_nearest_pixel_a_coordinates_rounding_away_is_either_pixel():
         return judge_value(np.full((1, 1, 1, 1), value), spread, "cpu", 0, "y", None).zone
 
     assert zone(10.0) == "inside" and zone(20.0) == "inside" and zone(30.0) == "outside"
+
+
+def test_a_function_of_an_infinite_argument_gets_no_infinite_noise():
+    """logaddexp(x, −inf) is x: IEEE's infinities make a function exact there. The noise of an
+    ill-conditioned function was scaled by Σ|xᵢ| = inf, every sample was nan, and the correct x
+    was "finite where every rounding of this computation is not" (OpInfo's masked.logaddexp)."""
+    x = torch.tensor([-8.4784, -1.7658, 3.1285])
+    out, spread, _ = simulated_spread(lambda a: torch.logaddexp(a, torch.full_like(a, -math.inf)), x)
+    assert np.allclose(spread.mean, out.double().numpy(), rtol=1e-6, atol=0)
+    assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"

@@ -403,8 +403,9 @@ NUMPY_CONDITIONING_ELEMENTS = 1 << 12
 
 def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
     """Where pointwise `func` (out of place) is ill-conditioned on these float64 arguments
-    (`well_conditioned` false, by Σ|xᵢ·∂f/∂xᵢ|): the scale max(Σ|xᵢ|, |f|) there and 0
-    elsewhere; None where it is well conditioned everywhere or has no sensitivity figure."""
+    (`well_conditioned` false, by Σ|xᵢ·∂f/∂xᵢ|) and every input is finite: the scale
+    max(Σ|xᵢ|, |f|) there and 0 elsewhere; None where it is well conditioned everywhere or has
+    no sensitivity figure."""
     value = func(*args, **kwargs)
     name = func.overloadpacket.__name__.rstrip("_")
     if value.numel() <= NUMPY_CONDITIONING_ELEMENTS and name in LINEAR_TERMS \
@@ -414,7 +415,9 @@ def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict) -> torch.Tensor 
     if sens is None:
         return None
     magnitude = input_magnitude(args, torch.float64, value.shape)
-    ill = ~well_conditioned(sens, magnitude, value.abs())
+    # An infinite input's result is IEEE's special case (logaddexp(x, −inf) = x, exactly): no
+    # scale, and the forward bound holds there.
+    ill = ~well_conditioned(sens, magnitude, value.abs()) & torch.isfinite(magnitude)
     return torch.where(ill, torch.maximum(magnitude, value.abs()), 0.0) if bool(ill.any()) else None
 
 
@@ -444,7 +447,7 @@ def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: to
             sens = term if sens is None else sens + term
     if sens is None:
         return None
-    ill = ~((sens <= WELL_CONDITIONED * f) & ((sens > 0) | (magnitude == 0)))
+    ill = ~((sens <= WELL_CONDITIONED * f) & ((sens > 0) | (magnitude == 0))) & np.isfinite(magnitude)
     return torch.from_numpy(np.where(ill, np.maximum(magnitude, f), 0.0)) if ill.any() else None
 
 

@@ -530,8 +530,9 @@ def value_inputs(n: fx.Node) -> list[fx.Node]:
 
 
 def _beyond_own_elements(t: Any) -> bool:
-    """A tensor that is not the whole of its storage, laid out contiguously from its start:
-    an `as_strided` of it may read memory outside its elements."""
+    """Whether `t` is anything but the whole of its storage, contiguous from the storage's
+    start: an `as_strided` of it may then read memory outside its elements (a partial view's
+    base), or its elements in another layout than a replay's contiguous copy of them."""
     if not isinstance(t, torch.Tensor):
         return False
     return t.storage_offset() != 0 or not t.is_contiguous() \
