@@ -56,7 +56,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.fx as fx
 import torch.nn as nn
@@ -67,8 +66,8 @@ sys.path.insert(0, str(ROOT))
 
 from triage.judge import RoundingSpread, judge_value  # noqa: E402
 from triage.worker.opgraph import OpRecorder  # noqa: E402
-from triage.worker.reference import UpcastMode, replay_fp64  # noqa: E402
-from triage.worker.rounding import SimulationOptions, simulate_rounding  # noqa: E402
+from triage.worker.reference import UpcastMode, replay_fp64, widen  # noqa: E402
+from triage.worker.rounding import COMPLEX_PARTS, SimulationOptions, simulate_rounding  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 FAMILIES = ["mlp", "conv", "layernorm", "attention", "softmax", "reduction", "sdpa"]
@@ -214,7 +213,7 @@ def simulate(graph: fx.Graph, node: fx.Node, ref: torch.Tensor, dt: torch.dtype,
     that arm (sampling stops early once the value is certainly inside, and goes on at the
     Monte Carlo floor): a spread to judge that value with, and no other."""
     start = time.perf_counter()
-    arm = {node.name: in_float64(value.detach())} if value is not None else None
+    arm = {node.name: widen(value.detach())} if value is not None else None
     # A complex output (eig's, an FFT's) is stored as the complex dtype of the sample's precision.
     stored = COMPLEX_OF.get(dt, dt) if ref.is_complex() else dt
     sim = simulate_rounding(graph, {node.name: ref}, SimulationOptions(samples=samples, seed=seed), {node.name: stored},
@@ -223,22 +222,18 @@ def simulate(graph: fx.Graph, node: fx.Node, ref: torch.Tensor, dt: torch.dtype,
     spread = sim.spreads[node.name]
     if spread.status != "judged":
         return None, seconds, spread.reason
-    reference = ref.resolve_conj().numpy()  # an ihfft's value is a conjugate view
-    if ref.is_complex():  # the spread of a complex value is of its real pairs
-        reference = np.stack([reference.real, reference.imag], axis=-1)
+    reference = ref.resolve_conj()  # an ihfft's value is a conjugate view
+    # The spread of a complex value is of its real pairs.
+    reference = (torch.view_as_real(reference) if reference.is_complex() else reference).numpy()
     return RoundingSpread.of_simulation(spread, reference, str(dt).removeprefix("torch.")), seconds, None
 
 
 def judge(value: torch.Tensor, spread: RoundingSpread, arm: str) -> Any:
-    return judge_value(in_float64(value.detach()).numpy(), spread, arm, 0, "out", None)
+    return judge_value(widen(value.detach()).numpy(), spread, arm, 0, "out", None)
 
 
-COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128, torch.float16: torch.complex32}
-
-
-def in_float64(t: torch.Tensor) -> torch.Tensor:
-    """`t` in float64, or complex128 for a complex `t` (`.double()` would drop its imaginary part)."""
-    return t.to(torch.complex128) if t.is_complex() else t.double()
+# The complex dtype of each real one (`COMPLEX_PARTS`, inverted).
+COMPLEX_OF = {part: whole for whole, part in COMPLEX_PARTS.items()}
 
 
 def eager_seconds(fn: Callable, inputs: tuple, repeats: int = 10, budget_s: float = 0.5) -> float:
@@ -301,7 +296,7 @@ def rerun(order: list[fx.Node], wide: bool, inject: fx.Node | None = None, eps: 
             kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
             out = n.target(*args, **kwargs)
             if n is inject:
-                out = (in_float64(out) * (1 + eps)).to(out.dtype)
+                out = (widen(out) * (1 + eps)).to(out.dtype)
             env[n] = out
     return env
 
@@ -312,7 +307,7 @@ def injection_sites(order: list[fx.Node], env: dict[fx.Node, Any]) -> list[fx.No
 
 
 def normwise(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = in_float64(a), in_float64(b)
+    a, b = widen(a), widen(b)
     scale_ = float(b.abs().max()) if b.numel() else 0.0
     return float((a - b).abs().max()) / scale_ if scale_ > 0 else 0.0
 

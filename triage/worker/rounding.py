@@ -137,12 +137,12 @@ QR_BACKWARD = 2.0
 BACKWARD_FACTORS = dict.fromkeys(SPECTRAL, SPECTRAL_BACKWARD) | {"linalg_qr": QR_BACKWARD}
 # A complex dtype's real and imaginary parts: the precision its linear algebra rounds at.
 COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
-# Sampling ops and their coordinates' argument: the kernel unnormalizes each coordinate in
-# the grid's dtype, ((x + 1)·size − 1)/2 or ((x + 1)/2)·(size − 1), three roundings that move
+# Sampling ops, whose second argument is the grid of coordinates: the kernel unnormalizes
+# each coordinate in the grid's dtype, ((x + 1)·size − 1)/2 or ((x + 1)/2)·(size − 1), three roundings that move
 # it by up to 3u·(|x| + 1) grid units. That moves a bilinear weight, and flips a nearest or
 # border pixel: a discontinuous decision the arm takes at its own precision, which the random
 # replays take at theirs (`RoundingMode._moved_coordinates`).
-COORDINATE_ARGUMENTS = {"grid_sampler_2d": 1, "grid_sampler_3d": 1, "grid_sampler": 1}
+GRID_SAMPLERS = {"grid_sampler_2d", "grid_sampler_3d", "grid_sampler"}
 COORDINATE_ROUNDINGS = 3.0
 # Results defined by the dtype's own lattice (the next representable value): computed at the
 # arm's dtype itself, where a float64 replay would step to a float64 neighbour instead.
@@ -1579,8 +1579,8 @@ class RoundingMode(TriageDispatchMode):
             routed = self.cache.routes[call] = (func, out_vd, self._route(func, name, args, kwargs, flat, in_vd, out_vd),
                                                 in_vd)
         route = routed[2]
-        if name in COORDINATE_ARGUMENTS and self.generator is not None:
-            args = self._moved_coordinates(args, COORDINATE_ARGUMENTS[name])
+        if name in GRID_SAMPLERS and self.generator is not None:
+            args = self._moved_coordinates(args)
         if route == "lattice":
             lattice = out_vd[0]
             out = func(*[a.to(lattice) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
@@ -2038,22 +2038,22 @@ class RoundingMode(TriageDispatchMode):
             out.append(a)
         return tuple(out)
 
-    def _moved_coordinates(self, args: tuple, index: int) -> tuple:
-        """A sampling op's coordinates (`COORDINATE_ARGUMENTS`) as its kernel unnormalizes
-        them, in a random replay: each moved by up to COORDINATE_ROUNDINGS·u·(|x| + 1), u of
-        their arm dtype; a stack's directed replays keep them."""
-        a = args[index] if index < len(args) else None
-        if not isinstance(a, torch.Tensor) or not a.is_floating_point():
+    def _moved_coordinates(self, args: tuple) -> tuple:
+        """A sampling op's grid (`GRID_SAMPLERS`) as its kernel unnormalizes it, in a random
+        replay: each coordinate moved by up to COORDINATE_ROUNDINGS·u·(|x| + 1), u of the
+        grid's arm dtype; a stack's directed replays keep it."""
+        grid = args[1] if len(args) > 1 else None
+        if not isinstance(grid, torch.Tensor) or not grid.is_floating_point():
             return args
-        dtype = self.vdtype(a)
-        spread = COORDINATE_ROUNDINGS * UNIT_ROUNDOFF.get(dtype, 2.0 ** -53) * (a.abs() + 1)
-        shape = ((self.samples,) if self.samples and not _is_stacked(a) else ()) + tuple(a.shape)
+        dtype = self.vdtype(grid)
+        reach = COORDINATE_ROUNDINGS * UNIT_ROUNDOFF.get(dtype, 2.0 ** -53) * (grid.abs() + 1)
+        shape = ((self.samples,) if self.samples and not _is_stacked(grid) else ()) + tuple(grid.shape)
         draws = torch.rand(shape, generator=self.generator, dtype=torch.float64) * 2 - 1
         if isinstance(self.direction, torch.Tensor):
             draws = draws * (self._sign_views(draws.dim())[0] == 0)
-        moved = a + draws * spread
+        moved = grid + draws * reach
         moved._arm_dtype = dtype
-        return args[:index] + (_mark_stacked(moved) if self.samples else moved,) + args[index + 1:]
+        return args[:1] + (_mark_stacked(moved) if self.samples else moved,) + args[2:]
 
     def _unit_draws(self, a: torch.Tensor) -> torch.Tensor:
         """Uniform draws in [-1, 1] shaped like `a`; for a complex `a`, real and imaginary parts
@@ -2370,7 +2370,7 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
     element), and only the result's own rounding remains; not with a bias (addmm's, a
     convolution's), whose addition rounds too."""
     if name in PLAIN_CONTRACTIONS and _contraction_length(name, args) == 1:
-        return torch.zeros(out.shape, dtype=torch.float64), torch.zeros(out.shape, dtype=torch.float64)
+        return _no_accumulation(out)
     if name in CONTRACTIONS:
         squares = _same_contraction(name, func, args, kwargs, lambda x: x * x)
         absolute = _same_contraction(name, func, args, kwargs, torch.abs)
@@ -2391,7 +2391,7 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
             added = count > 1
             return walk * added, torch.ceil(torch.log2(count.clamp(min=2))) * absolute * added
         if n == 1:
-            return torch.zeros(out.shape, dtype=torch.float64), torch.zeros(out.shape, dtype=torch.float64)
+            return _no_accumulation(out)
         if name == "prod":
             walk = out.abs() * math.sqrt(n / 3)
             return walk, out.abs() * n
@@ -2407,6 +2407,12 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute * scale).reshape(out.shape)
     walk = sequential_walk(n, s, squares)
     return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute).reshape(out.shape)
+
+
+def _no_accumulation(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_magnitudes` of a call that adds nothing: a zero walk and a zero bound."""
+    zero = torch.zeros(out.shape, dtype=torch.float64)
+    return zero, zero
 
 
 def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtype,
