@@ -322,6 +322,22 @@ def test_a_flood_of_empty_files_is_named_as_files_not_bytes(tmp_path):
     assert f"{MAX_DISK_ENTRIES:,} files" in run.failure and "GiB" not in run.failure, run.failure
 
 
+@pytest.mark.parametrize("idle_s", [0.0, 280.0])
+def test_a_timeout_says_whether_the_script_was_waiting_or_computing(tmp_path, idle_s):
+    """A forked pool whose workers use the OpenMP threads of their parent deadlocks (hostile
+    case 051, on torch 2.13 with GNU OpenMP): "raise it with --timeout" would send the reporter
+    after a limit that ends nothing, so an arm asleep for most of its run says so."""
+    outcome = ProcessOutcome(exit_code=None, signal="SIGKILL", timed_out=True, memory_exceeded=False,
+                             elapsed_s=300.0, stdout="", stderr="", output_dropped=0, messages=[],
+                             peak_rss_bytes=0, idle_s=idle_s)
+    run = _arm_run(parse_arm("cpu"), outcome, tmp_path, RunSettings(timeout_s=300), 4 * GiB)
+    assert run.status == "timeout"
+    if idle_s:
+        assert "not used the CPU for the last 280 s" in run.failure and "raise it" not in run.failure, run.failure
+    else:
+        assert run.failure.endswith("(raise it with --timeout)"), run.failure
+
+
 # -- the compile cache ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("left", ["link to a host folder", "dangling link", "file"])

@@ -28,6 +28,27 @@ def test_timeout_kills_the_process_group(tmp_path, how):
     assert out.timed_out and out.elapsed_s < 10
 
 
+@pytest.mark.parametrize("how", ISOLATIONS)
+def test_a_timed_out_tree_that_sleeps_is_idle_and_one_that_computes_is_not(tmp_path, how):
+    """A deadlocked script (here: a forked child and its parent, both asleep) uses no CPU
+    while it waits: the outcome says for how long, which a busy loop never is."""
+    asleep = _run(tmp_path, "import os,time\nif os.fork() == 0: time.sleep(60)\nelse: os.wait()", how, timeout_s=4)
+    busy = _run(tmp_path, "while True: pass", how, timeout_s=3)
+    assert asleep.timed_out and busy.timed_out
+    assert asleep.idle_s >= 2.5, asleep.idle_s
+    assert busy.idle_s < 1.5, busy.idle_s
+
+
+def test_idle_tail_ends_at_the_last_interval_that_computed():
+    from triage.sandbox.process import idle_tail
+
+    # Busy for 5 s, then a pool's handler threads: a millisecond a second.
+    samples = [(t, min(t, 5.0) + 0.001 * max(0, t - 5)) for t in range(0, 31)]
+    assert idle_tail(samples) == 25
+    assert idle_tail([(t, float(t)) for t in range(10)]) == 0  # a core all the time
+    assert idle_tail([(0, 0.0), (1, 0.0)]) == 1
+
+
 def test_output_is_capped_head_and_tail(tmp_path):
     out = _run(tmp_path, "import sys\nfor i in range(200000): sys.stdout.write(f'line {i}\\n')\nprint('END')")
     assert out.exit_code == 0 and "line 0\n" in out.stdout and "END" in out.stdout

@@ -45,6 +45,9 @@ GiB = 1 << 30
 PROCESS_LIMIT = MAX_TASKS  # processes and threads of one arm at once
 DISK_LIMIT = 8 * GiB  # bytes one arm may write (scratch directory and its compile cache)
 STARTUP_S = 120.0  # the worker's own start (interpreter, torch import) before the script begins
+# A timed-out arm whose processes used no CPU for at least this long, and for at least half
+# its run, is reported as waiting rather than slow (`ProcessOutcome.idle_s`).
+IDLE_NOTED_S = 2.0
 
 
 def worker_python(arm: ArmSpec, options: RunSettings) -> str:
@@ -262,7 +265,14 @@ def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunSetti
             where, limit = "while computing the float64 reference", options.reference_budget_s
         else:
             where, limit = "after the script had finished", _after_script_s(options)
-        run.failure = f"killed after running past the {limit:.0f} s limit {where} (raise it with --timeout)"
+        if outcome.idle_s >= max(IDLE_NOTED_S, outcome.elapsed_s / 2):
+            # Asleep, not slow: a longer limit ends nothing that waits for good.
+            run.failure = (f"killed after running past the {limit:.0f} s limit {where}; its processes had not used "
+                           f"the CPU for the last {outcome.idle_s:.0f} s: they were waiting, not computing (a "
+                           "deadlock, such as a forked worker using its parent's OpenMP threads, or a long sleep), "
+                           "and a longer --timeout helps only if that wait ends")
+        else:
+            run.failure = f"killed after running past the {limit:.0f} s limit {where} (raise it with --timeout)"
     elif outcome.memory_exceeded:
         run.status = "crashed"
         run.failure = f"killed for using more than {memory / GiB:.1f} GiB of memory (raise it with --memory)"

@@ -271,6 +271,11 @@ class JobCgroup:
             except OSError:
                 pass
 
+    @property
+    def holds_memory(self) -> bool:
+        """Whether the group has a memory controller: the kernel holds its limit."""
+        return self._memory is not None
+
     def memory_bytes(self) -> int:
         """Memory charged to the group now (0 without a memory controller)."""
         if not self._memory:

@@ -13,9 +13,11 @@ print megabytes, or lie on the control pipe.  `SandboxedProcess` starts it insid
   polled (every descendant, whatever its process group or session): tasks (threads) are
   counted, and memory is the summed resident size, confirmed by the proportional share
   (smaps_rollup's Pss, which counts a copy-on-write page shared by a fork pool once) before
-  the sandbox is killed for it;
+  the sandbox is killed for it (with a cgroup, the group's charge is read instead);
 - the scratch directory's size and its number of files are measured: past either ceiling
   the sandbox is killed;
+- the tree's CPU time is sampled: a tree killed at its deadline after using no CPU for most
+  of its run was waiting (a deadlock), not computing, and its outcome says for how long;
 - the control pipe is read in bounded lines; an overlong line or a flood is dropped, not kept;
 - after the worker says "done", it gets a second to exit; whatever holds it then (a thread,
   an atexit handler of the script) is killed and the result is kept.
@@ -77,6 +79,9 @@ class ProcessOutcome:
     messages: list[dict[str, Any]]
     peak_rss_bytes: int
     limit_exceeded: str | None = None  # "processes", "disk" or "files": killed for that
+    # Timed out: how long the process tree had used less than IDLE_CPU of one core before it
+    # was killed (`idle_tail`) — asleep, waiting, not computing.
+    idle_s: float = 0.0
 
 
 class OutputCapture:
@@ -211,14 +216,14 @@ class SandboxedProcess:
         for pid in descendants(self.proc.pid, process_table())[0]:
             _signal(pid)
 
-    def tree(self) -> tuple[int, int]:
-        """(resident bytes, number of tasks — threads included) of the whole tree under this
-        process."""
+    def tree(self) -> tuple[int, int, float]:
+        """(resident bytes, number of tasks — threads included, CPU seconds used) of the whole
+        tree under this process."""
         if self.proc.pid is None:
-            return 0, 0
+            return 0, 0, 0.0
         table = process_table()
         pids, rss = descendants(self.proc.pid, table)
-        return rss, sum(table[pid][2] for pid in pids)
+        return rss, sum(table[pid].threads for pid in pids), sum(table[pid].cpu_s for pid in pids)
 
     def proportional_memory(self) -> int:
         """The tree's proportional set size: each shared page divided among its sharers."""
@@ -264,6 +269,7 @@ def _run_watched(argv: list[str], jail: jails.Confinement, env: dict[str, str], 
     exceeded: str | None = None
     peak = 0
     next_disk = start + DISK_POLL_S
+    cpu_samples = [(start, 0.0)]  # (time, the tree's CPU seconds), every DISK_POLL_S
     while True:
         # Waiting on the process, not sleeping: its exit is seen at once, not at the next poll.
         try:
@@ -271,9 +277,18 @@ def _run_watched(argv: list[str], jail: jails.Confinement, env: dict[str, str], 
             break
         except subprocess.TimeoutExpired:
             pass
-        rss, tasks = child.tree()
+        rss, tasks, cpu = child.tree()
         now = time.monotonic()
-        if rss > limits.memory_bytes:
+        if cgroup is not None and cgroup.holds_memory:
+            # The kernel holds memory.max, counting a page once whoever shares it: the tree's
+            # resident pages need no second look (a fork pool's proportional share walks every
+            # mapped page: 0.4 s for 9 processes over 700 MB, a core's worth at this rate).
+            rss = cgroup.memory_bytes()
+            if cgroup.limit_hit() == "memory":  # the kernel killed one of its processes for it
+                peak = max(peak, rss)
+                memory_exceeded = True
+                break
+        elif rss > limits.memory_bytes:
             # Resident pages count a page shared by many processes once per process: a fork
             # pool reading one tensor is not over the limit until its proportional share is.
             rss = child.proportional_memory()
@@ -287,6 +302,7 @@ def _run_watched(argv: list[str], jail: jails.Confinement, env: dict[str, str], 
             break
         if now >= next_disk:
             next_disk = now + DISK_POLL_S
+            cpu_samples.append((now, max(cpu, cpu_samples[-1][1])))
             used, entries = disk_usage_and_entries([jail.scratch, *jail.writable, *jail.mounts.values()],
                                                    limits.disk_bytes)
             if entries > MAX_DISK_ENTRIES:
@@ -297,6 +313,7 @@ def _run_watched(argv: list[str], jail: jails.Confinement, env: dict[str, str], 
                 break
         if now > control.deadline:
             timed_out = not control.done
+            cpu_samples.append((now, max(cpu, cpu_samples[-1][1])))
             break
     child.kill()
     child.proc.wait()
@@ -316,8 +333,24 @@ def _run_watched(argv: list[str], jail: jails.Confinement, env: dict[str, str], 
         exit_code=code, signal=sig, timed_out=timed_out, memory_exceeded=memory_exceeded,
         elapsed_s=time.monotonic() - start, stdout=stdout, stderr=stderr,
         output_dropped=out.dropped + err.dropped, messages=control.messages, peak_rss_bytes=peak,
-        limit_exceeded=exceeded,
+        limit_exceeded=exceeded, idle_s=idle_tail(cpu_samples) if timed_out else 0.0,
     )
+
+
+# A tree using less than this share of one core is asleep: a pool's handler threads and a
+# polling wait use a few milliseconds a second, a computation all of it.
+IDLE_CPU = 0.02
+
+
+def idle_tail(samples: list[tuple[float, float]]) -> float:
+    """How long the tree had used less than IDLE_CPU of one core in every interval between
+    `samples` ((time, CPU seconds used so far), in order) when the last was taken."""
+    since = samples[-1][0]
+    for (at, cpu), (later, more) in zip(reversed(samples[:-1]), reversed(samples[1:]), strict=True):
+        if more - cpu >= IDLE_CPU * (later - at):
+            break
+        since = at
+    return samples[-1][0] - since
 
 
 class ControlChannel:
