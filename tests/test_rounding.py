@@ -259,13 +259,22 @@ def test_a_reduction_of_one_term_adds_nothing(reduce):
     assert np.array_equal(spread.mean, out.double().numpy())
 
 
-def test_as_strided_of_a_partial_view_replays_what_the_arm_read():
+def _as_strided_in_place(v):
+    w = v.view(-1)  # a view of the partial view, whose geometry `as_strided_` rewrites
+    w.as_strided_((2, 2), (1, 2), 0)
+    return w + 0.5
+
+
+@pytest.mark.parametrize("strided", [lambda v: v.as_strided((2, 2), (1, 2), 0) + 0.5, _as_strided_in_place],
+                         ids=["as_strided", "as_strided_"])
+def test_as_strided_of_a_partial_view_replays_what_the_arm_read(strided):
     """`as_strided` reads its input's storage, not its elements: of a view into a larger tensor
     (OpInfo's `partial_views` samples) the arm reads the base's memory, which a replay from the
     view's own elements cannot, so the view's value is recorded as it was (a `storage` leaf)
-    and the correct kernel is not called infinitely far from its reference."""
+    and the correct kernel is not called infinitely far from its reference. The in-place form
+    too: it read the base's first elements, the replay read the view's."""
     base = torch.arange(10.0) * 1.5 - 4.0
-    out, spread, _ = simulated_spread(lambda v: v.as_strided((2, 2), (1, 2), 0) + 0.5, base[2:])
+    out, spread, _ = simulated_spread(strided, base[2:])
     assert np.array_equal(spread.mean, out.double().numpy()) and float(spread.sigma.max()) == 0.0
     assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
 

@@ -60,7 +60,7 @@ UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_e
 # Views defined on their input's storage rather than on its elements: replayed from a leaf's
 # value (its own elements, from offset 0), they read other memory than the arm did wherever
 # the input is not the whole of its storage (`_beyond_own_elements`).
-STORAGE_VIEWS = {"as_strided", "as_strided_copy"}
+STORAGE_VIEWS = {"as_strided", "as_strided_", "as_strided_copy"}
 # Ops whose outputs carry no numerical meaning worth a node (scalar extraction, metadata).
 MAX_HAZARD_CHECKS = 256
 SKIPPED_OPS = {"_local_scalar_dense", "is_nonzero", "equal", "sym_size", "sym_stride", "sym_numel"}
