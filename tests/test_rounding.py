@@ -259,6 +259,30 @@ def test_a_reduction_of_one_term_adds_nothing(reduce):
     assert np.array_equal(spread.mean, out.double().numpy())
 
 
+@pytest.mark.parametrize("elements", [2, 10_000])
+def test_a_half_decomposition_measured_at_float32_on_few_elements_may_also_overflow(elements):
+    """fp16 `soft_margin_loss` of a margin of 20 is log1p(e²⁰) = 20 in float32 and inf where
+    the kernel exponentiates in half (the CPU's does). A table that measured float32 opmath on
+    2 elements cannot tell: both are rounding of this computation. Measured on 10,000, the
+    table is believed, and inf is outside."""
+    from conftest import recorded
+
+    from triage.worker.kernel_errors import KernelError, KernelTable
+    from triage.worker.rounding import kernel_table
+
+    x = torch.tensor([-20.0, 0.5, -1.0, 2.0], dtype=torch.float16)
+    y = torch.tensor([1.0, -1.0, 1.0, 1.0], dtype=torch.float16)
+    graph, wanted, dtypes, _ = recorded(F.soft_margin_loss, x, y)
+    measured = kernel_table("cpu")
+    ops = dict(measured.ops, soft_margin_loss={"float16": KernelError(0.2, elements, 1, True)})
+    options = SimulationOptions(samples=29, kernels=KernelTable(ops, "this test"))
+    (name, reference), = wanted.items()
+    spread = RoundingSpread.of_simulation(simulate_rounding(graph, wanted, options, dtypes).spreads[name],
+                                          reference.numpy(), "float16")
+    assert judge(float(reference), spread).zone == "inside"  # the float32 computation, rounded
+    assert judge(math.inf, spread).zone == ("inside" if elements == 2 else "outside")
+
+
 def _as_strided_in_place(v):
     w = v.view(-1)  # a view of the partial view, whose geometry `as_strided_` rewrites
     w.as_strided_((2, 2), (1, 2), 0)

@@ -1204,7 +1204,9 @@ class _CallCache:
         self.magnitudes: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
         self.ill_conditioned: dict[int, tuple[Any, torch.Tensor | None]] = {}
         self.exact_reductions: dict[int, torch.Tensor] = {}  # collapsed reductions of their exact terms
-        self.overflowing: dict[int, torch.Tensor | None] = {}  # `RoundingMode._overflowing`
+        # Where an accumulator or a half-precision decomposition may overflow (`RoundingMode._overflowing`,
+        # `RoundingMode._overflowing_at`)
+        self.overflowing: dict[int, torch.Tensor | None] = {}
         self.decompositions: dict[int, _DecompositionTrace | None] = {}  # None: not replayable stacked
         self.traces: dict[tuple, _DecompositionTrace] = {}  # by `_signature`
         # op, output arm dtypes, `RoundingMode._route`, the floating inputs' arm dtypes
@@ -1226,6 +1228,10 @@ class _CallCache:
             self.calls[n] = calls
 
 
+# A float32-opmath measurement of a half-precision decomposition resting on fewer elements
+# than this cannot rule out that the kernel computes at the half dtype: where that computation
+# overflows and float32's does not, both results are possible (`_overflowing_at`).
+OPMATH_EVIDENCE_ELEMENTS = 100
 # The most bytes of values the same in every replay that one simulation holds on to.
 CONSTANT_BYTES = 64 << 20
 # Replays are stacked where the centre replay's largest value has at most this many elements:
@@ -1736,7 +1742,9 @@ class RoundingMode(TriageDispatchMode):
         least = max(working, key=lambda d: UNIT_ROUNDOFF.get(d, 0.0)) if working else torch.float32
         computation = get_computation_dtype(least)
         measured = self.options.kernels.get(name, least)
-        if computation != least and measured is not None and measured.float32_opmath:
+        own_args, own_kwargs = args, kwargs
+        widened = computation != least and measured is not None and measured.float32_opmath
+        if widened:
             args = tree_map(lambda a: self._retagged(a, computation, least), args)
             kwargs = tree_map(lambda a: self._retagged(a, computation, least), kwargs)
         call = self.calls - 1
@@ -1771,11 +1779,40 @@ class RoundingMode(TriageDispatchMode):
                 if signature is not None and trace is not None:
                     self.cache.traces[signature] = trace
             self.cache.decompositions[call] = trace
+            if widened and measured.elements < OPMATH_EVIDENCE_ELEMENTS:
+                self.cache.overflowing[call] = self._overflowing_at(func, least, own_args, own_kwargs, out)
+        if isinstance(out, torch.Tensor) and self.cache.overflowing.get(call) is not None:
+            out = self._overflow(out, self.cache.overflowing[call])
         d = out_vd[0] if out_vd else None
         fused = self.options.kernels.fused_u(name, d) if d is not None else None
         if fused and isinstance(out, torch.Tensor) and out.is_floating_point() and d in UNIT_ROUNDOFF:
             out = self._scaled_noise(out, fused * UNIT_ROUNDOFF[d])
         return self._round_all(out, out_vd, library=0.0)
+
+    def _overflowing_at(self, func: Any, least: torch.dtype, args: tuple, kwargs: dict,
+                        out: Any) -> torch.Tensor | None:
+        """Where the decomposition, computed at the half dtype `least` rather than at the
+        float32 opmath a few measured elements showed, overflows (±inf or nan) and the float32
+        computation does not: a kernel may do either (the table's soft_margin_loss at float16
+        rests on 2 elements; its kernel exponentiates in half), so there ±inf is possible,
+        not certain (`_overflow`). Computed once, to nearest, by a mode of its own: its calls
+        are not the replay's."""
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            return None
+        scratch = RoundingMode(self.options, _CallCache(), direction=0, generator=None)
+        scratch.inner_dtype.append(least)
+        try:
+            with scratch:
+                own = OWN_DECOMPOSITIONS.get(func)
+                half = (own(*args, **kwargs) if own is not None
+                        else decomposition_table[func](*args, **kwargs) if func in decomposition_table
+                        else func.decompose(*args, **kwargs))
+        except Exception:  # noqa: BLE001 - no half computation to compare: the measurement stands
+            return None
+        if not isinstance(half, torch.Tensor) or half.shape != out.shape:
+            return None
+        over = torch.isfinite(out) & ~torch.isfinite(half)
+        return over if bool(over.any()) else None
 
     def _retagged(self, a: Any, computation: torch.dtype, least: torch.dtype) -> Any:
         if isinstance(a, torch.Tensor) and a.is_floating_point() and self.vdtype(a) == least:
