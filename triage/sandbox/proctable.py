@@ -1,6 +1,7 @@
 """The host's process table, read from /proc: who is whose child, how much memory each holds
-and how much CPU time it has used. Both the sandboxed process (its whole tree's memory, killing what it left behind) and
-the fork server (finding its children's host pids) read it.
+and how much CPU time it has used. Both the sandboxed process (its whole tree's memory and
+CPU time, killing what it left behind) and the fork server (finding its children's host pids)
+read it.
 """
 from __future__ import annotations
 

@@ -1766,10 +1766,7 @@ class RoundingMode(TriageDispatchMode):
                 out = trace.replay(self, args, kwargs)
             else:
                 with self:
-                    own = OWN_DECOMPOSITIONS.get(func)
-                    out = (own(*args, **kwargs) if own is not None
-                           else decomposition_table[func](*args, **kwargs) if func in decomposition_table
-                           else func.decompose(*args, **kwargs))
+                    out = _decomposition(func)(*args, **kwargs)
         finally:
             self.inner_dtype.pop()
             steps = self.traced.pop() if recording else None
@@ -1803,10 +1800,7 @@ class RoundingMode(TriageDispatchMode):
         scratch.inner_dtype.append(least)
         try:
             with scratch:
-                own = OWN_DECOMPOSITIONS.get(func)
-                half = (own(*args, **kwargs) if own is not None
-                        else decomposition_table[func](*args, **kwargs) if func in decomposition_table
-                        else func.decompose(*args, **kwargs))
+                half = _decomposition(func)(*args, **kwargs)
         except Exception:  # noqa: BLE001 - no half computation to compare: the measurement stands
             return None
         if not isinstance(half, torch.Tensor) or half.shape != out.shape:
@@ -2373,6 +2367,12 @@ def _vector_norm(x: torch.Tensor, ord: float = 2, dim: Any = None, keepdim: bool
 # Decompositions the replay uses in place of torch's: the same arithmetic, without the imports
 # torch's references make on first use.
 OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm}
+
+
+def _decomposition(func: Any) -> Any:
+    """The code `func` is replayed through: triage's own, torch's decomposition table's, or
+    the op's own `decompose` (a composite op)."""
+    return OWN_DECOMPOSITIONS.get(func) or decomposition_table.get(func) or func.decompose
 
 
 def _widening(flat: list, in_vd: list, out_vd: list) -> bool:
