@@ -259,6 +259,31 @@ def test_a_reduction_of_one_term_adds_nothing(reduce):
     assert np.array_equal(spread.mean, out.double().numpy())
 
 
+def test_a_sum_over_the_dimension_of_a_zero_dim_value_is_its_one_term():
+    """`x.sum([0], keepdim=True)` of a 0-dim `x` (an OpInfo sample) reduces nothing: the
+    directed replays' pairwise sum permuted a dimension the value does not have, failed, and
+    the simulation raised instead of judging."""
+    out, spread, _ = simulated_spread(lambda x: x.sum([0], keepdim=True), torch.tensor(2.5))
+    assert float(np.asarray(spread.up)) == float(np.asarray(spread.down)) == 2.5
+    assert judge(out, spread).zone == "inside"
+
+
+def test_a_directed_replay_that_fails_leaves_the_value_not_judged(monkeypatch):
+    """Only the directed replays add a sum pairwise: where that fails, the value is not judged,
+    with the reason, rather than the simulation raising on the missing replay."""
+    from conftest import recorded
+
+    import triage.worker.rounding as rounding
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("no pairwise sum here")
+
+    monkeypatch.setattr(rounding, "_directed_pairwise_sum", failing)
+    graph, wanted, dtypes, _ = recorded(lambda x: (x * 1.5).sum(), torch.linspace(-1, 1, 64))
+    (spread,) = simulate_rounding(graph, wanted, SimulationOptions(samples=9), dtypes).spreads.values()
+    assert spread.status == "not-judged" and "no pairwise sum here" in spread.reason, spread.reason
+
+
 @pytest.mark.parametrize("elements", [2, 10_000])
 def test_a_half_decomposition_measured_at_float32_on_few_elements_may_also_overflow(elements):
     """fp16 `soft_margin_loss` of a margin of 20 is log1p(e²⁰) = 20 in float32 and inf where

@@ -412,6 +412,11 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         if direction not in directed:
             directed[direction] = _replay(plan, set(live), RoundingMode(options, cache, direction=direction,
                                                                        generator=None))
+    failed = next((r.failed for r in directed.values() if r.failed), None)
+    if failed:
+        for w in live:
+            spreads[w] = NodeSpread(status="not-judged", reason=failed)
+        return Simulation(spreads, time.monotonic() - start, 0)
     samples: list[_Replayed] = []
     scored: dict[str, tuple[int, NodeSpread]] = {}  # the statistics at the last check, reused if sampling ends there
     # More samples where the arm's value sits near the Monte Carlo floor, within the time and
@@ -2469,7 +2474,8 @@ def _directed_pairwise_sum(name: str, args: tuple, kwargs: dict, acc: torch.dtyp
             if len(rows) else None
         return None if part is None else part.new_zeros((len(direction),) + part.shape[1:]).index_copy_(0, rows, part)
     dims, keepdim = reduced_dims(name, args, kwargs, x[0] if stacked else x)
-    dims = [d + stacked for d in dims]
+    # A 0-dim value's dimension 0 is the value itself: one term, nothing reduced.
+    dims = [d + stacked for d in dims if d < x.dim() - stacked]
     kept = [d for d in range(x.dim()) if d not in dims]
     terms = torch.nan_to_num(x, nan=0.0) if name == "nansum" else x
     terms = terms.permute(kept + dims).reshape([x.shape[d] for d in kept] + [-1])
