@@ -148,6 +148,9 @@ def test_wrapped_and_added_processes_are_in_the_group(make_group):
             assert sum(line.endswith("/" + name) for line in f.read().splitlines()) == len(group.dirs)
         assert group.pids() == {sleeper.pid}
         assert group.tasks() == 1
+        # The watcher trusts the group's charge only for a tree wholly inside it.
+        assert group.holds_memory_of([sleeper.pid])
+        assert not group.holds_memory_of([sleeper.pid, os.getpid()])
     finally:
         sleeper.kill()
         sleeper.wait()

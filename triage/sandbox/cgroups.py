@@ -271,10 +271,13 @@ class JobCgroup:
             except OSError:
                 pass
 
-    @property
-    def holds_memory(self) -> bool:
-        """Whether the group has a memory controller: the kernel holds its limit."""
-        return self._memory is not None
+    def holds_memory_of(self, pids: list[int]) -> bool:
+        """Whether every one of `pids` is in the group's memory controller, so the kernel holds
+        their memory to its limit (a process that left the group, or a zombie, is not)."""
+        if not self._memory:
+            return False
+        inside = {int(p) for p in (_read(os.path.join(self._memory, "cgroup.procs")) or "").split() if p.isdigit()}
+        return inside.issuperset(pids)
 
     def memory_bytes(self) -> int:
         """Memory charged to the group now (0 without a memory controller)."""

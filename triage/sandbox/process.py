@@ -216,14 +216,14 @@ class SandboxedProcess:
         for pid in descendants(self.proc.pid, process_table())[0]:
             _signal(pid)
 
-    def tree(self) -> tuple[int, int, float]:
-        """(resident bytes, number of tasks — threads included, CPU seconds used) of the whole
-        tree under this process."""
+    def tree(self) -> tuple[list[int], int, int, float]:
+        """(pids, resident bytes, number of tasks — threads included, CPU seconds used) of the
+        whole tree under this process."""
         if self.proc.pid is None:
-            return 0, 0, 0.0
+            return [], 0, 0, 0.0
         table = process_table()
         pids, rss = descendants(self.proc.pid, table)
-        return rss, sum(table[pid].threads for pid in pids), sum(table[pid].cpu_s for pid in pids)
+        return pids, rss, sum(table[pid].threads for pid in pids), sum(table[pid].cpu_s for pid in pids)
 
     def proportional_memory(self) -> int:
         """The tree's proportional set size: each shared page divided among its sharers."""
@@ -277,25 +277,30 @@ def _run_watched(argv: list[str], jail: jails.Confinement, env: dict[str, str], 
             break
         except subprocess.TimeoutExpired:
             pass
-        rss, tasks, cpu = child.tree()
+        pids, rss, tasks, cpu = child.tree()
         now = time.monotonic()
-        if cgroup is not None and cgroup.holds_memory:
-            # The kernel holds memory.max, counting a page once whoever shares it: the tree's
-            # resident pages need no second look (a fork pool's proportional share walks every
-            # mapped page: 0.4 s for 9 processes over 700 MB, a core's worth at this rate).
-            rss = cgroup.memory_bytes()
-            if cgroup.limit_hit() == "memory":  # the kernel killed one of its processes for it
-                peak = max(peak, rss)
-                memory_exceeded = True
-                break
-        elif rss > limits.memory_bytes:
-            # Resident pages count a page shared by many processes once per process: a fork
-            # pool reading one tensor is not over the limit until its proportional share is.
-            rss = child.proportional_memory()
-            if rss > limits.memory_bytes:
-                peak = max(peak, rss)
-                memory_exceeded = True
-                break
+        if cgroup is not None and cgroup.limit_hit() == "memory":
+            # The kernel killed one of its processes at memory.max: the arm is over its limit.
+            peak = max(peak, cgroup.memory_bytes())
+            memory_exceeded = True
+            break
+        if rss > limits.memory_bytes:
+            if cgroup is not None and cgroup.holds_memory_of(pids):
+                # The kernel holds memory.max over the whole tree, counting a page once whoever
+                # shares it: the group's charge is the tree's memory (a fork pool's proportional
+                # share walks every mapped page: 0.4 s for 9 processes over 700 MB, a core's
+                # worth at this poll's rate).
+                rss = cgroup.memory_bytes()
+            else:
+                # Resident pages count a page shared by many processes once per process: a
+                # fork pool reading one tensor is not over the limit until its proportional
+                # share is. A process outside the group (one that moved itself out) is not
+                # held by the kernel: this share decides, as without a group.
+                rss = child.proportional_memory()
+                if rss > limits.memory_bytes:
+                    peak = max(peak, rss)
+                    memory_exceeded = True
+                    break
         peak = max(peak, rss)
         if tasks > limits.max_processes:
             exceeded = "processes"
