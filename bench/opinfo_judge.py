@@ -198,7 +198,8 @@ def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.
 
 
 def report(results: list[OpResult], seconds: float) -> None:
-    bench.table_head("OpInfo: the real eager kernel against its own spread (false alarms), K = 29",
+    bench.table_head("OpInfo: the real eager kernel against its own spread (a false alarm unless a kernel bug "
+                     "below), K = 29",
                      ["family", "dtype", "ops", "samples judged", "not judged", "eager outside",
                       "eager outside by the audit's margin (a likely-bug)", "compiled outside"])
     groups = bench.grouped(results, lambda r: (r.family, r.dtype))
