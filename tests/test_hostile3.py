@@ -333,7 +333,7 @@ def test_a_timeout_says_whether_the_script_was_waiting_or_computing(tmp_path, id
     run = _arm_run(parse_arm("cpu"), outcome, tmp_path, RunSettings(timeout_s=300), 4 * GiB)
     assert run.status == "timeout"
     if idle_s:
-        assert "not used the CPU for the last 280 s" in run.failure and "raise it" not in run.failure, run.failure
+        assert "under 2% of a core for the last 280 s" in run.failure and "raise it" not in run.failure, run.failure
     else:
         assert run.failure.endswith("(raise it with --timeout)"), run.failure
 

@@ -35,7 +35,7 @@ from triage.sandbox.caches import (
     inductor_default_dir,
     warm_up_cache,
 )
-from triage.sandbox.process import MAX_DISK_ENTRIES, MAX_TASKS
+from triage.sandbox.process import IDLE_CPU, MAX_DISK_ENTRIES, MAX_TASKS
 from triage.sandbox.zygote import fork_server
 from triage.settings import RunSettings
 from triage.untrusted import UntrustedOutput, remove_tree
@@ -267,8 +267,9 @@ def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunSetti
             where, limit = "after the script had finished", _after_script_s(options)
         if outcome.idle_s >= max(IDLE_NOTED_S, outcome.elapsed_s / 2):
             # Asleep, not slow: a longer limit ends nothing that waits for good.
-            run.failure = (f"killed after running past the {limit:.0f} s limit {where}; its processes had not used "
-                           f"the CPU for the last {outcome.idle_s:.0f} s: they were waiting, not computing (a "
+            run.failure = (f"killed after running past the {limit:.0f} s limit {where}; its processes had used "
+                           f"under {IDLE_CPU:.0%} of a core for the last {outcome.idle_s:.0f} s: they were waiting, "
+                           "not computing (a "
                            "deadlock, such as a forked worker using its parent's OpenMP threads, or a long sleep), "
                            "and a longer --timeout helps only if that wait ends")
         else:
