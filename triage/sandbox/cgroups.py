@@ -276,8 +276,7 @@ class JobCgroup:
         their memory to its limit (a process that left the group, or a zombie, is not)."""
         if not self._memory:
             return False
-        inside = {int(p) for p in (_read(os.path.join(self._memory, "cgroup.procs")) or "").split() if p.isdigit()}
-        return inside.issuperset(pids)
+        return _procs(os.path.join(self._memory, "cgroup.procs")).issuperset(pids)
 
     def memory_bytes(self) -> int:
         """Memory charged to the group now (0 without a memory controller)."""
@@ -324,11 +323,7 @@ class JobCgroup:
 
     def pids(self) -> set[int]:
         """The processes in the group now (exited ones that wait to be reaped are not listed)."""
-        found: set[int] = set()
-        for path in self.procs_files:
-            # Never 0: os.kill(0, …) would signal triage's own process group.
-            found.update(int(p) for p in (_read(path) or "").split() if p.isdigit() and int(p) > 0)
-        return found
+        return set().union(*(_procs(path) for path in self.procs_files))
 
     def kill(self) -> None:
         """SIGKILL every process in the group and wait, at most KILL_WAIT_S, until it is empty.
@@ -363,6 +358,12 @@ class JobCgroup:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def _procs(path: str) -> set[int]:
+    """The pids a `cgroup.procs` file lists; never 0 (os.kill(0, …) would signal triage's own
+    process group)."""
+    return {int(p) for p in (_read(path) or "").split() if p.isdigit() and int(p) > 0}
 
 
 def _rmdir(path: str) -> bool:
