@@ -203,6 +203,48 @@ def test_a_wrong_pseudoinverse_or_qr_factor_is_caught_but_not_a_change_of_signs(
         assert [c.disagrees for x in answers("linalg_qr", (a,), {}) if (c := x.check(outputs))] == wrong
 
 
+def test_wide_systems_get_the_minimum_norm_answer_every_driver_stays_within():
+    """A wide matrix of full row rank: every driver returns X = Aᵀ(AAᵀ)⁻¹B, and the
+    pseudoinverse is Aᵀ(AAᵀ)⁻¹; a correct kernel is never called wrong, a scaled one is."""
+    rng = random.Random(7)
+    checked = {"lstsq": 0, "pinv": 0}
+    for _ in range(40):
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        m = rng.randint(1, 7)
+        n = rng.randint(m + 1, 20)
+        kind = rng.choice(["randn", "graded", "scaled", "integer", "near-dependent", "vandermonde"])
+        dtype = rng.choice([torch.float32, torch.float64])
+        a = _tall(kind, n, m, g).mT.contiguous()
+        b = torch.randn(m, rng.randint(1, 3), generator=g, dtype=torch.float64)
+        for driver in (None, "gelsy", "gels", "gelsd", "gelss"):
+            out = torch.ops.aten.linalg_lstsq(a.to(dtype), b.to(dtype), driver=driver)
+            # torch's gelsy call passes stale column pivots (pytorch/pytorch#187411): on a
+            # wide matrix it may return a rank below the exact one, and then another solution.
+            # That is a kernel bug, which the rank's answer names too.
+            wrong_rank = any(c.disagrees for c in _rank_checks(a.to(dtype), b.to(dtype), out, driver=driver))
+            for c in _least_squares_checks(a.to(dtype), b.to(dtype), out, driver=driver):
+                checked["lstsq"] += 1
+                assert not c.disagrees or wrong_rank, (kind, m, n, dtype, driver, c.error, c.bound)
+        p = torch.ops.aten.linalg_pinv(a.to(dtype))
+        for c in [c for x in answers("linalg_pinv", (a.to(dtype),), {}) if (c := x.check(p)) is not None]:
+            checked["pinv"] += 1
+            assert not c.disagrees, (kind, m, n, dtype, c.error, c.bound)
+    assert checked["lstsq"] > 100 and checked["pinv"] > 20, checked
+    a = torch.tensor([[4.0, 1.0, 0.5, 2.0], [1.0, 3.0, -1.0, 2.0]])
+    b = torch.tensor([[1.0], [2.0]])
+    for driver in ("gels", "gelsd", "gelss"):  # not gelsy: its rank here depends on stale pivots
+        solution, *rest = torch.ops.aten.linalg_lstsq(a, b, driver=driver)
+        assert [c.disagrees for c in _least_squares_checks(a, b, (solution, *rest), driver=driver)] == [False]
+        assert [c.disagrees for c in _least_squares_checks(a, b, (solution * 1.001, *rest), driver=driver)] == [True]
+    # Another solution of A·X = B, not the one of least norm: a kernel that returned it is wrong.
+    other = solution + torch.tensor([[1.0], [0.0], [0.0], [0.0]]) - torch.linalg.pinv(a) @ (a[:, :1])
+    assert torch.allclose(a @ other, b, atol=1e-5)
+    assert [c.disagrees for c in _least_squares_checks(a, b, (other, *rest))] == [True]
+    p = torch.ops.aten.linalg_pinv(a)
+    assert [c.disagrees for x in answers("linalg_pinv", (a,), {}) if (c := x.check(p))] == [False]
+    assert [c.disagrees for x in answers("linalg_pinv", (a,), {}) if (c := x.check(p * 1.001))] == [True]
+
+
 def test_rectangular_answers_and_cholesky_conclude_nothing_where_the_kernel_may_decide_otherwise():
     a = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])  # rank 1: the driver's rank decision
     b = torch.ones(3, 1)
@@ -211,8 +253,8 @@ def test_rectangular_answers_and_cholesky_conclude_nothing_where_the_kernel_may_
     assert answers("linalg_lstsq", (well, b), {})  # full rank, no cutoff: answered
     # A cutoff near 1/κ: the solution is not answered, the rank's range is.
     assert [x.output for x in answers("linalg_lstsq", (well, b), {"rcond": 1e-2})] == [2]
-    # Wide: the solution (minimum-norm) is not answered, the rank's range is.
-    assert [x.output for x in answers("linalg_lstsq", (torch.randn(3, 5), torch.randn(3, 1)), {})] == [2]
+    # Wide and rank-deficient: the minimum-norm solution depends on the rank decision.
+    assert [x.output for x in answers("linalg_lstsq", (a.mT, torch.ones(2, 1)), {})] == [2]
     assert answers("linalg_pinv", (well,), {"rtol": 1e-2}) == [] and answers("linalg_pinv", (well,), {"atol": 1e-2}) == []
     assert answers("linalg_pinv", (well,), {"atol": 1e-6, "rtol": 1e-9})  # far below σ_min and 1/κ: answered
     assert answers("linalg_pinv", (well, 1e-15), {}) == []  # the old overload's positional rcond

@@ -7,8 +7,8 @@ rank-2 matrix, a determinant's pivot lost), the reference shares the bug and the
 right.  Every float is a rational number, so for a small matrix the determinant, inverse and
 solution of the *recorded* input have exact values, found here in rational arithmetic
 (`fractions.Fraction`, Gauss–Jordan without rounding), and so are LU's factors with partial
-pivoting, the least-squares solution and the pseudoinverse of a tall matrix of full column
-rank (the normal equations, solved exactly); singular values and vectors, symmetric
+pivoting, the least-squares solution and the pseudoinverse of a matrix of full rank (the
+normal equations of a tall one, the minimum-norm solution of a wide one, solved exactly); singular values and vectors, symmetric
 eigenvalues and vectors, the Cholesky factor and QR's factors are algebraic, found with
 mpmath at 50 significant digits (its own SVD, symmetric eigensolver and Cholesky — R is the
 Cholesky factor of the exact AᵀA, Q = A·R⁻¹ —: no LAPACK). A least-squares driver's rank is
@@ -28,8 +28,9 @@ SAFETY factor:
 * LU factors:         n·u·‖L⁻¹‖‖|L||U|‖‖U⁻¹‖ relative to each factor, for the pivots partial
                       pivoting takes in exact arithmetic;
 * Cholesky factor:    ‖L̂ − L‖ ≤ n²·κ∞(A)·u·‖L‖ (backward error n·u·‖A‖, amplified by κ);
-* least squares:      ‖X̂ − X‖ ≤ m·n·u·(2κ₂ + κ₂(κ₂+1)·‖R‖/(‖A‖‖X‖))·‖X‖ per column, where a
-                      rank cutoff (`rcond`) cannot drop a singular value;
+* least squares:      ‖X̂ − X‖ ≤ m·n·u·(2κ₂ + κ₂(κ₂+1)·‖R‖/(‖A‖‖X‖))·‖X‖ per column (tall),
+                      m·n·u·3κ₂·‖X‖ (wide: the minimum-norm solution), where a rank cutoff
+                      (`rcond`) cannot drop a singular value;
 * pseudoinverse, QR:  m·n·κ₂·u relative to A⁺, R (Wedin; Sun), Q's error absolute.
 
 A kernel farther than that from the exact answer computed something else: a kernel bug,
@@ -550,17 +551,23 @@ RCOND_MARGIN = 100.0
 
 
 def _least_squares(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
-    """`linalg_lstsq(A, B)` with A (m×n, m ≥ n) of full column rank: the exact solution of the
-    normal equations AᵀA·X = AᵀB, in rational arithmetic. Householder QR (LAPACK's gelsy and
-    gels) is backward stable, so ‖X̂ − X‖/‖X‖ ≤ m·n·u·(2κ₂ + κ₂(κ₂+1)·‖R‖/(‖A‖‖X‖)), R = B − AX
-    (Higham, Thm 20.3): the residual's term is the one square-conditioning leaves."""
+    """`linalg_lstsq(A, B)` with A (m×n) of full rank, in rational arithmetic.
+
+    * Tall (m ≥ n), full column rank: the exact solution of the normal equations
+      AᵀA·X = AᵀB. Householder QR (LAPACK's gelsy and gels) is backward stable, so
+      ‖X̂ − X‖/‖X‖ ≤ m·n·u·(2κ₂ + κ₂(κ₂+1)·‖R‖/(‖A‖‖X‖)), R = B − AX (Higham, Thm 20.3): the
+      residual's term is the one square-conditioning leaves.
+    * Wide (m < n), full row rank: every driver returns the minimum-norm solution
+      X = Aᵀ(AAᵀ)⁻¹B (gels by LQ, gelsy by a complete orthogonal factorization, gelsd and
+      gelss by the SVD), backward stable, and X moves by at most 3κ₂ times a relative change
+      of A and B (Demmel & Higham's perturbation bound for underdetermined systems): m·n·3κ₂."""
     if len(args) < 2 or not isinstance(args[0], torch.Tensor) or not isinstance(args[1], torch.Tensor):
         return []
     a, b = args[0], args[1]
     if (b.is_complex() or not b.is_floating_point() or b.dim() != a.dim()
             or tuple(b.shape[:-1]) != tuple(a.shape[:-1]) or b.shape[-1] > 4 * MAX_ORDER):
         return []
-    exact = _tall_full_rank(a)
+    exact = _full_rank(a, wide_too=True)
     if exact is None:
         return []
     wide, per_matrix = exact
@@ -571,6 +578,12 @@ def _least_squares(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     solutions, factors = [], []
     for (aq, _, inverse, kappa), columns in zip(per_matrix, rhs.tolist(), strict=True):
         bq = [[Fraction(v) for v in row] for row in columns]
+        if m < n:  # X = Aᵀ·((AAᵀ)⁻¹·B)
+            y = [[sum(inverse[i][k] * bq[k][j] for k in range(m)) for j in range(len(bq[0]))] for i in range(m)]
+            x = [[sum(aq[k][i] * y[k][j] for k in range(m)) for j in range(len(y[0]))] for i in range(n)]
+            factors.append(m * n * 3 * kappa)
+            solutions.append([[float(v) for v in row] for row in x])
+            continue
         atb = [[sum(aq[k][i] * bq[k][j] for k in range(m)) for j in range(len(bq[0]))] for i in range(n)]
         x = [[sum(inverse[i][k] * atb[k][j] for k in range(n)) for j in range(len(atb[0]))] for i in range(n)]
         residual = [[bq[i][j] - sum(aq[i][k] * x[k][j] for k in range(n)) for j in range(len(x[0]))] for i in range(m)]
@@ -589,20 +602,23 @@ def _least_squares(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     x = torch.tensor(solutions, dtype=torch.float64)
     scale = x.abs().amax(dim=-2, keepdim=True)  # per column: ‖x‖∞
     out = tuple(a.shape[:-2]) + (n, b.shape[-1])
-    return [Answer("lstsq", "rational arithmetic (normal equations)", 0, x.reshape(out),
+    method = "rational arithmetic (normal equations)" if m >= n else "rational arithmetic (minimum norm)"
+    return [Answer("lstsq", method, 0, x.reshape(out),
                    scale.reshape(tuple(a.shape[:-2]) + (1, b.shape[-1])), max(factors),
                    _magnitudes(wide, rhs, scale))]
 
 
-def _tall_full_rank(a: torch.Tensor) -> tuple[torch.Tensor, list[tuple]] | None:
-    """A tall (m ≥ n) real matrix batch of full column rank within the sizes answered: the
-    float64 batch and, per matrix, its exact entries, Gram matrix AᵀA, (AᵀA)⁻¹ and κ₂(A)'s
-    upper bound √(n·κ∞(AᵀA)) (κ₂(A)² = κ₂(AᵀA) ≤ n·κ∞(AᵀA)); None otherwise."""
+def _full_rank(a: torch.Tensor, wide_too: bool = False) -> tuple[torch.Tensor, list[tuple]] | None:
+    """A real matrix batch of full rank within the sizes answered, tall (m ≥ n, full column
+    rank) or, `wide_too`, wide (full row rank): the float64 batch and, per matrix, its exact
+    entries, Gram matrix G of the shorter side (AᵀA tall, AAᵀ wide), G⁻¹ and κ₂(A)'s upper
+    bound √(k·κ∞(G)) (κ₂(A)² = κ₂(G) ≤ k·κ∞(G), G of order k); None otherwise."""
     if a.is_complex() or not a.is_floating_point() or a.dim() < 2:
         return None
     m, n = a.shape[-2], a.shape[-1]
     batch = a.numel() // (m * n) if m * n else 0
-    if n == 0 or m < n or m > 4 * MAX_ORDER or n > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
+    if (m < n and not wide_too) or min(m, n) == 0 or max(m, n) > 4 * MAX_ORDER or min(m, n) > MAX_ORDER \
+            or batch == 0 or batch > MAX_BATCH:
         return None
     wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
     if not bool(torch.isfinite(wide).all()):
@@ -610,28 +626,35 @@ def _tall_full_rank(a: torch.Tensor) -> tuple[torch.Tensor, list[tuple]] | None:
     out = []
     for matrix in wide.tolist():
         aq = [[Fraction(v) for v in row] for row in matrix]
-        gram = [[sum(aq[k][i] * aq[k][j] for k in range(m)) for j in range(n)] for i in range(n)]
+        if m >= n:
+            gram = [[sum(aq[k][i] * aq[k][j] for k in range(m)) for j in range(n)] for i in range(n)]
+        else:
+            gram = [[sum(aq[i][k] * aq[j][k] for k in range(n)) for j in range(m)] for i in range(m)]
         _, inverse = _gauss_jordan_exact(gram)
         if inverse is None:
             return None  # rank-deficient: the answer depends on the kernel's rank decision
-        out.append((aq, gram, inverse, math.sqrt(n * _norm_inf(gram) * _norm_inf(inverse))))
+        out.append((aq, gram, inverse, math.sqrt(len(gram) * _norm_inf(gram) * _norm_inf(inverse))))
     return wide, out
 
 
 def _pseudoinverse(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
-    """`linalg_pinv(A)` of a tall matrix of full column rank: (AᵀA)⁻¹Aᵀ, exactly. The SVD is
-    backward stable and, the rank kept, ‖ΔA⁺‖ ≤ √2·‖A⁺‖²·‖ΔA‖ (Wedin): m·n·κ₂ relative to A⁺."""
+    """`linalg_pinv(A)` of a matrix of full rank: (AᵀA)⁻¹Aᵀ (tall) or Aᵀ(AAᵀ)⁻¹ (wide),
+    exactly. The SVD is backward stable and, the rank kept, ‖ΔA⁺‖ ≤ √2·‖A⁺‖²·‖ΔA‖ (Wedin):
+    m·n·κ₂ relative to A⁺."""
     a = args[0] if len(args) == 1 else None  # a positional `rcond` (the old overload): not answered
     if not isinstance(a, torch.Tensor) or kwargs.get("hermitian"):
         return []  # hermitian=True reads one triangle through eigh: not answered
-    exact = _tall_full_rank(a)
+    exact = _full_rank(a, wide_too=True)
     if exact is None:
         return []
     wide, per_matrix = exact
     m, n = wide.shape[-2], wide.shape[-1]
     pinvs, smallest = [], math.inf
     for aq, _, inverse, _ in per_matrix:
-        p = [[sum(inverse[i][k] * aq[j][k] for k in range(n)) for j in range(m)] for i in range(n)]
+        if m >= n:
+            p = [[sum(inverse[i][k] * aq[j][k] for k in range(n)) for j in range(m)] for i in range(n)]
+        else:
+            p = [[sum(aq[k][i] * inverse[k][j] for k in range(m)) for j in range(m)] for i in range(n)]
         pinvs.append([[float(v) for v in row] for row in p])
         # σ_min(A) = 1/‖A⁺‖₂ ≥ 1/‖A⁺‖_F
         smallest = min(smallest, 1 / math.sqrt(sum(float(v) ** 2 for row in p for v in row)))
@@ -646,7 +669,8 @@ def _pseudoinverse(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     x = torch.tensor(pinvs, dtype=torch.float64)
     scale = x.abs().amax(dim=(-2, -1), keepdim=True)
     batch = tuple(a.shape[:-2])
-    return [Answer("pinv", "rational arithmetic (normal equations)", 0, x.reshape(batch + (n, m)),
+    method = "rational arithmetic (normal equations)" if m >= n else "rational arithmetic (minimum norm)"
+    return [Answer("pinv", method, 0, x.reshape(batch + (n, m)),
                    scale.reshape(batch + (1, 1)), m * n * kappa, _magnitudes(wide, scale))]
 
 
@@ -661,7 +685,7 @@ def _qr(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     mode = kwargs.get("mode", args[1] if len(args) > 1 else "reduced")
     if not isinstance(a, torch.Tensor) or mode != "reduced":
         return []  # "complete": the trailing columns of Q are not unique; "r": no Q
-    exact = _tall_full_rank(a)
+    exact = _full_rank(a)
     if exact is None:
         return []
     wide, per_matrix = exact
