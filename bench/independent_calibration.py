@@ -1,7 +1,7 @@
 """Calibration of the independent least-squares, pseudoinverse, QR and Cholesky answers
 (triage/worker/independent.py): correct LAPACK kernels (every lstsq driver, both Cholesky
-triangles) on random tall matrices of several kinds and, for lstsq and pinv, wide ones (a
-third of the cases), float32 and float64, consistent and inconsistent systems. Prints how many
+triangles) on random tall matrices of several kinds (exactly rank-deficient ones among them)
+and, for lstsq and pinv, wide ones (a third of the cases), float32 and float64, consistent and inconsistent systems. Prints how many
 checks concluded, the largest error as a fraction of its bound, and every check a correct
 kernel failed (there must be none). torch's own gelsy call may return a wrong rank
 (pytorch/pytorch#187411), and then another solution: its rank's checks, and a solution's
@@ -30,7 +30,7 @@ from triage.worker.independent import answers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from lapack import lapack_gelsy  # noqa: E402 - the tests' direct LAPACK call
 
-KINDS = ("randn", "graded", "rowgraded", "scaled", "integer", "near-dependent", "vandermonde")
+KINDS = ("randn", "graded", "rowgraded", "scaled", "integer", "near-dependent", "vandermonde", "low-rank")
 DRIVERS = (None, "gelsy", "gels", "gelsd", "gelss")
 
 
@@ -48,6 +48,9 @@ def tall(kind: str, m: int, n: int, g: torch.Generator, rng: random.Random) -> t
         a[:, -1] = a[:, 0] + 1e-4 * torch.randn(m, generator=g, dtype=torch.float64)
     elif kind == "vandermonde":
         a = torch.linspace(0, 1, m, dtype=torch.float64)[:, None] ** torch.arange(n, dtype=torch.float64)[None, :]
+    elif kind == "low-rank":  # exactly, in rational arithmetic: rank n - 1 (a least-squares driver's rank decision)
+        r = max(1, n - 1)
+        a = (torch.randint(-3, 4, (m, r), generator=g) @ torch.randint(-3, 4, (r, n), generator=g)).double()
     return a
 
 

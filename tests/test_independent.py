@@ -245,16 +245,51 @@ def test_wide_systems_get_the_minimum_norm_answer_every_driver_stays_within():
     assert [c.disagrees for x in answers("linalg_pinv", (a,), {}) if (c := x.check(p * 1.001))] == [True]
 
 
+def test_a_rank_deficient_system_is_answered_where_the_driver_kept_its_exact_rank():
+    """A⁺B of an exactly rank-deficient A (tall, wide, square), exact, for each rank-revealing
+    driver that returned the exact rank: a correct kernel stays within, a scaled solution or
+    one turned within A's null space does not, and a wrong rank leaves it to the rank's answer."""
+    rng = random.Random(3)
+    checked = 0
+    for _ in range(60):
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        m, n = rng.randint(2, 8), rng.randint(2, 8)
+        r = rng.randint(1, min(m, n) - 1)
+        a = (torch.randint(-3, 4, (m, r), generator=g) @ torch.randint(-3, 4, (r, n), generator=g)).double()
+        b = torch.randn(m, rng.randint(1, 2), generator=g, dtype=torch.float64)
+        for dtype in (torch.float32, torch.float64):
+            for driver in ("gelsy", "gelsd", "gelss"):
+                out = torch.ops.aten.linalg_lstsq(a.to(dtype), b.to(dtype), driver=driver)
+                for c in _least_squares_checks(a.to(dtype), b.to(dtype), out, driver=driver):
+                    checked += 1
+                    assert not c.disagrees, (m, n, r, dtype, driver, c.error, c.bound)
+    assert checked > 250, checked
+    a = torch.tensor([[1.0, 2.0, 0.0], [2.0, 4.0, 1.0], [3.0, 6.0, -1.0], [1.0, 2.0, 2.0]])  # rank 2
+    b = torch.tensor([[1.0], [0.0], [2.0], [1.0]])
+    for driver in ("gelsd", "gelss"):
+        solution, residuals, rank, values = torch.ops.aten.linalg_lstsq(a.double(), b.double(), driver=driver)
+        assert int(rank) == 2
+        outputs = (solution, residuals, rank, values)
+        assert [c.disagrees for c in _least_squares_checks(a.double(), b.double(), outputs, driver=driver)] == [False]
+        scaled = (solution * 1.001, residuals, rank, values)
+        assert [c.disagrees for c in _least_squares_checks(a.double(), b.double(), scaled, driver=driver)] == [True]
+        # Another least-squares solution, not of least norm: (2, -1, 0) spans A's null space.
+        turned = (solution + 1e-3 * torch.tensor([[2.0], [-1.0], [0.0]], dtype=torch.float64), residuals, rank, values)
+        assert [c.disagrees for c in _least_squares_checks(a.double(), b.double(), turned, driver=driver)] == [True]
+        # A driver that kept another rank solved another problem: not answered here.
+        wrong_rank = (solution * 2, residuals, rank + 1, values)
+        assert _least_squares_checks(a.double(), b.double(), wrong_rank, driver=driver) == []
+    assert _least_squares_checks(a, b, torch.ops.aten.linalg_lstsq(a, b, driver="gels"), driver="gels") == []
+
+
 def test_rectangular_answers_and_cholesky_conclude_nothing_where_the_kernel_may_decide_otherwise():
     a = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])  # rank 1: the driver's rank decision
     b = torch.ones(3, 1)
-    assert [x.output for x in answers("linalg_lstsq", (a, b), {})] == [2]  # only the rank's range
+    assert [x.output for x in answers("linalg_lstsq", (a, b), {"driver": "gels"})] == []  # gels assumes full rank
     well = torch.tensor([[1.0, 0.0], [0.0, 1e-3], [1.0, 1.0]])
     assert answers("linalg_lstsq", (well, b), {})  # full rank, no cutoff: answered
     # A cutoff near 1/κ: the solution is not answered, the rank's range is.
     assert [x.output for x in answers("linalg_lstsq", (well, b), {"rcond": 1e-2})] == [2]
-    # Wide and rank-deficient: the minimum-norm solution depends on the rank decision.
-    assert [x.output for x in answers("linalg_lstsq", (a.mT, torch.ones(2, 1)), {})] == [2]
     assert answers("linalg_pinv", (well,), {"rtol": 1e-2}) == [] and answers("linalg_pinv", (well,), {"atol": 1e-2}) == []
     assert answers("linalg_pinv", (well,), {"atol": 1e-6, "rtol": 1e-9})  # far below σ_min and 1/κ: answered
     assert answers("linalg_pinv", (well, 1e-15), {}) == []  # the old overload's positional rcond

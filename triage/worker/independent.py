@@ -569,7 +569,7 @@ def _least_squares(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
         return []
     exact = _full_rank(a, wide_too=True)
     if exact is None:
-        return []
+        return _rank_deficient_least_squares(a, b, kwargs)
     wide, per_matrix = exact
     m, n = wide.shape[-2], wide.shape[-1]
     rhs = b.detach().to("cpu", torch.float64).reshape(wide.shape[0], m, b.shape[-1])
@@ -606,6 +606,95 @@ def _least_squares(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
     return [Answer("lstsq", method, 0, x.reshape(out),
                    scale.reshape(tuple(a.shape[:-2]) + (1, b.shape[-1])), max(factors),
                    _magnitudes(wide, rhs, scale))]
+
+
+def _rank_deficient_least_squares(a: torch.Tensor, b: torch.Tensor, kwargs: dict[str, Any]) -> list[Answer]:
+    """`linalg_lstsq(A, B)` of an exactly rank-deficient A (rank r < min(m, n)) from a driver
+    that decides a rank and returns the minimum-norm solution of what it kept (gelsy, gelsd,
+    gelss), answered where it returned rank r: then it solved A + E of rank r, ‖E‖ of the order
+    of its backward error (the singular values it dropped are that close to zero), so its
+    solution is A⁺B's within m·n·u·(3κᵣ + κᵣ(κᵣ+1)·‖R‖/(‖A‖‖X‖)), κᵣ = σ₁/σᵣ (Wedin, the rank
+    kept; the 3 counts the solution's turn within A's null space). A⁺ is exact: A = C·F with F
+    the nonzero rows of A's reduced row echelon form and C A's pivot columns, so
+    A⁺ = Fᵀ(FFᵀ)⁻¹(CᵀC)⁻¹Cᵀ. κᵣ is bounded by ‖A‖_F·‖A⁺‖_F. gels assumes full rank (its
+    answer on such a matrix is the documented garbage): not answered."""
+    driver = kwargs.get("driver") or ("gelsy" if a.device.type == "cpu" else "gels")
+    if driver not in ("gelsy", "gelsd", "gelss") or a.is_complex() or not a.is_floating_point() or a.dim() < 2:
+        return []
+    m, n = a.shape[-2], a.shape[-1]
+    batch = a.numel() // (m * n) if m * n else 0
+    if min(m, n) == 0 or max(m, n) > 4 * MAX_ORDER or min(m, n) > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
+        return []
+    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
+    rhs = b.detach().to("cpu", torch.float64).reshape(batch, m, b.shape[-1])
+    if not bool(torch.isfinite(wide).all()) or not bool(torch.isfinite(rhs).all()):
+        return []
+    solutions, factors, ranks = [], [], []
+    for matrix, columns in zip(wide.tolist(), rhs.tolist(), strict=True):
+        aq = [[Fraction(v) for v in row] for row in matrix]
+        rows, pivots = _row_echelon(aq)
+        r = len(pivots)
+        if r == 0:
+            return []  # the zero matrix: its solution is zero, and the rank's answer covers it
+        c = [[row[j] for j in pivots] for row in aq]
+        _, inverse_ff = _gauss_jordan_exact([[sum(x * y for x, y in zip(f, g, strict=True)) for g in rows]
+                                             for f in rows])
+        _, inverse_cc = _gauss_jordan_exact([[sum(c[k][i] * c[k][j] for k in range(m)) for j in range(r)]
+                                             for i in range(r)])
+        if inverse_ff is None or inverse_cc is None:
+            return []
+        # A⁺ = Fᵀ·(FFᵀ)⁻¹·(CᵀC)⁻¹·Cᵀ, an n×m matrix.
+        middle = [[sum(inverse_ff[i][k] * inverse_cc[k][j] for k in range(r)) for j in range(r)] for i in range(r)]
+        left = [[sum(rows[k][i] * middle[k][j] for k in range(r)) for j in range(r)] for i in range(n)]
+        pinv = [[sum(left[i][k] * c[j][k] for k in range(r)) for j in range(m)] for i in range(n)]
+        bq = [[Fraction(v) for v in row] for row in columns]
+        x = [[sum(pinv[i][k] * bq[k][j] for k in range(m)) for j in range(len(bq[0]))] for i in range(n)]
+        residual = [[bq[i][j] - sum(aq[i][k] * x[k][j] for k in range(n)) for j in range(len(x[0]))]
+                    for i in range(m)]
+        norm_a = math.sqrt(sum(float(v) ** 2 for row in aq for v in row))
+        kappa = norm_a * math.sqrt(sum(float(v) ** 2 for row in pinv for v in row))
+        ratio = 0.0
+        for j in range(len(x[0])):
+            norm_x = math.sqrt(sum(float(row[j]) ** 2 for row in x))
+            norm_r = math.sqrt(sum(float(row[j]) ** 2 for row in residual))
+            # ‖A‖₂ ≥ ‖A‖_F/√r; a zero solution (B orthogonal to A's range) has no relative error
+            ratio = max(ratio, norm_r * math.sqrt(r) / (norm_a * norm_x) if norm_x > 0 else math.inf)
+        factors.append(m * n * (3 * kappa + kappa * (kappa + 1) * ratio))
+        solutions.append([[float(v) for v in row] for row in x])
+        ranks.append(r)
+    shape = tuple(a.shape[:-2])
+    x = torch.tensor(solutions, dtype=torch.float64)
+    scale = x.abs().amax(dim=-2, keepdim=True)
+    expected = torch.tensor(ranks).reshape(shape)
+
+    def kept_the_rank(outputs: Any) -> bool:
+        rank = outputs[2] if isinstance(outputs, (tuple, list)) and len(outputs) > 2 else None
+        return (isinstance(rank, torch.Tensor) and tuple(rank.shape) == shape
+                and bool((rank.detach().to("cpu", torch.int64) == expected).all()))
+
+    return [Answer("lstsq", "rational arithmetic (minimum norm, full-rank factorization)", 0,
+                   x.reshape(shape + (n, b.shape[-1])), scale.reshape(shape + (1, b.shape[-1])), max(factors),
+                   _magnitudes(wide, rhs, scale), precondition=kept_the_rank)]
+
+
+def _row_echelon(matrix: list[list[Fraction]]) -> tuple[list[list[Fraction]], list[int]]:
+    """The nonzero rows of `matrix`'s reduced row echelon form, exactly, and its pivot columns."""
+    rows = [list(row) for row in matrix]
+    pivots: list[int] = []
+    for col in range(len(rows[0]) if rows else 0):
+        at = len(pivots)
+        pivot = next((i for i in range(at, len(rows)) if rows[i][col] != 0), None)
+        if pivot is None:
+            continue
+        rows[at], rows[pivot] = rows[pivot], rows[at]
+        p = rows[at][col]
+        rows[at] = [v / p for v in rows[at]]
+        for i in range(len(rows)):
+            if i != at and rows[i][col] != 0:
+                f = rows[i][col]
+                rows[i] = [v - f * w for v, w in zip(rows[i], rows[at], strict=True)]
+        pivots.append(col)
+    return rows[:len(pivots)], pivots
 
 
 def _full_rank(a: torch.Tensor, wide_too: bool = False) -> tuple[torch.Tensor, list[tuple]] | None:
