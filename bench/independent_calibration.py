@@ -1,7 +1,7 @@
-"""Calibration of the independent least-squares, pseudoinverse, QR and Cholesky answers
+"""Calibration of the independent least-squares, pseudoinverse, QR, rectangular SVD and Cholesky answers
 (triage/worker/independent.py): correct LAPACK kernels (every lstsq driver, both Cholesky
 triangles) on random tall matrices of several kinds (exactly rank-deficient ones among them)
-and, for lstsq and pinv, wide ones (a third of the cases), float32 and float64, consistent and inconsistent systems. Prints how many
+and, for lstsq, pinv and SVD, wide ones (a third of the cases), float32 and float64, consistent and inconsistent systems. Prints how many
 checks concluded, the largest error as a fraction of its bound, and every check a correct
 kernel failed (there must be none). torch's own gelsy call may return a wrong rank
 (pytorch/pytorch#187411), and then another solution: its rank's checks, and a solution's
@@ -56,8 +56,8 @@ def tall(kind: str, m: int, n: int, g: torch.Generator, rng: random.Random) -> t
 
 def main(seed: int, iterations: int) -> int:
     rng = random.Random(seed)
-    worst = {"lstsq": 0.0, "cholesky": 0.0, "pinv": 0.0, "qr": 0.0}
-    count = {"lstsq": 0, "cholesky": 0, "pinv": 0, "qr": 0}
+    worst = {"lstsq": 0.0, "cholesky": 0.0, "pinv": 0.0, "qr": 0.0, "svd": 0.0}
+    count = {"lstsq": 0, "cholesky": 0, "pinv": 0, "qr": 0, "svd": 0}
     wrong = []
     stale, torch_gelsy = 0, [0, 0]
     start = time.time()
@@ -105,11 +105,14 @@ def main(seed: int, iterations: int) -> int:
                     stale += 1
                     continue
                 record("lstsq", check, kind, m, n, dtype, driver)
-        for op, call in (("pinv", torch.ops.aten.linalg_pinv), ("qr", torch.ops.aten.linalg_qr)):
+        full = rng.random() < 0.3  # a complete SVD: a rectangular one's vectors are not answered
+        for op, call in (("pinv", torch.ops.aten.linalg_pinv), ("qr", torch.ops.aten.linalg_qr),
+                         ("svd", lambda x: torch.ops.aten._linalg_svd(x, full_matrices=full))):
             if wide and op == "qr":
                 continue
             out = call(a_low)
-            for answer in answers(f"linalg_{op}", (a_low,), {}):
+            name = "_linalg_svd" if op == "svd" else f"linalg_{op}"
+            for answer in answers(name, (a_low, full) if op == "svd" else (a_low,), {}):
                 if (check := answer.check(out)) is not None:
                     record(op, check, kind, m, n, dtype, answer.output)
         if wide:

@@ -577,6 +577,40 @@ def test_a_turned_vector_is_caught_but_not_a_change_of_signs():
     assert any(c.disagrees for c in _checks("_linalg_svd", sym, None, (u * sign, s_, vh)))
 
 
+def test_a_rectangular_svd_is_answered_and_a_wrong_factor_caught():
+    """Tall and wide, float32 and float64: a correct SVD's values and reduced vectors stay
+    within their bounds, in the kernel's signs; a turned pair of vectors or a scaled value does
+    not; a complete SVD's vectors (a basis of the complement among them) are not answered."""
+    rng = random.Random(11)
+    checked = 0
+    for _ in range(40):
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        k, longer = rng.randint(1, 6), rng.randint(2, 24)
+        m, n = (longer + k, k) if rng.random() < 0.5 else (k, longer + k)
+        a = torch.randn(m, n, generator=g, dtype=torch.float64)
+        if rng.random() < 0.3:
+            a = a * torch.logspace(-3, 3, n, dtype=torch.float64)[None, :]
+        for dtype in (torch.float32, torch.float64):
+            out = torch.ops.aten._linalg_svd(a.to(dtype))
+            for c in _checks("_linalg_svd", a.to(dtype), None, out):
+                checked += 1
+                assert not c.disagrees, (m, n, dtype, c.answer.output, c.error, c.bound)
+    assert checked > 150, checked
+    a = torch.tensor([[3.0, 1.0], [1.0, 2.0], [0.0, 1.0], [1.0, -1.0], [2.0, 0.5]])
+    u, s, vh = torch.ops.aten._linalg_svd(a)
+    assert [c.disagrees for c in _checks("_linalg_svd", a, None, (u, s, vh))] == [False, False, False]
+    c_, s_ = math.cos(1e-3), math.sin(1e-3)
+    turn = torch.tensor([[c_, -s_], [s_, c_]])
+    for wrong, output in (((u @ turn, s, turn.T @ vh), 0), ((u, s * 1.001, vh), 1)):
+        assert [c.answer.output for c in _checks("_linalg_svd", a, None, wrong) if c.disagrees] == \
+            ([0, 2] if output == 0 else [1])
+    complete = torch.ops.aten._linalg_svd(a, full_matrices=True)
+    answered = [x.output for x in answers("_linalg_svd", (a, True), {}) if x.check(complete) is not None]
+    # U is 5×5: its last three columns are any basis of the complement, and the pair's signs
+    # are read from U and Vh together: the values only.
+    assert answered == [1]
+
+
 def test_the_reference_continues_from_the_exact_eigenvectors_in_the_arms_signs():
     class TurnedVectors(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -420,10 +420,30 @@ def _lu(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Ans
 
 
 # -- mpmath at 50 digits --------------------------------------------------------------------
+def _singular_values_any_shape(args: tuple, kwargs: dict[str, Any]) -> list[Answer]:
+    """`_linalg_svd` and `linalg_svdvals` of a real matrix of any shape within the sizes
+    answered (the square ones' limits on its shorter side, four times that on its longer)."""
+    a = args[0] if args else None
+    if not isinstance(a, torch.Tensor) or a.is_complex() or not a.is_floating_point() or a.dim() < 2:
+        return []
+    m, n = a.shape[-2], a.shape[-1]
+    batch = a.numel() // (m * n) if m * n else 0
+    if min(m, n) == 0 or max(m, n) > 4 * MAX_ORDER or min(m, n) > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
+        return []
+    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
+    if not bool(torch.isfinite(wide).all()):
+        return []
+    return _singular_values(wide, tuple(a.shape), args, kwargs)
+
+
 def _singular_values(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
+    """The singular values and the reduced SVD's vectors (U m×k, Vh k×n, k = min(m, n); a
+    complete U or Vh of a rectangular matrix has others, any basis of the complement, whose
+    shape the answer does not have: not answered) of an m×n matrix, mpmath at 50 digits."""
     import mpmath
 
     compute_uv = bool(kwargs.get("compute_uv", args[2] if len(args) > 2 else True))
+    m, n = wide.shape[-2], wide.shape[-1]
     values, lefts, rights, gaps = [], [], [], []
     with mpmath.workdps(DIGITS):
         for matrix in wide.tolist():
@@ -434,26 +454,30 @@ def _singular_values(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict
             order = sorted(range(len(s)), key=lambda i: -s[i])
             values.append([float(s[i]) for i in order])
             if u is not None:
-                lefts.append([[float(u[r, i]) for i in order] for r in range(len(order))])
-                rights.append([[float(vh[i, c]) for c in range(len(order))] for i in order])
-                # As eigenvalues ±σ of [[0, A], [Aᵀ, 0]]: the distance to every other σⱼ and to every −σⱼ.
+                lefts.append([[float(u[r, i]) for i in order] for r in range(m)])
+                rights.append([[float(vh[i, c]) for c in range(n)] for i in order])
+                # As eigenvalues ±σ of [[0, A], [Aᵀ, 0]]: the distance to every other σⱼ and to
+                # every −σⱼ, and for a rectangular A to its |m − n| zero eigenvalues (Wedin).
                 ordered = [s[i] for i in order]
-                gaps.append([float(min([abs(x - y) for j, y in enumerate(ordered) if j != i] + [x + ordered[-1]]))
+                gaps.append([float(min([abs(x - y) for j, y in enumerate(ordered) if j != i]
+                                       + [x + ordered[-1]] + ([x] if m != n else [])))
                              for i, x in enumerate(ordered)])
     s = torch.tensor(values, dtype=torch.float64)
+    k = s.shape[-1]
+    batch = shape[:-2]
     scale = s[:, :1].clone()  # ‖A‖₂ per matrix
-    n = wide.shape[-1]
+    order = max(m, n)
     magnitudes = _magnitudes(wide, scale)
-    found = [Answer("svd", f"mpmath at {DIGITS} digits", 1, s.reshape(shape[:-1]), scale.reshape(shape[:-2] + (1,)), n,
-                    magnitudes)]
+    found = [Answer("svd", f"mpmath at {DIGITS} digits", 1, s.reshape(batch + (k,)), scale.reshape(batch + (1,)),
+                    order, magnitudes)]
     if compute_uv:
-        u = torch.tensor(lefts, dtype=torch.float64).reshape(shape)
-        vh = torch.tensor(rights, dtype=torch.float64).reshape(shape)
-        columns = _vector_scale(scale, gaps).reshape(shape[:-2] + (1, n))
+        u = torch.tensor(lefts, dtype=torch.float64).reshape(batch + (m, k))
+        vh = torch.tensor(rights, dtype=torch.float64).reshape(batch + (k, n))
+        columns = _vector_scale(scale, gaps).reshape(batch + (1, k))
         signs = _vector_signs("linalg_svd", u, vh)
-        found += [Answer("svd", f"mpmath at {DIGITS} digits", 0, u, columns, VECTOR_FACTOR * n, magnitudes,
+        found += [Answer("svd", f"mpmath at {DIGITS} digits", 0, u, columns, VECTOR_FACTOR * order, magnitudes,
                          signs=signs, reach=1.0),
-                  Answer("svd", f"mpmath at {DIGITS} digits", 2, vh, columns.transpose(-2, -1), VECTOR_FACTOR * n,
+                  Answer("svd", f"mpmath at {DIGITS} digits", 2, vh, columns.transpose(-2, -1), VECTOR_FACTOR * order,
                          magnitudes, signs=signs, reach=1.0)]
     return found
 
@@ -1014,7 +1038,8 @@ def _general_eigenvalues(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: 
 
 
 _RECTANGULAR = {"linalg_lstsq": _least_squares_answers, "linalg_pinv": _pseudoinverse,
-                "linalg_qr": _qr}
+                "linalg_qr": _qr, "_linalg_svd": _singular_values_any_shape,
+                "linalg_svdvals": _singular_values_any_shape}
 
 
 _SOLVERS = {
@@ -1022,7 +1047,6 @@ _SOLVERS = {
     "_linalg_slogdet": _slogdet, "linalg_slogdet": _slogdet, "slogdet": _slogdet,
     "linalg_inv_ex": _inverse, "linalg_inv": _inverse, "inverse": _inverse,
     "_linalg_solve_ex": _solve, "linalg_solve": _solve, "linalg_solve_ex": _solve,
-    "_linalg_svd": _singular_values, "linalg_svdvals": _singular_values,
     "_linalg_eigh": _symmetric_eigenvalues, "linalg_eigvalsh": _symmetric_eigenvalues,
     "linalg_cholesky_ex": _cholesky, "linalg_lu_factor_ex": _lu_factor, "linalg_lu": _lu,
     "linalg_eig": _general_eigenvalues,
