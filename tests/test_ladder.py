@@ -87,6 +87,31 @@ def test_two_finite_values_of_a_singular_logdet_are_ill_conditioned_not_a_confli
     assert "not finite under some of its simulated roundings" in v.summary and "around 0" not in v.summary
 
 
+def _count(value, reference, sigma, flips):
+    """A count (int64) observed at exit, with the spread its simulated roundings gave."""
+    o = Observable(index=0, kind="readback", label="`(a != b).sum().item()`", line=13,
+                   fingerprint=fp(np.array([value], dtype=np.int64), "int64"),
+                   reference={"fingerprint": fp(np.array([reference], dtype=np.int64), "int64"), "note": None,
+                              "approximate": False},
+                   ancestors=[0], value=np.array([value], dtype=np.int64),
+                   reference_value=np.array([reference], dtype=np.float64))
+    o.rounding = {"status": "judged", "samples": 29, "sample_stats": list(np.linspace(0.99, 1.01, 29) if sigma else np.zeros(29)), "flips": flips,
+                  "precision": "float32", "unmeasured": []}
+    o.spread = {"sig": np.array([sigma]), "up": np.array([float(reference)]), "dn": np.array([float(reference)]),
+                "mu": np.array([float(reference) + sigma]), "sd": np.array([sigma / 100]), "nf": np.array([1], np.uint8)}
+    return o
+
+
+def test_a_count_rounding_decides_is_expected_rounding_and_one_it_does_not_is_a_bug():
+    ne = [{"node": "ne", "op": "aten.ne", "line": 13, "replays": 11, "of": 11}]
+    v = verdict(arm("cpu", [_count(33419, 195, 33200.0, ne)]))
+    assert (v.kind, v.expected) == ("expected-rounding", True), v.summary
+    assert "`aten.ne` (line 13) decides differently in 11 of 11" in v.summary and "one outcome of many" in v.summary
+    # The same count where no rounding moves it (every replay gives float64's): outside, a bug.
+    v = verdict(arm("cpu", [_count(33419, 195, 0.0, [])]))
+    assert (v.kind, v.expected) == ("likely-bug", False), v.summary
+
+
 def test_a_nonfinite_flip_is_explained_by_the_notes_of_its_nonfinite_side():
     # gh-44350: one line's var of fp16 40000s (finite) and of float32 3e38s (inf).
     squares = {"op": "var", "line": 25, "shape": [3], "dtype": "float16", "kind": "intermediate-overflow",

@@ -131,6 +131,20 @@ def test_a_different_formula_is_not_excused():
     assert judge(torch.exp(e) - 1, spread).zone == "outside"
 
 
+def test_a_count_of_elements_two_formulas_round_apart_is_simulated_not_read_off_float64():
+    """`(lerp(s, e, w) != s + w·(e − s)).sum()`: in float64 the two formulas agree almost
+    everywhere, in float32 they round apart in a third of the elements. The count is judged
+    against its own simulated roundings, which decide `ne` anew each time, not against 195."""
+    g = torch.Generator().manual_seed(2)
+    start, end, weight = torch.randn(5000, generator=g), torch.randn(5000, generator=g) * 3, torch.rand(5000, generator=g)
+    out, spread = spread_of(lambda s, e, w: (torch.lerp(s, e, w) != s + w * (e - s)).sum(), start, end, weight)
+    assert out.dtype == torch.int64 and out.item() > 20 * max(float(spread.reference), 1.0)
+    judged = judge(out, spread)
+    assert judged.zone == "inside" and any(u.startswith("`aten.ne`") for u in judged.unstable), judged.unstable
+    # A count rounding does not reach (every element) is still outside.
+    assert judge(torch.tensor(5000), spread).zone == "outside"
+
+
 def test_a_repeated_product_rounds_as_the_first_so_a_contracted_one_is_outside():
     """gh-122260: exp(x*s - x*s) is exactly 1 however the product rounds, since a kernel rounds
     the same inputs the same way; a fused multiply-add of one product (Triton's contraction)

@@ -316,6 +316,9 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     cancels = cancellation_hint(c, d)
     if d.nonfinite_mismatch > 0:
         return _nonfinite_inside(c, d, evidence)
+    decided = _decided_by_rounding(d, js, evidence)
+    if decided is not None:
+        return decided
     wide = [j for j in js if j.wide]
     if not wide and matrix_upstream(c, d):
         # An ill-conditioned matrix upstream (close eigenvalues, near-singular) whose figure
@@ -495,6 +498,31 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
                     "operation rounded at the arm's precision (its range emulated) reaches the same non-finite "
                     "values, so this is where rounding and the dtype's range lead, not a bug.",
                     evidence + ([cond_text(note, full=True)] if note else []))
+
+
+def _article(dtype: str) -> str:
+    return "an" if dtype[:1] in "aeio" else "a"  # an int64, a bool, a uint8
+
+
+def _decided_by_rounding(d: Divergence, js: list, evidence: list[str]) -> Verdict | None:
+    """A discrete value (a count of differing elements, an index, a mask) inside its spread,
+    whose own comparisons rounding switches: its float64 value is one outcome of many, not the
+    answer, and no digit count describes it (a count of `a != b` between two formulas is the
+    number of elements where their roundings happen to differ)."""
+    sides = [s for s in (d.a, d.b) if s is not None]
+    if not sides or any(s.dtype.startswith(("float", "bfloat", "complex")) or s.dtype == "?" for s in sides):
+        return None
+    flips = [u for j in js for u in j.unstable if not u.endswith(FINITE_UNDER_SOME)]
+    if not flips or any(j.zone == "outside" for j in js):
+        return None
+    inside = " and ".join(f"`{j.arm}` {j.label}" for j in js)
+    return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+                        f"{where_text(d)} {difference_text(d)}. It is {_article(sides[0].dtype)} {sides[0].dtype} value "
+                        f"decided by comparing floating-point values, and rounding alone decides those comparisons "
+                        f"(replayed with random rounding at the arm's precision, {flips[0]}); {inside} is inside the "
+                        "spread they give. "
+                        "Its float64 value is one outcome of many, not the answer: ordinary floating-point rounding, "
+                        "which the accuracy note does not guarantee bitwise.", evidence)
 
 
 def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[str], hint: str) -> Verdict:

@@ -359,8 +359,11 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         why = blocked.get(n) if n is not None else "no recorded op produced it"
         if why:
             spreads[w] = NodeSpread(status="not-judged", reason=why)
-    live = {w: ref for w, ref in wanted.items() if w not in spreads and isinstance(ref, torch.Tensor)
-            and (ref.is_floating_point() or ref.is_complex())}
+    # A discrete value (a count of differing elements, an argmax, a mask) is simulated too, as
+    # float64: where it comes from rounded floats, rounding moves it, and its float64 value is
+    # one outcome of many (a count of `a != b` between two formulas is mostly rounding's).
+    live = {w: ref if ref.is_floating_point() or ref.is_complex() else ref.double()
+            for w, ref in wanted.items() if w not in spreads and isinstance(ref, torch.Tensor)}
     if not live:
         return Simulation(spreads, time.monotonic() - start, 0)
     cache = _CallCache()
@@ -847,6 +850,8 @@ def _stored(v: Any, dtype: torch.dtype) -> torch.Tensor:
     t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
     if dtype in FORMATS and t.is_floating_point():
         return t.to(dtype).double()
+    if not (t.is_floating_point() or t.is_complex()):
+        return t.double()  # a discrete value, measured as a number (`_simulate`'s live values)
     return widen(t)
 
 
