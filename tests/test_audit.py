@@ -120,6 +120,12 @@ def test_outside_a_spread_without_digits_or_margin_is_no_finding():
     assert "model of each op's error" in audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(near))[0]
     clear = _judged(zone="outside", digits=6.0, statistic=40.0, max_sample_stat=3.09, p=0.03, samples=29)
     assert audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(clear)) == []
+    # A difference of two roundings (a computational zero, ±1.3e-6) beside a backend's bfloat16
+    # error of 8.5e-3: thousands of times the largest simulated rounding, beyond its noise.
+    beyond = _judged(zone="outside", digits=0.4, statistic=6730.0, max_sample_stat=1.45, p=0.03, samples=29)
+    assert audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(beyond)) == []
+    zero = _judged(zone="outside", computational_zero=True, statistic=6730.0, max_sample_stat=1.45, p=0.03, samples=29)
+    assert audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(zero)) == []
 
 
 def test_every_invariant_is_listed_once():

@@ -12,6 +12,7 @@ maintainer a look; one that is confidently wrong harms a reporter or hides a bug
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,7 @@ MAX_PRINTED_LINES = 2000
 # rounding of this computation gives differences this large" is false.
 SPREAD_MULTIPLE = 16.0
 FRAGILE_MARGIN = policy.FRAGILE_MARGIN
+NOISE_MARGIN = policy.NOISE_MARGIN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,8 +160,9 @@ def finite_claim_consistent(verdict: Verdict, e: Evidence) -> list[str]:
 
 
 def outside_is_meaningful(verdict: Verdict, e: Evidence) -> list[str]:
-    """"Outside its own rounding spread" needs a value with digits to be outside of, and a
-    margin over the simulated roundings that triage's own seed would not undo."""
+    """"Outside its own rounding spread" needs a value with digits to be outside of (or, beside
+    a spread with none, a value beyond its noise by NOISE_MARGIN), and a margin over the
+    simulated roundings that triage's own seed would not undo."""
     c = e.comparison
     d = c.divergence
     if d is None or verdict.expected is not False or verdict.kind not in ("likely-bug", "nonfinite-flip"):
@@ -168,7 +171,9 @@ def outside_is_meaningful(verdict: Verdict, e: Evidence) -> list[str]:
     for j in d.judgements:
         if j.zone != "outside" or j.nonfinite:
             continue
-        if j.computational_zero or (j.digits is not None and j.digits < 1):
+        beyond_noise = (j.statistic is not None and j.max_sample_stat and math.isfinite(j.statistic)
+                        and j.statistic > NOISE_MARGIN * j.max_sample_stat)
+        if (j.computational_zero or (j.digits is not None and j.digits < 1)) and not beyond_noise:
             out.append(f"`{j.arm}` {j.label} is called outside its rounding spread, but that spread keeps "
                        f"{'no' if j.computational_zero else f'{j.digits:.1f}'} significant digit(s): every digit of "
                        "it is rounding noise, so no value is outside it")

@@ -112,6 +112,13 @@ ALPHA = 0.05
 # past the margin, further (up to 199 replays: `rounding.FRAGILE_SAMPLED`); the audit still
 # withholds a bug verdict. Real formula and compiler bugs sit orders of magnitude out.
 FRAGILE_MARGIN = 4.0
+# A spread that keeps no significant digit (a computational zero: the difference of two
+# roundings of one quantity) says every value within its noise is as good as another, so none
+# there is "outside" it. A value farther out than this many times the largest simulated
+# rounding is not within that noise: no error in the model of any op's rounding is two orders
+# of magnitude large, and a different computation (a backend that multiplies in bfloat16:
+# 2¹⁶ times float32's unit roundoff) is.
+NOISE_MARGIN = 100.0
 
 # How many times the textbook backward-stable bound a correct linalg kernel may be off its
 # exact answer (constants of the bounds, pivot growth, a blocked algorithm's extra terms)
