@@ -127,6 +127,45 @@ def test_a_view_taken_before_an_update_is_stale_after_it():
     assert [leaf.kind for leaf in recording.leaves].count("stale") == 1
 
 
+@pytest.mark.parametrize("fill", ["element", "slice", "column", "flat-view", "diagonal"])
+def test_a_tensor_filled_through_its_views_keeps_its_history(fill):
+    """`g = torch.empty(n); g[i] = …` (a finite-difference gradient, a preallocated buffer):
+    each write goes through a view of `g`, and `g` is the old one with the view's new value
+    scattered in, so its float64 reference is the float64 computation of every element, not
+    a stale leaf holding the arm's own float32 values."""
+    def run(dtype):
+        torch.manual_seed(1)
+        w = torch.randn(6).to(dtype)
+        loss = lambda v: torch.log1p(torch.exp(3.0 * v)).sum() + (v ** 2).sum()  # noqa: E731
+        h = 2.0 ** -13  # the same step in float32 and float64
+        g = (torch.empty(2, 6, dtype=dtype) if fill == "column" else torch.zeros(6, 6, dtype=dtype)
+             if fill == "diagonal" else torch.empty(6, dtype=dtype))
+        for i in range(6):
+            e = torch.zeros(6, dtype=dtype)
+            e[i] = h
+            d = (loss(w + e) - loss(w - e)) / (2 * h)
+            if fill == "element":
+                g[i] = d
+            elif fill == "slice":
+                g[i:i + 1] = d
+            elif fill == "column":
+                g[:, i] = d
+            elif fill == "flat-view":
+                g.view(-1)[i] = d
+            else:  # an element of the diagonal view (a view of a view: its place in memory)
+                g.diagonal()[i] = d
+        if fill == "diagonal":
+            g.diagonal().mul_(2)  # the diagonal view of `g` itself: diagonal_scatter
+        return g
+
+    value, reference, recording = record_and_replay(run)
+    assert not [leaf for leaf in recording.leaves if leaf.kind == "stale"]
+    expected = run(torch.float64)
+    assert torch.allclose(reference, expected, rtol=RTOL, atol=0)
+    # The cancelling difference keeps few float32 digits: the reference is not the arm's value.
+    assert not torch.equal(reference, value.double())
+
+
 @pytest.mark.slow
 def test_fixture_reference_equals_the_float64_run(triage):
     script = FIXTURES / "training_loop_reference.py"

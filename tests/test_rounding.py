@@ -145,6 +145,24 @@ def test_a_count_of_elements_two_formulas_round_apart_is_simulated_not_read_off_
     assert judge(torch.tensor(5000), spread).zone == "outside"
 
 
+def test_writes_through_views_are_replayed_in_every_sample_of_a_stack():
+    """A buffer filled through views of its views (`as_strided_scatter`, by the view's place in
+    memory) and of itself (`select_scatter`, `diagonal_scatter`): in a stack of samples each
+    sample's value lands in its own place, and the zeros no write reached stay exact."""
+    def fill(x):
+        g = torch.zeros(2, 4)
+        g.view(-1)[1:5] = x * 3.0
+        g[:, 0] = 7.0 * x[:2]
+        g.diagonal()[:] = x[:2] / 3.0
+        return g
+
+    x = torch.tensor([1.1, 2.2, 3.3, 4.4])
+    out, spread = spread_of(fill, x)
+    assert judge(out, spread).zone == "inside"
+    assert np.array_equal(spread.sigma[1, 2:], [0.0, 0.0]) and np.array_equal(spread.mean[1, 2:], [0.0, 0.0])
+    assert (spread.sigma[spread.reference != 0] > 0).all()
+
+
 def test_a_repeated_product_rounds_as_the_first_so_a_contracted_one_is_outside():
     """gh-122260: exp(x*s - x*s) is exactly 1 however the product rounds, since a kernel rounds
     the same inputs the same way; a fused multiply-add of one product (Triton's contraction)

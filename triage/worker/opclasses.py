@@ -25,7 +25,7 @@ EXACT = EXACT_OPS | {
     "arange", "empty", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "embedding",
     "max_pool2d_with_indices", "max_pool1d", "max_pool2d", "max_pool3d", "one_hot", "diagonal", "diag_embed",
     "tril", "triu", "as_strided", "squeeze_copy", "view_copy", "_reshape_alias", "scatter", "index_put",
-    "index_put_", "slice_scatter", "select_scatter", "new_empty_strided", "empty_strided", "bitwise_not",
+    "index_put_", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter", "new_empty_strided", "empty_strided", "bitwise_not",
     "expand_copy", "permute_copy", "t_copy", "transpose_copy", "unsqueeze_copy", "clone_", "isclose",
     "any", "all", "count_nonzero", "searchsorted", "bucketize", "unique", "_unique2", "zero_", "zero",
     "frac", "nan_to_num", "positive", "resolve_conj", "resolve_neg", "_conj", "conj", "real", "imag",

@@ -61,6 +61,11 @@ UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_e
 # value (its own elements, from offset 0), they read other memory than the arm did wherever
 # the input is not the whole of its storage (`_beyond_own_elements`).
 STORAGE_VIEWS = {"as_strided", "as_strided_", "as_strided_copy"}
+# A view op and the op writing a value back through it: a write to `select(g, 0, i)` leaves
+# `g` as `select_scatter(g, new, 0, i)`.
+VIEW_SCATTERS = {torch.ops.aten.select.int: torch.ops.aten.select_scatter.default,
+                 torch.ops.aten.slice.Tensor: torch.ops.aten.slice_scatter.default,
+                 torch.ops.aten.diagonal.default: torch.ops.aten.diagonal_scatter.default}
 # Ops whose outputs carry no numerical meaning worth a node (scalar extraction, metadata).
 MAX_HAZARD_CHECKS = 256
 SKIPPED_OPS = {"_local_scalar_dense", "is_nonzero", "equal", "sym_size", "sym_stride", "sym_numel"}
@@ -213,6 +218,7 @@ class OpRecorder(TriageDispatchMode):
         written = _written_tensors(func, args, kwargs)
         written_lists = _writes_list(func)
         before = [_version(t) for t in written] if written_lists else []
+        through = self._viewed_bases(written) if written and not written_lists else []
         out = self._call(func, args, kwargs)
         if written_lists:
             self._bump_unmoved(written, before)
@@ -231,6 +237,7 @@ class OpRecorder(TriageDispatchMode):
             self._register_written(node, func, args, kwargs, out)
         else:
             self._register_outputs(node, out)
+            self._write_through(through, node)
             choices = arm_choices.keep(name, out)
             if choices is not None:
                 node.meta["arm_choices"] = choices
@@ -432,6 +439,47 @@ class OpRecorder(TriageDispatchMode):
                     for j, u in enumerate(t):
                         if isinstance(u, torch.Tensor):
                             self._bind(u, self._item(inner, j, u))
+
+    def _viewed_bases(self, written: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor, fx.Node,
+                                                                         fx.Node | None]]:
+        """The written tensors that are views of a base the recording holds (`g[i] = x` writes
+        `select(g, 0, i)`): (view, base, the base's node, the view's node). Only a contiguous
+        base at offset 0 of the view's dtype, whose replayed value has the same layout, so that
+        the view's sizes, strides and offset locate it there too."""
+        found = []
+        for t in written:
+            base = t._base
+            if (base is None or base.dtype != t.dtype or base.storage_offset() != 0 or not base.is_contiguous()
+                    or base.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()):
+                continue
+            node = self.lookup(base)
+            if node is not None:
+                found.append((t, base, node, self.lookup(t)))
+        return found
+
+    def _write_through(self, through: list[tuple[torch.Tensor, torch.Tensor, fx.Node, fx.Node | None]],
+                       node: fx.Node) -> None:
+        """The bases an in-place op wrote through their views: each base's new value is its old
+        one with the view's new value scattered in (functionalization's rule), so it keeps its
+        history instead of re-anchoring as a stale leaf whose float64 value is the arm's own (a
+        gradient filled element by element). The view op's own scatter where the view was taken
+        of the base directly (`select_scatter` for `g[i]`), else the view's place in the base's
+        memory (`as_strided_scatter`)."""
+        for view, base, base_node, view_node in through:
+            entry = self.producers.get(view)
+            if entry is None or entry[0] is not node:
+                continue
+            twin = (VIEW_SCATTERS.get(view_node.target) if view_node is not None and view_node.op == "call_function"
+                    and view_node.args and view_node.args[0] is base_node else None)
+            if twin is not None:
+                scatter = self.graph.call_function(twin, (base_node, node, *view_node.args[1:]), dict(view_node.kwargs))
+            else:
+                scatter = self.graph.call_function(torch.ops.aten.as_strided_scatter.default,
+                                                   (base_node, node, list(view.shape), list(view.stride()),
+                                                    view.storage_offset()))
+            scatter.meta["line"] = node.meta["line"]
+            scatter.meta["dtype"] = base.dtype
+            self._bind(base, scatter)
 
     def _register_written(self, node: fx.Node, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """`node` runs the functional variant of the in-place `func`: its outputs are `func`'s
