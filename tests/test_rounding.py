@@ -163,6 +163,23 @@ def test_writes_through_views_are_replayed_in_every_sample_of_a_stack():
     assert (spread.sigma[spread.reference != 0] > 0).all()
 
 
+@pytest.mark.parametrize("smallest", [2e-5, 1e-8])
+def test_a_pseudoinverse_rounds_as_its_svd_and_drops_what_the_arm_drops(smallest):
+    """`linalg_pinv` reaches the recorder whole: its error is the SVD's, κ·u (σ₅ = 2e-5 of 3:
+    κ = 1.5e5), not a library function's few ulps; and with no cutoff given, the kernel drops
+    singular values below eps·max(m, n)·σ₁ of the arm's dtype (1e-8 of 3, in float32), which
+    a float64 replay at float64's eps would keep and invert."""
+    g = torch.Generator().manual_seed(4)
+    u, _ = torch.linalg.qr(torch.randn(8, 8, generator=g, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(5, 5, generator=g, dtype=torch.float64))
+    a = (u[:, :5] @ torch.diag(torch.tensor([3.0, 1.0, 0.5, 0.2, smallest], dtype=torch.float64)) @ v.T).float()
+    out, spread = spread_of(torch.linalg.pinv, a)
+    judged = judge(out, spread)
+    assert judged.zone == "inside", (judged.statistic, judged.max_sample_stat)
+    if smallest == 1e-8:  # the rank-4 pseudoinverse, as the arm's cutoff makes it
+        assert float(out.abs().max()) < 10 and float(np.abs(spread.mean).max()) < 10
+
+
 def test_a_repeated_product_rounds_as_the_first_so_a_contracted_one_is_outside():
     """gh-122260: exp(x*s - x*s) is exactly 1 however the product rounds, since a kernel rounds
     the same inputs the same way; a fused multiply-add of one product (Triton's contraction)

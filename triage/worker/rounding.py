@@ -117,7 +117,8 @@ LINALG = {"_linalg_det", "linalg_det", "det", "_linalg_slogdet", "linalg_slogdet
           "linalg_solve_triangular", "cholesky_solve", "lu_solve", "linalg_lu_solve", "cholesky_inverse",
           "_linalg_svd", "linalg_svd", "_linalg_eigh", "linalg_eigh", "linalg_eig", "_linalg_eigvals",
           "linalg_qr", "geqrf", "linalg_householder_product", "ormqr", "_linalg_check_errors",
-          "linalg_matrix_exp", "matrix_exp", "linalg_ldl_factor_ex", "linalg_ldl_factor", "linalg_ldl_solve"}
+          "linalg_matrix_exp", "matrix_exp", "linalg_ldl_factor_ex", "linalg_ldl_factor", "linalg_ldl_solve",
+          "linalg_pinv"}
 # Eigen- and singular value decompositions (Householder reduction, then QR iterations or
 # divide and conquer) err further than their √n·u backward-error model: on random float32
 # matrices (n from 2 to 32) the real LAPACK kernel fell outside 199 simulated replays for
@@ -125,7 +126,8 @@ LINALG = {"_linalg_det", "linalg_det", "det", "_linalg_slogdet", "linalg_slogdet
 # perturbed by this multiple of it and their output by SPECTRAL_LIBRARY_U units of roundoff
 # (the vectors' loss of orthogonality, not proportional to 1/gap); with both, none of 150
 # fell outside (bench/RESULTS.md, "The spectral decompositions' backward error").
-SPECTRAL = {"_linalg_svd", "linalg_svd", "_linalg_eigh", "linalg_eigh", "linalg_eig", "_linalg_eigvals"}
+SPECTRAL = {"_linalg_svd", "linalg_svd", "_linalg_eigh", "linalg_eigh", "linalg_eig", "_linalg_eigvals",
+            "linalg_pinv"}  # the pseudoinverse: an SVD inside (eigh where hermitian), reaching the mode whole
 SPECTRAL_BACKWARD = 4.0
 SPECTRAL_LIBRARY_U = 2.0
 # Householder QR's backward error is column-wise γ(mn)·‖aⱼ‖ (Higham, theorem 19.4), wider than
@@ -1607,6 +1609,8 @@ class RoundingMode(TriageDispatchMode):
         if route == "decomposed":
             return self._decompose(func, args, kwargs, in_vd, out_vd)
         if route == "linalg":
+            if name == "linalg_pinv":
+                args, kwargs = _pinv_cutoff_at(in_vd[0] if in_vd else torch.float64, args, kwargs)
             out = self._round_all(func(*self._perturb_matrices(args, BACKWARD_FACTORS.get(name, 1.0)), **kwargs),
                                   out_vd, library=SPECTRAL_LIBRARY_U if name in SPECTRAL else 0.0)
         elif route == "exact":
@@ -2586,6 +2590,21 @@ def _contraction_length(name: str, args: tuple) -> int:
 
 
 _WRITTEN: dict[Any, list[int]] = {}
+
+
+def _pinv_cutoff_at(dtype: torch.dtype, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`linalg_pinv`'s arguments with its default cutoff made explicit at the arm's precision:
+    given neither `atol` nor `rtol`, the kernel drops the singular values below
+    eps·max(m, n)·σ₁ of its input's dtype, which the float64 replay would take at float64's eps
+    (keeping, and inverting, what the arm drops). An explicit cutoff is the same number in both."""
+    schema = ("atol", "rtol", "hermitian")
+    given = dict(zip(schema, args[1:], strict=False)) | kwargs
+    if given.get("atol") is not None or given.get("rtol") is not None or not isinstance(args[0], torch.Tensor):
+        return args, kwargs
+    part = COMPLEX_PARTS.get(dtype, dtype)
+    eps = torch.finfo(part).eps if isinstance(part, torch.dtype) and part.is_floating_point else 2.0 ** -52
+    rtol = torch.tensor(eps * max(args[0].shape[-2], args[0].shape[-1], 1), dtype=torch.float64)
+    return (args[0],), {"atol": None, "rtol": rtol, "hermitian": bool(given.get("hermitian", False))}
 
 
 def _written(op: Any) -> list[int]:
