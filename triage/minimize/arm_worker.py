@@ -39,12 +39,14 @@ class WorkerFailed(Exception):
 class ArmWorker:
     def __init__(self, arm: ArmSpec, graph_dir: str, memory_bytes: int, startup_timeout_s: float = 180.0,
                  shared: list[str] | None = None, isolation: str = "auto", compile_dir: str | None = None,
-                 python: str | None = None, script_backend: dict[str, str] | None = None) -> None:
+                 python: str | None = None, script_backend: dict[str, str] | None = None,
+                 reading: list[str] | None = None) -> None:
         """`shared`: directories the worker may write (values passed between the two arms'
-        workers); it reads `graph_dir` and writes its own scratch directory, nothing else, but
-        for `compile_dir`, the triage run's compile cache (the arms' own, so a compile arm's
-        worker starts warm).  `python`: the arm's interpreter (run.worker_python).
-        `script_backend`: {"name", "definitions"} of the script's own compile backend."""
+        workers), `reading`: directories it may only read (the other worker's values); it reads
+        `graph_dir` and writes its own scratch directory, nothing else, but for `compile_dir`,
+        the triage run's compile cache (the arms' own, so a compile arm's worker starts warm).
+        `python`: the arm's interpreter (run.worker_python). `script_backend`: {"name",
+        "definitions"} of the script's own compile backend, whose code the worker runs."""
         self.arm = arm
         self.script_backend = script_backend
         self.python = python or sys.executable
@@ -62,7 +64,7 @@ class ArmWorker:
         self.workdir = tempfile.mkdtemp(prefix="triage-warm-")
         cache = compile_dir or os.path.join(self.workdir, "compile")
         self.jail = Confinement(scratch=self.workdir, workdir=os.path.join(self.workdir, "work"),
-                                readable=[os.path.abspath(graph_dir)],
+                                readable=[os.path.abspath(graph_dir)] + [os.path.abspath(r) for r in reading or []],
                                 writable=list(shared or []) + ([compile_dir] if compile_dir else []),
                                 accelerators=arm.device != "cpu")
         self.compile_env = {"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": os.path.join(cache, "triton")}

@@ -10,6 +10,8 @@ value differs between the arms with the same `DivergenceKind` the minimizer pres
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from triage.extract import extract_repro
 from triage.model import ArmRun, ArmSpec, DivergenceKind
 from triage.numerics.errors import divergence_kind
 from triage.settings import RunSettings
+from triage.untrusted import UntrustedOutput, open_regular
+from triage.worker.protocol import INPUTS_FILE
 
 SCRIPT_NAME = "minimal.py"
 
@@ -40,18 +44,45 @@ def script_style(a: ArmSpec, b: ArmSpec) -> tuple[str, list[str]]:
 
 
 def render(worker: Any, plan_request: dict[str, Any], a: ArmSpec, b: ArmSpec, kind: DivergenceKind,
-           directory: Path, timeout_s: float, overrides: dict[str, Any] | None = None) -> tuple[str | None, dict[str, Any]]:
-    """Ask arm A's worker for the script (`overrides`: the reduced inputs); (error, reply)."""
+           rendered: Path, directory: Path, timeout_s: float,
+           overrides: dict[str, Any] | None = None) -> tuple[str | None, dict[str, Any]]:
+    """Ask arm A's worker for the script (`overrides`: the reduced inputs); (error, reply). The
+    worker writes the inputs too large for literals into `rendered`, its own folder; triage
+    writes the script it was sent, and a copy of that inputs file, into `directory`, its own:
+    by descriptor, never through a link, and nothing of a name it does not expect."""
     style, devices = script_style(a, b)
     compiled = b if b.mode == "compile" else a
     request = dict(plan_request, cmd="render", style=style, devices=devices, backend=compiled.backend,
                    arms=[a.spec, b.spec], knobs=[list(a.knobs), list(b.knobs)], kind=kind.describe(),
-                   dir=str(directory))
+                   dir=str(rendered))
     header, _ = worker.request(request, timeout_s, arrays=overrides)
     if not header.get("ok"):
         return f"{header.get('lost') or header.get('error')}", header
-    (directory / SCRIPT_NAME).write_text(header["script"])
+    try:
+        with _created(directory / SCRIPT_NAME) as out:
+            out.write(str(header["script"]).encode())
+        if (rendered / INPUTS_FILE).exists() or (rendered / INPUTS_FILE).is_symlink():
+            with open_regular(rendered / INPUTS_FILE, MAX_INPUTS_BYTES) as src, _created(directory / INPUTS_FILE) as out:
+                shutil.copyfileobj(src, out)
+    except (OSError, UntrustedOutput) as e:
+        return f"the script's files could not be written: {e}", header
     return None, header
+
+
+# The reduced inputs too large for literals: at most the value budget the minimizer records.
+MAX_INPUTS_BYTES = 1 << 30
+
+
+def _created(path: Path) -> Any:
+    """A new regular file at `path`, opened for writing, never through a link: what was there
+    (an earlier run's script in a folder given with --minimal-dir) is removed first, a link
+    itself and not what it names."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.fdopen(os.open(path, flags, 0o644), "wb")
+    except FileExistsError:
+        os.unlink(path)
+        return os.fdopen(os.open(path, flags, 0o644), "wb")
 
 
 def verify(directory: Path, a: ArmSpec, b: ArmSpec, target: DivergenceKind, options: RunSettings,

@@ -12,7 +12,6 @@ Every step that cannot proceed says why in a note; none of them raises.
 from __future__ import annotations
 
 import concurrent.futures
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -82,7 +81,11 @@ def _minimize(comparison: Comparison, run_options: RunSettings, options: Minimiz
     cone = graph.cone(obs_a.node)
     if target is None or not cone:
         raise NotMinimized("Not minimized: the diverging value is a recorded input, not computed by an op.")
+    # Arm A's worker writes the recorded values here, and arm B's reads them. B may run the
+    # script's own code (its compile backend), so it writes nothing A or triage reads: A renders
+    # into a folder of its own, and triage writes the script it is sent into its own folder.
     scratch = Path(tempfile.mkdtemp(prefix="triage-values-"))
+    rendered = Path(tempfile.mkdtemp(prefix="triage-render-"))
     started = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -95,7 +98,9 @@ def _minimize(comparison: Comparison, run_options: RunSettings, options: Minimiz
     written = False
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(ArmWorker, spec, run_a.graph_dir, options.memory_bytes, shared=[str(scratch)],
+            futures = [pool.submit(ArmWorker, spec, run_a.graph_dir, options.memory_bytes,
+                                   shared=[str(scratch), str(rendered)] if spec is spec_a else [],
+                                   reading=[] if spec is spec_a else [str(scratch)],
                                    isolation=run_options.isolation, compile_dir=run_options.compile_cache,
                                    python=worker_python(spec, run_options),
                                    script_backend=script_backend if spec is spec_b else None)
@@ -161,19 +166,12 @@ def _minimize(comparison: Comparison, run_options: RunSettings, options: Minimiz
         reporter.minimize_step("render")
         directory = Path(options.directory or tempfile.mkdtemp(prefix="triage-minimal-"))
         directory.mkdir(parents=True, exist_ok=True)
-        # The worker writes where its sandbox lets it (the shared scratch folder); the parent
-        # moves the script and its inputs file out, regular files only.
-        rendered = scratch / "render"
-        rendered.mkdir()
         error, reply = standalone.render(a, plan.request(script_backend=script_backend), spec_a, spec_b, target,
-                                         rendered, options.query_timeout_s,
+                                         rendered, directory, options.query_timeout_s,
                                          problem.overrides_for(plan))
         if error:
             raise NotMinimized(f"Minimized to {len(ops)} op(s), but writing the script failed: {error}.")
         _set_float64_lines(result.ablations, problem.graph.ordered(ops), reply.get("float64_lines") or {})
-        for produced in rendered.iterdir():
-            if produced.is_file() and not produced.is_symlink():
-                shutil.move(str(produced), directory / produced.name)
         written = True
         lap("render")
         queries, seconds = problem.queries, time.monotonic() - started
@@ -181,6 +179,7 @@ def _minimize(comparison: Comparison, run_options: RunSettings, options: Minimiz
         for w in workers:
             w.close()
         remove_tree(scratch)
+        remove_tree(rendered)
         if directory is not None and not written:
             _discard(directory, options)
     reporter.minimize_step("verify")

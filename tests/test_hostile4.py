@@ -1,0 +1,100 @@
+"""The fourth hostile-input review (28 cases: the minimizer's workers, the process sandbox,
+triage's own memory and time on what an arm or a reporter hands it, invisible characters),
+each attack made on purpose here so that it stays stopped on any machine.
+"""
+from __future__ import annotations
+
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_triage
+
+# A compile backend that rewrites expm1 as exp - 1 (a real divergence to minimize), whose
+# definitions the minimizer runs in the compile arm's warm worker. From there it plants, in
+# every triage folder it can see, a `render` folder and links named like the files triage
+# writes, each pointing at a host path.
+PLANTING_BACKEND = textwrap.dedent("""\
+    import os
+    import re
+    import threading
+    import time
+
+    import torch
+
+    TARGET = {target!r}
+
+
+    def _plant():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                mounts = open("/proc/self/mountinfo").read()
+            except OSError:
+                mounts = ""
+            folders = set(re.findall(r"(/[^ ]*?triage-[a-z]+-[A-Za-z0-9_]{{8}})", mounts))
+            for folder in folders:
+                for place in (folder, os.path.join(folder, "render")):
+                    try:
+                        os.makedirs(place, exist_ok=True)
+                    except OSError:
+                        continue
+                    for name in ("minimal.py", "minimal_inputs.pt"):
+                        try:
+                            os.symlink(TARGET, os.path.join(place, name))
+                        except OSError:
+                            pass
+            time.sleep(0.005)
+
+
+    _STARTED = []
+
+
+    def exp_minus_one_backend(gm, example_inputs):
+        if not _STARTED:
+            _STARTED.append(threading.Thread(target=_plant, daemon=True))
+            _STARTED[0].start()
+        for node in list(gm.graph.nodes):
+            if node.op == "call_function" and node.target is torch.expm1:
+                with gm.graph.inserting_before(node):
+                    e = gm.graph.call_function(torch.exp, node.args)
+                    sub = gm.graph.call_function(torch.sub, (e, 1.0))
+                node.replace_all_uses_with(sub)
+                gm.graph.erase_node(node)
+        gm.recompile()
+        return gm.forward
+
+
+    def f(x):
+        return torch.expm1(x) * 2.0
+
+
+    x = torch.linspace(-1e-3, 1e-3, 101)
+    print(torch.compile(f, backend=exp_minus_one_backend)(x)[:4])
+""")
+
+
+@pytest.mark.slow
+def test_the_script_s_backend_in_the_minimizer_writes_nothing_triage_reads(tmp_path):
+    """Case 001/002: the minimizer runs the script's backend in the compile arm's worker,
+    which once shared a writable folder with the worker that renders the minimal script, and
+    triage wrote the script there by path (through a link the backend planted: any host file,
+    with triage's permissions), or failed on a folder the backend made first (no report). The
+    backend's worker now only reads the values it is given, and triage writes the script it
+    is sent into its own folder, by descriptor."""
+    target = Path(f"/tmp/triage-test-canary-{uuid.uuid4().hex}")
+    script = tmp_path / "repro.py"
+    script.write_text(PLANTING_BACKEND.format(target=str(target)))
+    try:
+        code, report, _, output = run_triage(script, "cpu,cpu/compile", tmp_path, "--no-ablate", "--no-reference",
+                                             "--minimal", str(tmp_path / "minimal.py"), "--quiet")
+        assert not target.exists() and not target.is_symlink(), output[-2000:]
+        assert report is not None and code == 0, output[-2000:]
+        minimal = report.get("minimal") or {}
+        assert minimal.get("verified") is True and minimal.get("ops") == ["aten.expm1"], (minimal, output[-2000:])
+        assert (tmp_path / "minimal.py").is_file() and not (tmp_path / "minimal.py").is_symlink()
+    finally:
+        if target.exists() or target.is_symlink():
+            target.unlink()
