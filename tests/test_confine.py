@@ -365,7 +365,9 @@ def test_tcp_bind_and_connect(tmp_path, deny_tcp):
         """, writable=[str(tmp_path)], deny_tcp=deny_tcp)
     assert out["held"]["network"] is deny_tcp
     assert (out["connect"], out["bind"]) == (("EACCES", "EACCES") if deny_tcp else ("ok", "ok"))
-    assert out["udp"] == "ok"  # Landlock governs TCP only
+    # Landlock governs TCP only: with it, seccomp refuses the UDP socket (hostile-4 010).
+    assert out["udp"] == ("EACCES" if deny_tcp and out["held"]["sockets"] else "ok")
+    assert out["held"]["sockets"] is (deny_tcp and out["held"]["seccomp"])
 
 
 @needs_landlock
@@ -375,7 +377,7 @@ def test_held_names_what_held(tmp_path):
     bare = run_confined("", writable=[str(tmp_path)], seccomp=False)["held"]
     landlock = f"Landlock ABI {ABI} (filesystem"
     assert full["description"] == landlock + (", TCP denied" if ABI >= 4 else "") + (
-        ", signals and abstract sockets scoped" if ABI >= 6 else "") + "), seccomp"
+        ", signals and abstract sockets scoped" if ABI >= 6 else "") + "), seccomp (no IP sockets)"
     assert full["seccomp"] and (ABI >= 6) == (full["why_not"] == [])
     assert not bare["seccomp"] and not bare["network"] and bare["description"].startswith(landlock)
     assert bare["why_not"][-2:] == ["TCP is not denied: not requested.", "seccomp does not hold: not requested."]
@@ -486,3 +488,14 @@ def test_the_filter_program(machine):
         assert _run_bpf(program, nr, arch.audit) == SECCOMP_RET_ALLOW, nr
     assert _run_bpf(program, 0, 0x40000003) == SECCOMP_RET_KILL_PROCESS  # i386
     assert _run_bpf(program, 0x40000000 | 0, arch.audit) == (eperm if arch.x32 else SECCOMP_RET_ALLOW)
+    # With sockets refused: IPv4, IPv6 and packet sockets fail, unix ones and every other call as before.
+    sockets = _filter(arch, sockets=True)
+    for domain in (2, 10, 17):
+        assert _run_bpf(sockets, arch.socket, arch.audit, arg0=domain) == SECCOMP_RET_ERRNO | errno.EACCES, domain
+    for domain in (1, 16):  # AF_UNIX (multiprocessing), AF_NETLINK
+        assert _run_bpf(sockets, arch.socket, arch.audit, arg0=domain) == SECCOMP_RET_ALLOW, domain
+    for nr in set(range(600)) - denied - {arch.clone, arch.socket}:
+        assert _run_bpf(sockets, nr, arch.audit) == SECCOMP_RET_ALLOW, nr
+    for name, nr in arch.denied.items():
+        assert _run_bpf(sockets, nr, arch.audit) == eperm, name
+    assert _run_bpf(sockets, arch.clone, arch.audit, arg0=0x10000000 | 17) == eperm

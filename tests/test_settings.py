@@ -115,8 +115,9 @@ def test_run_and_sweep_build_the_same_settings_from_the_same_flags(tmp_path, mon
     script = tmp_path / "s.py"
     script.write_text("x = 1\n")
     ran = CliRunner().invoke(cli.main, ["run", str(script), "--arms", "cpu", "--quiet", *_flags(), "--", "--x"])
+    # The flags include --isolation process, which a sweep takes only knowingly (the local Ray's sockets).
     swept = CliRunner().invoke(cli.main, ["sweep", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet",
-                                          *_flags()])
+                                          "--allow-weak-sandbox", *_flags()])
     assert isinstance(ran.exception, _Stop) and isinstance(swept.exception, _Stop), (ran.output, swept.output)
     # `run` adds the script's arguments; an arm on this torch needs no other interpreter.
     assert seen["run"] == _from_flags(script_args=("--x",))

@@ -387,7 +387,8 @@ def issue_command(ref: str | None, event_path: str | None, post: bool, allow_wea
               help="Comment each swept issue's report on it (GITHUB_TOKEN from the environment), as `triage issue "
                    "--post` does: one comment per issue, updated in place.")
 @click.option("--allow-weak-sandbox", is_flag=True,
-              help="Allow --post although arms would run in the process sandbox only.")
+              help="Sweep (and --post) although arms would run in the process sandbox only, where an arm can "
+                   "reach the local Ray's unix sockets.")
 @click.option("--cpus-per-arm", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
               help="CPUs an item asks Ray for, per arm: below 1, more items run at once than the node has "
                    "cores, which their waits leave room for (bench/sweep.py).")
@@ -449,6 +450,12 @@ def sweep_command(sources: tuple[str, ...], out_dir: str, db_path: str | None, l
     if ray_address and not how.strong:
         raise click.UsageError(f"refusing to join a Ray cluster with arms in the {how.detail}: an arm could read "
                                "the cluster's token and reach its control plane. Install bubblewrap on every node.")
+    if not how.strong and not allow_weak_sandbox:
+        # Landlock does not check connect() to a unix socket by its path: an arm would reach
+        # the local Ray's raylet and object store, whose tasks run outside every sandbox.
+        raise click.UsageError(f"refusing to sweep with arms in the {how.detail}: an arm could reach the local Ray's "
+                               "unix sockets and run code outside it. Install bubblewrap, or pass "
+                               "--allow-weak-sandbox.")
     _check_output_path("--json", json_path)
     options = SweepOptions(sources=list(sources), out_dir=out_dir, torch=releases,
                            db_path=db_path or os.path.join(out_dir, "results.sqlite"), arms=arms, limit=limit,

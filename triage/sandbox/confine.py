@@ -13,7 +13,9 @@ and the host.  Each mechanism, and why it is there:
   under `readable`, and use the device nodes under `devices` without creating any.  The
   kernel checks the object a path resolves to, so symlinks and `..` lead nowhere new.
 - Landlock, TCP (ABI 4, on request): no TCP bind or connect at all, for a process that has
-  no business on the network even where no network namespace isolates it.
+  no business on the network even where no network namespace isolates it. With it, on the
+  same request, seccomp refuses to make an IP or packet socket at all: Landlock knows TCP
+  only, and a UDP datagram reaches the host's loopback and beyond as well.
 - Landlock, scopes (ABI 6): no signal to a process outside the domain (triage, the fork
   server, anything else of the same user) and no connection to an abstract unix socket bound
   outside it: those have no file for the filesystem rules to deny, and belong to the network
@@ -102,6 +104,8 @@ X32_SYSCALL_BIT = 0x40000000
 # clone(2) flags that create namespaces (CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER,
 # NEWPID, NEWNET); all in the low word of the flags.
 CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+# socket(2) domains that reach a network: IPv4, IPv6, raw packets (AF_INET, AF_INET6, AF_PACKET).
+NETWORK_DOMAINS = (2, 10, 17)
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,7 @@ class _Arch:
     seccomp: int
     clone: int
     clone3: int
+    socket: int
     x32: bool  # a second syscall ABI (x32) shares the audit arch, told apart by X32_SYSCALL_BIT
     denied: Mapping[str, int]
 
@@ -117,7 +122,7 @@ class _Arch:
 # From the kernel's tables (arch/x86/entry/syscalls/syscall_64.tbl; the generic
 # include/uapi/asm-generic/unistd.h for arm64, which has no iopl/ioperm).
 ARCHES = {
-    "x86_64": _Arch(0xC000003E, seccomp=317, clone=56, clone3=435, x32=True, denied={
+    "x86_64": _Arch(0xC000003E, seccomp=317, clone=56, clone3=435, socket=41, x32=True, denied={
         "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "keyctl": 250, "add_key": 248,
         "request_key": 249, "perf_event_open": 298, "userfaultfd": 323, "bpf": 321, "mount": 165, "umount2": 166,
         "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "open_by_handle_at": 304,
@@ -126,7 +131,7 @@ ARCHES = {
         "finit_module": 313, "delete_module": 176, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
         "quotactl": 179, "iopl": 172, "ioperm": 173, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "lookup_dcookie": 212}),
-    "aarch64": _Arch(0xC00000B7, seccomp=277, clone=220, clone3=435, x32=False, denied={
+    "aarch64": _Arch(0xC00000B7, seccomp=277, clone=220, clone3=435, socket=198, x32=False, denied={
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "keyctl": 219, "add_key": 217,
         "request_key": 218, "perf_event_open": 241, "userfaultfd": 282, "bpf": 280, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268, "open_by_handle_at": 265,
@@ -151,6 +156,7 @@ class Held:
     scoped: bool  # Landlock scopes: signals and abstract unix sockets stay inside the domain
     seccomp: bool  # the seccomp deny list is loaded
     why_not: tuple[str, ...]  # one sentence per mechanism that did not hold, and why
+    sockets: bool = False  # seccomp refuses IP and packet sockets (UDP included)
 
     def describe(self) -> str:
         parts = []
@@ -162,7 +168,7 @@ class Held:
                 scope.append("signals and abstract sockets scoped")
             parts.append(f"Landlock ABI {self.landlock_abi} ({', '.join(scope)})")
         if self.seccomp:
-            parts.append("seccomp")
+            parts.append("seccomp (no IP sockets)" if self.sockets else "seccomp")
         return ", ".join(parts) or "no kernel confinement"
 
     def as_dict(self) -> dict[str, Any]:
@@ -199,7 +205,7 @@ def confine(*, writable: Sequence[str], readable: Sequence[str], devices: Sequen
     if held.filesystem:
         _landlock(held.landlock_abi, writable, readable, devices, held.network, held.scoped)
     if held.seccomp and arch is not None:
-        _seccomp(arch)
+        _seccomp(arch, held.sockets)
     return held
 
 
@@ -236,7 +242,7 @@ def _plan(deny_tcp: bool, seccomp: bool) -> tuple[Held, _Arch | None]:
     else:
         filtered = True
     return Held(landlock_abi=abi, filesystem=bool(abi), network=network, scoped=scoped, seccomp=filtered,
-                why_not=tuple(why_not)), arch
+                why_not=tuple(why_not), sockets=filtered and deny_tcp), arch
 
 
 class _CapHeader(ctypes.Structure):
@@ -336,10 +342,12 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _filter(arch: _Arch) -> bytes:
-    """The classic-BPF program: jumps name one of the returns at its end, resolved to offsets."""
+def _filter(arch: _Arch, sockets: bool = False) -> bytes:
+    """The classic-BPF program: jumps name one of the returns at its end, resolved to offsets.
+    `sockets`: socket(2) in a NETWORK_DOMAINS domain fails with EACCES (as Landlock's TCP
+    denial does)."""
     returns = {"allow": SECCOMP_RET_ALLOW, "eperm": SECCOMP_RET_ERRNO | errno.EPERM,
-               "enosys": SECCOMP_RET_ERRNO | errno.ENOSYS}
+               "enosys": SECCOMP_RET_ERRNO | errno.ENOSYS, "eacces": SECCOMP_RET_ERRNO | errno.EACCES}
     body: list[tuple[int, int | str, int | str, int]] = [
         (BPF_LD_W_ABS, 0, 0, SECCOMP_ARCH),
         (BPF_JEQ_K, 1, 0, arch.audit),
@@ -350,6 +358,11 @@ def _filter(arch: _Arch) -> bytes:
     if arch.x32:
         body.append((BPF_JGE_K, "eperm", 0, X32_SYSCALL_BIT))
     body += [(BPF_JEQ_K, "eperm", 0, nr) for nr in sorted(arch.denied.values())]
+    if sockets:  # socket(domain, …): past the domain checks when it is another call
+        body += [(BPF_JEQ_K, 0, 1 + len(NETWORK_DOMAINS), arch.socket),
+                 (BPF_LD_W_ABS, 0, 0, SECCOMP_ARG0_LOW)]
+        body += [(BPF_JEQ_K, "eacces", 0, domain) for domain in NETWORK_DOMAINS[:-1]]
+        body += [(BPF_JEQ_K, "eacces", "allow", NETWORK_DOMAINS[-1])]
     body += [(BPF_JEQ_K, "enosys", 0, arch.clone3),
              (BPF_JEQ_K, 0, "allow", arch.clone),
              (BPF_LD_W_ABS, 0, 0, SECCOMP_ARG0_LOW),
@@ -366,8 +379,8 @@ def _filter(arch: _Arch) -> bytes:
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 
 
-def _seccomp(arch: _Arch) -> None:
-    code = _filter(arch)
+def _seccomp(arch: _Arch, sockets: bool) -> None:
+    code = _filter(arch, sockets)
     buffer = ctypes.create_string_buffer(code, len(code))
     prog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     # TSYNC: every thread of the process gets the filter, not the calling one only.
