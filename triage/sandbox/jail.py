@@ -241,6 +241,14 @@ def kernel_mechanisms(namespace: bool) -> str:
                                             else "it can read what this user can read and write where this user can"))
     if not namespace and not held.network:
         parts.append("it can reach the network")
+    elif not namespace and not held.sockets:
+        parts.append("UDP reaches the network (TCP only is denied)")
+    if not namespace:
+        # No mount namespace: these are the host's. POSIX semaphores (multiprocessing, a
+        # DataLoader's workers) need /dev/shm writable, and Landlock does not check connect()
+        # to a unix socket by its path.
+        parts.append("the host's /dev/shm is shared (readable and writable) and a daemon's unix socket "
+                     "(ssh-agent, Docker, a local Ray) is reachable where this user's permissions allow")
     if not held.seccomp:
         parts.append("no seccomp filter: only the dropped capabilities stand between it and ptrace, "
                      "namespaces and the keyring" if namespace else "no seccomp filter")
