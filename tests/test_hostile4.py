@@ -98,3 +98,56 @@ def test_the_script_s_backend_in_the_minimizer_writes_nothing_triage_reads(tmp_p
     finally:
         if target.exists() or target.is_symlink():
             target.unlink()
+
+
+def test_a_long_printed_line_is_read_in_one_pass(monkeypatch):
+    """Cases 050–052: 50,000 bracketed values in one printed line (an issue's output block,
+    --reported, the script's own output). The next `tensor(` was searched for from every
+    bracket, each search to the line's end (minutes); now once per `tensor(` passed."""
+    from triage.reported import printed
+
+    searches = []
+    pattern = printed._TENSOR_START
+
+    class Counting:
+        def search(self, text, pos=0):
+            searches.append(pos)
+            return pattern.search(text, pos)
+
+    monkeypatch.setattr(printed, "_TENSOR_START", Counting())
+    spans = printed._bracketed("tensor([1.5, 2.5]) " + "[0] " * 5000 + "tensor([3.5])")
+    assert len(spans) == 5002 and spans[0][2] == spans[-1][2] == "tensor"
+    assert len(searches) <= 3, len(searches)
+
+
+def test_a_reporter_s_output_of_thousands_of_values_keeps_the_first_and_says_so():
+    """Every value of such a line was kept with its whole line (a 30 MB report), and each
+    one's line was re-read whole (`_shown`, the device it names): the first
+    MAX_REPORTED_VALUES are lined up, the source says how many there were."""
+    from triage.model import ArmRun
+    from triage.reported import MAX_REPORTED_VALUES, SHOWN_CHARS, _shown, judge_reported
+
+    run = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok", observables=[], leaves=[], conditioning=[],
+                 exception=None, failure=None, stdout="[0] " * 3000)
+    reported = judge_reported(run, "GPU: " + "[0] " * 3000, "the issue body", "cuda", "GPU named", {})
+    assert len(reported.values) == MAX_REPORTED_VALUES
+    assert reported.source == f"the issue body (its first {MAX_REPORTED_VALUES:,} of 3,000 printed values)"
+    assert all(len(v.record) <= SHOWN_CHARS and v.device == "cuda" for v in reported.values)
+    for text in ("a  b\n c", "x" * 500, " ".join(["ab"] * 200), ""):
+        words = " ".join(text.split())
+        assert _shown(text) == (words if len(words) <= SHOWN_CHARS else words[:SHOWN_CHARS - 1] + "…")
+
+
+def test_a_fifo_given_as_reported_output_is_refused_not_waited_on(tmp_path):
+    """Case 053: --reported naming a FIFO with no writer hung triage before any arm ran."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "reported"
+    os.mkfifo(fifo)
+    script = tmp_path / "repro.py"
+    script.write_text("print(1)\n")
+    done = subprocess.run([sys.executable, "-m", "triage", "run", str(script), "--reported", str(fifo), "--arms", "cpu"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "not a regular file" in done.stderr, done.stderr[-1000:]

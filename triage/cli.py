@@ -6,6 +6,7 @@ import dataclasses
 import os
 import re
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -203,7 +204,11 @@ def _reported_file(path: str) -> Any:
     from triage.model import ReporterOutput
 
     try:
-        with open(path, "rb") as f:
+        # Not blocking in open(): a FIFO with no writer would hang triage before any arm ran.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise click.UsageError(f"--reported {path}: not a regular file")
+            os.set_blocking(f.fileno(), True)
             data = f.read(MAX_REPORTED_BYTES + 1)
     except OSError as e:
         raise click.UsageError(f"--reported {path}: cannot read it ({e.strerror})") from None

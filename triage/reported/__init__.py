@@ -18,6 +18,7 @@ is listed, never guessed.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -32,6 +33,9 @@ from triage.reported.printed import PrintedGroup, PrintedNumber, parse_output
 __all__ = ["judge_reported", "model_words", "reported_judgement", "reported_lines", "reporter_device"]
 
 MAX_REPORTED_CHARS = 1_000_000
+# The printed values lined up and judged, in order: an output block of 50,000 bracketed
+# values would make a report of tens of megabytes, every value with its line.
+MAX_REPORTED_VALUES = 1000
 SHOWN_CHARS = 200
 MAX_EVIDENCE_VALUES = 12  # a verdict's evidence holds at most 50 lines (report.schema.json)
 
@@ -85,7 +89,10 @@ def judge_reported(run: ArmRun | None, text: str, source: str, device: str, devi
     tied: list[tuple[ReportedValue, PrintedGroup, PrintedGroup | None, Observable, list[int]]] = []
     unprinted: list[tuple[ReportedValue, PrintedGroup]] = []
     after = -1
-    for pair in pair_groups(records, here):
+    pairs = pair_groups(records, here)
+    if len(pairs) > MAX_REPORTED_VALUES:
+        reported.source += f" (its first {MAX_REPORTED_VALUES:,} of {len(pairs):,} printed values)"
+    for pair in pairs[:MAX_REPORTED_VALUES]:
         value = ReportedValue(printed=_shown(pair.reported.text), record=_shown(pair.record.text),
                               numbers=len(pair.reported.numbers), how=pair.how,
                               device=_value_device(pair.reported, pair.context))
@@ -153,6 +160,13 @@ def _value_device(group: PrintedGroup, record: str) -> str | None:
     `GPU:`). None: it does not say (a CPU tensor may hold what a GPU computed, `.cpu()`)."""
     if group.kind == "tensor" and group.device and group.device.startswith("cuda"):
         return "cuda"
+    return _named_device(record)
+
+
+@functools.lru_cache(maxsize=64)
+def _named_device(record: str) -> str | None:
+    """The device a printed line's own words name, once per line: every value of a long line
+    (an output block of 50,000 bracketed values) asks for the same one."""
     cpu = re.search(r"\bCPU\b", record, re.IGNORECASE) is not None
     gpu = re.search(r"\b(GPU|CUDA)\b", record, re.IGNORECASE) is not None
     return "cpu" if cpu and not gpu else "cuda" if gpu and not cpu else None
@@ -208,8 +222,16 @@ def _same(a: PrintedNumber, b: PrintedNumber) -> bool:
 
 
 def _shown(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
+    """`text` on one line, cut at SHOWN_CHARS: read only as far as that (a 200 KB line is
+    shown for each of its values)."""
+    words: list[str] = []
+    length = -1
+    for word in re.finditer(r"\S+", text):
+        words.append(word.group())
+        length += len(words[-1]) + 1
+        if length > SHOWN_CHARS:
+            return " ".join(words)[:SHOWN_CHARS - 1] + "…"
+    return " ".join(words)
 
 
 def reported_judgement(j: Judgement) -> str:

@@ -183,8 +183,12 @@ def _bracketed(text: str) -> list[tuple[int, int, str]]:
     """Spans of tensor(...)/array(...) reprs and of bare bracketed lists, in order."""
     spans: list[tuple[int, int, str]] = []
     i = 0
+    # The next `tensor(` at or after i, searched for again only once i passed it: a search from
+    # every bracket of a long output with none scans to its end each time (minutes on 200 KB).
+    m = _TENSOR_START.search(text)
     while i < len(text):
-        m = _TENSOR_START.search(text, i)
+        if m is not None and m.start() < i:
+            m = _TENSOR_START.search(text, i)
         bracket = text.find("[", i)
         if m and (bracket < 0 or m.start() <= bracket):
             end = _closing(text, m.end() - 1)
