@@ -151,3 +151,37 @@ def test_a_fifo_given_as_reported_output_is_refused_not_waited_on(tmp_path):
     done = subprocess.run([sys.executable, "-m", "triage", "run", str(script), "--reported", str(fifo), "--arms", "cpu"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2 and "not a regular file" in done.stderr, done.stderr[-1000:]
+
+
+def test_json_an_arm_wrote_is_refused_past_its_value_budget_before_it_is_parsed(tmp_path):
+    """Case 031: a result.json of 20 million empty lists (64 MiB) was parsed whole (2.8 GiB in
+    triage's own process) before its shape was checked; its values are counted in the bytes."""
+    from triage.untrusted import MAX_JSON_VALUES, UntrustedOutput, json_values, read_json
+
+    flood = tmp_path / "result.json"
+    flood.write_bytes(b"[" + b"[]," * MAX_JSON_VALUES + b"[]]")
+    with pytest.raises(UntrustedOutput, match="holds more than"):
+        read_json(flood, 64 << 20)
+    assert json_values(b'{"a": [1, 2, {"b": []}]}') >= 6
+    small = tmp_path / "small.json"
+    small.write_text('{"observables": [[], [1, 2]]}')
+    assert read_json(small, 1 << 20) == {"observables": [[], [1, 2]]}
+
+
+def test_the_control_pipe_keeps_a_bounded_number_of_values(monkeypatch):
+    """Case 030: 64 MiB of small JSON objects on the control pipe were all kept (1.6 GiB in
+    triage's own process); past MAX_CONTROL_VALUES, lines are read and dropped."""
+    import os
+    import time
+
+    from triage.sandbox import process
+
+    monkeypatch.setattr(process, "MAX_CONTROL_VALUES", 100)
+    read, write = os.pipe()
+    channel = process.ControlChannel(read, process.Limits(timeout_s=60, memory_bytes=1 << 30, output_bytes=1 << 20),
+                                     time.monotonic(), None)
+    with os.fdopen(write, "wb") as f:
+        for _ in range(10):
+            f.write(b'{"x": [' + b"[]," * 9 + b'[]]}\n')  # 22 values by the bytes' count
+    channel.thread.join(10)
+    assert [len(m["x"]) for m in channel.messages] == [10] * 4

@@ -145,6 +145,19 @@ def test_a_count_of_elements_two_formulas_round_apart_is_simulated_not_read_off_
     assert judge(torch.tensor(5000), spread).zone == "outside"
 
 
+@pytest.mark.parametrize("bits", [torch.int32, torch.int16])
+def test_a_float_s_bits_read_as_integers_are_not_judged(bits):
+    """`x.view(torch.int32)` reads a float32's bits: its float64 stand-in has other bits (and,
+    as int16, twice as many elements). Not judged, rather than a spread of float64's bits, or
+    the arm's worker failing on the shapes (gh-194347's repro printed its results' bits)."""
+    from conftest import recorded
+
+    graph, wanted, dtypes, _ = recorded(lambda x: (x * 1.5).view(bits), torch.tensor([0.1, -2.0]))
+    (name, _), = wanted.items()
+    spread = simulate_rounding(graph, wanted, SimulationOptions(samples=9), dtypes).spreads[name]
+    assert spread.status == "not-judged" and "bits" in spread.reason, spread.reason
+
+
 def test_writes_through_views_are_replayed_in_every_sample_of_a_stack():
     """A buffer filled through views of its views (`as_strided_scatter`, by the view's place in
     memory) and of itself (`select_scatter`, `diagonal_scatter`): in a stack of samples each

@@ -25,6 +25,12 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 
 MAX_JSON_DEPTH = 64
+# Values (containers and scalars) a JSON document may hold: parsed, each is a Python object of
+# 30-60 bytes, so 64 MiB of `[],` is 22 million lists and gigabytes in triage's own process,
+# built before any check sees the document's shape. Counted in the bytes first (every value
+# but the last is followed by a comma, every container opens with a bracket; brackets and
+# commas inside strings count too, which only errs toward refusing).
+MAX_JSON_VALUES = 4_000_000
 MAX_INT_DIGITS = 40  # JSON integers beyond this are refused (Python would parse 4,300 digits)
 MAX_NPY_HEADER_BYTES = 10000  # numpy's own default limit for the header it parses
 NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex: no objects, strings, records
@@ -283,12 +289,15 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     return data
 
 
-def read_json(path: str | os.PathLike[str], max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """The JSON document in `path`: at most `max_bytes`, nested at most `max_depth` deep, with
-    integers of at most MAX_INT_DIGITS digits (NaN and ±Infinity are read as floats, as the
-    worker writes them)."""
+def read_json(path: str | os.PathLike[str], max_bytes: int, max_depth: int = MAX_JSON_DEPTH,
+              max_values: int = MAX_JSON_VALUES) -> Any:
+    """The JSON document in `path`: at most `max_bytes`, of at most `max_values` values,
+    nested at most `max_depth` deep, with integers of at most MAX_INT_DIGITS digits (NaN and
+    ±Infinity are read as floats, as the worker writes them)."""
     name = Path(path).name
     data = read_bytes(path, max_bytes)
+    if json_values(data) > max_values:
+        raise UntrustedOutput(f"{name} holds more than {max_values:,} values")
     try:
         doc = json.loads(data.decode("utf-8"), parse_int=_bounded_int)
     except RecursionError:
@@ -298,6 +307,11 @@ def read_json(path: str | os.PathLike[str], max_bytes: int, max_depth: int = MAX
     if _depth_exceeds(doc, max_depth):
         raise UntrustedOutput(f"{name} is nested more than {max_depth} levels deep")
     return doc
+
+
+def json_values(data: bytes) -> int:
+    """An upper bound on the values a JSON text holds, from its bytes alone (MAX_JSON_VALUES)."""
+    return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
 
 
 def _bounded_int(digits: str) -> int:

@@ -48,6 +48,10 @@ DISK_POLL_S = 1.0
 MAX_CONTROL_LINE = 1 << 20  # bytes; the worker's largest message (a streamed observable) is far smaller
 MAX_CONTROL_BYTES = 64 << 20  # all messages of one run, kept or not
 MAX_MESSAGES = 20000
+# JSON values kept from the control pipe in all (as untrusted.json_values counts them): 64 MiB of `[],` in
+# lines of a megabyte would otherwise be 22 million lists held in triage's own process. The
+# worker's messages (phases, streamed observables) hold a few dozen each.
+MAX_CONTROL_VALUES = 1_000_000
 MAX_DISK_ENTRIES = 200_000
 MAX_TASKS = 512  # processes and their threads, of one sandbox at once
 CONFINE_ENV = "TRIAGE_CONFINE"  # the worker's rules for confining itself (sandbox/confine.py)
@@ -375,7 +379,7 @@ class ControlChannel:
         self.thread.start()
 
     def _read(self, fd: int) -> None:
-        total = 0
+        total = values = 0
         with os.fdopen(fd, "rb") as f:
             while True:
                 raw = f.readline(MAX_CONTROL_LINE + 1)
@@ -387,6 +391,11 @@ class ControlChannel:
                         raw = f.readline(MAX_CONTROL_LINE)
                     continue
                 if total > MAX_CONTROL_BYTES or len(self.messages) >= MAX_MESSAGES:
+                    continue
+                # untrusted.json_values's count, here without importing numpy (whose threads
+                # would start before a worker confines itself)
+                values += raw.count(b",") + raw.count(b"[") + raw.count(b"{") + 1
+                if values > MAX_CONTROL_VALUES:
                     continue
                 try:
                     message = json.loads(raw)

@@ -380,6 +380,11 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         for w in live:
             spreads[w] = NodeSpread(status="not-judged", reason=center.failed)
         return Simulation(spreads, time.monotonic() - start, 0)
+    for w in [w for w, ref in live.items() if getattr(center.values.get(w), "shape", None) != ref.shape]:
+        spreads[w] = NodeSpread(status="not-judged", reason="its replay has another shape than the arm's value")
+        del live[w]
+    if not live:
+        return Simulation(spreads, time.monotonic() - start, 0)
     per_replay = max(time.monotonic() - t0, 1e-4)
     left = options.budget_s - (time.monotonic() - start)
     k = min(options.samples, int(left / per_replay) - 2)
@@ -971,12 +976,19 @@ class _ReplayPlan:
         return cls(order, {n: n.all_input_nodes for n in order}, frees, same_as, repeats, written)
 
 
+# Ops that read a tensor's bits as another dtype: of a float64 stand-in they read float64's
+# bits, not the arm's (a float32 element is one int32, its float64 stand-in two).
+BITCASTS = {torch.ops.aten.view.dtype}
+
+
 def _unjudgeable(order: list[fx.Node]) -> dict[fx.Node, str]:
     """Nodes whose value a replay cannot reproduce, and everything downstream of them."""
     why: dict[fx.Node, str] = {}
     for n in order:
         if n.op == "call_function" and getattr(n.target, "random", False):
             why[n] = "a compiled region upstream draws random numbers, which a replay cannot reproduce"
+        elif n.op == "call_function" and n.target in BITCASTS:
+            why[n] = "it reads a floating-point value's bits as another dtype, which a float64 replay does not hold"
         else:
             up = next((why[a] for a in n.all_input_nodes if a in why), None)
             if up:
