@@ -400,6 +400,12 @@ def test_visible_escapes_every_control_and_invisible_format_character():
     shown = visible("".join(acting))
     assert shown.isascii() and shown.isprintable()
     assert visible("tab\tand\nnewline, CRLF\r\n, é 中 🙂") == "tab\tand\nnewline, CRLF\n, é 中 🙂"
+    # Hostile-4 041: the characters that are not Cf but draw nothing (Unicode's default
+    # ignorables, the Hangul fillers, the Braille blank), variation selectors among them.
+    ignorable = ("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\uffa0"
+                 + "".join(map(chr, range(0xFE00, 0xFE10))) + "".join(map(chr, range(0xE0100, 0xE01F0))))
+    shown = visible(ignorable)
+    assert shown.isascii() and shown.count("\\") == len(ignorable)
 
 
 def _hostile_report():

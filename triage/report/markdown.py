@@ -28,13 +28,18 @@ LONG_CODE_RUN = 16
 # Characters that act instead of showing: C0/C1 controls but tab and newline (ESC starts
 # terminal sequences: a clipboard write, a title change), DEL, line/paragraph separators, the
 # invisible format characters (Unicode Cf: bidi embeddings, overrides and isolates that reorder
-# what is shown, zero-width characters, tags), and lone surrogates (JSON's "\\ud800", which
-# no UTF-8 file or terminal can hold).
+# what is shown, zero-width characters, tags), lone surrogates (JSON's "\\ud800", which no
+# UTF-8 file or terminal can hold), and the characters that are not Cf but draw nothing (Unicode's
+# Default_Ignorable_Code_Point, and the blanks that look like nothing): the combining grapheme
+# joiner, Hangul fillers, Khmer's inherent vowels, Mongolian's and Unicode's variation
+# selectors (which can hide a whole message after a visible character), the Braille blank.
 _INVISIBLE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
     "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb"
     "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
-    "\U000e0020-\U000e007f]")
+    "\U000e0020-\U000e007f"
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+    "\U000e0000\U000e0002-\U000e001f\U000e0080-\U000e0fff]")
 
 
 def _escape_sequence(m: re.Match[str]) -> str:
