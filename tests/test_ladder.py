@@ -365,3 +365,20 @@ def test_nothing_diverging_from_cancelling_terms_says_so_under_the_general_secti
     v = verdict(arm("cpu", [obs(0, [1.0], [1.0], cond=[0])], conditioning=[note]))
     assert v.kind == "not-reproduced" and "`cumsum` at line 9 is ill-conditioned (Σ|x| / |Σx| = 285" in v.summary
     assert "LAPACK" not in v.summary and "linear algebra" not in v.policy_section.lower()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_bit_identical_gpu_named_values_say_where_they_were_computed(device):
+    """New user m24: `out_gpu` computed by `.cuda()` calls that ran on the CPU arm (no GPU here)
+    is bit-identical to `out_cpu`; "moving a tensor between devices copies its bits" was false
+    there. On a CUDA arm, the device move is what makes them equal."""
+    values = [0.25, 0.5]
+    run = arm(device, [obs(0, values, values, kind="final", label="`out_cpu` at exit"),
+                       obs(1, values, values, kind="final", label="`out_gpu` at exit")])
+    run.device = device
+    v = verdict(run)
+    assert v.kind == "not-reproduced" and "bit-identical" in v.summary, v.summary
+    if device == "cpu":
+        assert "both were computed on `cpu`" in v.summary and "copies its bits" not in v.summary
+    else:
+        assert "copies its bits exactly" in v.summary

@@ -250,7 +250,12 @@ def identical_copies(run: ArmRun) -> str:
         if len(same) >= 2:
             names = " and ".join(o.label.replace(" at exit", "") for o in same[:3])
             moved = any(k in o.label.lower() for o in same for k in ("gpu", "cuda", "device"))
-            why = ": moving a tensor between devices copies its bits exactly" if moved else ""
+            # On an arm without CUDA, the script's CUDA calls ran on its CPU: a "GPU" value
+            # here was computed on the CPU, not moved there (new user m24).
+            why = ("" if not moved else ": moving a tensor between devices copies its bits exactly"
+                   if run.device.startswith("cuda") else
+                   f": both were computed on `{run.spec}` (the script's CUDA calls ran there), so this says nothing "
+                   "of what a GPU computes")
             return f" {names} are bit-identical ({'×'.join(map(str, shape))} {dtype}){why}."
     return ""
 

@@ -26,8 +26,8 @@ def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray,
         both = both & ~noise.reshape(both.shape)
     if not both.any():
         return 0.0, None
-    dev = np.abs(value - ref)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf where both are infinite: left out by `both`
+        dev = np.abs(value - ref)
         ratio = np.where(sigma > 0, dev / np.where(sigma > 0, sigma, 1.0), np.where(dev > 0, np.inf, 0.0))
     ratio = np.where(both, ratio, -1.0)
     i = int(np.argmax(ratio))
