@@ -158,6 +158,18 @@ def test_a_float_s_bits_read_as_integers_are_not_judged(bits):
     assert spread.status == "not-judged" and "bits" in spread.reason, spread.reason
 
 
+def test_a_subtraction_of_exact_operands_is_no_cancellation_figure():
+    """A difference of the recorded inputs themselves is rounded once (new user m08 blamed an
+    exact `a - b` of coordinates); of computed operands, it amplifies their rounding."""
+    a = torch.tensor([1000.0, 2000.0, 3000.0])
+    b = a + torch.tensor([1e-2, -2e-2, 3e-2])
+    _, _, sim = simulated_spread(lambda x, y: (x - y) * 3.0, a, b)
+    assert [c for s in sim.spreads.values() for c in s.cancellations] == []
+    _, _, sim = simulated_spread(lambda x, y: (x * 1.1 - y * 1.1) * 3.0, a, b)
+    [site] = [c for s in sim.spreads.values() for c in s.cancellations]
+    assert site["op"] == "aten.sub" and site["digits_lost"] > 3
+
+
 def test_writes_through_views_are_replayed_in_every_sample_of_a_stack():
     """A buffer filled through views of its views (`as_strided_scatter`, by the view's place in
     memory) and of itself (`select_scatter`, `diagonal_scatter`): in a stack of samples each

@@ -1072,7 +1072,11 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                     if mode.unmeasured:
                         result.unmeasured[n.name] = mode.unmeasured
                     if center:
-                        site = cancellation_at(n, args, out)
+                        # Operands no replay changes carry no rounding error for a cancellation
+                        # to amplify: their difference is rounded once, to u (the exact inputs
+                        # of a manual distance, `a[:, None] - b[None]`).
+                        exact = all(a in constants for a in n.args[:2] if isinstance(a, fx.Node))
+                        site = None if exact else cancellation_at(n, args, out)
                         if site is not None:
                             result.cancellations[n.name] = site
                         if _unchanging(n, plan.inputs[n], constants, mode):
