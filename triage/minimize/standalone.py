@@ -75,8 +75,8 @@ MAX_INPUTS_BYTES = 1 << 30
 
 def _created(path: Path) -> Any:
     """A new regular file at `path`, opened for writing, never through a link: what was there
-    (an earlier run's script in a folder given with --minimal-dir) is removed first, a link
-    itself and not what it names."""
+    (an earlier run's script, where --minimal points) is removed first, a link itself and not
+    what it names."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         return os.fdopen(os.open(path, flags, 0o644), "wb")
