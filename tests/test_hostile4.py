@@ -10,19 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_triage
+from tests.conftest import FIXTURES, run_triage
 
-# A compile backend that rewrites expm1 as exp - 1 (a real divergence to minimize), whose
-# definitions the minimizer runs in the compile arm's warm worker. From there it plants, in
-# every triage folder it can see, a `render` folder and links named like the files triage
-# writes, each pointing at a host path.
-PLANTING_BACKEND = textwrap.dedent("""\
+# Definitions added to fixtures/judge/expm1_backend.py (a compile backend that rewrites expm1
+# as exp - 1: a real divergence to minimize), whose backend the script then compiles with: the
+# minimizer runs them in the compile arm's warm worker. From there they plant, in every triage
+# folder they can see, a `render` folder and links named like the files triage writes, each
+# pointing at a host path.
+PLANTER = textwrap.dedent("""\
     import os
     import re
     import threading
     import time
-
-    import torch
 
     TARGET = {target!r}
 
@@ -52,28 +51,22 @@ PLANTING_BACKEND = textwrap.dedent("""\
     _STARTED = []
 
 
-    def exp_minus_one_backend(gm, example_inputs):
+    def planting_backend(gm, example_inputs):
         if not _STARTED:
             _STARTED.append(threading.Thread(target=_plant, daemon=True))
             _STARTED[0].start()
-        for node in list(gm.graph.nodes):
-            if node.op == "call_function" and node.target is torch.expm1:
-                with gm.graph.inserting_before(node):
-                    e = gm.graph.call_function(torch.exp, node.args)
-                    sub = gm.graph.call_function(torch.sub, (e, 1.0))
-                node.replace_all_uses_with(sub)
-                gm.graph.erase_node(node)
-        gm.recompile()
-        return gm.forward
+        return exp_minus_one_backend(gm, example_inputs)
 
 
-    def f(x):
-        return torch.expm1(x) * 2.0
-
-
-    x = torch.linspace(-1e-3, 1e-3, 101)
-    print(torch.compile(f, backend=exp_minus_one_backend)(x)[:4])
 """)
+
+
+def planting_script(target: Path) -> str:
+    source = (FIXTURES / "judge" / "expm1_backend.py").read_text()
+    head, call = source.split("\n\ndef f(x):")
+    assert "backend=exp_minus_one_backend" in call
+    return (head + "\n\n" + PLANTER.format(target=str(target)) + "def f(x):"
+            + call.replace("backend=exp_minus_one_backend", "backend=planting_backend"))
 
 
 @pytest.mark.slow
@@ -86,7 +79,7 @@ def test_the_script_s_backend_in_the_minimizer_writes_nothing_triage_reads(tmp_p
     is sent into its own folder, by descriptor."""
     target = Path(f"/tmp/triage-test-canary-{uuid.uuid4().hex}")
     script = tmp_path / "repro.py"
-    script.write_text(PLANTING_BACKEND.format(target=str(target)))
+    script.write_text(planting_script(target))
     try:
         code, report, _, output = run_triage(script, "cpu,cpu/compile", tmp_path, "--no-ablate", "--no-reference",
                                              "--minimal", str(tmp_path / "minimal.py"), "--quiet")

@@ -424,16 +424,26 @@ def _singular_values_any_shape(args: tuple, kwargs: dict[str, Any]) -> list[Answ
     """`_linalg_svd` and `linalg_svdvals` of a real matrix of any shape within the sizes
     answered (the square ones' limits on its shorter side, four times that on its longer)."""
     a = args[0] if args else None
+    wide = _rectangular(a)
+    return [] if wide is None else _singular_values(wide, tuple(a.shape), args, kwargs)
+
+
+def _rectangular(a: Any) -> torch.Tensor | None:
+    """A real matrix batch within the sizes answered (the square ones' limits on its shorter
+    side, four times that on its longer), finite, as float64 (batch, m, n); None otherwise."""
     if not isinstance(a, torch.Tensor) or a.is_complex() or not a.is_floating_point() or a.dim() < 2:
-        return []
+        return None
     m, n = a.shape[-2], a.shape[-1]
     batch = a.numel() // (m * n) if m * n else 0
     if min(m, n) == 0 or max(m, n) > 4 * MAX_ORDER or min(m, n) > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
-        return []
+        return None
     wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
-    if not bool(torch.isfinite(wide).all()):
-        return []
-    return _singular_values(wide, tuple(a.shape), args, kwargs)
+    return wide if bool(torch.isfinite(wide).all()) else None
+
+
+def _driver(a: torch.Tensor, kwargs: dict[str, Any]) -> str:
+    """The least-squares driver a call uses: its own, else the device's default."""
+    return kwargs.get("driver") or ("gelsy" if a.device.type == "cpu" else "gels")
 
 
 def _singular_values(wide: torch.Tensor, shape: tuple, args: tuple, kwargs: dict) -> list[Answer]:
@@ -642,16 +652,12 @@ def _rank_deficient_least_squares(a: torch.Tensor, b: torch.Tensor, kwargs: dict
     the nonzero rows of A's reduced row echelon form and C A's pivot columns, so
     A⁺ = Fᵀ(FFᵀ)⁻¹(CᵀC)⁻¹Cᵀ. κᵣ is bounded by ‖A‖_F·‖A⁺‖_F. gels assumes full rank (its
     answer on such a matrix is the documented garbage): not answered."""
-    driver = kwargs.get("driver") or ("gelsy" if a.device.type == "cpu" else "gels")
-    if driver not in ("gelsy", "gelsd", "gelss") or a.is_complex() or not a.is_floating_point() or a.dim() < 2:
+    wide = _rectangular(a)
+    if _driver(a, kwargs) not in ("gelsy", "gelsd", "gelss") or wide is None:
         return []
-    m, n = a.shape[-2], a.shape[-1]
-    batch = a.numel() // (m * n) if m * n else 0
-    if min(m, n) == 0 or max(m, n) > 4 * MAX_ORDER or min(m, n) > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
-        return []
-    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
+    batch, m, n = wide.shape
     rhs = b.detach().to("cpu", torch.float64).reshape(batch, m, b.shape[-1])
-    if not bool(torch.isfinite(wide).all()) or not bool(torch.isfinite(rhs).all()):
+    if not bool(torch.isfinite(rhs).all()):
         return []
     solutions, factors, ranks = [], [], []
     for matrix, columns in zip(wide.tolist(), rhs.tolist(), strict=True):
@@ -726,16 +732,10 @@ def _full_rank(a: torch.Tensor, wide_too: bool = False) -> tuple[torch.Tensor, l
     rank) or, `wide_too`, wide (full row rank): the float64 batch and, per matrix, its exact
     entries, Gram matrix G of the shorter side (AᵀA tall, AAᵀ wide), G⁻¹ and κ₂(A)'s upper
     bound √(k·κ∞(G)) (κ₂(A)² = κ₂(G) ≤ k·κ∞(G), G of order k); None otherwise."""
-    if a.is_complex() or not a.is_floating_point() or a.dim() < 2:
+    wide = _rectangular(a)
+    if wide is None or (wide.shape[1] < wide.shape[2] and not wide_too):
         return None
-    m, n = a.shape[-2], a.shape[-1]
-    batch = a.numel() // (m * n) if m * n else 0
-    if (m < n and not wide_too) or min(m, n) == 0 or max(m, n) > 4 * MAX_ORDER or min(m, n) > MAX_ORDER \
-            or batch == 0 or batch > MAX_BATCH:
-        return None
-    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
-    if not bool(torch.isfinite(wide).all()):
-        return None
+    m, n = wide.shape[1], wide.shape[2]
     out = []
     for matrix in wide.tolist():
         aq = [[Fraction(v) for v in row] for row in matrix]
@@ -917,19 +917,14 @@ def _least_squares_rank(args: tuple, kwargs: dict[str, Any]) -> list[RankAnswer]
     import mpmath
 
     a = args[0] if args else None
-    if not isinstance(a, torch.Tensor) or a.is_complex() or not a.is_floating_point() or a.dim() < 2:
+    wide = _rectangular(a)
+    if wide is None:
         return []
-    driver = kwargs.get("driver") or ("gelsy" if a.device.type == "cpu" else "gels")
+    driver = _driver(a, kwargs)
     rcond = kwargs.get("rcond", args[2] if len(args) > 2 else None)
     if driver not in ("gelsy", "gelsd", "gelss") or (rcond is not None and not float(rcond) > 0):
         return []  # gels reports no rank; a cutoff ≤ 0 means something else to each driver
-    m, n = a.shape[-2], a.shape[-1]
-    batch = a.numel() // (m * n) if m * n else 0
-    if min(m, n) == 0 or max(m, n) > 4 * MAX_ORDER or min(m, n) > MAX_ORDER or batch == 0 or batch > MAX_BATCH:
-        return []
-    wide = a.detach().to("cpu", torch.float64).reshape(batch, m, n)
-    if not bool(torch.isfinite(wide).all()):
-        return []
+    m, n = wide.shape[1], wide.shape[2]
     values = []
     with mpmath.workdps(DIGITS):
         for matrix in wide.tolist():
