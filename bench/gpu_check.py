@@ -523,7 +523,17 @@ def main(argv=None) -> int:
                                                 "(default /tmp/site, a temp folder in a dry run)")
     p.add_argument("--wheels", default=str(ROOT / ".whl"),
                    help="the folder of wheels step a installs (default .whl/, which bench/gpu_wheels.sh fills)")
+    p.add_argument("--cases", default=None,
+                   help="only these cases, comma-separated (gh-183402,seeds/training_loop.py): a rerun after a fix")
+    p.add_argument("--no-calibrate", action="store_true", help="skip step e (a rerun that needs no new table)")
     args = p.parse_args(argv)
+    chosen = cuda_cases()
+    if args.cases is not None:
+        names = set(args.cases.split(","))
+        unknown = names - {c["case"] for c in chosen}
+        if unknown:
+            p.error(f"--cases: no CUDA case named {', '.join(sorted(unknown))}")
+        chosen = [c for c in chosen if c["case"] in names]
 
     t0 = time.monotonic()
     deadline = t0 + args.budget
@@ -548,14 +558,14 @@ def main(argv=None) -> int:
 
     pytest_cap = max(10.0, min(args.pytest_timeout, deadline - time.monotonic() - 60))
     pytest_result = step_pytest(env, python, pytest_cap, skip)
-    cases = step_cases(cuda_cases(), env, python, work, deadline, args.case_timeout, args.jobs, skip, args.memory)
+    cases = step_cases(chosen, env, python, work, deadline, args.case_timeout, args.jobs, skip, args.memory)
     archive = None
     if any(work.iterdir()):
         archive = out / "cases.tar.gz"
         with tarfile.open(archive, "w:gz") as tar:
             tar.add(work, arcname="cases")
     shutil.rmtree(work, ignore_errors=True)
-    calibrate = step_calibrate(env, python, out, deadline, skip)
+    calibrate = step_calibrate(env, python, out, deadline, "--no-calibrate" if args.no_calibrate else skip)
 
     result = {"dry_run": args.dry_run, "host": os.uname().nodename, "seconds": round(time.monotonic() - t0, 1),
               "budget_s": args.budget, "wheels": wheels, "facts": facts, "pytest": pytest_result, "cases": cases,

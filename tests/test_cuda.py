@@ -5,6 +5,7 @@ CPU fallback would turn it into a CPU arm), the TF32 switch on an fp32 matmul di
 `index_add_` under `deterministic=on`, and the CUDA linalg kernels against their independent
 answers.  `bench/gpu_check.py` runs these on a lent GPU machine.
 """
+import json
 import textwrap
 
 import pytest
@@ -47,6 +48,25 @@ def test_device_collapse_onto_cuda(tmp_path):
     assert "device='cuda:0'" in cuda["stdout"]
     assert report["observables"], "no values observed on the arms"
     assert report["verdict"]["kind"] != "could-not-run", report["verdict"]
+
+
+def test_a_script_that_hides_the_gpu_after_cuda_started_is_judged_not_a_crash(tmp_path):
+    """gh-183402's script sets CUDA_VISIBLE_DEVICES to its reporter's second GPU. CUDA has started
+    in the arm by then, so the script runs on this GPU; but torch could no longer name the GPU
+    after the script, triage's simulation failed there (H200: "Invalid device id"), and the arm
+    was reported as a crash of its configuration."""
+    code, report, _, out = triage_on(tmp_path, """
+        import os
+        os.environ["CUDA_VISIBLE_DEVICES"] = "63"  # a GPU of the reporter's machine, none of this one's
+        import torch
+        x = torch.tensor([[2.0, 4.0, 6.0], [4.0, 10.0, 12.0], [6.0, 12.0, 18.0]])
+        print(x.logdet())
+        print(x.cuda().logdet().cpu())
+    """, "cpu,cuda", "--no-ablate")
+    assert report is not None, out
+    assert [a["status"] for a in report["arms"]] == ["ok", "ok"], [a["failure"] for a in report["arms"]]
+    assert report["verdict"]["kind"] not in ("crash-one-arm", "could-not-run"), report["verdict"]
+    assert "simulation failed" not in json.dumps(report)
 
 
 @pytest.mark.parametrize("isolation", ["process", "auto"])

@@ -48,6 +48,23 @@ def test_gpu_check_dry_run(tmp_path):
     assert "[gpu_check" in proc.stdout and "done in" in proc.stdout
 
 
+def test_gpu_check_reruns_chosen_cases_without_calibrating(tmp_path):
+    """A rerun after a fix: only the cases named, no table measured; a name that is no CUDA case
+    is refused before anything runs."""
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    check = [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--dry-run", "--out", str(tmp_path / "out")]
+    refused = subprocess.run(check + ["--cases", "gh-183402,gh-0"], capture_output=True, text=True, timeout=60,
+                             env=env, cwd=tmp_path)
+    assert refused.returncode == 2 and "no CUDA case named gh-0" in refused.stderr, refused.stderr
+    assert not (tmp_path / "out").exists()
+    proc = subprocess.run(check + ["--cases", "gh-183402,seeds/ddp_two_gpus.py", "--no-calibrate"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert sorted(c["case"] for c in result["cases"]) == ["gh-183402", "seeds/ddp_two_gpus.py"]
+    assert result["calibrate"] == {"status": "skipped", "reason": "--no-calibrate"}
+
+
 def wheel(folder, dist: str, module: str, source: str):
     """A minimal pure-Python wheel `dist` 1.0 holding `module/__init__.py` with `source`."""
     import base64

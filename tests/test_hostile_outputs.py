@@ -323,6 +323,13 @@ def test_case_u4_a_worker_error_after_the_script_started_is_reported_neutrally(t
     assert "RuntimeError: triage is broken" in arm["failure"]
 
 
+def test_a_worker_error_after_the_script_finished_says_the_script_ran_to_its_end(tmp_path, arms_write):
+    forged = FINISHED[:-1] + [{"phase": "worker-error", "error": "Traceback…\nAssertionError: Invalid device id"}]
+    arm = crashed_arm(tmp_path, arms_write, {}, forged, exit_code=70)
+    assert arm["failure"].startswith("the worker reported an error after the script had finished, while analysing")
+    assert arm["failure"].endswith(": AssertionError: Invalid device id")
+
+
 def test_case_u4_a_worker_error_before_the_script_started_is_triages(tmp_path, arms_write):
     arms_write({"cpu": ({}, [{"phase": "worker-error", "error": "Traceback…\nKeyError: 'arm'"}], 70, None)})
     code, data, output = run_cli(tmp_path)

@@ -99,6 +99,22 @@ def test_the_table_of_this_release_and_capability_is_chosen_else_the_largest_err
     assert "no measurement for device cuda" in KernelTable.load("cuda", "H100", "2.13.0", path).source
 
 
+def test_a_gpu_torch_can_no_longer_name_gets_any_gpus_entry(monkeypatch):
+    """The table is read after the script, which may have hidden the GPU CUDA started on (a
+    CUDA_VISIBLE_DEVICES set after; seen on an H200 as "Invalid device id")."""
+    def hidden(*args):
+        raise AssertionError("Invalid device id")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", hidden)
+    kernel_table.cache_clear()
+    try:
+        table = kernel_table("cuda")
+    finally:
+        kernel_table.cache_clear()
+    assert table.source == KernelTable.load("cuda", None, torch.__version__).source
+
+
 def test_bounds_floor_margin_and_caps(tmp_path):
     table = KernelTable.load("cpu", "AVX2", "2.13.0", _table(tmp_path, _entry("AVX2", 1.0)))
     assert table.library_u("erf", torch.float32) == kernel_errors.LIBRARY_FLOOR_U

@@ -427,3 +427,28 @@ def test_a_function_of_an_infinite_argument_gets_no_infinite_noise():
     out, spread, _ = simulated_spread(lambda a: torch.logaddexp(a, torch.full_like(a, -math.inf)), x)
     assert np.allclose(spread.mean, out.double().numpy(), rtol=1e-6, atol=0)
     assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
+
+
+def test_a_failing_simulation_costs_the_judgement_not_the_arms_values(monkeypatch, capsys):
+    """The simulation runs in the script's process after the script: a state the script left
+    made it fail on an H200 (a CUDA_VISIBLE_DEVICES set after CUDA started), and the arm was
+    reported as a crash of its configuration. Its values and reference stay; each value with a
+    reference is left unjudged, saying why."""
+    from triage.worker import rounding, session
+    from triage.worker.protocol import OBSERVED, REFERENCE, SPREAD_ARRAYS
+
+    def broken(graph, records, references, values, *rest):
+        values["sig0"] = np.zeros(2)  # a spread written before the failure is not kept
+        raise AssertionError("Invalid device id")
+
+    monkeypatch.setattr(rounding, "simulate_observables", broken)
+    values = {f"{OBSERVED}0": np.ones(2), f"{REFERENCE}0": np.ones(2), f"{OBSERVED}1": np.ones(1)}
+    records = [{"index": 0, "node": "mul"}, {"index": 1, "node": None, "rounding": None}]
+    summary = session._simulated(None, records, {}, values, {}, "cuda", {})
+    assert set(values) == {f"{OBSERVED}0", f"{REFERENCE}0", f"{OBSERVED}1"}
+    assert not any(k.startswith(SPREAD_ARRAYS) for k in values)
+    assert records[0]["rounding"]["status"] == "not-judged"
+    assert records[0]["rounding"]["reason"] == "triage's rounding simulation failed (AssertionError: Invalid device id)"
+    assert records[1]["rounding"] is None
+    assert summary["note"] == records[0]["rounding"]["reason"]
+    assert "AssertionError: Invalid device id" in capsys.readouterr().err

@@ -308,6 +308,10 @@ def _crash_failure(run: ArmRun, outcome: ProcessOutcome, phases: list[Any], opti
         last = _first_line(error.strip().splitlines()[-1]) if error else "no traceback was sent"
         if "script-start" not in phases:
             return f"triage's worker failed before the script started (a bug in triage): {last}"
+        if "script-done" in phases:
+            return ("the worker reported an error after the script had finished, while analysing its values in the "
+                    "script's process (the cause may be triage's analysis or a state the script left; the traceback "
+                    f"is in the arm's stderr): {last}")
         return ("the worker reported an error after the script had started (the script runs in the worker's "
                 f"process, so the cause may be the script's): {last}")
     if outcome.signal:

@@ -191,11 +191,21 @@ def kernel_table(device: str) -> KernelTable:
     """The measured kernel errors of this torch release on `device` (cpu: this CPU's
     capability; cuda: this GPU)."""
     if device.startswith("cuda"):
-        # A modelled CUDA device on a machine without one: any GPU's entry (the largest error).
-        capability = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+        capability = _gpu_name()
     else:
         capability = torch.backends.cpu.get_cpu_capability()
     return KernelTable.load(device, capability, torch.__version__)
+
+
+def _gpu_name() -> str | None:
+    """This machine's GPU, whose entry of the table applies; None where there is none (a
+    modelled CUDA device) or torch can no longer say which it is: any GPU's entry then, the
+    largest error.  The table is read after the script, which may have changed what CUDA
+    answers in its process (a CUDA_VISIBLE_DEVICES set after CUDA started: "Invalid device id")."""
+    try:
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except (AssertionError, RuntimeError):
+        return None
 
 
 @dataclass

@@ -18,7 +18,7 @@ from triage.worker.claims import claim_summary, is_claim
 from triage.worker.hooks import ScriptHooks, run_script
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 from triage.worker.process import open_file, replace_file, to_json
-from triage.worker.protocol import OBSERVED, REFERENCE
+from triage.worker.protocol import OBSERVED, REFERENCE, SPREAD_ARRAYS
 
 
 def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]:
@@ -200,10 +200,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
     if replay is not None and job.get("rounding"):
         emit({"phase": "rounding-start"})
-        from triage.worker.rounding import simulate_observables
-
-        result["rounding"] = simulate_observables(recording.graph, store.records, replay.values, values, job,
-                                                  arm["device"], result.get("flags_end") or result["flags_start"])
+        result["rounding"] = _simulated(recording.graph, store.records, replay.values, values, job, arm["device"],
+                                        result.get("flags_end") or result["flags_start"])
     result.update(
         status=status,
         exception=exception,
@@ -228,6 +226,29 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
         result["graph"]["export"] = recording.stopped or export_graph(recording.graph, out_dir / "graph") or "ok"
     return result
+
+
+def _simulated(graph: Any, records: list[dict[str, Any]], references: dict[str, Any], values: dict[str, Any],
+               job: dict[str, Any], device: str, flags: dict[str, Any]) -> dict[str, Any]:
+    """The rounding simulation's summary.  It runs after the script, in the script's process: a
+    failure there is triage's (perhaps set off by a state the script left) and costs the
+    judgement, not the run.  Every value is then left unjudged, saying why, its traceback goes to
+    the arm's stderr, and the script's own values and float64 reference are kept."""
+    from triage.worker.rounding import simulate_observables
+
+    try:
+        return simulate_observables(graph, records, references, values, job, device, flags)
+    except Exception as e:  # noqa: BLE001 - any failure of the simulation leaves the run's values standing
+        traceback.print_exc()
+        message = str(e).strip().partition("\n")[0]
+        reason = f"triage's rounding simulation failed ({type(e).__name__}: {_shortened(message, 300)})"
+        for key in [k for k in values if k.startswith(SPREAD_ARRAYS)]:
+            del values[key]
+        for r in records:
+            r["rounding"] = {"status": "not-judged", "reason": reason, "samples": 0, "sample_stats": [], "flips": [],
+                             "cancellations": [], "precision": None, "unmeasured": [], "order_dependent": []
+                             } if f"{REFERENCE}{r['index']}" in values else None
+        return {"seconds": None, "samples": None, "note": reason, "kernels": None, "reductions_drawn_whole": None}
 
 
 def _note_checks(recording: Any, by_name: dict[str, Any], checked: dict[str, Any]) -> None:
