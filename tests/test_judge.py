@@ -112,3 +112,23 @@ def test_mid_graph_half_cast_under_compile_leaves_eager_inside(triage):
     if report["comparison"]["divergence"] is not None:
         zones = {j["arm"]: j["zone"] for j in judgements(report)}
         assert zones.get("cpu") == "inside"
+
+
+def _flush_to_zero_works_here():
+    import torch
+
+    supported = torch.set_flush_denormal(True)
+    torch.set_flush_denormal(False)
+    return supported
+
+
+@pytest.mark.skipif(not _flush_to_zero_works_here(), reason="this CPU has no flush-to-zero mode")
+def test_the_scripts_flush_to_zero_is_its_precision_mode_and_named(triage):
+    """The replay flushes where the script had flush-to-zero on, and only there: the same
+    formula computed before the call is not taken for a repeat of the flushed one."""
+    report, _ = run(triage, "flush_to_zero")
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-precision-mode", True), v["summary"]
+    assert "flush-to-zero at line 9 (`torch.set_flush_denormal(True)`)" in v["summary"]
+    zones = {j["label"]: j["zone"] for j in judgements(report)}
+    assert set(zones.values()) == {"inside"}, zones

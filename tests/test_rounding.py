@@ -452,3 +452,18 @@ def test_a_failing_simulation_costs_the_judgement_not_the_arms_values(monkeypatc
     assert records[1]["rounding"] is None
     assert summary["note"] == records[0]["rounding"]["reason"]
     assert "AssertionError: Invalid device id" in capsys.readouterr().err
+
+
+def test_a_zero_where_the_computation_gives_a_tiny_value_is_outside():
+    """The envelope's half ulp for the arm's own final rounding was taken at 1.0 for a value of
+    0 (6e-8 in float32): a 0 where every rounding gives 3e-30 was "inside". At 0 it is half the
+    smallest subnormal."""
+    from triage.worker.rounding import within_envelope
+
+    x = torch.tensor([3.0, 5.0])
+    out, spread, _ = simulated_spread(lambda a: a * 1e-30, x)
+    assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
+    assert judge_value(np.zeros(2), spread, "cpu", 0, "y", None).zone == "outside"
+    tiny = torch.tensor([3e-30], dtype=torch.float64)
+    assert not within_envelope(torch.zeros(1), tiny, tiny, tiny, torch.float32)
+    assert within_envelope(torch.tensor([2.0 ** -150]), torch.zeros(1), torch.zeros(1), torch.zeros(1), torch.float32)

@@ -6,7 +6,10 @@ check (``torch._dynamo.utils.same`` with ``fp64_ref``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 NOTE_URL = "https://docs.pytorch.org/docs/stable/notes/numerical_accuracy.html"
 
@@ -63,7 +66,22 @@ FLOAT_FORMATS: dict[str, tuple[int, float]] = {
     "complex64": (24, 3.4028234663852886e38),
     "complex128": (53, 1.7976931348623157e308),
 }
+# The smallest normal value per floating dtype: below it, down to 0, the values are spaced
+# evenly (the subnormals), by 2**(1 - bits) of it.
+MIN_NORMAL: dict[str, float] = {
+    "float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022,
+    "complex64": 2.0 ** -126, "complex128": 2.0 ** -1022,
+}
 DYNAMO_TOL = 1e-3
+
+
+def half_ulp(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Half the spacing of `dtype`'s values at each of `values`: the most the arm's own final
+    rounding moves a value there. Below the smallest normal the spacing is the subnormals',
+    so at 0 it is half the smallest subnormal (for float32 2**-150), not 1's half ulp."""
+    bits, _ = FLOAT_FORMATS.get(dtype, (53, math.inf))
+    _, exp = np.frexp(np.maximum(np.abs(values), MIN_NORMAL.get(dtype, 2.0 ** -1022)))
+    return np.ldexp(1.0, exp - bits - 1)
 
 
 def unit_roundoff(dtype: str) -> float:

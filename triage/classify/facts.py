@@ -104,6 +104,13 @@ def notes_upstream(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
     return notes
 
 
+def flush_notes(c: Comparison) -> list[dict[str, Any]]:
+    """The notes of the compared arms whose script turned on flush-to-zero: a setting of the
+    whole run from that line on, named whichever value diverges."""
+    return [dict(note, arm=run.spec) for run in c.arms for note in run.conditioning
+            if note.get("kind") == "flush-to-zero"]
+
+
 def nonfinite_side(d: Divergence) -> int | None:
     """The side (0: d.a, 1: d.b) non-finite where its float64 reference is not, if any: what
     explains a non-finite flip is upstream of it (two calls of one line can differ)."""

@@ -17,6 +17,7 @@ from triage import policy
 from triage.audit import Evidence, audit, inconclusive
 from triage.classify.facts import (
     equality_checks,
+    flush_notes,
     lacks_device,
     matrix_upstream,
     nonfinite_side,
@@ -111,12 +112,36 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
     if not runs:
         why = "; ".join(f"{r.spec}: {r.failure}" for r in missing)
         return make_verdict("could-not-run", None, policy.NONE, ["repro"], f"No arm could run on this machine ({why}).")
-    partial = _ladder_of_runs(repro, comparison, ablations, runs)
+    partial = _with_flush_named(comparison, _ladder_of_runs(repro, comparison, ablations, runs))
     judged = _with_reported(partial, reported) if reported is not None else None
     if judged is not None:
         return dataclasses.replace(judged, summary=judged.summary + device_disagreement(reported))
     verdict = _not_tested(missing, runs, partial) if missing else partial
     return dataclasses.replace(verdict, evidence=verdict.evidence + reported_lines(reported)) if reported else verdict
+
+
+def _with_flush_named(c: Comparison, verdict: Verdict) -> Verdict:
+    """An expected verdict of a script that turned on flush-to-zero names that setting: the
+    replay flushed as the arm did, so zeros where float64 has tiny values are the mode the
+    script chose, not rounding's doing."""
+    notes = flush_notes(c)
+    if not notes or verdict.expected is not True:
+        return verdict
+    note = notes[0]
+    named = (f"The script turns on flush-to-zero at line {note['line']} (`torch.set_flush_denormal(True)`): the "
+             "CPU's results below the smallest normal value become 0 there, which the simulation did too")
+    evidence = verdict.evidence + [cond_text(note, full=True)]
+    d = c.divergence
+    sides = [s for s in (d.a, d.b) if s is not None] if d is not None else []
+    if verdict.kind == "expected-rounding" and any(s.agrees_with_reference is False for s in sides):
+        # Rounding that keeps its digits does not move a value beyond tolerance of float64: the
+        # flushed zeros did, and the script asked for them.
+        return make_verdict("expected-precision-mode", True, policy.GENERAL, ["numerical"],
+                            f"{where_text(d)} {difference_text(d)}, beyond tolerance of its float64 value but inside "
+                            f"the spread of its own computation replayed with flush-to-zero. {named}: PyTorch's "
+                            "float64 reference keeps those tiny values, the arm zeros them, as the script asked.",
+                            evidence)
+    return dataclasses.replace(verdict, summary=f"{verdict.summary} {named}.", evidence=evidence)
 
 
 LACKS_DEVICE = (" — the script addresses a CUDA device this machine does not have (a device index past its GPUs, "

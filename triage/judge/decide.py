@@ -2,8 +2,6 @@
 or outside (a Monte Carlo test on one statistic per tensor)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from triage import policy
@@ -144,9 +142,7 @@ def _inside_envelope(v: np.ndarray, spread: RoundingSpread) -> bool:
     both = np.isfinite(v) & np.isfinite(lo) & np.isfinite(hi)
     if not both.any():
         return True
-    bits, _ = policy.FLOAT_FORMATS.get(spread.dtype, (53, math.inf))
-    _, exp = np.frexp(np.where(v != 0, np.abs(v), 1.0))
-    half_ulp = np.ldexp(1.0, exp - bits - 1)
+    half_ulp = policy.half_ulp(v, spread.dtype)
     return bool(((v >= lo - half_ulp) & (v <= hi + half_ulp))[both].all())
 
 

@@ -513,6 +513,20 @@ def install_seed_watch(recorder: OpRecorder) -> None:
         module.manual_seed = manual_seed
 
 
+def install_flush_watch(recorder: OpRecorder) -> None:
+    """Note when the script turns the CPU's flush-to-zero on or off: torch has no getter for it,
+    and the replay must flush where the arm did."""
+    original = torch.set_flush_denormal
+
+    def set_flush_denormal(mode: bool) -> bool:
+        supported = original(mode)
+        if supported:  # False: this CPU has no such mode, and nothing changed
+            recorder.flush_denormal(bool(mode))
+        return supported
+
+    torch.set_flush_denormal = set_flush_denormal
+
+
 def final_tensors(namespace: dict[str, Any], limit: int = 64) -> list[tuple[str, torch.Tensor]]:
     """Tensors bound to the script's top-level names (REPL-style snippets print nothing)."""
     found: list[tuple[str, torch.Tensor]] = []

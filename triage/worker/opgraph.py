@@ -185,6 +185,34 @@ class OpRecorder(TriageDispatchMode):
         self.compiled_graphs = 0
         self.script_backends: list[dict[str, Any]] = []  # backends the script passes as callables
         self.compiled_random_ops: list[str] = []
+        # The script's flush-to-zero (`torch.set_flush_denormal`, observe.install_flush_watch):
+        # whether it is on, and the line that turned it on until an op has carried its note.
+        self.flushing = False
+        self.flush_line: int | None = None
+
+    def flush_denormal(self, on: bool) -> None:
+        """The script turned the CPU's flush-to-zero on or off: the ops recorded while it is
+        on are replayed flushing as well (`rounding.RoundingMode`)."""
+        self.flushing = on
+        self.flush_line = self.site() if on else None
+
+    def _flushed(self, node: fx.Node, out: Any) -> None:
+        """Mark `node` as computed with flush-to-zero on, where it is (a CPU result: the switch
+        is the CPU's); the first such op after the script's call carries the note naming it."""
+        first = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
+        if not self.flushing or first is None or first.device.type != "cpu":
+            return
+        node.meta["flush_denormal"] = True
+        if self.flush_line is None:
+            return
+        self.conditioning.append(dict(
+            op=node.target.overloadpacket.__name__ if isinstance(node.target, torch._ops.OpOverload)
+            else "compiled region", shape=list(first.shape), dtype=str(first.dtype).replace("torch.", ""),
+            node=node.name, line=self.flush_line, kind="flush-to-zero", singular=False, ill_conditioned=False,
+            figure=(f"the script turns on flush-to-zero at line {self.flush_line} (`torch.set_flush_denormal(True)`): "
+                    "from there the CPU's results below the smallest normal value (1.2e-38 in float32 and "
+                    "bfloat16, 6.1e-05 in float16) are 0, and the simulation flushes them too")))
+        self.flush_line = None
 
     # -- the dispatch hook -------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -233,6 +261,7 @@ class OpRecorder(TriageDispatchMode):
         functional = functional_variant(func) if written_lists else None
         node = self.graph.call_function(functional or func, tuple(n_args), dict(n_kwargs))
         node.meta["line"] = self.site()
+        self._flushed(node, out)
         if functional is not None:
             self._register_written(node, func, args, kwargs, out)
         else:
@@ -523,6 +552,7 @@ class OpRecorder(TriageDispatchMode):
         node = self.graph.call_function(CompiledRegion(gm, self.compiled_graphs, random), node_args)
         node.meta["line"] = self.site()
         node.meta["compiled"] = True
+        self._flushed(node, out)
         # A compiled region may mutate its inputs without moving their version counters the way
         # eager in-place ops do: treat every input as rewritten, so its next use re-anchors it.
         inputs = [a for a in args if isinstance(a, torch.Tensor)]

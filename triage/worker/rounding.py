@@ -781,9 +781,7 @@ def within_envelope(value: torch.Tensor, ref: torch.Tensor, up: torch.Tensor, do
     both = torch.isfinite(value) & torch.isfinite(lo) & torch.isfinite(hi)
     if not bool(both.any()):
         return True
-    bits = FORMATS[dtype][0] if dtype in FORMATS else 53
-    _, exp = torch.frexp(torch.where(value != 0, value.abs(), torch.ones_like(value)))
-    half_ulp = torch.ldexp(torch.ones_like(value), exp - bits - 1)
+    half_ulp = torch.from_numpy(policy.half_ulp(value.numpy(), str(dtype).removeprefix("torch.")))
     return bool(((value >= lo - half_ulp) & (value <= hi + half_ulp))[both].all())
 
 
@@ -1050,6 +1048,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                 elif n.op == "call_function":
                     mode.unmeasured = set()
                     mode.rounded = False
+                    mode.flush = bool(n.meta.get("flush_denormal"))
                     first_call = mode.calls
                     args = fx.node.map_arg(n.args, lambda a: env[a])
                     # A plain dict: the output dtypes are found on stand-ins given these kwargs,
@@ -1167,7 +1166,8 @@ def _common_subexpressions(order: list[fx.Node]) -> dict[fx.Node, fx.Node]:
     only a different evaluation (a fused multiply-add contracting one product) makes it
     otherwise, which the simulation must not call rounding. Reductions, contractions and
     convolutions are left alone: their kernel and order follow settings that can change
-    between two calls (threads, oneDNN, TF32)."""
+    between two calls (threads, oneDNN, TF32). A call with flush-to-zero on repeats only
+    another with it on."""
     first: dict[tuple, fx.Node] = {}
     same_as: dict[fx.Node, fx.Node] = {}
     canonical = lambda a: same_as.get(a, a)  # noqa: E731 - an argument as its first computation
@@ -1175,7 +1175,8 @@ def _common_subexpressions(order: list[fx.Node]) -> dict[fx.Node, fx.Node]:
         if n.op != "call_function" or not _rounds_alike_when_repeated(n.target):
             continue
         try:
-            key = (n.target, repr(fx.node.map_arg(n.args, canonical)), repr(fx.node.map_arg(n.kwargs, canonical)))
+            key = (n.target, repr(fx.node.map_arg(n.args, canonical)), repr(fx.node.map_arg(n.kwargs, canonical)),
+                   bool(n.meta.get("flush_denormal")))
         except Exception:  # noqa: BLE001 - an argument that does not print: never merged
             continue
         if key in first:
@@ -1414,6 +1415,9 @@ class RoundingMode(TriageDispatchMode):
         # While a compiled region runs (`_run_compiled`): each pointwise call's result by what
         # makes a repeat of it round alike (`_repeat_key`).
         self.repeats: dict[tuple, tuple[list, list, Any]] | None = None
+        # The node being replayed ran with the script's flush-to-zero on (opgraph's
+        # `flush_denormal`): its results below the smallest normal value are 0, as the CPU made them.
+        self.flush = False
 
     @property
     def directed(self) -> bool:
@@ -1952,6 +1956,8 @@ class RoundingMode(TriageDispatchMode):
             d = out_vd[0] if out_vd else None
             if d is not None and (out.is_floating_point() or out.is_complex()):
                 out = self._round(out, d, library)
+                if self.flush and d in FORMATS and out.is_floating_point():
+                    out = _flushed_to_zero(out, FORMATS[d][2])
             if d is not None:
                 out._arm_dtype = d
             return out
@@ -1961,6 +1967,8 @@ class RoundingMode(TriageDispatchMode):
             d = out_vd[i] if i < len(out_vd) else None
             if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and d is not None:
                 t = self._round(t, d, library)
+                if self.flush and d in FORMATS and t.is_floating_point():
+                    t = _flushed_to_zero(t, FORMATS[d][2])
                 t._arm_dtype = d
             elif isinstance(t, torch.Tensor) and d is not None:
                 t._arm_dtype = d
@@ -2651,6 +2659,12 @@ def _out_of_place(func: Any) -> Any:
         return func
     packet = getattr(torch.ops.aten, func.overloadpacket.__name__.rstrip("_"))
     return getattr(packet, func._overloadname)
+
+
+def _flushed_to_zero(t: torch.Tensor, tiny: float) -> torch.Tensor:
+    """`t` with its values below the smallest normal value `tiny` made zeros of their sign, as
+    a CPU with flush-to-zero on makes a result there."""
+    return torch.where(t.abs() < tiny, t * 0.0, t)
 
 
 def _is_stacked(t: Any) -> bool:

@@ -37,6 +37,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         final_tensors,
         install_assert_close,
         install_compile,
+        install_flush_watch,
         install_seed_watch,
     )
     from triage.worker.opgraph import Fault, OpRecorder, floating_dtypes, script_outer_site, script_site
@@ -82,6 +83,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     install_compile(store, recorder, arm["mode"] == "compile", arm.get("backend"))
     install_assert_close(store)
     install_seed_watch(recorder)
+    install_flush_watch(recorder)
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
 
     code = compile_observing_expressions(Path(script).read_bytes(), script)
