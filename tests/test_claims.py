@@ -153,6 +153,21 @@ def test_a_value_read_back_already_is_not_recorded_again_by_its_check(tmp_path):
     """, tmp_path) == [(".item()", 3)]
 
 
+def test_each_readback_of_a_line_is_spelled_as_the_script_spells_its_call(tmp_path):
+    """Two `.item()` calls on one line: the parent's source reading cannot tell which value is
+    which (both are `.item()`), the worker's instruction span can."""
+    path = tmp_path / "repro.py"
+    path.write_text("import torch\na, b = torch.ones(2), torch.zeros(2)\n"
+                    "print('é', a.sum().item(), float(b[0]), b.tolist(), a)\n")  # columns count UTF-8 bytes
+    site = script_site(str(path))
+    store = ObservationStore(OpRecorder(torch.device("cpu"), site), site, 1 << 20, lambda message: None)
+    with Observer(store, str(path)):
+        exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), {"__name__": "__main__"})
+    assert [(r["label"], r["expression"]) for r in store.records] == [
+        (".item()", "a.sum().item()"), ("float()", "float(b[0])"), (".tolist()", "b.tolist()"),
+        ("print/repr", None)]
+
+
 def test_checks_inside_torch_are_not_the_scripts(tmp_path):
     # torch.distributions validates its arguments with tensor comparisons of its own.
     assert observed_checks("""\

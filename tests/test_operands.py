@@ -6,7 +6,7 @@ import textwrap
 
 from triage.arms.graph import OpGraph
 from triage.minimize.backend_source import backend_definitions
-from triage.operands import operand_names, readback_name
+from triage.operands import operand_names, readback_name, spelled_on_line
 from triage.paths import part_ways
 
 SOURCE = textwrap.dedent("""\
@@ -101,3 +101,12 @@ def test_the_backend_is_cut_out_with_what_it_needs():
     exec(compile(text, "<definitions>", "exec"), namespace)
     assert callable(namespace["my_backend"])
     assert backend_definitions(source, "missing") is None and backend_definitions(source, "SCALE") is None
+
+
+def test_a_workers_spelling_of_a_readback_is_taken_only_as_the_source_has_it():
+    source = "import torch\nprint(a.item(), b.item())\n"
+    assert spelled_on_line(source, 2, "b.item()") == "b.item()"
+    assert spelled_on_line(source, 2, "c.item()") is None  # not on that line: a forged word
+    assert spelled_on_line(source, 1, "b.item()") is None
+    assert spelled_on_line(source + "print(`x`.item())\n", 3, "`x`.item()") is None  # would end a code span
+    assert spelled_on_line(source, 2, None) is None

@@ -92,7 +92,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
 def name_from_source(run: ArmRun, source: str) -> None:
     """Claim operands and readbacks named by the script's own expressions (`mine`, not
     `torch.testing.assert_close operand 1`), where its source says so unambiguously."""
-    from triage.operands import operand_names, readback_name
+    from triage.operands import operand_names, readback_name, spelled_on_line
 
     for o in run.observables:
         if o.kind == "claim" and o.claim and o.claim.get("operand") in (0, 1):
@@ -100,8 +100,11 @@ def name_from_source(run: ArmRun, source: str) -> None:
             if names:
                 o.name = f"`{names[o.claim['operand']]}`"
         elif o.kind == "readback":
-            name = readback_name(source, o.line, o.label)
-            if name:
+            spelled = spelled_on_line(source, o.line, o.expression)
+            name = None if spelled else readback_name(source, o.line, o.label)
+            if spelled:
+                o.name = f"`{spelled}`"
+            elif name:
                 o.name = f"`{name}{o.label}`" if o.label.startswith(".") else f"`{name}`"
 
 

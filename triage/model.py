@@ -111,6 +111,9 @@ class Observable:
     # The simulated rounding of this value on its arm (triage/worker/rounding.py): status,
     # sample count, each sample's statistic, flipped decisions; the arrays stay out of JSON.
     rounding: dict[str, Any] | None = None
+    # A readback's call as the worker saw the script spell it (`a.item()`); untrusted until
+    # compare.name_from_source finds it on that line of the source.
+    expression: str | None = field(default=None, repr=False, metadata={"json": False})
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     spread: dict[str, np.ndarray] | None = field(default=None, repr=False, metadata={"json": False})

@@ -97,6 +97,16 @@ METHOD_READBACKS = {".item()": "item", ".tolist()": "tolist", ".numpy()": "numpy
 CALL_READBACKS = {"float()": "float", "int()": "int", "np.asarray()": "asarray", "print/repr": "print"}
 
 
+def spelled_on_line(source: str, line: int | None, expression: str | None) -> str | None:
+    """`expression` (a worker's word for a readback's call) where line `line` of the script
+    spells it so, short and on one line, with nothing that would end a code span; else None."""
+    if not expression or line is None or len(expression) > MAX_NAME or "`" in expression \
+            or not expression.isprintable():
+        return None
+    lines = source.splitlines()
+    return expression if 0 < line <= len(lines) and expression in lines[line - 1] else None
+
+
 def readback_name(source: str, line: int | None, label: str) -> str | None:
     """The expression whose value the readback labelled `label` (`.item()`, `print/repr`…)
     reads at `line`: the receiver of the one `.item()` call there, the one tensor argument

@@ -133,6 +133,9 @@ OBSERVABLE = record({
     "claim": record({"id": COUNT, "func": text(300), "operand": one_of(0, 1), "holds": boolean(nullable=True)},
                     required=("id", "func", "operand"), closed=True, nullable=True),
     "module": MODULE,
+    "expression": described("A readback's call as the script's source spells it (`a.item()`): the worker's "
+                            "word, used only where the source has it on that line (compare.name_from_source).",
+                            text(300, nullable=True)),
     "ancestors": array(COUNT, 10000),
     "conditioning": array(COUNT, 10000),
     "reference": record({"fingerprint": FINGERPRINT, "note": NOTE, "approximate": boolean()}, closed=True,

@@ -20,6 +20,7 @@ import itertools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,10 @@ READBACKS: dict[Any, str] = {
     torch.Tensor.__float__: "float()",
     torch.Tensor.__int__: "int()",
 }
+# Readbacks whose call is not the value's expression (`print(a, b)`, an f-string): the parent
+# names those from the source where it can (triage/operands.py).
+SHOWN_READBACKS = {torch.Tensor.__repr__, torch.Tensor.__format__}
+MAX_EXPRESSION = 120
 CLAIMS: dict[Any, str] = {
     torch.equal: "torch.equal",
     torch.allclose: "torch.allclose",
@@ -119,7 +124,8 @@ class ObservationStore:
         return version is not None and self.recorded_versions.get(t) == version
 
     def add(self, kind: str, label: str, t: torch.Tensor, line: int | None = None,
-            claim: dict[str, Any] | None = None, module: dict[str, Any] | None = None) -> None:
+            claim: dict[str, Any] | None = None, module: dict[str, Any] | None = None,
+            expression: str | None = None) -> None:
         if self.muted:
             return
         if len(self.records) >= MAX_OBSERVABLES:
@@ -135,7 +141,7 @@ class ObservationStore:
                 "line": line if line is not None else self.site(),
                 "call_line": self.recorder.outer_site() if kind != "final" else None,
                 "fingerprint": fp, "node": node.name if node is not None else None,
-                "claim": claim, "module": module,
+                "claim": claim, "module": module, "expression": expression,
             }
             if fp is not None and fp["numel"] * 8 <= self.value_budget:
                 value = to_numpy(t)
@@ -180,6 +186,8 @@ class Observer(TorchFunctionMode):
         super().__init__()
         self.store = store
         self.script = script
+        self.source_lines = Path(script).read_bytes().splitlines()
+        self.spans: dict[Any, list[tuple]] = {}  # code object -> its instructions' source positions
         # A comparison's result (or what folds it) -> the comparisons it stands for, until
         # the script turns it into a Python bool.
         self.comparisons = WeakTensorKeyDictionary()
@@ -188,7 +196,8 @@ class Observer(TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func in READBACKS and args and isinstance(args[0], torch.Tensor):
-            self.store.add("readback", READBACKS[func], args[0])
+            expression = self._expression() if func not in SHOWN_READBACKS else None
+            self.store.add("readback", READBACKS[func], args[0], expression=expression)
             if args[0] in self.comparisons:
                 # `print(a == b)`: what the script looks at is the comparison of a and b.
                 self._record_checked(args[0])
@@ -207,6 +216,25 @@ class Observer(TorchFunctionMode):
         while frame is not None and "triage/worker/" in frame.f_code.co_filename.replace(os.sep, "/"):
             frame = frame.f_back
         return frame is not None and frame.f_code.co_filename == self.script
+
+    def _expression(self) -> str | None:
+        """The script's source of the call it is making now (`a.item()`, `float(loss)`): the
+        span of its innermost frame's current instruction, which tells two readbacks of one
+        line apart. None where it spans lines or is long."""
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename != self.script:
+            frame = frame.f_back
+        if frame is None or frame.f_lasti < 0:
+            return None
+        spans = self.spans.get(frame.f_code)
+        if spans is None:
+            spans = self.spans[frame.f_code] = list(frame.f_code.co_positions())
+        start, end, column, end_column = spans[frame.f_lasti // 2]
+        if start is None or start != end or column is None or end_column is None \
+                or not 0 < start <= len(self.source_lines):
+            return None
+        text = self.source_lines[start - 1][column:end_column].decode(errors="replace")  # UTF-8 byte columns
+        return text if 0 < len(text) <= MAX_EXPRESSION else None
 
     def _track_comparison(self, func: Any, args: tuple, out: Any) -> None:
         if not isinstance(out, torch.Tensor):
