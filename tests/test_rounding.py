@@ -467,3 +467,5 @@ def test_a_zero_where_the_computation_gives_a_tiny_value_is_outside():
     tiny = torch.tensor([3e-30], dtype=torch.float64)
     assert not within_envelope(torch.zeros(1), tiny, tiny, tiny, torch.float32)
     assert within_envelope(torch.tensor([2.0 ** -150]), torch.zeros(1), torch.zeros(1), torch.zeros(1), torch.float32)
+    zero = torch.zeros((), dtype=torch.float64)  # a 0-d value (a scalar loss): NumPy's scalars are no arrays
+    assert within_envelope(torch.tensor(0.0), zero, zero, zero, torch.float32)

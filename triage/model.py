@@ -113,7 +113,7 @@ class Observable:
     rounding: dict[str, Any] | None = None
     # A readback's call as the worker saw the script spell it (`a.item()`); untrusted until
     # compare.name_from_source finds it on that line of the source.
-    expression: str | None = field(default=None, repr=False, metadata={"json": False})
+    expression: str | None = None
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     spread: dict[str, np.ndarray] | None = field(default=None, repr=False, metadata={"json": False})

@@ -81,7 +81,7 @@ def half_ulp(values: np.ndarray, dtype: str) -> np.ndarray:
     so at 0 it is half the smallest subnormal (for float32 2**-150), not 1's half ulp."""
     bits, _ = FLOAT_FORMATS.get(dtype, (53, math.inf))
     _, exp = np.frexp(np.maximum(np.abs(values), MIN_NORMAL.get(dtype, 2.0 ** -1022)))
-    return np.ldexp(1.0, exp - bits - 1)
+    return np.asarray(np.ldexp(1.0, exp - bits - 1))  # an array for a 0-d one too (NumPy returns a scalar)
 
 
 def unit_roundoff(dtype: str) -> float:
