@@ -382,3 +382,19 @@ def test_bit_identical_gpu_named_values_say_where_they_were_computed(device):
         assert "both were computed on `cpu`" in v.summary and "copies its bits" not in v.summary
     else:
         assert "copies its bits exactly" in v.summary
+
+
+def test_without_a_spread_two_sides_whose_float64_values_part_are_not_called_rounding():
+    """A new user's GELU with erf(x/1.414) against F.gelu, with the simulation unavailable:
+    each side is within 4e-7 of its own float64 value, so dynamo's rule passed and the verdict
+    was expected-rounding, while the two float64 values differ by 4.4e-5."""
+    def operand(i, value, ref):
+        return obs(i, [value], [ref], kind="claim", label=f"operand {i}",
+                   claim={"id": 0, "func": "torch.testing.assert_close", "operand": i, "holds": False})
+
+    v = verdict(arm("cpu", [operand(0, 0.10004, 0.1000443), operand(1, 0.1, 0.1000000015)]))
+    assert (v.kind, v.expected) == ("inconclusive", None), v.summary
+    assert "the float64 values of the two sides themselves differ by up to 4.43e-05" in v.summary
+    # One quantity rounded twice (the float64 values agree): rounding, as before.
+    v = verdict(arm("cpu", [operand(0, 0.1000001, 0.1), operand(1, 0.1, 0.1)]))
+    assert (v.kind, v.expected) == ("expected-rounding", True), v.summary

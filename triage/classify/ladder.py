@@ -275,6 +275,33 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     return fallback
 
 
+def _references_apart(c: Comparison, d: Divergence) -> Verdict | None:
+    """Two values whose float64 values themselves differ beyond the coarser dtype's tolerance
+    are not one quantity rounded twice, however close each side is to its own float64 value
+    (dynamo's rule then passes: it compares each side with its own). Without a rounding spread
+    triage cannot tell a different formula from one so ill-conditioned that float64 parts too,
+    and says so rather than call it rounding."""
+    if d.b is None:
+        return None
+    (_, oa), (_, ob) = c.resolve(d.a), c.resolve(d.b)
+    ra, rb = oa.reference_value, ob.reference_value
+    if ra is None or rb is None or np.shape(ra) != np.shape(rb) or np.iscomplexobj(ra) or np.iscomplexobj(rb):
+        return None
+    ra, rb = np.asarray(ra, dtype=np.float64), np.asarray(rb, dtype=np.float64)
+    both = np.isfinite(ra) & np.isfinite(rb)
+    coarser = min((d.a.dtype, d.b.dtype), key=lambda t: policy.FLOAT_FORMATS.get(t, (53, 0.0))[0])
+    rtol, atol = policy.tolerance(coarser)
+    gap = np.abs(ra - rb)[both]
+    if not both.any() or not (gap > atol + rtol * np.abs(rb)[both]).any():
+        return None
+    return make_verdict("inconclusive", None, policy.NONE, ["review"],
+                        f"{where_text(d)}: the float64 values of the two sides themselves differ by up to "
+                        f"{float(gap.max()):.3g}, beyond {coarser} tolerance (rtol={rtol:g}, atol={atol:g}). That is "
+                        "not one quantity rounded twice: one side computes a different formula, or the computation "
+                        "is so ill-conditioned that float64 parts too. Without a simulated rounding spread triage "
+                        "cannot tell which.", evidence_lines(d))
+
+
 def _by_float64(comparison: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     """The ladder without simulated rounding: tolerance, dynamo's float64 rule, conditioning."""
     rung = _ablated(comparison, d, agree)
@@ -282,6 +309,9 @@ def _by_float64(comparison: Comparison, d: Divergence, agree: list[Ablation]) ->
         return rung
     if d.nonfinite_mismatch > 0:
         return _nonfinite_flip(comparison, d)
+    apart = _references_apart(comparison, d)
+    if apart is not None:
+        return apart
     if d.b is not None and d.within_tolerance:
         return _rounding(d)
     # Ill-conditioning explains more than "both arms are equally far from float64" does.
