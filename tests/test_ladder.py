@@ -398,3 +398,25 @@ def test_without_a_spread_two_sides_whose_float64_values_part_are_not_called_rou
     # One quantity rounded twice (the float64 values agree): rounding, as before.
     v = verdict(arm("cpu", [operand(0, 0.1000001, 0.1), operand(1, 0.1, 0.1)]))
     assert (v.kind, v.expected) == ("expected-rounding", True), v.summary
+
+
+def test_two_readbacks_the_script_compares_as_python_numbers_are_a_pair():
+    """`e32.item() == e64.item()`: no tensor op shows the worker that comparison, and the two
+    values' float64 replays differ (float32's linspace is another leaf), so nothing paired
+    them and a printed `equal: False` stood against "nothing diverges"."""
+    source = "\n" * 10 + "print('equal:', e32.item() == e64.item())\n"
+
+    def readback(i, value, ref, dtype, spelled):
+        o = obs(i, [value], [ref], kind="readback", label=".item()", dtype=dtype)
+        o.line, o.expression = 11, spelled
+        return o
+
+    runs = [arm("cpu", [readback(0, 0.4997, 0.49970001, "float32", "e32.item()"),
+                        readback(1, 0.49970003, 0.49970003, "float64", "e64.item()")])]
+    c = compare(runs, source)
+    assert c.divergence is not None and c.divergence.how == "==", c.divergence
+    assert c.divergence.observable_label == "`e32.item()` vs `e64.item()` (`==`)"
+    # A spelling the source does not have on that line pairs nothing.
+    runs[0].observables[1].expression = "forged.item()"
+    runs[0].observables[1].name = None
+    assert compare(runs, source).divergence is None or compare(runs, source).divergence.how != "=="

@@ -6,7 +6,7 @@ import textwrap
 
 from triage.arms.graph import OpGraph
 from triage.minimize.backend_source import backend_definitions
-from triage.operands import operand_names, readback_name, spelled_on_line
+from triage.operands import compared_expressions, operand_names, readback_name, spelled_on_line
 from triage.paths import part_ways
 
 SOURCE = textwrap.dedent("""\
@@ -110,3 +110,9 @@ def test_a_workers_spelling_of_a_readback_is_taken_only_as_the_source_has_it():
     assert spelled_on_line(source, 1, "b.item()") is None
     assert spelled_on_line(source + "print(`x`.item())\n", 3, "`x`.item()") is None  # would end a code span
     assert spelled_on_line(source, 2, None) is None
+
+
+def test_a_lines_python_comparisons_are_read_with_their_two_sides():
+    source = "x = 1\nprint(a.item() == b.item(), c < d(1), e == f == g)\n"
+    assert compared_expressions(source, 2) == [("a.item()", "b.item()", "=="), ("c", "d(1)", "<")]
+    assert compared_expressions(source, 1) == [] and compared_expressions("(", 1) == []

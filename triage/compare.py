@@ -18,6 +18,7 @@ import numpy as np
 from triage import policy
 from triage.model import ArmRun, Comparison, Divergence, Judgement, Observable, Side, compared_runs, find_side
 from triage.numerics.errors import nonfinite_mismatch, ulp
+from triage.operands import COMPARISON_SYMBOLS, compared_expressions
 
 SUMMARY_VALUES = 4
 
@@ -40,7 +41,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
     claims: list[dict[str, Any]] = []
     claim_divs: list[Divergence] = []
     for run in completed:
-        for x, y, how in _claim_pairs(run):
+        for x, y, how in _claim_pairs(run) + (_compared_in_source(run, source) if source else []):
             d = pair_divergence("claim", run, x, run, y)
             d.how = how
             d.distinct_draws = _distinct_draws(run, x, y)
@@ -55,7 +56,8 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
             same_values = (d.max_abs_diff == 0 and d.nonfinite_mismatch == 0 and d.bit_difference is None
                            and (x.fingerprint or {}).get("dtype") != (y.fingerprint or {}).get("dtype"))
             if not d.bitwise_equal and not same_values and (
-                    how in ("implicit", "repeat", "rerun") or (x.claim or {}).get("holds") is False):
+                    how in ("implicit", "repeat", "rerun") or how in COMPARISON_SYMBOLS.values()
+                    or (x.claim or {}).get("holds") is False):
                 claim_divs.append(d)
     # Against float64 alone only when there is no second arm: where arms agree with each other,
     # the reporter's divergence did not reproduce, and float64 findings are notes, not verdicts.
@@ -321,6 +323,24 @@ def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
             seen[key] = o
         elif _bits(first)[2] != _bits(o)[2] and first.fingerprint["dtype"] != "bool":
             pairs.append((first, o, "implicit"))
+    return pairs
+
+
+def _compared_in_source(run: ArmRun, source: str) -> list[tuple[Observable, Observable, str]]:
+    """Two readbacks the script compares as Python numbers (`e32.item() == e64.item()`): the
+    one-operator comparisons of a line whose two sides are spelled as two values read back
+    there (`Observable.expression`, checked against the source by `name_from_source`)."""
+    by_line: dict[int, dict[str, Observable]] = {}
+    for o in run.observables:
+        if o.kind == "readback" and o.line is not None and o.name and o.expression and o.name == f"`{o.expression}`":
+            by_line.setdefault(o.line, {}).setdefault(o.expression, o)
+    pairs = []
+    for line, spelled in by_line.items():
+        if len(spelled) < 2:
+            continue
+        for left, right, symbol in compared_expressions(source, line):
+            if left in spelled and right in spelled and left != right:
+                pairs.append((spelled[left], spelled[right], symbol))
     return pairs
 
 

@@ -97,6 +97,25 @@ METHOD_READBACKS = {".item()": "item", ".tolist()": "tolist", ".numpy()": "numpy
 CALL_READBACKS = {"float()": "float", "int()": "int", "np.asarray()": "asarray", "print/repr": "print"}
 
 
+# Python's comparison operators, as a verdict names the script's comparison.
+COMPARISON_SYMBOLS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+
+
+def compared_expressions(source: str, line: int | None) -> list[tuple[str, str, str]]:
+    """(left, right, operator) of each one-operator comparison starting on `line`, as the
+    script spells its two sides (`e32.item() == e64.item()`): two Python numbers compared,
+    which no tensor op shows the worker."""
+    index = _by_line(source) if line is not None else None
+    found = []
+    for node in (index or {}).get(line, [])[:MAX_NODES_PER_LINE]:
+        if isinstance(node, ast.Compare) and node.lineno == line and len(node.ops) == 1 \
+                and type(node.ops[0]) in COMPARISON_SYMBOLS:
+            left, right = _segment(source, node.left), _segment(source, node.comparators[0])
+            if left and right:
+                found.append((left, right, COMPARISON_SYMBOLS[type(node.ops[0])]))
+    return found
+
+
 def spelled_on_line(source: str, line: int | None, expression: str | None) -> str | None:
     """`expression` (a worker's word for a readback's call) where line `line` of the script
     spells it so, short and on one line, with nothing that would end a code span; else None."""
