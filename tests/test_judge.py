@@ -132,3 +132,28 @@ def test_the_scripts_flush_to_zero_is_its_precision_mode_and_named(triage):
     assert "flush-to-zero at line 9 (`torch.set_flush_denormal(True)`)" in v["summary"]
     zones = {j["label"]: j["zone"] for j in judgements(report)}
     assert set(zones.values()) == {"inside"}, zones
+
+
+def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_is_not(triage, tmp_path):
+    """`acc = torch.empty(64); acc += x` agrees with its float64 replay (which reads the same
+    bytes) and with any other arm of this machine: "nothing diverges" was the verdict. A NaN-
+    filled replay tells it from buffers every element of which is written first."""
+    script = tmp_path / "accumulate.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "x = torch.randn(16)\n"
+        "acc = torch.empty(16)\n"
+        "acc += x\n"
+        "buf = torch.empty(16)\n"
+        "buf[:] = x * 2\n"
+        "out = torch.empty(16)\n"
+        "torch.add(x, 1.0, out=out)\n"
+        "print(acc.sum().item(), buf.sum().item(), out.sum().item())\n")
+    code, report, comment, out = triage(script, "cpu", "--no-minimize")
+    assert report is not None, out
+    reads = {o["expression"]: o["uninitialized"] for o in report["observables"] if o.get("expression")}
+    assert reads == {"acc.sum().item()": True, "buf.sum().item()": False, "out.sum().item()": False}, reads
+    v = report["verdict"]
+    assert v["kind"] == "nondeterministic", v["summary"]
+    assert "`acc.sum().item()` (line 10) reads memory that `torch.empty` at line 4 leaves uninitialized" in v["summary"]

@@ -114,6 +114,8 @@ class Observable:
     # A readback's call as the worker saw the script spell it (`a.item()`); untrusted until
     # compare.name_from_source finds it on that line of the source.
     expression: str | None = None
+    # Whether the value reads bytes a `torch.empty` left uninitialized (worker/session.py); None: not known.
+    uninitialized: bool | None = None
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     spread: dict[str, np.ndarray] | None = field(default=None, repr=False, metadata={"json": False})

@@ -140,6 +140,8 @@ OBSERVABLE = record({
     "conditioning": array(COUNT, 10000),
     "reference": record({"fingerprint": FINGERPRINT, "note": NOTE, "approximate": boolean()}, closed=True,
                         nullable=True),
+    "uninitialized": described("Whether the value reads bytes a `torch.empty` left uninitialized (a float64 replay "
+                               "with them NaN makes it NaN); null: not known.", boolean(nullable=True)),
     "rounding": OBSERVABLE_ROUNDING,
 }, required=tuple(OBSERVABLE_FIELDS), closed=True)
 

@@ -375,7 +375,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
             index=i, kind=o["kind"], label=o["label"], line=o.get("line"), fingerprint=o.get("fingerprint"),
             reference=o.get("reference"), ancestors=o.get("ancestors", []), claim=o.get("claim"),
             conditioning=o.get("conditioning", []), node=o.get("node"), module=o.get("module"),
-            call_line=o.get("call_line"), expression=o.get("expression"),
+            call_line=o.get("call_line"), expression=o.get("expression"), uninitialized=o.get("uninitialized"),
             value=values.get(f"{OBSERVED}{i}"), reference_value=values.get(f"{REFERENCE}{i}"),
             rounding=o.get("rounding"),
             spread={key: values[f"{key}{i}"] for key in SPREAD_ARRAYS if f"{key}{i}" in values} or None,

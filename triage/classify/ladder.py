@@ -258,8 +258,8 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     if wrong is not None:
         return wrong
     if d is None:
-        return (_unseeded_runs(completed, repro.source) or _exact_equality(completed, repro.source)
-                or _not_reproduced(comparison, completed))
+        return (_uninitialized_reads(completed) or _unseeded_runs(completed, repro.source)
+                or _exact_equality(completed, repro.source) or _not_reproduced(comparison, completed))
     if d.bit_difference is not None:
         return _rounding(d)
     sides = [s for s in (d.a, d.b) if s is not None]
@@ -780,6 +780,30 @@ def _ablated(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verd
                     f"{CAUSES.get(knob, knob)}; PyTorch does not promise bitwise-identical results across such "
                     f"settings.{why_big} To get the same numbers, set `{a.setting}`.",
                     evidence_lines(d) + [f"ablation `{x.switch}` ({', '.join(x.arms)}): {x.outcome}, {x.detail}" for x in agree])
+
+
+def _uninitialized_reads(completed: list[ArmRun]) -> Verdict | None:
+    """Values that agree everywhere here but read bytes a `torch.empty` left uninitialized (the
+    worker's NaN-filled replay): whatever those bytes held, every replay and every arm of this
+    machine read alike, so agreement here says nothing of the reporter's run, or the next."""
+    for run in completed:
+        reads = [o for o in run.observables if o.uninitialized and o.kind != "final"]
+        if not reads:
+            continue
+        leaves = [leaf for leaf in run.leaves if leaf.get("kind") == "uninitialized"
+                  and leaf.get("index") in set(reads[0].ancestors)]
+        made = (f"`torch.{leaf['op']}` at line {leaf['line']}" if (leaf := leaves[0] if leaves else None)
+                and leaf.get("op") and leaf.get("line") else "an uninitialized allocation")
+        shown = ", ".join(f"{o.shown} (line {o.line})" for o in reads[:3]) + (
+            f" and {len(reads) - 3} more" if len(reads) > 3 else "")
+        return make_verdict(
+            "nondeterministic", None, policy.GENERAL, ["reproducibility", "review"],
+            f"{shown} {'reads' if len(reads) == 1 else 'read'} memory that {made} leaves uninitialized: replayed "
+            "with those bytes made NaN, the value becomes NaN. What it holds is whatever those bytes held, which "
+            "this machine's arms and its float64 replay happen to share, so that nothing diverges here says nothing "
+            "of another run. Fill it first (`torch.zeros`, `torch.full`) or write every element before reading.",
+            [f"`{run.spec}` {o.shown} (line {o.line}) depends on the uninitialized bytes" for o in reads[:5]])
+    return None
 
 
 def _unseeded_runs(completed: list[ArmRun], source: str) -> Verdict | None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 import sys
 import time
@@ -154,6 +155,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     for record in store.records:
         record["ancestors"], record["conditioning"] = _ancestry(by_name.get(record["node"]), leaf_index,
                                                                 conditioning_nodes)
+    if replay is not None:
+        _mark_uninitialized_reads(recording, store.records, replay, job["reference_budget_s"])
     # Within result.json's limits: the leaves (and conditioning notes) the observed values read
     # first, then the earliest; the observables' references renumbered to the kept entries.
     kept_leaves = _kept(len(recording.leaves), [r["ancestors"] for r in store.records], MAX_LEAVES)
@@ -228,6 +231,37 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
         result["graph"]["export"] = recording.stopped or export_graph(recording.graph, out_dir / "graph") or "ok"
     return result
+
+
+def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], replay: Any, budget_s: float) -> None:
+    """Set each record's `uninitialized`: whether its value depends on bytes a `torch.empty`
+    (an uninitialized leaf) held. Being downstream is not enough (`buf[:] = x` overwrites every
+    one), so the float64 replay is run again with those leaves' floating elements NaN: a value
+    NaN there where the reference is not read them. The arm's own replay reads the same bytes,
+    so such a value agrees with its reference and with another arm that happened to hold them."""
+    import torch
+
+    from triage.worker.reference import replay_fp64
+
+    garbage = {leaf.index: leaf for leaf in recording.leaves
+               if leaf.kind == "uninitialized" and leaf.value.is_floating_point()}
+    suspects = [r for r in records if r["node"] is not None and garbage.keys() & set(r["ancestors"])]
+    for r in records:
+        r["uninitialized"] = False if r["node"] is not None and r not in suspects else None
+    if not suspects:
+        return
+    saved = {i: leaf.node.meta["leaf"] for i, leaf in garbage.items()}
+    for i, leaf in garbage.items():
+        leaf.node.meta["leaf"] = dataclasses.replace(leaf, value=torch.full_like(leaf.value, float("nan")))
+    try:
+        poisoned = replay_fp64(recording.graph, {r["node"] for r in suspects}, budget_s)
+    finally:
+        for i, leaf in garbage.items():
+            leaf.node.meta["leaf"] = saved[i]
+    for r in suspects:
+        clean, dirty = replay.values.get(r["node"]), poisoned.values.get(r["node"])
+        if isinstance(clean, torch.Tensor) and isinstance(dirty, torch.Tensor) and clean.shape == dirty.shape:
+            r["uninitialized"] = bool((dirty.isnan() & ~clean.isnan()).any())
 
 
 def _simulated(graph: Any, records: list[dict[str, Any]], references: dict[str, Any], values: dict[str, Any],
