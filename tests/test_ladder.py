@@ -420,3 +420,17 @@ def test_two_readbacks_the_script_compares_as_python_numbers_are_a_pair():
     runs[0].observables[1].expression = "forged.item()"
     runs[0].observables[1].name = None
     assert compare(runs, source).divergence is None or compare(runs, source).divergence.how != "=="
+
+
+def test_a_compile_arm_that_compiled_nothing_is_not_the_comparison_asked_for():
+    """`--arms cpu,cpu/compile` on a script that never calls torch.compile: the compile arm
+    runs the eager program again, and its agreement was "does not reproduce here"."""
+    def runs(compiled):
+        compiled_arm = arm("cpu/compile", [obs(0, [1, 2], [1, 2])], mode="compile")
+        compiled_arm.graph = {"nodes": 3, "leaves": 1, "compiled_graphs": compiled}
+        return arm("cpu", [obs(0, [1, 2], [1, 2])]), compiled_arm
+
+    v = verdict(*runs(0))
+    assert v.kind == "could-not-run" and "did not compile anything" in v.summary, v.summary
+    assert "Compile the model or function in the script" in v.summary
+    assert verdict(*runs(1)).kind == "not-reproduced"

@@ -912,13 +912,15 @@ def _source(path: str) -> str | None:
 
 
 def _exit_code(report: Any) -> int:
+    from triage.classify.facts import compiled_nothing
+
     ran_nothing = report.comparison is None or all(not r.completed for r in report.comparison.arms)
     if report.verdict.kind == "could-not-run" and ran_nothing:
         return EXIT_COULD_NOT_RUN
     stood_in = report.reported is not None and report.reported.judged and report.verdict.kind != "could-not-run"
-    if report.comparison is not None and any(r.status == "unavailable" for r in report.comparison.arms) \
-            and not stood_in:
-        return EXIT_NOT_TESTED  # a requested arm could not run here: no verdict on the comparison asked for
+    if report.comparison is not None and not stood_in and any(
+            r.status == "unavailable" or compiled_nothing(r) for r in report.comparison.arms):
+        return EXIT_NOT_TESTED  # a requested arm did not run as asked here: no verdict on the comparison asked for
     return EXIT_VERDICT
 
 

@@ -215,8 +215,6 @@ def _run_notes(comparison, options: RunSettings, source: str) -> list[str]:  # n
         if r.reference and r.reference.get("approximate_ops"):
             notes.append(f"`{r.spec}`: {', '.join(r.reference['approximate_ops'])} could not run in float64; "
                          "the reference uses the arm's own precision for them.")
-        if r.mode == "compile" and r.graph and r.graph.get("compiled_graphs") == 0 and r.completed:
-            notes.append(f"`{r.spec}`: the script never called torch.compile, so this arm ran it eagerly.")
         notes.extend(_knob_call_notes(r))
     return notes
 

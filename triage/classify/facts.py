@@ -36,6 +36,16 @@ def lacks_device(run: ArmRun) -> bool:
     return run.status == "raised" and run.device != "cpu" and bool(MISSING_DEVICE.search(e.get("message", "")))
 
 
+COMPILED_NOTHING = ("the script never calls `torch.compile` (or nothing it compiles ran), so this arm ran it "
+                    "eagerly: it compiled nothing, and tested nothing of the compiler")
+
+
+def compiled_nothing(run: ArmRun) -> bool:
+    """A compile arm that ran to the end without compiling anything: the eager program again,
+    which is not the comparison its spec asks for (the arm compiles what the script compiles)."""
+    return run.mode == "compile" and run.completed and bool(run.graph) and run.graph.get("compiled_graphs") == 0
+
+
 def precision_of(comparison: Comparison | None) -> str:
     d = comparison.divergence if comparison else None
     return d.dtype if d else "working-precision"

@@ -16,6 +16,8 @@ import numpy as np
 from triage import policy
 from triage.audit import Evidence, audit, inconclusive
 from triage.classify.facts import (
+    COMPILED_NOTHING,
+    compiled_nothing,
     equality_checks,
     flush_notes,
     lacks_device,
@@ -105,8 +107,9 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
         return make_verdict("could-not-run", None, policy.NONE, ["repro"],
                         f"triage could not run the script: {repro.problem}.")
     # An arm whose script addressed a GPU this machine lacks did not run here either.
-    missing = [r if r.status == "unavailable" else dataclasses.replace(r, failure=f"{r.failure}{LACKS_DEVICE}")
-               for r in comparison.arms if r.status == "unavailable" or lacks_device(r)]
+    missing = [r if r.status == "unavailable" else dataclasses.replace(r, failure=COMPILED_NOTHING)
+               if compiled_nothing(r) else dataclasses.replace(r, failure=f"{r.failure}{LACKS_DEVICE}")
+               for r in comparison.arms if r.status == "unavailable" or lacks_device(r) or compiled_nothing(r)]
     missed = {m.spec for m in missing}
     runs = [r for r in comparison.arms if r.spec not in missed]
     if not runs:
@@ -231,10 +234,15 @@ def _not_tested(missing: list[ArmRun], ran: list[ArmRun], partial: Verdict) -> V
     is never a reproduction, a pass or a verdict on the numbers."""
     lines = [f"`{r.spec}`: {r.failure}" for r in missing]
     asked = ",".join(r.spec for r in ran + missing)
+    if all(compiled_nothing(r) for r in missing):
+        why = (f"which did not compile anything ({'; '.join(lines)}). Compile the model or function in the script "
+               "(`torch.compile(model)`): the compile arm compiles what the script compiles")
+    else:
+        why = (f"which this machine cannot run ({'; '.join(lines)}). On a machine that has it, run "
+               f"`triage run repro.py --arms {asked}`")
     return make_verdict("could-not-run", None, policy.NONE, ["repro"],
                     f"Not tested here: the comparison asked for needs {', '.join(f'`{r.spec}`' for r in missing)}, "
-                    f"which this machine cannot run ({'; '.join(lines)}). On a machine that has it, run "
-                    f"`triage run repro.py --arms {asked}`. What did run: {', '.join(f'`{r.spec}`' for r in ran)} — "
+                    f"{why}. What did run: {', '.join(f'`{r.spec}`' for r in ran)} — "
                     f"{partial.kind}: {partial.summary}", lines + partial.evidence)
 
 
