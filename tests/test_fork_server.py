@@ -501,4 +501,4 @@ def test_a_forked_compile_arm_starts_with_inductors_machine_probes_done(tmp_path
     (arm,) = _arm_lines(report, "WARMED ")
     assert ZYGOTE_MODULE in arm["pid1"] or not isolation().strong, arm["pid1"]
     assert arm["isa"] == 1 and arm["torch_key"], arm
-    assert code == 0, out
+    assert code == 5, out  # the probe compiles nothing: not the comparison a compile arm is for

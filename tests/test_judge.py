@@ -157,3 +157,24 @@ def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_
     v = report["verdict"]
     assert v["kind"] == "nondeterministic", v["summary"]
     assert "`acc.sum().item()` (line 10) reads memory that `torch.empty` at line 4 leaves uninitialized" in v["summary"]
+
+
+def test_a_value_computed_in_bfloat16_and_read_as_float32_is_named_by_its_precision(triage, tmp_path):
+    """`out16.float()` is float32 as read, bfloat16 as computed: the cause was "different
+    operations, which round differently" (both are `addmm`), not bfloat16's rounding."""
+    script = tmp_path / "bf16_linear.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "lin = torch.nn.Linear(64, 8)\n"
+        "x = torch.randn(4, 64)\n"
+        "with torch.no_grad():\n"
+        "    out32 = lin(x)\n"
+        "    out16 = lin.to(torch.bfloat16)(x.to(torch.bfloat16))\n"
+        "print(torch.allclose(out32, out16.float()))\n")
+    code, report, comment, out = triage(script, "cpu", "--no-minimize")
+    assert report is not None, out
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-rounding", True), v["summary"]
+    assert "computed at different precisions (`out16.float()` in bfloat16, `out32` in float32)" in v["summary"]
+    assert "different operations" not in v["summary"]

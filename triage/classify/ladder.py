@@ -597,8 +597,8 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
         state = (f"`{j.arm}` {j.label} is not finite under some of its simulated roundings at {j.dtype}, so no "
                  "finite value of it keeps a reliable digit")
     elif j.computational_zero:
-        state = (f"`{j.arm}` {j.label} is a computational zero at {j.dtype}: its simulated roundings scatter "
-                 f"around 0 by ±{j.sigma:.2g}, so every digit of it is rounding noise")
+        state = (f"`{j.arm}` {j.label} is a computational zero at {j.dtype}: its simulated roundings scatter by "
+                 f"±{j.sigma:.2g}, as far as the value itself reaches, so every digit of it is rounding noise")
     elif j.wide:
         state = (f"its rounding spread is wide — `{j.arm}` {j.label} keeps only {j.digits:.1f} significant digits "
                  f"at {j.dtype} (±{j.sigma:.2g})")

@@ -302,12 +302,17 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
         return _arms_cause(a.arm, b.arm)
     if d.source != "claim":
         return ""
-    bits = {x.dtype: policy.FLOAT_FORMATS.get(x.dtype, (0, 0))[0] for x in (a, b)}
-    if a.dtype != b.dtype and all(bits.values()):
-        coarse = min((a, b), key=lambda x: bits[x.dtype])
+    # The precision each side was computed at (its judgement's: the least precise dtype of its
+    # computation), not the dtype it was read back in (`out16.float()` is bfloat16's rounding).
+    precision = {id(x): next((j.dtype for j in d.judgements if (j.arm, j.observable) == (x.arm, x.observable)
+                              and j.status == "judged"), x.dtype) for x in (a, b)}
+    bits = {id(x): policy.FLOAT_FORMATS.get(precision[id(x)], (0, 0))[0] for x in (a, b)}
+    if precision[id(a)] != precision[id(b)] and all(bits.values()):
+        coarse = min((a, b), key=lambda x: bits[id(x)])
         fine = b if coarse is a else a
-        return (f" The two are computed at different precisions ({coarse.label} in {coarse.dtype}, {fine.label} in "
-                f"{fine.dtype}): their difference is {coarse.dtype}'s rounding ({bits[coarse.dtype]}-bit significand).")
+        low, high = precision[id(coarse)], precision[id(fine)]
+        return (f" The two are computed at different precisions ({coarse.label} in {low}, {fine.label} in "
+                f"{high}): their difference is {low}'s rounding ({bits[id(coarse)]}-bit significand).")
     paths = d.paths or {}
     if paths.get("only_a") or paths.get("only_b"):
         return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
@@ -368,11 +373,16 @@ def conditioning_caveat(notes: list[dict[str, Any]]) -> tuple[str, policy.Sectio
             f"{note.get('dtype', 'its dtype')}), so a result elsewhere may differ by up to about that relative "
             "amount, which PyTorch's numerical accuracy note allows for ill-conditioned linear algebra."), policy.LINALG
 
+def _arm_of(note: dict[str, Any]) -> str:
+    """", arm SPEC" where the note says which arm it is of (a run's own notes do not)."""
+    return f", arm {note['arm']}" if note.get("arm") else ""
+
+
 def cond_text(note: dict[str, Any], full: bool = False) -> str:
     if "figure" in note:
         text = note["figure"]
         return (f"{note['kind']} at `aten.{note['op']}` ({'×'.join(map(str, note['shape']))} {note['dtype']}, "
-                f"line {note['line']}, arm {note.get('arm', '?')}): {text}") if full else text
+                f"line {note['line']}{_arm_of(note)}): {text}") if full else text
     parts = []
     if note.get("exact_singular"):
         parts.append("determinant exactly 0 in rational arithmetic")
@@ -390,7 +400,7 @@ def cond_text(note: dict[str, Any], full: bool = False) -> str:
     text = ", ".join(parts)
     if full:
         text = (f"conditioning of `{note['op']}` input ({'×'.join(map(str, note['shape']))} {note['dtype']}, "
-                f"line {note['line']}, arm {note.get('arm', '?')}): {text}")
+                f"line {note['line']}{_arm_of(note)}): {text}")
     return text
 
 
