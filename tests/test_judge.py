@@ -178,3 +178,32 @@ def test_a_value_computed_in_bfloat16_and_read_as_float32_is_named_by_its_precis
     assert (v["kind"], v["expected"]) == ("expected-rounding", True), v["summary"]
     assert "computed at different precisions (`out16.float()` in bfloat16, `out32` in float32)" in v["summary"]
     assert "different operations" not in v["summary"]
+
+
+def test_a_bug_is_not_withdrawn_behind_the_scripts_own_error_measure(triage, tmp_path):
+    """The script prints `(eager - compiled).abs().max()` first: on the compile arm's replay a
+    computational zero, so "outside" there is withdrawn (no digit), while the compiled output
+    itself is a thousand σ outside. The headline is the value with digits."""
+    script = tmp_path / "fast_gelu.py"
+    script.write_text(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "def fast_backend(gm, example_inputs):\n"
+        "    for node in gm.graph.nodes:\n"
+        "        if node.op == 'call_function' and node.target is F.gelu:\n"
+        "            node.kwargs = {**node.kwargs, 'approximate': 'tanh'}\n"
+        "    gm.recompile()\n"
+        "    return gm.forward\n"
+        "def f(x):\n"
+        "    return F.gelu(x) * 2.0\n"
+        "torch.manual_seed(0)\n"
+        "x = torch.randn(64) * 3\n"
+        "eager = f(x)\n"
+        "compiled = torch.compile(f, backend=fast_backend)(x)\n"
+        "print((eager - compiled).abs().max().item())\n"
+        "print(compiled[:5])\n")
+    code, report, comment, out = triage(script, "cpu,cpu/compile", "--no-minimize")
+    assert report is not None, out
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("likely-bug", False), v["summary"]
+    assert "`cpu/compile` `compiled[:5]` lies outside its own rounding spread" in v["summary"], v["summary"]

@@ -12,7 +12,6 @@ maintainer a look; one that is confidently wrong harms a reporter or hides a bug
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -171,9 +170,7 @@ def outside_is_meaningful(verdict: Verdict, e: Evidence) -> list[str]:
     for j in d.judgements:
         if j.zone != "outside" or j.nonfinite:
             continue
-        beyond_noise = (j.statistic is not None and j.max_sample_stat and math.isfinite(j.statistic)
-                        and j.statistic > NOISE_MARGIN * j.max_sample_stat)
-        if (j.computational_zero or (j.digits is not None and j.digits < 1)) and not beyond_noise:
+        if j.outside_without_digits:
             out.append(f"`{j.arm}` {j.label} is called outside its rounding spread, but that spread keeps "
                        f"{'no' if j.computational_zero else f'{j.digits:.1f}'} significant digit(s): every digit of "
                        "it is rounding noise, so no value is outside it")

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from triage import policy
 
 
 @dataclass
@@ -247,6 +250,17 @@ class Judgement:
     unstable: list[str] = field(default_factory=list)
     strip: str = ""
     reason: str | None = None  # why not judged
+
+    @property
+    def outside_without_digits(self) -> bool:
+        """Called outside a spread that keeps no significant digit (every digit of it is
+        rounding noise), and not beyond that noise by policy.NOISE_MARGIN: nothing to be
+        outside of (the audit withdraws a bug verdict that rests on it)."""
+        if self.zone != "outside" or self.nonfinite:
+            return False
+        beyond_noise = (self.statistic is not None and bool(self.max_sample_stat) and math.isfinite(self.statistic)
+                        and self.statistic > policy.NOISE_MARGIN * self.max_sample_stat)
+        return (self.computational_zero or (self.digits is not None and self.digits < 1)) and not beyond_noise
 
 
 @dataclass
