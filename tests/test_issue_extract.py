@@ -288,7 +288,9 @@ def test_nesting_depth_is_capped():
     # what 6 do (a 5-level fence, in a list item in a list item in a blockquote, is found).
     shallow = _cpu_seconds(_fill(1 << 16, "b\n", ">" * 6 + " a\n"), repeat=2)
     deep = _cpu_seconds(_fill(1 << 16, "b\n", ">" * 200 + " a\n"), repeat=2)
-    assert deep < 2 * shallow, (shallow, deep)
+    # Uncapped, 200 levels cost about 200/6 as much; 4x leaves room for a loaded machine
+    # (the whole suite at ATEN_CPU_CAPABILITY=default once measured 2.07x).
+    assert deep < 4 * shallow, (shallow, deep)
     fence = f"```python\n{SCRIPT}\n```"
     nested = "> - 1. " + "\n>      ".join(fence.split("\n"))
     assert extract_issue_body(nested).script == SCRIPT
