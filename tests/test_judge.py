@@ -15,6 +15,15 @@ def run(triage, name, arms="cpu", *extra):
     return report, comment
 
 
+def run_source(triage, tmp_path, name, source, arms="cpu"):
+    """`source` as tmp_path/NAME.py, run with --no-minimize: the report (never None)."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    code, report, comment, out = triage(script, arms, "--no-minimize")
+    assert report is not None, out
+    return report
+
+
 def judgements(report):
     return report["comparison"]["divergence"]["judgements"]
 
@@ -138,8 +147,7 @@ def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_
     """`acc = torch.empty(64); acc += x` agrees with its float64 replay (which reads the same
     bytes) and with any other arm of this machine: "nothing diverges" was the verdict. A NaN-
     filled replay tells it from buffers every element of which is written first."""
-    script = tmp_path / "accumulate.py"
-    script.write_text(
+    report = run_source(triage, tmp_path, "accumulate", (
         "import torch\n"
         "torch.manual_seed(0)\n"
         "x = torch.randn(16)\n"
@@ -149,9 +157,7 @@ def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_
         "buf[:] = x * 2\n"
         "out = torch.empty(16)\n"
         "torch.add(x, 1.0, out=out)\n"
-        "print(acc.sum().item(), buf.sum().item(), out.sum().item())\n")
-    code, report, comment, out = triage(script, "cpu", "--no-minimize")
-    assert report is not None, out
+        "print(acc.sum().item(), buf.sum().item(), out.sum().item())\n"))
     reads = {o["expression"]: o["uninitialized"] for o in report["observables"] if o.get("expression")}
     assert reads == {"acc.sum().item()": True, "buf.sum().item()": False, "out.sum().item()": False}, reads
     v = report["verdict"]
@@ -162,8 +168,7 @@ def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_
 def test_a_value_computed_in_bfloat16_and_read_as_float32_is_named_by_its_precision(triage, tmp_path):
     """`out16.float()` is float32 as read, bfloat16 as computed: the cause was "different
     operations, which round differently" (both are `addmm`), not bfloat16's rounding."""
-    script = tmp_path / "bf16_linear.py"
-    script.write_text(
+    report = run_source(triage, tmp_path, "bf16_linear", (
         "import torch\n"
         "torch.manual_seed(0)\n"
         "lin = torch.nn.Linear(64, 8)\n"
@@ -171,9 +176,7 @@ def test_a_value_computed_in_bfloat16_and_read_as_float32_is_named_by_its_precis
         "with torch.no_grad():\n"
         "    out32 = lin(x)\n"
         "    out16 = lin.to(torch.bfloat16)(x.to(torch.bfloat16))\n"
-        "print(torch.allclose(out32, out16.float()))\n")
-    code, report, comment, out = triage(script, "cpu", "--no-minimize")
-    assert report is not None, out
+        "print(torch.allclose(out32, out16.float()))\n"))
     v = report["verdict"]
     assert (v["kind"], v["expected"]) == ("expected-rounding", True), v["summary"]
     assert "computed at different precisions (`out16.float()` in bfloat16, `out32` in float32)" in v["summary"]
@@ -184,8 +187,7 @@ def test_a_bug_is_not_withdrawn_behind_the_scripts_own_error_measure(triage, tmp
     """The script prints `(eager - compiled).abs().max()` first: on the compile arm's replay a
     computational zero, so "outside" there is withdrawn (no digit), while the compiled output
     itself is a thousand σ outside. The headline is the value with digits."""
-    script = tmp_path / "fast_gelu.py"
-    script.write_text(
+    report = run_source(triage, tmp_path, "fast_gelu", (
         "import torch\n"
         "import torch.nn.functional as F\n"
         "def fast_backend(gm, example_inputs):\n"
@@ -201,9 +203,7 @@ def test_a_bug_is_not_withdrawn_behind_the_scripts_own_error_measure(triage, tmp
         "eager = f(x)\n"
         "compiled = torch.compile(f, backend=fast_backend)(x)\n"
         "print((eager - compiled).abs().max().item())\n"
-        "print(compiled[:5])\n")
-    code, report, comment, out = triage(script, "cpu,cpu/compile", "--no-minimize")
-    assert report is not None, out
+        "print(compiled[:5])\n"), "cpu,cpu/compile")
     v = report["verdict"]
     assert (v["kind"], v["expected"]) == ("likely-bug", False), v["summary"]
     assert "`cpu/compile` `compiled[:5]` lies outside its own rounding spread" in v["summary"], v["summary"]

@@ -106,10 +106,7 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
     if repro.problem is not None or comparison is None:
         return make_verdict("could-not-run", None, policy.NONE, ["repro"],
                         f"triage could not run the script: {repro.problem}.")
-    # An arm whose script addressed a GPU this machine lacks did not run here either.
-    missing = [r if r.status == "unavailable" else dataclasses.replace(r, failure=COMPILED_NOTHING)
-               if compiled_nothing(r) else dataclasses.replace(r, failure=f"{r.failure}{LACKS_DEVICE}")
-               for r in comparison.arms if r.status == "unavailable" or lacks_device(r) or compiled_nothing(r)]
+    missing = [m for r in comparison.arms if (m := _not_run_as_asked(r)) is not None]
     missed = {m.spec for m in missing}
     runs = [r for r in comparison.arms if r.spec not in missed]
     if not runs:
@@ -121,6 +118,19 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
         return dataclasses.replace(judged, summary=judged.summary + device_disagreement(reported))
     verdict = _not_tested(missing, runs, partial) if missing else partial
     return dataclasses.replace(verdict, evidence=verdict.evidence + reported_lines(reported)) if reported else verdict
+
+
+def _not_run_as_asked(r: ArmRun) -> ArmRun | None:
+    """The arm, its failure saying why, where it did not run as its spec asks here: unavailable,
+    a GPU arm whose script addressed a device this machine lacks, or a compile arm that compiled
+    nothing; None for an arm that did."""
+    if r.status == "unavailable":
+        return r
+    if compiled_nothing(r):
+        return dataclasses.replace(r, failure=COMPILED_NOTHING)
+    if lacks_device(r):
+        return dataclasses.replace(r, failure=f"{r.failure}{LACKS_DEVICE}")
+    return None
 
 
 def _with_flush_named(c: Comparison, verdict: Verdict) -> Verdict:
@@ -798,10 +808,9 @@ def _uninitialized_reads(completed: list[ArmRun]) -> Verdict | None:
         reads = [o for o in run.observables if o.uninitialized and o.kind != "final"]
         if not reads:
             continue
-        leaves = [leaf for leaf in run.leaves if leaf.get("kind") == "uninitialized"
-                  and leaf.get("index") in set(reads[0].ancestors)]
-        made = (f"`torch.{leaf['op']}` at line {leaf['line']}" if (leaf := leaves[0] if leaves else None)
-                and leaf.get("op") and leaf.get("line") else "an uninitialized allocation")
+        leaf = next((x for x in run.leaves if x.get("kind") == "uninitialized" and x.get("index") in reads[0].ancestors
+                     and x.get("op") and x.get("line")), None)
+        made = f"`torch.{leaf['op']}` at line {leaf['line']}" if leaf else "an uninitialized allocation"
         shown = ", ".join(f"{o.shown} (line {o.line})" for o in reads[:3]) + (
             f" and {len(reads) - 3} more" if len(reads) > 3 else "")
         return make_verdict(

@@ -302,17 +302,12 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
         return _arms_cause(a.arm, b.arm)
     if d.source != "claim":
         return ""
-    # The precision each side was computed at (its judgement's: the least precise dtype of its
-    # computation), not the dtype it was read back in (`out16.float()` is bfloat16's rounding).
-    precision = {id(x): next((j.dtype for j in d.judgements if (j.arm, j.observable) == (x.arm, x.observable)
-                              and j.status == "judged"), x.dtype) for x in (a, b)}
-    bits = {id(x): policy.FLOAT_FORMATS.get(precision[id(x)], (0, 0))[0] for x in (a, b)}
-    if precision[id(a)] != precision[id(b)] and all(bits.values()):
-        coarse = min((a, b), key=lambda x: bits[id(x)])
-        fine = b if coarse is a else a
-        low, high = precision[id(coarse)], precision[id(fine)]
+    (low_bits, low, coarse), (high_bits, high, fine) = sorted(
+        ((policy.FLOAT_FORMATS.get(p, (0, 0))[0], p, x) for x in (a, b) for p in [_computed_at(d, x)]),
+        key=lambda t: t[0])
+    if low != high and low_bits and high_bits:
         return (f" The two are computed at different precisions ({coarse.label} in {low}, {fine.label} in "
-                f"{high}): their difference is {low}'s rounding ({bits[id(coarse)]}-bit significand).")
+                f"{high}): their difference is {low}'s rounding ({low_bits}-bit significand).")
     paths = d.paths or {}
     if paths.get("only_a") or paths.get("only_b"):
         return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
@@ -327,6 +322,13 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
                 f"({lines}): kernels split and order their work by it (a reduction's order), which can make the same "
                 "operations round differently.")
     return ""
+
+
+def _computed_at(d: Divergence, side: Side) -> str:
+    """The precision a side was computed at: its judgement's (the least precise dtype of its
+    computation), not the dtype it was read back in (`out16.float()` is bfloat16's rounding)."""
+    return next((j.dtype for j in d.judgements if (j.arm, j.observable) == (side.arm, side.observable)
+                 and j.status == "judged"), side.dtype)
 
 
 def _arms_cause(a: str, b: str) -> str:

@@ -199,8 +199,10 @@ class OpRecorder(TriageDispatchMode):
     def _flushed(self, node: fx.Node, out: Any) -> None:
         """Mark `node` as computed with flush-to-zero on, where it is (a CPU result: the switch
         is the CPU's); the first such op after the script's call carries the note naming it."""
+        if not self.flushing:  # every recorded op passes here: nothing more while it is off
+            return
         first = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
-        if not self.flushing or first is None or first.device.type != "cpu":
+        if first is None or first.device.type != "cpu":
             return
         node.meta["flush_denormal"] = True
         if self.flush_line is None:

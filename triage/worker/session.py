@@ -246,8 +246,10 @@ def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], rep
     garbage = {leaf.index: leaf for leaf in recording.leaves
                if leaf.kind == "uninitialized" and leaf.value.is_floating_point()}
     suspects = [r for r in records if r["node"] is not None and garbage.keys() & set(r["ancestors"])]
-    for r in records:
-        r["uninitialized"] = False if r["node"] is not None and r not in suspects else None
+    for r in records:  # a suspect stays unknown (None) until its replays are compared below
+        r["uninitialized"] = None if r["node"] is None else False
+    for r in suspects:
+        r["uninitialized"] = None
     if not suspects:
         return
     saved = {i: leaf.node.meta["leaf"] for i, leaf in garbage.items()}
