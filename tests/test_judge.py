@@ -165,6 +165,20 @@ def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_
     assert "`acc.sum().item()` (line 10) reads memory that `torch.empty` at line 4 leaves uninitialized" in v["summary"]
 
 
+def test_a_small_value_with_no_correct_digit_does_not_agree_with_float64(triage, tmp_path):
+    """The textbook small root in float32 is 0 where float64 gives -1e-4. With dynamo's 1e-3 as
+    the absolute tolerance too, it "agreed with the reference" and one arm said nothing
+    diverges; by float32's atol it does not, and its spread shows the cancellation."""
+    report = run_source(triage, tmp_path, "small_root", (
+        "import torch\n"
+        "a, b, c = torch.tensor(1.0), torch.tensor(1e4), torch.tensor(1.0)\n"
+        "root = (-b + torch.sqrt(b * b - 4 * a * c)) / (2 * a)\n"
+        "print(root.item())\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
+    assert "computational zero" in v["summary"] and "cancels" in v["summary"], v["summary"]
+
+
 def test_a_value_computed_in_bfloat16_and_read_as_float32_is_named_by_its_precision(triage, tmp_path):
     """`out16.float()` is float32 as read, bfloat16 as computed: the cause was "different
     operations, which round differently" (both are `addmm`), not bfloat16's rounding."""

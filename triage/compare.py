@@ -414,21 +414,22 @@ def side_of(run: ArmRun, o: Observable) -> Side:
         side.max_rel_error = float((err / np.maximum(np.abs(r64[both]), np.finfo(np.float64).tiny)).max())
         side.max_ulps = float((err / ulp(r64[both], dtype)).max())
         side.rmse = float(np.sqrt(np.mean(err.astype(np.float64) ** 2)))
-    tol = policy.reference_tolerance(dtype)
+    rtol, atol = policy.reference_tolerance(dtype)
     # inf where float64 lies beyond the dtype's range is the correctly rounded answer.
     rounded_ok = np.where(np.isinf(v64) & np.isfinite(r64) & (np.abs(r64) >= threshold), v64, r64) \
         if side.overflow_to_inf else r64
     side.agrees_with_reference = side.nonfinite_vs_reference == side.overflow_to_inf and bool(
-        np.allclose(v64, rounded_ok, rtol=tol, atol=tol, equal_nan=True))
+        np.allclose(v64, rounded_ok, rtol=rtol, atol=atol, equal_nan=True))
     return side
 
 
 def _single(run: ArmRun, o: Observable, side: Side) -> Divergence:
     fp = o.fingerprint or {}
+    rtol, atol = policy.reference_tolerance(side.dtype)
     return Divergence(
         source="reference", observable_label=o.shown, line=o.line, a=side, b=None,
         dtype=side.dtype, bitwise_equal=False, within_tolerance=False,
-        rtol=policy.reference_tolerance(side.dtype), atol=policy.reference_tolerance(side.dtype),
+        rtol=rtol, atol=atol,
         max_abs_diff=side.max_abs_error, nonfinite_mismatch=side.nonfinite_vs_reference,
         numel=fp.get("numel", 0), ancestors=_ancestors(run, o, None, None),
     )

@@ -94,9 +94,13 @@ def tolerance(dtype: str) -> tuple[float, float]:
     return TOLERANCES.get(dtype, (0.0, 0.0))
 
 
-def reference_tolerance(dtype: str) -> float:
-    """How far from float64 a value may be and still 'agree with the reference' (dynamo's 1e-3)."""
-    return max(DYNAMO_TOL, tolerance(dtype)[0])
+def reference_tolerance(dtype: str) -> tuple[float, float]:
+    """(rtol, atol): how far from float64 a value may be and still 'agree with the reference'.
+    Relative: dynamo's 1e-3, room for a computation's accumulated rounding. Absolute: the
+    dtype's `assert_close` atol, not dynamo's 1e-3 — a float32 0 where float64 says -1e-4 has
+    no correct digit, and a 1e-3 floor would call every value under 1e-3 in magnitude right."""
+    rtol, atol = TOLERANCES.get(dtype, (DYNAMO_TOL, DYNAMO_TOL))
+    return max(DYNAMO_TOL, rtol), atol
 
 
 def rmse_multiplier(dtype: str, numel: int) -> float:
