@@ -94,6 +94,20 @@ def test_compiled_exp_minus_one_where_eager_uses_expm1_is_not_excused(triage):
     assert "backend=exp_minus_one_backend" in minimal["script"]
 
 
+def test_a_backend_that_picks_nodes_by_a_functional_is_minimized_with_it(triage):
+    """The backend tests `node.target is F.gelu`, as dynamo's graphs hold it. The candidates
+    called `aten.gelu` through `torch.gelu`, which does not exist, so the aten op itself: the
+    test matched nothing and the minimizer said the backend "depends on more than the op
+    graph". They call `F.gelu` now, and the one op is found."""
+    report, _ = run(triage, "gelu_backend", "cpu,cpu/compile", "--no-ablate")
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("likely-bug", False), v["summary"]
+    minimal = report["minimal"]
+    assert minimal is not None, report["notes"]
+    assert minimal["ops"] == ["aten.gelu"] and minimal["verified"] is True
+    assert "torch.nn.functional.gelu(x0)" in minimal["script"] and "backend=tanh_gelu_backend" in minimal["script"]
+
+
 def test_compiled_acosh_that_overflows_is_a_bug_not_an_extremal_value(triage):
     report, _ = run(triage, "acosh_backend", "cpu,cpu/compile")
     v = report["verdict"]

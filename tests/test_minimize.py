@@ -231,3 +231,41 @@ def test_the_run_has_one_compile_cache_its_verification_uses(tmp_path, monkeypat
         standalone.verify(tmp_path, a, b, DivergenceKind("mismatch"), options)
     assert seen["options"].compile_cache == str(tmp_path / "cache")
     assert seen["options"].isolation == "process" and seen["options"].script_args == ()
+
+
+def test_candidates_for_a_scripts_backend_call_the_functions_dynamo_would_hand_it():
+    """A backend picks nodes by the torch-level function in dynamo's graph: `torch.expm1`,
+    `F.gelu` (torch has no `gelu`), and the one its own source names where torch has two
+    (`F.relu` beside `torch.relu`); a function that does not take the recorded arguments
+    (`F.elu` has no `scale`) leaves the aten op."""
+    import torch
+    import torch.nn.functional as F
+
+    from triage.worker.graphio import torch_function
+
+    aten = torch.ops.aten
+    x = torch.ones(2)
+    assert torch_function(aten.expm1.default, (x,)) is torch.expm1
+    assert torch_function(aten.gelu.default, (x,), {"approximate": "tanh"}) is F.gelu
+    assert torch_function(aten.relu.default, (x,)) is torch.relu
+    assert torch_function(aten.relu.default, (x,), {}, {"relu": F.relu}) is F.relu
+    assert torch_function(aten.elu.default, (x, 1.0, 1.0, 1.0)) is aten.elu.default
+    assert torch_function(aten._softmax.default, (x, 0, False)) is aten._softmax.default
+
+
+def test_a_backend_whose_target_the_candidates_lack_is_named_as_the_minimizers_limit():
+    """`node.target is F.layer_norm`: layer norm runs as `aten.native_layer_norm`, so no
+    candidate calls `F.layer_norm` — the note says so instead of blaming the script's state."""
+    from types import SimpleNamespace
+
+    from triage.arms.spec import parse_arm
+    from triage.minimize.steps import _uncaptured
+
+    run = SimpleNamespace(graph={"backends": [{"name": "ln_backend", "line": 5}]})
+    comparison = SimpleNamespace(run=lambda spec: run)
+    loaded = {"name": "ln_backend", "definitions": "...", "targets": ["F.layer_norm"]}
+    note = _uncaptured(comparison, parse_arm("cpu/compile"), loaded)
+    assert "picks graph nodes by their torch-level function (`F.layer_norm`)" in note
+    assert "a limit of the minimizer" in note and "depends on more than" not in note
+    assert "depends on more than the op graph" in _uncaptured(comparison, parse_arm("cpu/compile"),
+                                                              dict(loaded, targets=[]))

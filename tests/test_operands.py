@@ -5,7 +5,7 @@ import json
 import textwrap
 
 from triage.arms.graph import OpGraph
-from triage.minimize.backend_source import backend_definitions
+from triage.minimize.backend_source import backend_definitions, torch_level_targets
 from triage.operands import compared_expressions, operand_names, readback_name, spelled_on_line
 from triage.paths import part_ways
 
@@ -101,6 +101,26 @@ def test_the_backend_is_cut_out_with_what_it_needs():
     exec(compile(text, "<definitions>", "exec"), namespace)
     assert callable(namespace["my_backend"])
     assert backend_definitions(source, "missing") is None and backend_definitions(source, "SCALE") is None
+
+
+def test_a_backends_torch_level_targets_are_listed_and_aten_level_ones_are_not():
+    definitions = textwrap.dedent("""\
+        import operator
+        import torch
+        import torch.nn.functional as F
+        aten = torch.ops.aten
+        def backend(gm, example_inputs):
+            for node in gm.graph.nodes:
+                if node.target is F.gelu or node.target in (torch.log1p, operator.add):
+                    pass
+                if node.target == torch.ops.aten.relu.default or node.target is aten.tanh.default:
+                    pass
+                if node.target == "call_function" or node.op == F.silu:
+                    pass
+            return gm.forward
+    """)
+    assert torch_level_targets(definitions) == ["F.gelu", "torch.log1p", "operator.add"]
+    assert torch_level_targets("def broken(:") == []
 
 
 def test_a_workers_spelling_of_a_readback_is_taken_only_as_the_source_has_it():

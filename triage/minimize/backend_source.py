@@ -57,3 +57,44 @@ def _names_defined(stmt: ast.stmt) -> list[str]:
 def _first_line(stmt: ast.stmt) -> int:
     """Where the statement starts, its decorators included."""
     return min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+
+
+def torch_level_targets(definitions: str) -> list[str]:
+    """The functions a backend picks graph nodes by, where they are torch-level callables
+    (`node.target is F.gelu`, `n.target in (torch.log1p, operator.add)`), as the script
+    spells them. Dynamo hands a backend such targets; the minimizer's candidates are graphs
+    of aten ops (`aten.gelu.default`), where a test for them matches nothing. Tests through
+    `torch.ops` (or an alias of it named `aten`/`ops`) are aten-level and not listed."""
+    try:
+        tree = ast.parse(definitions)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        if not any(isinstance(o, ast.Attribute) and o.attr == "target" for o in operands):
+            continue
+        for o in operands:
+            for item in (o.elts if isinstance(o, (ast.Tuple, ast.List, ast.Set)) else [o]):
+                spelled = _dotted(item)
+                if spelled and not spelled.endswith(".target") and not _aten_level(spelled) and spelled not in found:
+                    found.append(spelled)
+    return found
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """`a.b.c` for a chain of attributes of a name, else None (a call, a constant, a subscript)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def _aten_level(spelled: str) -> bool:
+    parts = spelled.split(".")
+    return "ops" in parts or parts[0] in ("aten", "prims")

@@ -23,7 +23,7 @@ from triage.arms.graph import OpGraph
 from triage.arms.run import worker_python
 from triage.minimize import standalone
 from triage.minimize.arm_worker import ArmWorker, WorkerFailed
-from triage.minimize.backend_source import backend_definitions
+from triage.minimize.backend_source import backend_definitions, torch_level_targets
 from triage.minimize.data import DataReduction, reduce_data
 from triage.minimize.localize import localize
 from triage.minimize.passes import RELIABILITY_RUNS, reduce, reliability
@@ -253,7 +253,11 @@ def _script_backend(comparison: Comparison, spec: ArmSpec, source: str | None) -
     if len(backends) != 1 or not source:
         return None  # none, or several: which one made the divergence is not known
     definitions = backend_definitions(source, backends[0]["name"])
-    return {"name": backends[0]["name"], "definitions": definitions} if definitions else None
+    if not definitions:
+        return None
+    # The torch-level functions it picks nodes by: the candidates call an op through the one
+    # of these its name matches (`F.relu` for `aten.relu`, not `torch.relu`).
+    return {"name": backends[0]["name"], "definitions": definitions, "targets": torch_level_targets(definitions)}
 
 
 def _uncaptured(comparison: Comparison, spec_b: ArmSpec, loaded: dict[str, str] | None) -> str:
@@ -265,6 +269,16 @@ def _uncaptured(comparison: Comparison, spec_b: ArmSpec, loaded: dict[str, str] 
         return "; the divergence needs something the op graph does not capture."
     b = backends[0]
     where = f" (defined at line {b['line']})" if b.get("line") else ""
+    matched = (loaded or {}).get("targets") or []
+    if matched:
+        # Possibly triage's limit, not the backend's: say so rather than send the reader after state.
+        named = ", ".join(f"`{m}`" for m in matched[:4])
+        return (f"; `{spec_b.spec}` compiled with the script's own backend `{b['name']}`{where}, which picks graph "
+                f"nodes by their torch-level function ({named}), and the candidates compiled with it do not "
+                "diverge. The candidates call each recorded aten op through the function of its name; a function "
+                "that runs as an op of another name (`F.layer_norm` as `aten.native_layer_norm`) is not in their "
+                f"graphs, so the test matches nothing there. That is a limit of the minimizer, not a sign that the "
+                f"divergence lies elsewhere: start with what `{b['name']}` does to {named}.")
     if loaded:
         return (f"; `{spec_b.spec}` compiled with the script's own backend `{b['name']}`{where}, and the candidates "
                 f"compiled with it too do not diverge: `{b['name']}` depends on more than the op graph (the "

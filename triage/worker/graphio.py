@@ -9,6 +9,7 @@ to compute, the names whose values are given as inputs, and the names to return.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import operator
@@ -164,11 +165,12 @@ class LoadedGraph:
 
     def to_module(self, plan: list[str], input_names: list[str], outputs: list[str],
                   device: torch.device, upcast: frozenset[str] = frozenset(),
-                  torch_level: bool = False) -> fx.GraphModule:
+                  torch_level: dict[str, Callable] | None = None) -> fx.GraphModule:
         """The plan as an FX GraphModule taking `input_names` and returning `outputs` (a tuple);
-        ops in `upcast` run in float64.  `torch_level`: each aten op that has a `torch.<name>`
-        function is called through it, so a compile backend sees the graph the script's own
-        `torch.compile` gave it (`torch.expm1`, not `aten.expm1.default`)."""
+        ops in `upcast` run in float64.  `torch_level` (a compile backend's own targets by
+        name, possibly none): each aten op that has a torch-level function is called through
+        it (`torch_function`), so the backend sees the graph the script's own `torch.compile`
+        gave it (`torch.expm1`, not `aten.expm1.default`)."""
         graph = fx.Graph()
         env: dict[str, Any] = {name: graph.placeholder(_py_name(name)) for name in input_names}
         for name in plan:
@@ -181,19 +183,43 @@ class LoadedGraph:
                 if name in upcast:
                     env[name] = graph.call_function(in_float64, (self.ops[name], *args), kwargs)
                 else:
-                    op = torch_function(self.ops[name]) if torch_level else self.ops[name]
+                    op = self.ops[name] if torch_level is None else torch_function(self.ops[name], args, kwargs,
+                                                                                     torch_level)
                     env[name] = graph.call_function(op, tuple(args), kwargs)
         graph.output(tuple(env[name] for name in outputs))
         return fx.GraphModule(torch.nn.Module(), graph)
 
 
-def torch_function(op: Callable) -> Callable:
-    """`torch.<name>` for the aten op `aten.<name>.<overload>` where torch has that function
-    (the overloads are its signatures), else the aten op itself."""
+def torch_function(op: Callable, args: Any = (), kwargs: Any = None,
+                   preferred: dict[str, Callable] | None = None) -> Callable:
+    """The torch-level function a script calls for the aten op `aten.<name>.<overload>`:
+    the backend's own target of that name (`preferred`: `F.relu` where it tests for that,
+    not `torch.relu`), else `torch.<name>` (the overloads are its signatures), else
+    `torch.nn.functional.<name>` (`F.gelu`: dynamo's graphs hold these functions), each only
+    where it accepts the recorded arguments; else the aten op itself."""
     packet = getattr(op, "overloadpacket", None)
     name = getattr(packet, "__name__", "")
-    fn = getattr(torch, name, None) if name and not name.startswith("_") else None
-    return fn if callable(fn) and not isinstance(fn, type) else op
+    if not name or name.startswith("_"):
+        return op
+    candidates = [(preferred or {}).get(name), getattr(torch, name, None), getattr(torch.nn.functional, name, None)]
+    for fn in candidates:
+        if callable(fn) and not isinstance(fn, type) and _accepts(fn, args, kwargs or {}):
+            return fn
+    return op
+
+
+def _accepts(fn: Callable, args: Any, kwargs: Any) -> bool:
+    """Whether `fn`'s signature binds these arguments (`F.elu` takes no `scale`, which
+    `aten.elu` does); a builtin without one (torch's, `F.gelu`) mirrors its aten schema."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
 
 
 def in_float64(fn: Callable, *args: Any, **kwargs: Any) -> Any:

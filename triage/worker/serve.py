@@ -39,15 +39,24 @@ from typing import Any
 from triage.worker.process import confine_self, limit_address_space, unbuffered_output
 
 
-def _script_backend(spec: dict[str, Any]) -> Any:
+def _script_backend(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The script's backend callable, from its definitions (imports, the function, what it
-    names), run in a module namespace of their own."""
+    names), run in a module namespace of their own; and the torch-level functions it picks
+    graph nodes by (`spec["targets"]`, spelled as there: `F.gelu`), by their `__name__`."""
     namespace: dict[str, Any] = {"__name__": "__triage_script_backend__"}
     exec(compile(spec["definitions"], "<the script's backend definitions>", "exec", dont_inherit=True), namespace)
     backend = namespace.get(spec["name"])
     if not callable(backend):
         raise TypeError(f"the script's backend {spec['name']!r} is not callable")
-    return backend
+    targets: dict[str, Any] = {}
+    for spelled in spec.get("targets") or ():
+        root, *attrs = spelled.split(".")
+        fn = namespace.get(root)
+        for attr in attrs:
+            fn = getattr(fn, attr, None)
+        if callable(fn) and isinstance(getattr(fn, "__name__", None), str):
+            targets.setdefault(fn.__name__, fn)
+    return backend, targets
 
 
 class Server:
@@ -70,8 +79,9 @@ class Server:
         # The script's own backend sees torch-level graphs from dynamo, so candidates are built
         # from torch functions for it (graphio.torch_function).
         self.torch_level = bool(self.compile and setup.get("script_backend"))
+        self.backend_targets: dict[str, Any] = {}
         if self.torch_level:
-            self.backend = _script_backend(setup["script_backend"])
+            self.backend, self.backend_targets = _script_backend(setup["script_backend"])
         self.graph = LoadedGraph(Path(setup["graph_dir"]))
         self.recorded: dict[str, Any] = {}
         self.compiled: dict[str, Any] = {}
@@ -124,7 +134,8 @@ class Server:
         key = request["key"] + ("|float64:" + ",".join(sorted(upcast)) if upcast else "") + f"|{shapes}"
         fn = self.compiled.get(key)
         if fn is None:
-            gm = self.graph.to_module(plan, input_names, outputs, self.device, upcast, torch_level=self.torch_level)
+            gm = self.graph.to_module(plan, input_names, outputs, self.device, upcast,
+                                      torch_level=self.backend_targets if self.torch_level else None)
             from triage.worker.observe import compile_backend
 
             fn = self.torch.compile(gm, backend=compile_backend(self.backend, None, None, False),
