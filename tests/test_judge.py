@@ -157,6 +157,23 @@ def test_the_scripts_flush_to_zero_is_its_precision_mode_and_named(triage):
     assert set(zones.values()) == {"inside"}, zones
 
 
+def test_flush_to_zero_reads_a_subnormal_input_as_zero(triage, tmp_path):
+    """x86's flush-to-zero sets denormals-are-zero too (ARM's FZ flushes inputs as well): a
+    subnormal leaf made before the call is 0 to the multiplication. Flushing outputs only,
+    the replay kept it, and `y` was "7.5e6σ outside": likely-bug."""
+    report = run_source(triage, tmp_path, "denormals_are_zero", (
+        "import torch\n"
+        "x = torch.tensor([1e-40, 3e-39, 1.0])  # float32 subnormals, then a normal value\n"
+        "torch.set_flush_denormal(True)\n"
+        "y = x * 1e38\n"
+        "torch.set_flush_denormal(False)\n"
+        "z = x * 1e38\n"
+        "print(torch.allclose(y, z))\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-precision-mode", True), v["summary"]
+    assert "flush-to-zero at line 3 (`torch.set_flush_denormal(True)`)" in v["summary"]
+
+
 def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_is_not(triage, tmp_path):
     """`acc = torch.empty(64); acc += x` agrees with its float64 replay (which reads the same
     bytes) and with any other arm of this machine: "nothing diverges" was the verdict. A NaN-

@@ -1627,6 +1627,8 @@ class RoundingMode(TriageDispatchMode):
             routed = self.cache.routes[call] = (func, out_vd, self._route(func, name, args, kwargs, flat, in_vd, out_vd),
                                                 in_vd)
         route = routed[2]
+        if self.flush and route not in ("exact", "widening", "lattice"):
+            args = self._denormals_as_zero(args)
         if name in GRID_SAMPLERS and self.generator is not None:
             args = self._moved_coordinates(args)
         if route == "lattice":
@@ -1699,6 +1701,23 @@ class RoundingMode(TriageDispatchMode):
             written[0]._arm_dtype = self.vdtype(out)
             return written[0]
         return out
+
+    def _denormals_as_zero(self, args: tuple) -> tuple:
+        """The op's floating inputs with their values below the smallest normal value of their
+        arm dtype read as zeros: x86's flush-to-zero mode (`torch.set_flush_denormal(True)`)
+        sets denormals-are-zero too, so arithmetic reads a subnormal input (a leaf made before
+        the call) as 0. Copies and views move its bits unchanged, and are not routed here."""
+        def read(a: Any) -> Any:
+            if isinstance(a, (list, tuple)):
+                return type(a)(read(x) for x in a)
+            d = self.vdtype(a) if isinstance(a, torch.Tensor) and a.is_floating_point() else None
+            if d not in FORMATS:
+                return a
+            out = _flushed_to_zero(a, FORMATS[d][2])
+            out._arm_dtype = d
+            return _mark_stacked(out) if _is_stacked(a) else out
+
+        return tuple(read(a) for a in args)
 
     def _find_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict) -> None:
         """Where a pointwise function is ill-conditioned on this call's inputs
