@@ -165,7 +165,28 @@ def test_each_readback_of_a_line_is_spelled_as_the_script_spells_its_call(tmp_pa
         exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), {"__name__": "__main__"})
     assert [(r["label"], r["expression"]) for r in store.records] == [
         (".item()", "a.sum().item()"), ("float()", "float(b[0])"), (".tolist()", "b.tolist()"),
-        ("print/repr", None)]
+        ("print/repr", "a")]
+
+
+def test_each_printed_value_is_named_by_the_name_bound_to_it(tmp_path):
+    """`print(y, z)`: one call shows two values, so its span names neither; the one name in it
+    bound to the very tensor printed does. An expression (`y + 1`) or two names for one tensor
+    name nothing."""
+    path = tmp_path / "repro.py"
+    path.write_text("import torch\n"
+                    "def show(u, v):\n"
+                    "    print('u, v:', u, v)\n"
+                    "y, z = torch.ones(2), torch.zeros(2)\n"
+                    "w = y\n"
+                    "print(z, y + 1, f'{y}')\n"
+                    "show(y, z)\n"
+                    "print(y, w)\n")
+    site = script_site(str(path))
+    store = ObservationStore(OpRecorder(torch.device("cpu"), site), site, 1 << 20, lambda message: None)
+    with Observer(store, str(path)):
+        exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), {"__name__": "__main__"})
+    assert [(r["line"], r["expression"]) for r in store.records] == [
+        (6, "y"), (6, "z"), (6, None), (3, "u"), (3, "v"), (8, None), (8, None)]  # the f-string runs first
 
 
 def test_checks_inside_torch_are_not_the_scripts(tmp_path):

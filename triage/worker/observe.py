@@ -18,6 +18,7 @@ import functools
 import hashlib
 import itertools
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,7 @@ READBACKS: dict[Any, str] = {
 # names those from the source where it can (triage/operands.py).
 SHOWN_READBACKS = {torch.Tensor.__repr__, torch.Tensor.__format__}
 MAX_EXPRESSION = 120
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CLAIMS: dict[Any, str] = {
     torch.equal: "torch.equal",
     torch.allclose: "torch.allclose",
@@ -196,7 +198,7 @@ class Observer(TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func in READBACKS and args and isinstance(args[0], torch.Tensor):
-            expression = self._expression() if func not in SHOWN_READBACKS else None
+            expression = self._expression() if func not in SHOWN_READBACKS else self._shown_name(args[0])
             self.store.add("readback", READBACKS[func], args[0], expression=expression)
             if args[0] in self.comparisons:
                 # `print(a == b)`: what the script looks at is the comparison of a and b.
@@ -221,10 +223,29 @@ class Observer(TorchFunctionMode):
         """The script's source of the call it is making now (`a.item()`, `float(loss)`): the
         span of its innermost frame's current instruction, which tells two readbacks of one
         line apart. None where it spans lines or is long."""
-        frame = sys._getframe(2)
+        frame = self._script_frame()
+        return self._span(frame) if frame is not None else None
+
+    def _shown_name(self, tensor: torch.Tensor) -> str | None:
+        """The script's name for a value it prints or formats (`print(y, z)` shows `y` and `z`,
+        which the call's span does not tell apart): the one plain name in that span bound, in
+        the script's frame, to this very tensor. Read by identity, so no script code runs."""
+        frame = self._script_frame()
+        span = self._span(frame) if frame is not None else None
+        if span is None:
+            return None
+        local, glob = frame.f_locals, frame.f_globals
+        names = {w for w in IDENTIFIER.findall(span) if (local[w] if w in local else glob.get(w)) is tensor}
+        return names.pop() if len(names) == 1 else None
+
+    def _script_frame(self) -> Any:
+        frame = sys._getframe(3)
         while frame is not None and frame.f_code.co_filename != self.script:
             frame = frame.f_back
-        if frame is None or frame.f_lasti < 0:
+        return frame
+
+    def _span(self, frame: Any) -> str | None:
+        if frame.f_lasti < 0:
             return None
         spans = self.spans.get(frame.f_code)
         if spans is None:
