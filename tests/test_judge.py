@@ -196,6 +196,26 @@ def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_
     assert "`acc.sum().item()` (line 10) reads memory that `torch.empty` at line 4 leaves uninitialized" in v["summary"]
 
 
+def test_a_divergence_that_reads_torch_empty_is_nondeterministic_not_a_different_function(triage, tmp_path):
+    """A padded buffer summed whole: its 24 unwritten elements hold whatever bytes were there,
+    so the check against the data's own sum fails by those bytes. In float64 too, which made it
+    "the two sides compute different functions": likely-bug."""
+    report = run_source(triage, tmp_path, "padded_buffer", (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "data = torch.randn(1000)\n"
+        "junk = torch.randn(1024) * 1e30\n"
+        "del junk  # its block is likely the next one of its size\n"
+        "buf = torch.empty(1024)\n"
+        "buf[:1000] = data\n"
+        "total = buf.sum()\n"
+        "torch.testing.assert_close(total, data.sum())\n"))
+    # Whatever the bytes held (zeros: then nothing diverges), the verdict is the same.
+    v = report["verdict"]
+    assert v["kind"] == "nondeterministic", v["summary"]
+    assert "reads memory that `torch.empty` at line 6 leaves uninitialized" in v["summary"], v["summary"]
+
+
 def test_a_small_value_with_no_correct_digit_does_not_agree_with_float64(triage, tmp_path):
     """The textbook small root in float32 is 0 where float64 gives -1e-4. With dynamo's 1e-3 as
     the absolute tolerance too, it "agreed with the reference" and one arm said nothing

@@ -269,7 +269,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     # whatever the judge would say of the values.
     random_agree = [a for a in agree if a.supports == "nondeterministic"]
     rung = (_repeated_call(comparison, d, agree) or _rerun(comparison, d) or _nondeterministic(comparison, d)
-            or _ablated(comparison, d, random_agree))
+            or _ablated(comparison, d, random_agree) or _uninitialized_divergence(comparison, d))
     if rung is not None:
         return rung
     wrong = _wrong_kernel(comparison, completed)
@@ -806,21 +806,37 @@ def _uninitialized_reads(completed: list[ArmRun]) -> Verdict | None:
     machine read alike, so agreement here says nothing of the reporter's run, or the next."""
     for run in completed:
         reads = [o for o in run.observables if o.uninitialized and o.kind != "final"]
-        if not reads:
-            continue
-        leaf = next((x for x in run.leaves if x.get("kind") == "uninitialized" and x.get("index") in reads[0].ancestors
-                     and x.get("op") and x.get("line")), None)
-        made = f"`torch.{leaf['op']}` at line {leaf['line']}" if leaf else "an uninitialized allocation"
-        shown = ", ".join(f"{o.shown} (line {o.line})" for o in reads[:3]) + (
-            f" and {len(reads) - 3} more" if len(reads) > 3 else "")
-        return make_verdict(
-            "nondeterministic", None, policy.GENERAL, ["reproducibility", "review"],
-            f"{shown} {'reads' if len(reads) == 1 else 'read'} memory that {made} leaves uninitialized: replayed "
-            "with those bytes made NaN, the value becomes NaN. What it holds is whatever those bytes held, which "
-            "this machine's arms and its float64 replay happen to share, so that nothing diverges here says nothing "
-            "of another run. Fill it first (`torch.zeros`, `torch.full`) or write every element before reading.",
-            [f"`{run.spec}` {o.shown} (line {o.line}) depends on the uninitialized bytes" for o in reads[:5]])
+        if reads:
+            return _uninitialized(run, reads, ", which this machine's arms and its float64 replay happen to share, "
+                                              "so that nothing diverges here says nothing of another run")
     return None
+
+
+def _uninitialized_divergence(c: Comparison, d: Divergence | None) -> Verdict | None:
+    """A diverging value that reads bytes a `torch.empty` left uninitialized: it differs by
+    what those bytes held (a padded buffer summed whole), which no formula and no rounding
+    decides, so neither "a different function" nor "outside its spread" is the cause."""
+    found = [c.resolve(s) for s in (d.a, d.b) if s is not None] if d is not None else []
+    reads = [(run, o) for run, o in found if o.uninitialized]
+    if not reads:
+        return None
+    run = reads[0][0]
+    return _uninitialized(run, [o for r, o in reads if r is run], ": the difference measures those bytes, not "
+                                                                   "PyTorch's arithmetic")
+
+
+def _uninitialized(run: ArmRun, reads: list[Observable], consequence: str) -> Verdict:
+    leaf = next((x for x in run.leaves if x.get("kind") == "uninitialized" and x.get("index") in reads[0].ancestors
+                 and x.get("op") and x.get("line")), None)
+    made = f"`torch.{leaf['op']}` at line {leaf['line']}" if leaf else "an uninitialized allocation"
+    shown = ", ".join(f"{o.shown} (line {o.line})" for o in reads[:3]) + (
+        f" and {len(reads) - 3} more" if len(reads) > 3 else "")
+    return make_verdict(
+        "nondeterministic", None, policy.GENERAL, ["reproducibility", "review"],
+        f"{shown} {'reads' if len(reads) == 1 else 'read'} memory that {made} leaves uninitialized: replayed "
+        f"with those bytes made NaN, the value becomes NaN. What it holds is whatever those bytes held"
+        f"{consequence}. Fill it first (`torch.zeros`, `torch.full`) or write every element before reading.",
+        [f"`{run.spec}` {o.shown} (line {o.line}) depends on the uninitialized bytes" for o in reads[:5]])
 
 
 def _unseeded_runs(completed: list[ArmRun], source: str) -> Verdict | None:
