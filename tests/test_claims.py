@@ -123,7 +123,9 @@ def test_compared_tensors_are_observed_when_the_script_checks_them(tmp_path):
             pass
         c = a * 2
         assert (a - c).abs().max() < 1e-6
-    """, tmp_path) == [("== operand 1", 5), ("== operand 2", 5), ("`<` operand in a check", 8)]
+    """, tmp_path) == [("== operand 1", 5), ("== operand 2", 5),
+                       ("max |a - b| operand 1", 8), ("max |a - b| operand 2", 8),  # its error measure claims a ≈ c
+                       ("`<` operand in a check", 8)]
 
 
 def test_a_checked_comparison_is_recorded_once(tmp_path):
@@ -141,6 +143,23 @@ def test_a_checked_comparison_is_recorded_once(tmp_path):
     """, tmp_path) == [("== operand 1", 4), ("== operand 2", 4),  # an equality check is a claim
                        ("`!=` operand 1 in a check", 7), ("`!=` operand 2 in a check", 7),
                        ("`!=` operand 2 in a check", 9)]
+
+
+def test_a_scripts_own_error_measure_of_two_values_claims_they_agree(tmp_path):
+    """`(a - b).abs().max()` read back or checked: the script measures how far apart a and b
+    are. A loss of a prediction and a target (`((p - y) ** 2).mean()`), a difference of two
+    shapes, or a maximum along a dimension claim nothing."""
+    assert observed_checks("""\
+        import torch
+        a, b = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])
+        print((a - b).abs().max().item())
+        assert torch.max(torch.abs(torch.sub(a, b))) < 1.0
+        print(((a - b) ** 2).mean().item())
+        print((a - b[:1]).abs().max())
+        print((a - b).abs().max(dim=0).values)
+    """, tmp_path) == [(".item()", 3), ("max |a - b| operand 1", 3), ("max |a - b| operand 2", 3),
+                       ("max |a - b| operand 1", 4), ("max |a - b| operand 2", 4), ("`<` operand in a check", 4),
+                       (".item()", 5), ("print/repr", 6), ("print/repr", 7)]
 
 
 def test_a_value_read_back_already_is_not_recorded_again_by_its_check(tmp_path):

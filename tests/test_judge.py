@@ -216,6 +216,23 @@ def test_a_divergence_that_reads_torch_empty_is_nondeterministic_not_a_different
     assert "reads memory that `torch.empty` at line 6 leaves uninitialized" in v["summary"], v["summary"]
 
 
+def test_two_models_built_unseeded_and_measured_apart_are_nondeterministic(triage, tmp_path):
+    """The script prints its own `(out1 - out2).abs().max()` of two models built by one
+    function: nothing compared them, and one arm said "nothing diverges". The error measure
+    is the script's claim that they agree, and their weights are two different draws."""
+    report = run_source(triage, tmp_path, "two_builds", (
+        "import torch\n"
+        "def build():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))\n"
+        "torch.manual_seed(0)\n"
+        "data = torch.randn(5, 8)\n"
+        "out1, out2 = build()(data), build()(data)\n"
+        "print('max diff:', (out1 - out2).abs().max().item())\n"))
+    v = report["verdict"]
+    assert v["kind"] == "nondeterministic", v["summary"]
+    assert "`out1` vs `out2` (`max |a - b|`) (line 7)" in v["summary"] and "line 3 draws new numbers" in v["summary"]
+
+
 def test_a_small_value_with_no_correct_digit_does_not_agree_with_float64(triage, tmp_path):
     """The textbook small root in float32 is 0 where float64 gives -1e-4. With dynamo's 1e-3 as
     the absolute tolerance too, it "agreed with the reference" and one arm said nothing

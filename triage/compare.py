@@ -19,6 +19,7 @@ from triage import policy
 from triage.model import ArmRun, Comparison, Divergence, Judgement, Observable, Side, compared_runs, find_side
 from triage.numerics.errors import nonfinite_mismatch, ulp
 from triage.operands import COMPARISON_SYMBOLS, compared_expressions
+from triage.worker.protocol import DIFFERENCE_CLAIM
 
 SUMMARY_VALUES = 4
 
@@ -56,7 +57,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
             same_values = (d.max_abs_diff == 0 and d.nonfinite_mismatch == 0 and d.bit_difference is None
                            and (x.fingerprint or {}).get("dtype") != (y.fingerprint or {}).get("dtype"))
             if not d.bitwise_equal and not same_values and (
-                    how in ("implicit", "repeat", "rerun") or how in COMPARISON_SYMBOLS.values()
+                    how in ("implicit", "repeat", "rerun", DIFFERENCE_CLAIM) or how in COMPARISON_SYMBOLS.values()
                     or (x.claim or {}).get("holds") is False):
                 claim_divs.append(d)
     # Against float64 alone only when there is no second arm: where arms agree with each other,

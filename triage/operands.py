@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import functools
 
+from triage.worker.protocol import DIFFERENCE_CLAIM
+
 MAX_NAME = 40  # longer expressions make worse names than triage's own labels
 MAX_SPAN = 20  # lines a call may span and still name the values compared on one of them
 MAX_NODES_PER_LINE = 200
@@ -18,15 +20,15 @@ MAX_NODES_PER_LINE = 200
 
 @functools.lru_cache(maxsize=8)
 def _by_line(source: str) -> dict[int, list[ast.AST]] | None:
-    """The script's calls and comparisons by each line they span, parsed once: a script may be
-    thousands of lines with thousands of observed values."""
+    """The script's calls, comparisons and subtractions by each line they span, parsed once: a
+    script may be thousands of lines with thousands of observed values."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     index: dict[int, list[ast.AST]] = {}
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Call, ast.Compare)):
+        if isinstance(node, (ast.Call, ast.Compare)) or isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
             for line in range(node.lineno, min(node.end_lineno or node.lineno, node.lineno + MAX_SPAN) + 1):
                 index.setdefault(line, []).append(node)
     return index
@@ -34,8 +36,9 @@ def _by_line(source: str) -> dict[int, list[ast.AST]] | None:
 
 def operand_names(source: str, line: int | None, func: str) -> tuple[str, str] | None:
     """The source text of the two values compared by the call to `func` (a dotted name such
-    as `torch.testing.assert_close`, or `==` for an operator) at `line`; None where the line
-    holds no such call, or several that disagree."""
+    as `torch.testing.assert_close`, `==` for an operator, or the two sides of the line's one
+    subtraction for an error measure) at `line`; None where the line holds no such call, or
+    several that disagree."""
     index = _by_line(source) if line is not None else None
     if index is None:
         return None
@@ -52,6 +55,11 @@ def operand_names(source: str, line: int | None, func: str) -> tuple[str, str] |
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and len(node.comparators) == 1 \
                 and _symbol(node.ops[0]) == func:
             pair = (node.left, node.comparators[0])
+        elif func == DIFFERENCE_CLAIM and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
+            pair = (node.left, node.right)  # `(a - b).abs().max()`: the script's error measure of a and b
+        elif func == DIFFERENCE_CLAIM and isinstance(node, ast.Call) and _called_name(node.func) == "sub" \
+                and len(node.args) == 2:
+            pair = (node.args[0], node.args[1])
         if pair is not None:
             texts = tuple(_segment(source, x) for x in pair)
             if all(texts) and all(len(t) <= MAX_NAME and "\n" not in t for t in texts):

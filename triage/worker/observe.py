@@ -33,7 +33,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from triage.worker.fingerprint import fingerprint, readable_fingerprint, to_numpy
 from triage.worker.modes import Quiet, suspended_modes
 from triage.worker.opgraph import OpRecorder, RecordingBackend
-from triage.worker.protocol import OBSERVED
+from triage.worker.protocol import DIFFERENCE_CLAIM, OBSERVED
 
 MAX_OBSERVABLES = 2000
 MAX_TENSORS_PER_CALL = 32
@@ -90,6 +90,12 @@ CHECK_FOLDS = {
     for func in _tensor_and_torch_functions(name)
 }
 CHECK_CONVERSIONS = {torch.Tensor.__bool__, torch.Tensor.item}
+# A script's own error measure of two values, `(a - b).abs().max()`: the difference of two
+# tensors of one shape, its absolute value, its maximum over every element. Read back or
+# checked, it claims a and b agree (a loss such as `((pred - y) ** 2).mean()` is no such claim).
+DIFFERENCES = {f for name in ("sub", "__sub__") for f in _tensor_and_torch_functions(name)}
+ABSOLUTES = {f for name in ("abs", "__abs__") for f in _tensor_and_torch_functions(name)}
+MAXIMA = {f for name in ("max", "amax") for f in _tensor_and_torch_functions(name)}
 MAX_CHECKS_PER_VALUE = 8
 MAX_BUFFERS = 64  # result.json's limit on a module call's buffers (triage/arms/output.py)
 MAX_BUFFER_BYTES = 1 << 20
@@ -193,6 +199,8 @@ class Observer(TorchFunctionMode):
         # A comparison's result (or what folds it) -> the comparisons it stands for, until
         # the script turns it into a Python bool.
         self.comparisons = WeakTensorKeyDictionary()
+        # A difference of two values, or its absolute value, or its maximum -> (a, b, which).
+        self.differences = WeakTensorKeyDictionary()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -200,6 +208,7 @@ class Observer(TorchFunctionMode):
         if func in READBACKS and args and isinstance(args[0], torch.Tensor):
             expression = self._expression() if func not in SHOWN_READBACKS else self._shown_name(args[0])
             self.store.add("readback", READBACKS[func], args[0], expression=expression)
+            self._record_difference(args[0])
             if args[0] in self.comparisons:
                 # `print(a == b)`: what the script looks at is the comparison of a and b.
                 self._record_checked(args[0])
@@ -207,6 +216,8 @@ class Observer(TorchFunctionMode):
             record_claim(self.store, CLAIMS[func], args[0], args[1], _claim_result(out))
         if func in COMPARISONS or func in CHECK_FOLDS:
             self._track_comparison(func, args, out)
+        if func in DIFFERENCES or func in ABSOLUTES or func in MAXIMA:
+            self._track_difference(func, args, kwargs, out)
         if func in CHECK_CONVERSIONS and args and self._called_by_script():
             self._record_checked(args[0])
         return out
@@ -267,12 +278,38 @@ class Observer(TorchFunctionMode):
         if comparisons:
             self.comparisons[out] = comparisons[-MAX_CHECKS_PER_VALUE:]
 
+    def _track_difference(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        if not isinstance(out, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
+            return
+        if func in DIFFERENCES:
+            if len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs and _same_shape(*args):
+                self.differences[out] = (args[0], args[1], "difference")
+            return
+        a, b, which = self.differences.get(args[0], (None, None, None))
+        if which == "difference" and func in ABSOLUTES:
+            self.differences[out] = (a, b, "absolute")
+        elif which == "absolute" and func in MAXIMA and len(args) == 1 and not kwargs:
+            self.differences[out] = (a, b, "measure")
+
+    def _record_difference(self, value: torch.Tensor) -> None:
+        """The script reads back or checks its error measure of two values: record the claim
+        that they agree, once."""
+        a, b, which = self.differences.get(value, (None, None, None))
+        if which == "measure":
+            self.differences[value] = (a, b, "recorded")
+            with self.store.quiet, torch._C.DisableTorchFunction():
+                holds = bool(torch.equal(a, b))
+            record_claim(self.store, DIFFERENCE_CLAIM, a, b, holds)
+
     def _record_checked(self, value: Any) -> None:
         """The script made a Python bool of a comparison: record what it compared."""
         for comparison in self.comparisons.get(value, ()) if isinstance(value, torch.Tensor) else ():
             if comparison.recorded:
                 continue
             comparison.recorded = True
+            for operand in comparison.operands:
+                if isinstance(operand, torch.Tensor):
+                    self._record_difference(operand)
             if comparison.symbol == "==" and len(comparison.operands) == 2 and _same_shape(*comparison.operands):
                 # `assert (a == b).all()`, `print(a == b)`: the script claims two values are equal.
                 a, b = comparison.operands

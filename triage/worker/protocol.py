@@ -13,6 +13,9 @@ WORKER_ERROR_STATUS = 70
 # The side file a minimal script loads its larger inputs from (render.py writes it beside
 # minimal.py; a reporter's script that loads it has it staged beside it by arms/run.py).
 INPUTS_FILE = "minimal_inputs.pt"
+# The claim a script makes by reading back (or checking) its own error measure of two values,
+# `(a - b).abs().max()`: that a and b should agree (triage/worker/observe.py records it).
+DIFFERENCE_CLAIM = "max |a - b|"
 
 # values.npz: one array per observable index i, named PREFIX + str(i): the observed value, its
 # float64 reference, and the rounding simulation's per-element spread (σ, the directed
