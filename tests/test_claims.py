@@ -124,7 +124,7 @@ def test_compared_tensors_are_observed_when_the_script_checks_them(tmp_path):
         c = a * 2
         assert (a - c).abs().max() < 1e-6
     """, tmp_path) == [("== operand 1", 5), ("== operand 2", 5),
-                       ("max |a - b| operand 1", 8), ("max |a - b| operand 2", 8),  # its error measure claims a ≈ c
+                       ("max abs(a - b) operand 1", 8), ("max abs(a - b) operand 2", 8),  # its error measure claims a ≈ c
                        ("`<` operand in a check", 8)]
 
 
@@ -157,8 +157,8 @@ def test_a_scripts_own_error_measure_of_two_values_claims_they_agree(tmp_path):
         print(((a - b) ** 2).mean().item())
         print((a - b[:1]).abs().max())
         print((a - b).abs().max(dim=0).values)
-    """, tmp_path) == [(".item()", 3), ("max |a - b| operand 1", 3), ("max |a - b| operand 2", 3),
-                       ("max |a - b| operand 1", 4), ("max |a - b| operand 2", 4), ("`<` operand in a check", 4),
+    """, tmp_path) == [(".item()", 3), ("max abs(a - b) operand 1", 3), ("max abs(a - b) operand 2", 3),
+                       ("max abs(a - b) operand 1", 4), ("max abs(a - b) operand 2", 4), ("`<` operand in a check", 4),
                        (".item()", 5), ("print/repr", 6), ("print/repr", 7)]
 
 

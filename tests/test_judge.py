@@ -230,7 +230,34 @@ def test_two_models_built_unseeded_and_measured_apart_are_nondeterministic(triag
         "print('max diff:', (out1 - out2).abs().max().item())\n"))
     v = report["verdict"]
     assert v["kind"] == "nondeterministic", v["summary"]
-    assert "`out1` vs `out2` (`max |a - b|`) (line 7)" in v["summary"] and "line 3 draws new numbers" in v["summary"]
+    assert "`out1` vs `out2` (`max abs(a - b)`) (line 7)" in v["summary"] and "line 3 draws new numbers" in v["summary"]
+
+
+def test_the_headline_is_the_nan_tensor_not_the_boolean_that_summarizes_it(triage, tmp_path):
+    """A backend swaps softmax for exp/sum, which overflows to NaN. The script prints
+    `torch.isnan(compiled).any().item()` first: a boolean, judged "at most 0σ" as the headline
+    (likely-bug), with the NaN tensor itself only among the others."""
+    report = run_source(triage, tmp_path, "naive_softmax", (
+        "import torch\n"
+        "def naive_softmax(x, dim=-1):\n"
+        "    e = torch.exp(x)\n"
+        "    return e / e.sum(dim=dim, keepdim=True)\n"
+        "def backend(gm, example_inputs):\n"
+        "    for node in gm.graph.nodes:\n"
+        "        if node.op == 'call_function' and node.target is torch.softmax:\n"
+        "            node.target = naive_softmax\n"
+        "    gm.recompile()\n"
+        "    return gm.forward\n"
+        "def head(logits):\n"
+        "    return torch.softmax(logits * 2.0, dim=-1)\n"
+        "torch.manual_seed(0)\n"
+        "logits = torch.randn(4, 10) * 20 + 20\n"
+        "compiled = torch.compile(head, backend=backend)(logits)\n"
+        "print('nan in compiled:', torch.isnan(compiled).any().item())\n"
+        "print(compiled[0])\n"), "cpu,cpu/compile")
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nonfinite-flip", False), v["summary"]
+    assert "nan where no rounding of this computation gives nan" in v["summary"], v["summary"]
 
 
 def test_a_small_value_with_no_correct_digit_does_not_agree_with_float64(triage, tmp_path):

@@ -154,12 +154,15 @@ def _headline_rank(d: Divergence, order: int) -> tuple:
     """A value outside its own rounding spread is never hidden behind one inside it, nor one
     outside a spread with digits behind one outside a spread without (the script's own error
     measure, `(eager - compiled).abs().max()`, is a computational zero on the eager arm's
-    replay); among equals, the one the script's own check or printed output is about, then
-    program order."""
+    replay), nor a floating value behind a boolean or integer; among equals, the one the
+    script's own check or printed output is about, then program order."""
     outside = [j for j in d.judgements if j.zone == "outside"]
     decisive = any(not j.outside_without_digits for j in outside)
     kind = min(KIND_RANK.get(s.kind or "", 4) for s in (d.a, d.b) if s is not None)
-    return (not outside, not decisive, kind, order)
+    # A boolean or integer the script derives (`torch.isnan(out).any().item()`) says less than
+    # the floating values it summarizes.
+    floating = any(_is_float(s.dtype or "") for s in (d.a, d.b) if s is not None)
+    return (not outside, not decisive, not floating, kind, order)
 
 
 MAX_SINGLE = 400

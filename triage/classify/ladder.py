@@ -268,7 +268,12 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     # Randomness is not rounding: a switch that makes the draws agree explains a divergence
     # whatever the judge would say of the values.
     random_agree = [a for a in agree if a.supports == "nondeterministic"]
-    rung = (_repeated_call(comparison, d, agree) or _rerun(comparison, d) or _nondeterministic(comparison, d)
+    drawn = _nondeterministic(comparison, d)
+    if drawn is not None and d is not None and d.distinct_draws:
+        # Two operands drawn separately, where the script reseeds some runs and not another:
+        # the unseeded run is the cause to name.
+        drawn = _unseeded_runs(completed, repro.source) or drawn
+    rung = (_repeated_call(comparison, d, agree) or _rerun(comparison, d) or drawn
             or _ablated(comparison, d, random_agree) or _uninitialized_divergence(comparison, d))
     if rung is not None:
         return rung

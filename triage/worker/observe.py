@@ -283,23 +283,24 @@ class Observer(TorchFunctionMode):
             return
         if func in DIFFERENCES:
             if len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs and _same_shape(*args):
-                self.differences[out] = (args[0], args[1], "difference")
+                # The claim's line is the subtraction's, which spells the two values.
+                self.differences[out] = (args[0], args[1], "difference", self.store.site())
             return
-        a, b, which = self.differences.get(args[0], (None, None, None))
+        a, b, which, line = self.differences.get(args[0], (None, None, None, None))
         if which == "difference" and func in ABSOLUTES:
-            self.differences[out] = (a, b, "absolute")
+            self.differences[out] = (a, b, "absolute", line)
         elif which == "absolute" and func in MAXIMA and len(args) == 1 and not kwargs:
-            self.differences[out] = (a, b, "measure")
+            self.differences[out] = (a, b, "measure", line)
 
     def _record_difference(self, value: torch.Tensor) -> None:
         """The script reads back or checks its error measure of two values: record the claim
         that they agree, once."""
-        a, b, which = self.differences.get(value, (None, None, None))
+        a, b, which, line = self.differences.get(value, (None, None, None, None))
         if which == "measure":
-            self.differences[value] = (a, b, "recorded")
+            self.differences[value] = (a, b, "recorded", line)
             with self.store.quiet, torch._C.DisableTorchFunction():
                 holds = bool(torch.equal(a, b))
-            record_claim(self.store, DIFFERENCE_CLAIM, a, b, holds)
+            record_claim(self.store, DIFFERENCE_CLAIM, a, b, holds, line)
 
     def _record_checked(self, value: Any) -> None:
         """The script made a Python bool of a comparison: record what it compared."""
@@ -347,9 +348,10 @@ def _claim_result(out: Any) -> Any:
     return None
 
 
-def record_claim(store: ObservationStore, func: str, a: torch.Tensor, b: torch.Tensor, holds: Any) -> None:
+def record_claim(store: ObservationStore, func: str, a: torch.Tensor, b: torch.Tensor, holds: Any,
+                 line: int | None = None) -> None:
     claim_id = next(store.claims)
-    line = store.site()
+    line = store.site() if line is None else line
     for operand, t in enumerate((a, b)):
         store.add("claim", f"{func} operand {operand + 1}", t, line,
                   claim={"id": claim_id, "func": func, "operand": operand, "holds": holds})

@@ -15,7 +15,7 @@ WORKER_ERROR_STATUS = 70
 INPUTS_FILE = "minimal_inputs.pt"
 # The claim a script makes by reading back (or checking) its own error measure of two values,
 # `(a - b).abs().max()`: that a and b should agree (triage/worker/observe.py records it).
-DIFFERENCE_CLAIM = "max |a - b|"
+DIFFERENCE_CLAIM = "max abs(a - b)"  # no "|": it is shown in markdown tables
 
 # values.npz: one array per observable index i, named PREFIX + str(i): the observed value, its
 # float64 reference, and the rounding simulation's per-element spread (σ, the directed
