@@ -47,6 +47,8 @@ def test_intermediate_overflow_domain_edges_and_signed_zero():
     acosh = sensitivity_of("acosh", (torch.tensor([3e38, 2.0]),), None)
     assert acosh["kind"] == "intermediate-overflow" and not acosh["ill_conditioned"]
     assert sensitivity_of("reciprocal", (torch.tensor([-0.0, 1.0]),), None)["kind"] == "signed-zero"
+    atan2 = sensitivity_of("atan2", (torch.tensor([-0.0]), torch.tensor([-1.0])), None)
+    assert atan2["kind"] == "signed-zero" and "decides ±π or ±0" in atan2["figure"]  # not ±inf
     assert sensitivity_of("exp", (torch.tensor([100.0], dtype=torch.float32),), None)["kind"] == "overflow"
     assert sensitivity_of("exp", (torch.tensor([10.0]),), None) is None
     # A reduction whose exact total passes its accumulator's range (float32, also for fp16 inputs).

@@ -260,6 +260,25 @@ def test_the_headline_is_the_nan_tensor_not_the_boolean_that_summarizes_it(triag
     assert "nan where no rounding of this computation gives nan" in v["summary"], v["summary"]
 
 
+def test_a_tiny_residual_measured_by_the_script_does_not_hide_the_error_it_reports(triage, tmp_path):
+    """The script prints a Vandermonde solve's residual, `(V @ coef - y).abs().max()`, within
+    float32's tolerance, then the coefficients' error, 17 % and the point of the report. The
+    residual's pair became the headline, "ordinary rounding"; an error measure within tolerance
+    is what the script expected, and the coefficients' ill-conditioning is named."""
+    report = run_source(triage, tmp_path, "vandermonde", (
+        "import torch\n"
+        "t = torch.linspace(0, 1, 10)\n"
+        "V = torch.linalg.vander(t)\n"
+        "true_coef = torch.ones(10)\n"
+        "y = V @ true_coef\n"
+        "coef = torch.linalg.solve(V, y)\n"
+        "print('residual', (V @ coef - y).abs().max().item())\n"
+        "print('error', (coef - true_coef).abs().max().item())\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
+    assert "`coef` vs `true_coef`" in v["summary"], v["summary"]
+
+
 def test_a_small_value_with_no_correct_digit_does_not_agree_with_float64(triage, tmp_path):
     """The textbook small root in float32 is 0 where float64 gives -1e-4. With dynamo's 1e-3 as
     the absolute tolerance too, it "agreed with the reference" and one arm said nothing

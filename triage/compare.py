@@ -57,7 +57,10 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
             same_values = (d.max_abs_diff == 0 and d.nonfinite_mismatch == 0 and d.bit_difference is None
                            and (x.fingerprint or {}).get("dtype") != (y.fingerprint or {}).get("dtype"))
             if not d.bitwise_equal and not same_values and (
-                    how in ("implicit", "repeat", "rerun", DIFFERENCE_CLAIM) or how in COMPARISON_SYMBOLS.values()
+                    how in ("implicit", "repeat", "rerun") or how in COMPARISON_SYMBOLS.values()
+                    # An error measure within the dtype's tolerance (a solve's tiny residual)
+                    # is what the script expected, not what it reports.
+                    or how == DIFFERENCE_CLAIM and not d.within_tolerance
                     or (x.claim or {}).get("holds") is False):
                 claim_divs.append(d)
     # Against float64 alone only when there is no second arm: where arms agree with each other,

@@ -201,6 +201,8 @@ DOMAINS = {"log": (0.0, None), "log2": (0.0, None), "log10": (0.0, None), "log1p
            "sqrt": (0.0, None), "rsqrt": (0.0, None), "acosh": (1.0, None), "atanh": (-1.0, 1.0),
            "asin": (-1.0, 1.0), "acos": (-1.0, 1.0)}
 SIGNED_ZERO_OPS = {"reciprocal", "div", "atan2", "log", "rsqrt", "pow", "copysign"}
+# What the sign of a zero input decides, where it is not ±inf or ±0 (atan2(±0, -1) = ±π).
+SIGN_OF_ZERO_DECIDES = {"atan2": "±π or ±0", "copysign": "the result's sign"}
 SENSITIVE_OPS = REDUCTIONS | MATMULS | SQUARING | set(DOMAINS) | SIGNED_ZERO_OPS | {"exp", "expm1"}
 MAX_ELEMENTS = 1 << 22
 MAX_MATMUL_FLOPS = 1 << 27
@@ -270,7 +272,7 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
         negative_zero = int(((wide == 0) & torch.signbit(wide)).sum())
         if negative_zero:
             return dict(base, kind="signed-zero", figure=f"{negative_zero} input(s) are -0.0: the sign of zero "
-                                                          "decides ±inf or ±0 here")
+                                                          f"decides {SIGN_OF_ZERO_DECIDES.get(op, '±inf or ±0')} here")
     if op in REDUCTIONS and wide.numel() > 1:
         return _cancellation(base, wide.abs().sum(), wide.sum(), finfo.eps, "Σ|x| / |Σx|")
     if op in MATMULS and len(args) >= 2 and isinstance(args[-1], torch.Tensor):
