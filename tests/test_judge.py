@@ -1,6 +1,8 @@
 """The judge end to end (`triage run` in subprocesses): each script in fixtures/judge/ makes
 its divergence on purpose — by a formula that cancels or stagnates, a cast the program asks
 for, a compiler backend that rewrites a formula — so the verdict holds on any machine."""
+import re
+
 import pytest
 
 from tests.conftest import FIXTURES
@@ -334,4 +336,7 @@ def test_a_bug_is_not_withdrawn_behind_the_scripts_own_error_measure(triage, tmp
         "print(compiled[:5])\n"), "cpu,cpu/compile")
     v = report["verdict"]
     assert (v["kind"], v["expected"]) == ("likely-bug", False), v["summary"]
-    assert "`cpu/compile` `compiled[:5]` lies outside its own rounding spread" in v["summary"], v["summary"]
+    # The compiled values themselves (the measure's operand `compiled`, or `compiled[:5]`), never
+    # the measure: on the eager arm's replay it is a computational zero.
+    assert re.search(r"`cpu/compile` `compiled(\[:5\])?` lies outside its own rounding spread", v["summary"]), \
+        v["summary"]
