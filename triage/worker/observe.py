@@ -96,6 +96,7 @@ CHECK_CONVERSIONS = {torch.Tensor.__bool__, torch.Tensor.item}
 DIFFERENCES = {f for name in ("sub", "__sub__") for f in _tensor_and_torch_functions(name)}
 ABSOLUTES = {f for name in ("abs", "__abs__") for f in _tensor_and_torch_functions(name)}
 MAXIMA = {f for name in ("max", "amax") for f in _tensor_and_torch_functions(name)}
+DIFFERENCE_STEPS = DIFFERENCES | ABSOLUTES | MAXIMA  # one lookup per torch call on the script's hot path
 MAX_CHECKS_PER_VALUE = 8
 MAX_BUFFERS = 64  # result.json's limit on a module call's buffers (triage/arms/output.py)
 MAX_BUFFER_BYTES = 1 << 20
@@ -216,7 +217,7 @@ class Observer(TorchFunctionMode):
             record_claim(self.store, CLAIMS[func], args[0], args[1], _claim_result(out))
         if func in COMPARISONS or func in CHECK_FOLDS:
             self._track_comparison(func, args, out)
-        if func in DIFFERENCES or func in ABSOLUTES or func in MAXIMA:
+        if func in DIFFERENCE_STEPS:
             self._track_difference(func, args, kwargs, out)
         if func in CHECK_CONVERSIONS and args and self._called_by_script():
             self._record_checked(args[0])
