@@ -106,6 +106,35 @@ def test_naive_variance_at_a_large_mean_is_a_computational_zero():
     assert j.zone == "inside" and j.wide
 
 
+def test_log_of_one_plus_a_tiny_value_keeps_no_digit():
+    # Every random rounding of 1 + 1e-10 gives 1 (the chance of rounding up is 1e-10/2^-23),
+    # so the samples agree on log = 0; rounding up gives 2^-23. Agreement by chance is no
+    # precision: the value has no significant digit, and log1p of the same input keeps them.
+    x = torch.rand(512, generator=torch.Generator().manual_seed(5)) * 1e-10
+    out, spread = spread_of(lambda t: torch.log(1 + t), x)
+    assert float(out.abs().max()) == 0.0
+    digits = spread.element_digits()
+    assert (np.isnan(digits) | (digits <= 1)).mean() > 0.95
+    j = judge(out, spread)
+    assert j.zone == "inside" and j.wide
+    _, accurate = spread_of(torch.log1p, x)
+    assert accurate.digits() > 5 and not accurate.wide()
+
+
+def test_samples_that_agree_keep_the_digits_the_directed_replays_leave():
+    ref = np.array([1.0, 1.0, 0.0, 1e-3])
+    spread = RoundingSpread(
+        dtype="float32", samples=9, sample_stats=np.zeros(9), reference=ref, sigma=np.zeros(4),
+        up=np.array([1.0, 1.0 + 1e-4, 0.0, 1e-3 + 2e-3]), down=ref.copy(), mean=ref.copy(), sd=np.zeros(4),
+        nonfinite=np.ones(4, np.uint8))
+    digits = spread.element_digits()
+    assert digits[0] == pytest.approx(24 * math.log10(2))  # exact: no replay moves it
+    assert digits[1] == pytest.approx(4.0)  # the directed replays' distance, not the samples'
+    assert digits[2] == pytest.approx(24 * math.log10(2))  # an exact 0 is no computational zero
+    assert math.isnan(digits[3])  # moved by more than its size: every digit is rounding's
+    assert list(spread.computational_zeros()) == [False, False, False, True]
+
+
 def test_fp16_sum_cast_to_float_keeps_fp16_precision():
     h = torch.rand(20000, generator=torch.Generator().manual_seed(3))
     out, spread = spread_of(lambda t: t.half().sum().float(), h)

@@ -77,12 +77,25 @@ class RoundingSpread:
 
     def element_digits(self) -> np.ndarray:
         """Significant decimal digits of each element at the arm's precision (CNH estimator,
-        capped at the dtype's own); NaN for computational zeros."""
+        capped at the dtype's own); NaN for computational zeros. Where every sample gave the
+        same value, the directed replays' distance from it takes the samples' place: random
+        rounding can agree by chance (`1 + 1e-10` rounds to 1 in all but a few of 10^6
+        float32 roundings) where rounding up does not, and only an exact result (no replay
+        moves it) keeps every digit."""
+        envelope = self.envelope_width()
         with np.errstate(divide="ignore", invalid="ignore"):
-            rel = self.sd / np.abs(self.mean)
-            digits = -np.log10(rel) - cnh_penalty_bits(self.samples) * math.log10(2)
-        digits = np.where(self.sd == 0, self.dtype_digits, np.minimum(digits, self.dtype_digits))
-        return np.where(self.computational_zeros(), np.nan, digits)
+            sampled = -np.log10(self.sd / np.abs(self.mean)) - cnh_penalty_bits(self.samples) * math.log10(2)
+            directed = -np.log10(envelope / np.abs(self.mean))
+        digits = np.where(self.sd > 0, sampled, np.where(envelope > 0, directed, self.dtype_digits))
+        return np.where(self.computational_zeros(), np.nan, np.minimum(digits, self.dtype_digits))
+
+    def envelope_width(self) -> np.ndarray:
+        """Per element, how far the directed replays (every rounding up, every rounding down)
+        lie from the samples' mean: inf where one of them is not finite."""
+        with np.errstate(invalid="ignore"):
+            width = np.maximum(np.abs(np.asarray(self.up, np.float64) - self.mean),
+                               np.abs(np.asarray(self.down, np.float64) - self.mean))
+        return np.where(np.isnan(width) & np.isfinite(self.mean), np.inf, width)
 
     def computational_zeros(self) -> np.ndarray:
         """Elements whose simulated mean is indistinguishable from 0 given their own noise
@@ -93,7 +106,11 @@ class RoundingSpread:
         t = student_t(0.975, max(self.samples - 1, 1))
         finite = np.isfinite(self.mean) & np.isfinite(self.sd)
         noise = finite & (self.sd > 0) & (np.abs(self.mean) < t * self.sd / math.sqrt(max(self.samples, 1)))
-        return noise | self.unstable_elements()
+        # Samples that agree by chance (`element_digits`) on a value the directed replays move
+        # by at least its own size: `log(1 + x)` of a tiny x, 0 in the samples, 2^-23 rounded up.
+        envelope = self.envelope_width()
+        absorbed = finite & (self.sd == 0) & (envelope > 0) & (np.abs(self.mean) <= envelope)
+        return noise | absorbed | self.unstable_elements()
 
     def unstable_elements(self) -> np.ndarray:
         """Elements that some replays make finite and others not, or nonfinite differently."""
