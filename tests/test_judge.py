@@ -295,6 +295,25 @@ def test_a_small_value_with_no_correct_digit_does_not_agree_with_float64(triage,
     assert "computational zero" in v["summary"] and "cancels" in v["summary"], v["summary"]
 
 
+def test_log_of_one_plus_a_tiny_value_has_no_digit_and_points_at_log1p(triage, tmp_path):
+    """A new user compared `log(1 + x)` with `log1p(x)` for x ≈ 1e-10: float32 gives 0 every
+    time. Every random rounding agreed on it, which read as "7.2 significant digits" and
+    "one value computed by different operations"; no digit of it is right, and the addition
+    that rounds x away is the cause."""
+    report = run_source(triage, tmp_path, "log_one_plus", (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "x = torch.rand(4096) * 1e-10\n"
+        "naive = torch.log(1 + x)\n"
+        "stable = torch.log1p(x)\n"
+        "torch.testing.assert_close(naive, stable, rtol=1e-3, atol=0)\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
+    assert "`aten.add` at line 4 rounds away every digit" in v["summary"], v["summary"]
+    assert "torch.log1p(x)" in v["summary"] and "significant digits at float32" in v["summary"]
+    assert "7.2 significant" not in v["summary"]
+
+
 def test_a_value_computed_in_bfloat16_and_read_as_float32_is_named_by_its_precision(triage, tmp_path):
     """`out16.float()` is float32 as read, bfloat16 as computed: the cause was "different
     operations, which round differently" (both are `addmm`), not bfloat16's rounding."""

@@ -199,6 +199,24 @@ def test_a_subtraction_of_exact_operands_is_no_cancellation_figure():
     assert site["op"] == "aten.sub" and site["digits_lost"] > 3
 
 
+def test_an_addition_a_logarithm_reads_is_named_where_it_absorbs_its_operand():
+    """`log(1 + x)` of a small x: the addition keeps none of x's digits (exact operands or
+    not), which is the figure behind the wide spread, with log1p as the rewrite; the same
+    addition read by something else (`sqrt(v) + eps`) is no figure at all."""
+    x = torch.tensor([1e-10, 3e-9, 2e-12])
+    _, _, sim = simulated_spread(lambda t: torch.log(1 + t), x)
+    [site] = [c for s in sim.spreads.values() for c in s.cancellations]
+    assert site["kind"] == "absorbs" and site["op"] == "aten.add" and site["digits_lost"] == math.inf
+    assert "torch.log1p(x)" in site["hint"]
+    _, _, sim = simulated_spread(lambda t: torch.log(1 - t * 3.0), x)
+    [site] = [c for s in sim.spreads.values() for c in s.cancellations]
+    assert site["kind"] == "absorbs" and "torch.log1p(-x)" in site["hint"]
+    _, _, sim = simulated_spread(lambda t: torch.log(torch.sqrt(t + 1.0) + 1.0), torch.tensor([1e-3, 4.0]))
+    assert [c for s in sim.spreads.values() for c in s.cancellations] == []  # digits kept: no figure
+    _, _, sim = simulated_spread(lambda t: (torch.sqrt(t) + 1e-8) * 2.0, torch.tensor([1e-3, 4.0]))
+    assert [c for s in sim.spreads.values() for c in s.cancellations] == []
+
+
 def test_writes_through_views_are_replayed_in_every_sample_of_a_stack():
     """A buffer filled through views of its views (`as_strided_scatter`, by the view's place in
     memory) and of itself (`select_scatter`, `diagonal_scatter`): in a stack of samples each

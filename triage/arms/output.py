@@ -94,6 +94,7 @@ OBSERVABLE_ROUNDING = record({
     "flips": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True), "replays": integer(0),
                            "of": integer(0)}, required=("op", "replays", "of"), closed=True), 16),
     "cancellations": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True),
+                                   "kind": one_of("cancels", "absorbs"),
                                    "digits_lost": number(), "hint": text(2000, nullable=True)},
                                   required=("op", "digits_lost"), closed=True), 16),
     "precision": text(40, nullable=True),

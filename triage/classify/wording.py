@@ -152,6 +152,8 @@ def cancellation_site(c: Comparison, d: Divergence) -> str | None:
     top = sites[0]
     lost = top["digits_lost"]
     lost = "every digit" if lost in ("inf", float("inf")) else f"{float(lost):.1f} digits"
+    if top.get("kind") == "absorbs":
+        return f"`{top['op']}` at line {top['line']} rounds away {lost} of its smaller operand before a logarithm reads it"
     return f"`{top['op']}` at line {top['line']} cancels its operands, losing {lost}"
 
 

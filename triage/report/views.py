@@ -192,5 +192,6 @@ def _cancellation_hints(data: dict[str, Any], headline: list[dict[str, Any]]) ->
             lost = site.get("digits_lost")
             lost = "every digit" if lost == "all" else f"{lost} digits" if isinstance(lost, (int, float)) else "digits"
             where = f" (line {site['line']})" if site.get("line") is not None else ""
-            out.append((site["hint"], f"cancellation at `{site.get('op')}`{where} loses {lost}: {site['hint']}"))
+            what = "absorption" if site.get("kind") == "absorbs" else "cancellation"
+            out.append((site["hint"], f"{what} at `{site.get('op')}`{where} loses {lost}: {site['hint']}"))
     return out

@@ -1085,7 +1085,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         # to amplify: their difference is rounded once, to u (the exact inputs
                         # of a manual distance, `a[:, None] - b[None]`).
                         exact = all(a in constants for a in n.args[:2] if isinstance(a, fx.Node))
-                        site = None if exact else cancellation_at(n, args, out)
+                        site = cancellation_at(n, args, out, exact_operands=exact)
                         if site is not None:
                             result.cancellations[n.name] = site
                         if _unchanging(n, plan.inputs[n], constants, mode):
@@ -1190,9 +1190,12 @@ CANCELLING = {"add", "sub", "rsub"}
 DIGITS_LOST_NOTED = 3.0
 
 
-def cancellation_at(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
+def cancellation_at(n: fx.Node, args: tuple, out: Any, exact_operands: bool = False) -> dict[str, Any] | None:
     """Digits an addition or subtraction loses to cancellation, log10(max (|a|+|b|)/|a±b|),
-    with the textbook rewrite where the formula has one (exp(x)-1, E[x²]-E[x]²)."""
+    with the textbook rewrite where the formula has one (exp(x)-1, E[x²]-E[x]²); else the
+    digits of its smaller operand it absorbs where a logarithm reads the result
+    (`_absorption_at`). Operands no replay changes (`exact_operands`) carry no error for a
+    cancellation to amplify, but their sum still rounds the smaller one away."""
     if not isinstance(n.target, torch._ops.OpOverload) or n.target.overloadpacket.__name__ not in CANCELLING:
         return None
     if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
@@ -1201,6 +1204,8 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
              if isinstance(a, (torch.Tensor, int, float))]
     if len(terms) < 2:
         return None
+    if exact_operands:
+        return _absorption_at(n, args, terms, out)
     with torch.no_grad():
         magnitude = torch.as_tensor(terms[0] + terms[1])
         # Over the elements where both are finite (|a±b| = 0 < |a|+|b|: infinitely many digits
@@ -1212,10 +1217,51 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
         if math.isinf(worst):
             worst = float(torch.where(torch.isfinite(magnitude), ratio, 0.0).max())
     if worst <= 10 ** DIGITS_LOST_NOTED:
-        return None
+        return _absorption_at(n, args, terms, out)
     lost = math.inf if math.isinf(worst) else math.log10(worst)
-    return {"op": _op_name(n.target), "line": n.meta.get("line"),
+    return {"op": _op_name(n.target), "line": n.meta.get("line"), "kind": "cancels",
             "digits_lost": round(lost, 1) if math.isfinite(lost) else math.inf, "hint": _rewrite(n)}
+
+
+# Functions ill-conditioned at 1 (log(1 + δ) ≈ δ: their result is all in the digits of δ), so
+# an addition they read that rounds its smaller operand away decides their value.
+LOGARITHMS = {"log", "log2", "log10"}
+
+
+def _absorption_at(n: fx.Node, args: tuple, terms: list, out: torch.Tensor) -> dict[str, Any] | None:
+    """Digits of its smaller operand an addition or subtraction read by a logarithm rounds
+    away, log10(max |a±b| / min(|a|, |b|)) capped at all of the arm dtype's: `1 + x` of a
+    small x keeps none of x in float32 below 6e-8, and log(1 + x) then is 0. Elsewhere an
+    absorbed operand is harmless (Adam's `sqrt(v) + eps`) and is not noted."""
+    if not any(isinstance(u.target, torch._ops.OpOverload) and u.target.overloadpacket.__name__ in LOGARITHMS
+               for u in n.users):
+        return None
+    with torch.no_grad():
+        small = torch.minimum(torch.as_tensor(terms[0], dtype=torch.float64),
+                              torch.as_tensor(terms[1], dtype=torch.float64))
+        ratio = torch.where(small > 0, out.abs() / small, 0.0)
+        ratio = torch.where(torch.isfinite(ratio), ratio, 0.0)
+        worst = float(ratio.max()) if ratio.numel() else 0.0
+    if worst <= 10 ** DIGITS_LOST_NOTED:
+        return None
+    bits, _, _ = FORMATS.get(getattr(out, "_arm_dtype", torch.float64), (53, None, None))
+    lost = math.log10(worst)
+    return {"op": _op_name(n.target), "line": n.meta.get("line"), "kind": "absorbs",
+            "digits_lost": math.inf if lost >= bits * math.log10(2) else round(lost, 1),
+            "hint": _log1p_rewrite(n, args)}
+
+
+def _log1p_rewrite(n: fx.Node, args: tuple) -> str | None:
+    """The rewrite of `log(1 ± x)`: one operand the constant 1."""
+    name = n.target.overloadpacket.__name__
+    ones = [i for i, a in enumerate(args[:2]) if isinstance(a, (int, float)) and a == 1
+            or isinstance(a, torch.Tensor) and a.numel() == 1 and float(a) == 1]
+    if not ones or name == "sub" and ones != [0]:
+        return None
+    negated = name == "rsub" or name == "sub"
+    sign = "-" if negated else "+"
+    return (f"`torch.log1p({'-x' if negated else 'x'})` computes `log(1 {sign} x)` without forming 1 {sign} x, so a "
+            "small x keeps its digits.")
 
 
 def _rewrite(n: fx.Node) -> str | None:
