@@ -207,6 +207,33 @@ def test_a_kernel_measured_adding_in_half_widens_its_reductions_spread():
     assert cuda.get("cumsum", torch.float16).float32_opmath is False  # the shipped H200 measurement
 
 
+def test_a_float32_cumsum_on_the_cpu_adds_in_double():
+    """The CPU's float32 cumsum keeps its running sum in double and rounds each output once:
+    its own result is inside a spread of about one rounding, and a float32 scan of the same
+    terms (each partial sum rounded, as a kernel adding in float32 gives) is far outside. The
+    spread of a device whose kernel may add in any order (CUDA) keeps the float32 walk."""
+    x = torch.rand(20000, generator=torch.Generator().manual_seed(1))
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        out = torch.cumsum(x, 0)
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    float32_scan = np.cumsum(x.numpy(), dtype=np.float32)
+
+    def z(any_order: bool) -> tuple[np.ndarray, np.ndarray]:
+        options = SimulationOptions(samples=29, any_order=any_order)
+        sim = simulate_rounding(recording.graph, {node.name: reference}, options, {node.name: out.dtype})
+        sigma = RoundingSpread.of_simulation(sim.spreads[node.name], reference.numpy(), "float32").sigma
+        return [np.abs(np.asarray(v, np.float64) - reference.numpy()) / np.maximum(sigma, 1e-300)
+                for v in (out.numpy(), float32_scan)]
+
+    own, scan = z(any_order=False)
+    assert float(own.max()) < 4 and float(np.median(scan[1000:])) > 20
+    _, scan_any_order = z(any_order=True)
+    assert float(np.quantile(scan_any_order, 0.99)) < 4
+
+
 def test_kernels_are_measured_with_tf32_off_and_the_flags_restored(monkeypatch):
     pytest.importorskip("expecttest")
     seen = {}
