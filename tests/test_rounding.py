@@ -121,6 +121,18 @@ def test_log_of_one_plus_a_tiny_value_keeps_no_digit():
     assert accurate.digits() > 5 and not accurate.wide()
 
 
+def test_a_bfloat16_value_that_keeps_no_digit_is_wide():
+    """bfloat16 has 2.4 digits: no computation can lose 3 of them, yet `h * 1.01 - h` keeps
+    a fifth of one (a new user's compiled case read "0.0 significant digits" beside plain
+    rounding). An ordinary bfloat16 sum keeps its two and is not wide."""
+    h = (torch.randn(256, generator=torch.Generator().manual_seed(0)) * 10).bfloat16()
+    out, spread = spread_of(lambda t: t * 1.01 - t, h)
+    assert spread.digits() < 1 and spread.wide()
+    assert judge(out, spread).wide
+    _, plain = spread_of(lambda t: t.sum(), torch.randn(4096, generator=torch.Generator().manual_seed(0)).bfloat16())
+    assert plain.digits() > 1.5 and not plain.wide()
+
+
 def test_samples_that_agree_keep_the_digits_the_directed_replays_leave():
     ref = np.array([1.0, 1.0, 0.0, 1e-3])
     spread = RoundingSpread(

@@ -16,6 +16,9 @@ from triage.worker.protocol import SPREAD_ARRAYS
 # Digits lost to the computation itself (beyond the dtype's own precision) from which the
 # spread is called wide: rounding errors amplified a thousandfold, ill-conditioned at this dtype.
 WIDE_DIGITS_LOST = 3.0
+# Or digits kept below which it is wide whatever the dtype: bfloat16 has 2.4 to lose, so no
+# loss of 3 is possible, yet a bfloat16 value that keeps no digit is as ill-conditioned.
+WIDE_DIGITS_KEPT = 1.0
 
 
 def unstable(nonfinite_bits: np.ndarray, like: np.ndarray) -> np.ndarray:
@@ -133,13 +136,18 @@ class RoundingSpread:
         """The computation itself loses most of the precision: ill-conditioned at this dtype."""
         d = self.digits()
         all_zero = bool(self.computational_zeros().all()) and self.sd.size > 0
-        return all_zero or (d is not None and d <= self.dtype_digits - WIDE_DIGITS_LOST)
+        return all_zero or (d is not None and d <= self.wide_below)
 
     def poorly_determined(self) -> int:
         """Elements whose computation loses most of the dtype's digits (computational zeros
         included): an eigenvector pair of close eigenvalues in an otherwise accurate result."""
         d = self.element_digits()
-        return int(self.computational_zeros().sum() + (np.isfinite(d) & (d <= self.dtype_digits - WIDE_DIGITS_LOST)).sum())
+        return int(self.computational_zeros().sum() + (np.isfinite(d) & (d <= self.wide_below)).sum())
+
+    @property
+    def wide_below(self) -> float:
+        """Significant digits at or below which a value is ill-conditioned at its precision."""
+        return max(self.dtype_digits - WIDE_DIGITS_LOST, WIDE_DIGITS_KEPT)
 
     def unstable_nonfinite(self) -> int:
         """How many elements some replays make finite and others not, or nonfinite differently."""
