@@ -105,6 +105,35 @@ def test_updates_through_data_are_followed(update):
     assert not [leaf for leaf in recording.leaves if leaf.kind == "stale"]
 
 
+@pytest.mark.parametrize("restore", ["deepcopy", "torch.load"])
+def test_weights_rebuilt_from_a_storage_are_leaves_of_their_values(restore):
+    """`copy.deepcopy(model.state_dict())` and `torch.load` rebuild each tensor by setting a
+    storage's bytes into an empty one (`set_(storage, …)`). Replayed as that op, float64
+    read a float32 storage's bytes (a new user's reference was 3.5e151 where the output is
+    0.52, and a correct training loop was called a bug)."""
+    import copy
+    import io
+
+    def run(dtype):
+        torch.manual_seed(0)
+        base = nn.Linear(8, 1).to(dtype)
+        if restore == "deepcopy":
+            state = copy.deepcopy(base.state_dict())
+        else:
+            buffer = io.BytesIO()
+            torch.save(base.state_dict(), buffer)
+            buffer.seek(0)
+            state = torch.load(buffer)
+        model = nn.Linear(8, 1).to(dtype)
+        model.load_state_dict(state)
+        return model(torch.randn(4, 8).to(dtype)).sum()
+
+    value, reference, recording = record_and_replay(run)
+    assert math.isclose(reference.item(), run(torch.float64).item(), rel_tol=1e-6)
+    assert math.isclose(reference.item(), value.item(), rel_tol=1e-5)
+    assert "set_" not in {getattr(n.target, "__name__", "").split(".")[0] for n in recording.graph.nodes}
+
+
 def test_foreach_step_moves_version_counters_under_the_recorder():
     """Under a dispatch mode a foreach op moves no version counter; the recorder advances
     them, as the op does outside one, so autograd and staleness checks still see the write."""

@@ -5,7 +5,8 @@ the script executes becomes a `call_function` node; every tensor whose value did
 from a recorded op becomes a *leaf* (an FX placeholder) holding a clone of its value at the
 moment it was first used.  Leaves are:
 
-* ``input``         a tensor created outside the recorded ops (``torch.tensor`` data, numpy),
+* ``input``         a tensor created outside the recorded ops (``torch.tensor`` data, numpy,
+                    a storage's bytes set into a tensor: ``copy.deepcopy``, ``torch.load``),
 * ``factory``       the output of a factory op (``full``, ``arange``, ``zeros`` …),
 * ``random``        the output of a random op (``randn``, ``uniform_``, ``native_dropout``),
 * ``uninitialized`` ``torch.empty`` and friends,
@@ -229,11 +230,12 @@ class OpRecorder(TriageDispatchMode):
         is_random = draws_random(func, args, kwargs)
         has_tensor_input = any(isinstance(a, torch.Tensor) for a in flat)
         beyond = name in STORAGE_VIEWS and _beyond_own_elements(args[0])
-        if is_random or not has_tensor_input or name in UNINITIALIZED_OPS or beyond:
+        stored = _reads_storage(flat)
+        if is_random or not has_tensor_input or name in UNINITIALIZED_OPS or beyond or stored:
             out = self._call(func, args, kwargs, random=is_random)
             self._wrote(_written_tensors(func, args, kwargs))
             kind = ("random" if is_random else "uninitialized" if name in UNINITIALIZED_OPS
-                    else "storage" if beyond else "factory")
+                    else "storage" if beyond else "input" if stored else "factory")
             if is_random and not self.seeded and self.random_before_seed is None:
                 self.random_before_seed = {"op": name, "line": self.site()}
             self._paused_register_leaves(out, kind, name)
@@ -617,6 +619,13 @@ def _beyond_own_elements(t: Any) -> bool:
         return False
     return t.storage_offset() != 0 or not t.is_contiguous() \
         or t.untyped_storage().nbytes() != t.numel() * t.element_size()
+
+
+def _reads_storage(flat: list) -> bool:
+    """An op given a storage, not a tensor (`set_(storage, …)`: how `copy.deepcopy` and
+    `torch.load` rebuild a tensor): its result holds that storage's bytes, which no recorded op
+    produced, and a float64 replay would read a float32 storage's bytes as float64."""
+    return any(isinstance(a, (torch.UntypedStorage, torch.TypedStorage)) for a in flat)
 
 
 def draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
