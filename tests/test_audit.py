@@ -79,6 +79,16 @@ def test_a_difference_inside_the_spreads_is_no_conflict():
     assert audit.rounding_explains_difference(plain("likely-bug", False), _claim_comparison(0.025, 1e-7)) == []
 
 
+def test_a_side_computed_in_bfloat16_reaches_two_of_its_roundings():
+    """Autocast's `out.float()` is float32 as read and bfloat16 as computed: 1 + 2^-8 beside
+    the float32 side is one bfloat16 rounding, though its samples (all rounding to the same
+    neighbour) scatter by 1e-7. At float32 precision it stays a conflict."""
+    e = _claim_comparison(2.0 ** -8, 1e-7)
+    e.comparison.divergence.judgements[0].dtype = "bfloat16"
+    assert audit.rounding_explains_difference(plain("expected-rounding"), e) == []
+    assert len(audit.rounding_explains_difference(plain("expected-rounding"), _claim_comparison(2.0 ** -8, 1e-7))) == 1
+
+
 def test_an_element_some_roundings_make_non_finite_bounds_no_difference():
     # The logdet of a singular matrix on two GPUs' arms (-114.6 and -108.3, seen on an H200):
     # the finite replays' spread (±1e-7 here) says nothing, since other replays give -inf.

@@ -134,7 +134,11 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
     bounded = ~unstable(oa.spread.get("nf", ()), sa) & ~unstable(ob.spread.get("nf", ()), sb)
     both = np.isfinite(va) & np.isfinite(vb) & np.isfinite(width) & bounded
     gap = np.abs(va - vb)
-    beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * policy.unit_roundoff(d.dtype) * np.abs(va))
+    # Two roundings at the coarser precision either side was computed in: a value computed in
+    # bfloat16 and read as float32 (`out.float()` under autocast) rounds at bfloat16's 2^-8,
+    # which its samples' spread misses where they all round to the same neighbour.
+    u = max(policy.unit_roundoff(j.dtype) for j in d.judgements)
+    beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * u * np.abs(va))
     if not beyond.any():
         return []
     i = int(np.flatnonzero(beyond)[np.argmax(gap[beyond])])
