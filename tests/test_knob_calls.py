@@ -47,10 +47,29 @@ def test_the_worker_records_the_scripts_own_calls_only(tmp_path):
     assert proc.returncode == 0, proc.stderr
     printed, calls = proc.stdout.splitlines()
     assert printed == "threads 1"  # the arm's thread count held
-    # set_num_threads(1) asks for the arm's own value, and the arm has no `deterministic` knob.
+    # set_num_threads(1) asks for the arm's own value; the arm has no `deterministic` knob, so
+    # that call is recorded whatever its value (where a setting changes between two values).
     assert json.loads(calls) == [{"setter": "set_num_threads", "value": 2, "line": 4},
                                  {"setter": "_set_mkldnn_enabled", "value": False, "line": 7},
-                                 {"setter": "_set_mkldnn_enabled", "value": False, "line": 8}]
+                                 {"setter": "_set_mkldnn_enabled", "value": False, "line": 8},
+                                 {"setter": "_set_deterministic_algorithms", "value": True, "line": 10}]
+
+
+def test_an_arm_without_knobs_records_every_setting_call_and_lets_it_act(tmp_path):
+    """With no knob pinning them, the script's calls act as without triage (the thread count is
+    the script's) and each is recorded: the report places them between the values they split."""
+    script = tmp_path / "repro.py"
+    script.write_text(SCRIPT)
+    unpinned = WATCH.replace('{"threads": "1", "mkldnn": "on"}', "{}")
+    proc = subprocess.run([sys.executable, "-c", unpinned, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    printed, calls = proc.stdout.splitlines()
+    assert printed == "threads 1"  # the script's own last call
+    assert json.loads(calls) == [{"setter": "set_num_threads", "value": 2, "line": 4},
+                                 {"setter": "set_num_threads", "value": 1, "line": 6},
+                                 {"setter": "_set_mkldnn_enabled", "value": False, "line": 7},
+                                 {"setter": "_set_mkldnn_enabled", "value": False, "line": 8},
+                                 {"setter": "_set_deterministic_algorithms", "value": True, "line": 10}]
 
 
 @pytest.mark.parametrize("call, refused", [

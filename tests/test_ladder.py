@@ -338,6 +338,22 @@ def test_why_two_compared_values_round_apart_is_said_from_the_facts():
     text = rounding_cause(divergence(), threads)
     assert "torch.set_num_threads(2)` at the start" in text and "torch.set_num_threads(1)` at the end" in text
     assert rounding_cause(divergence(("float32", "bfloat16"), source="arms"), threads) == ""  # arms: their own cause
+    # The script sets the thread count before each of two sums and ends where it began: the
+    # call between the lines computing the two values is named, a `with` block's restore on
+    # its own line is not, and a call outside the two lines says nothing.
+    calls = [{"setter": "set_num_threads", "value": 1, "line": 6}, {"setter": "set_num_threads", "value": 2, "line": 8},
+             {"setter": "_set_mkldnn_enabled", "value": False, "line": 8},
+             {"setter": "_set_mkldnn_enabled", "value": True, "line": 8}]
+    switching = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok", flags_start=flags, flags_end=flags,
+                       knob_calls=calls)
+    placed = divergence()
+    placed.computed_at = (7, 9)
+    text = rounding_cause(placed, switching)
+    assert ("`torch.set_num_threads(2)` at line 8, `torch.backends.mkldnn.enabled = False` at line 8, after `total` "
+            "(line 7) and before `chunked` (line 9)") in text, text
+    assert "set_num_threads(1)" not in text and "enabled = True" not in text
+    placed.computed_at = (9, 12)
+    assert rounding_cause(placed, switching) == ""
 
 
 def test_why_two_arms_round_apart_is_said_from_their_specs():

@@ -83,7 +83,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
         headline = next((i for i, d in enumerate(judged) if d.how == "repeat" and _values_of(completed, d) == same),
                         headline)
     if headline is not None:
-        judged[headline].paths = _paths(completed, judged[headline])
+        judged[headline].paths, judged[headline].computed_at = _paths(completed, judged[headline])
     shown = _values_of(completed, judged[headline]) if headline is not None else set()
     conditioning = [dict(c, arm=r.spec) for r in completed for c in r.conditioning]
     return Comparison(
@@ -123,17 +123,18 @@ def _values_of(runs: list[ArmRun], d: Divergence) -> set[tuple]:
     return out
 
 
-def _paths(runs: list[ArmRun], d: Divergence) -> dict[str, Any] | None:
-    """Where a claim's two sides part in the arm's op graph (None without a graph)."""
+def _paths(runs: list[ArmRun], d: Divergence) -> tuple[dict[str, Any] | None, tuple[int | None, int | None] | None]:
+    """Where a claim's two sides part in the arm's op graph, and the script's line of the op
+    computing each side (None without a graph)."""
     if d.source != "claim" or d.b is None:
-        return None
+        return None, None
     found = [find_side(runs, s) for s in (d.a, d.b)]
-    if None in found or not found[0][0].graph_dir:
-        return None
+    if None in found or not found[0][0].graph_dir or found[0][0] is not found[1][0]:
+        return None, None
     run = found[0][0]
     nodes = [o.node for _, o in found]
     if None in nodes:
-        return None
+        return None, None
     from triage.arms.graph import OpGraph
     from triage.paths import part_ways
     from triage.untrusted import UntrustedOutput
@@ -141,10 +142,12 @@ def _paths(runs: list[ArmRun], d: Divergence) -> dict[str, Any] | None:
     try:
         graph = OpGraph(run.graph_dir)
         if any(n not in graph.by_name for n in nodes):
-            return None
-        return part_ways(graph, nodes[0], nodes[1])
+            return None, None
+        lines = tuple(graph.by_name[n].get("line") for n in nodes)
+        computed_at = (lines[0], lines[1]) if all(isinstance(x, int) for x in lines) else None
+        return part_ways(graph, nodes[0], nodes[1]), computed_at
     except (UntrustedOutput, OSError, KeyError, ValueError):
-        return None  # an unreadable graph loses this detail, never the comparison
+        return None, None  # an unreadable graph loses this detail, never the comparison
 
 
 # What the script itself is about ranks first: its own checks, then what it prints, then

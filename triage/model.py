@@ -295,6 +295,9 @@ class Divergence:
     # claim nondeterministic (classify). Found once, by compare, as leaf records shaped like
     # `ancestors`' entries; report.json keeps `ancestors` only.
     distinct_draws: list[dict[str, Any]] = field(default_factory=list, metadata={"json": False})
+    # Two values of one arm: the script's line of the op that computed each (a, b), from the
+    # arm's op graph, which is gone by the time the ladder reads this.
+    computed_at: tuple[int | None, int | None] | None = field(default=None, metadata={"json": False})
 
 
 @dataclass(frozen=True)

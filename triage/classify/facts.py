@@ -138,3 +138,24 @@ def singular_upstream(c: Comparison, d: Divergence, side: int | None = None) -> 
 def matrix_upstream(c: Comparison, d: Divergence) -> bool:
     return any((n.get("singular") or n.get("ill_conditioned")) and
                ("figure" not in n or str(n.get("kind", "")).startswith("close-")) for n in notes_upstream(c, d))
+
+
+
+def settings_between(run: ArmRun | None, d: Divergence) -> tuple[list[dict[str, Any]], int, int] | None:
+    """The script's own numerics-setting calls (`knob_calls`: `torch.set_num_threads`, oneDNN's
+    switch, TF32 …) on the lines after the earlier of a claim's two values is computed and up
+    to the later one, with the lines of the ops computing each (`computed_at`); None where
+    there is no such call or no line to place the values by."""
+    if run is None or not run.knob_calls or d.computed_at is None:
+        return None
+    line_a, line_b = d.computed_at
+    if line_a is None or line_b is None or line_a == line_b:
+        return None
+    first, last = sorted((line_a, line_b))
+    calls: dict[tuple[str, int], dict[str, Any]] = {}
+    for call in run.knob_calls:
+        # One line's first call of a setter: a `with …flags(…):` sets and restores on its own
+        # line, and the restore comes after the block.
+        if first < call["line"] <= last:
+            calls.setdefault((call["setter"], call["line"]), call)
+    return (list(calls.values()), line_a, line_b) if calls else None

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from triage import policy
-from triage.classify.facts import cancellation_sites, notes_upstream, singular_upstream, torch_of
+from triage.classify.facts import cancellation_sites, notes_upstream, settings_between, singular_upstream, torch_of
 from triage.model import (
     Ablation,
     ArmRun,
@@ -25,6 +25,7 @@ from triage.model import (
     Side,
     Verdict,
 )
+from triage.worker.knob_calls import SETTERS
 
 
 def make_verdict(kind: str, expected: bool | None, section: policy.Section, labels: list[str],
@@ -315,6 +316,15 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
         return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
                 "different operations, which round differently (floating-point addition is not associative)."
                 + parting_text(paths, (a.label, b.label)))
+    between = settings_between(run, d)
+    if between is not None:
+        calls, line_a, line_b = between
+        shown = ", ".join(f"`{SETTERS[c['setter']][1].format(c['value'])}` at line {c['line']}" for c in calls)
+        return (f" The same operations on the same inputs, but the script changes a numerics setting between them: "
+                f"{shown}, after {a.label if line_a < line_b else b.label} (line {min(line_a, line_b)}) and before "
+                f"{b.label if line_a < line_b else a.label} (line {max(line_a, line_b)}). Kernels split and order their "
+                "work by it (a reduction's order, a convolution's algorithm), which can make the same operations "
+                "round differently.")
     start, end = (run.flags_start or {}, run.flags_end or {}) if run is not None else ({}, {})
     changed = [(k, name) for k, name in ORDER_FLAGS.items() if k in start and k in end and start[k] != end[k]]
     if changed:

@@ -1,6 +1,7 @@
 """Environment capture (collect_env, with a timeout) and the numerics flags it omits."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -82,17 +83,20 @@ def apply_knobs(knobs: dict[str, str]) -> None:
 
 
 def watch_knob_calls(knobs: dict[str, str], script: str) -> list[dict[str, Any]]:
-    """Record each call of the script's that sets what one of the arm's knobs set, to another
-    value (`knob_calls.SETTERS`); the list returned fills as the script runs.  The call itself
-    behaves as before: `threads` stays pinned (`apply_knobs`), every other switch takes the
-    script's value, as it would without triage.  Call after `apply_knobs`."""
+    """Record each call of the script's that sets a numerics switch (`knob_calls.SETTERS`):
+    where the arm's knobs set it, only a call to another value (the report says which held);
+    elsewhere every call (the report places a setting the script changes between two values
+    it compares). The list returned fills as the script runs.  The call itself behaves as
+    before: `threads` stays pinned where the arm sets it (`apply_knobs`), every other switch
+    takes the script's value, as it would without triage.  Call after `apply_knobs`."""
     from triage.worker.knob_calls import MAX_KNOB_CALLS, SETTERS, overrides, recordable
 
     calls: list[dict[str, Any]] = []
 
     def record(setter: str, value: Any) -> None:
         value = recordable(setter, value)
-        if value is None or not overrides(setter, value, knobs[SETTERS[setter][0]]):
+        knob = SETTERS[setter][0]
+        if value is None or knob in knobs and not overrides(setter, value, knobs[knob]):
             return
         line = _script_caller_line(script)
         entry = {"setter": setter, "value": value, "line": line}
@@ -100,10 +104,11 @@ def watch_knob_calls(knobs: dict[str, str], script: str) -> list[dict[str, Any]]
             calls.append(entry)
 
     for setter, (knob, _) in SETTERS.items():
-        if knob not in knobs:
-            continue
         if setter == "set_num_threads":
-            torch.set_num_threads = lambda n: record("set_num_threads", n)  # pinned: only recorded
+            if knob in knobs:
+                torch.set_num_threads = lambda n: record("set_num_threads", n)  # pinned: only recorded
+            else:
+                torch.set_num_threads = functools.partial(_recorded_call, record, torch.set_num_threads)
             continue
         original = getattr(torch._C, setter, None)
         if original is None:  # not in this torch release
@@ -119,6 +124,12 @@ def watch_knob_calls(knobs: dict[str, str], script: str) -> list[dict[str, Any]]
         for prop in _properties_setting_with(original):
             prop.setter = recorded
     return calls
+
+
+def _recorded_call(record: Any, original: Any, n: Any) -> Any:
+    """`torch.set_num_threads(n)` on an arm that does not pin the thread count: recorded, and done."""
+    record("set_num_threads", n)
+    return original(n)
 
 
 def _properties_setting_with(setter: Any) -> list[Any]:
