@@ -68,6 +68,43 @@ def test_two_paths_part_where_their_ops_have_no_counterpart(tmp_path):
     assert any("unbiased estimate" in h for h in parted["hints"])
 
 
+def test_a_hand_written_backward_that_runs_parting_ops_is_named(tmp_path):
+    """A custom `autograd.Function` whose backward differentiates another function: its ops
+    come after the forward's in execution order (and out of the listed few), so the hint
+    names the backward and the lines it ran; without the source, or where the backward ran
+    nothing that parts, nothing is said."""
+    source = textwrap.dedent("""\
+        import torch
+        from torch.autograd import Function
+        class Softplus(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return torch.log1p(torch.exp(x))
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * torch.sigmoid(-ctx.saved_tensors[0])
+        class Plain(Function):
+            @staticmethod
+            def backward(ctx, grad):
+                return grad
+        """)
+    graph = _graph(tmp_path, [
+        {"name": "x", "op": "leaf", "line": 14, "dtype": "float32"},
+        call("e", "aten.exp.default", [{"node": "x"}], 6),
+        call("neg", "aten.neg.default", [{"node": "x"}], 9),
+        call("sig", "aten.sigmoid.default", [{"node": "neg"}], 9),
+        call("grad_a", "aten.mul.Tensor", [{"node": "sig"}, {"node": "e"}], 9),
+        call("s", "aten.sigmoid.default", [{"node": "x"}], 20),
+        call("grad_b", "aten.mul.Tensor", [{"node": "s"}, {"node": "x"}], 20),
+    ])
+    hints = part_ways(graph, "grad_a", "grad_b", source)["hints"]
+    assert any("`Softplus.backward` (lines 8–9)" in h and "at line 9" in h for h in hints), hints
+    assert not any("backward" in h for h in part_ways(graph, "grad_a", "grad_b")["hints"])
+    from triage.paths import custom_backwards
+    assert custom_backwards(source) == [("Softplus", 8, 9), ("Plain", 12, 13)]
+    assert custom_backwards("not python(") == []
+
+
 def test_one_computation_reached_twice_does_not_part(tmp_path):
     graph = _graph(tmp_path, [
         {"name": "x", "op": "leaf", "line": 1, "dtype": "float32"},

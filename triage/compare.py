@@ -83,7 +83,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
         headline = next((i for i, d in enumerate(judged) if d.how == "repeat" and _values_of(completed, d) == same),
                         headline)
     if headline is not None:
-        judged[headline].paths, judged[headline].computed_at = _paths(completed, judged[headline])
+        judged[headline].paths, judged[headline].computed_at = _paths(completed, judged[headline], source)
     shown = _values_of(completed, judged[headline]) if headline is not None else set()
     conditioning = [dict(c, arm=r.spec) for r in completed for c in r.conditioning]
     return Comparison(
@@ -123,7 +123,8 @@ def _values_of(runs: list[ArmRun], d: Divergence) -> set[tuple]:
     return out
 
 
-def _paths(runs: list[ArmRun], d: Divergence) -> tuple[dict[str, Any] | None, tuple[int | None, int | None] | None]:
+def _paths(runs: list[ArmRun], d: Divergence,
+           source: str | None) -> tuple[dict[str, Any] | None, tuple[int | None, int | None] | None]:
     """Where a claim's two sides part in the arm's op graph, and the script's line of the op
     computing each side (None without a graph)."""
     if d.source != "claim" or d.b is None:
@@ -145,7 +146,7 @@ def _paths(runs: list[ArmRun], d: Divergence) -> tuple[dict[str, Any] | None, tu
             return None, None
         lines = tuple(graph.by_name[n].get("line") for n in nodes)
         computed_at = (lines[0], lines[1]) if all(isinstance(x, int) for x in lines) else None
-        return part_ways(graph, nodes[0], nodes[1]), computed_at
+        return part_ways(graph, nodes[0], nodes[1], source), computed_at
     except (UntrustedOutput, OSError, KeyError, ValueError):
         return None, None  # an unreadable graph loses this detail, never the comparison
 

@@ -15,6 +15,7 @@ layer's biased one).
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from typing import Any
@@ -33,9 +34,10 @@ BOOKKEEPING = {"detach", "alias", "view", "_unsafe_view", "expand", "clone", "co
 TORCH_NAMESPACES = {"aten", "prims", "quantized", "_quantized", "torchvision", "inductor", "higher_order"}
 
 
-def part_ways(graph: OpGraph, node_a: str, node_b: str) -> dict[str, Any] | None:
+def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = None) -> dict[str, Any] | None:
     """The ops computing `node_a` with no counterpart among those computing `node_b`, and
-    the other way round (execution order, at most MAX_LISTED each), with what they tell."""
+    the other way round (execution order, at most MAX_LISTED each), with what they tell
+    (`source`, the script's text: which of them its own `autograd.Function` backward ran)."""
     cone_a, cone_b = graph.cone(node_a), graph.cone(node_b)
     if not cone_a and not cone_b:
         return None
@@ -50,7 +52,7 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str) -> dict[str, Any] | None
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
             "hints": (_constants(graph, only_a, only_b) + _variance_hints(graph, only_a, only_b)
-                      + _custom_ops(graph, only_a + only_b))}
+                      + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))}
 
 
 def _constant(graph: OpGraph, cone: frozenset[str]) -> bool:
@@ -75,6 +77,41 @@ def _custom_ops(graph: OpGraph, ops: list[str]) -> list[str]:
             seen.append(target)
     return [f"`{t}` is a custom op (`torch.library`): its kernel and its registered autograd formula are the "
             "script's own code, the first place to look" for t in seen[:1]]
+
+
+def _custom_backwards(graph: OpGraph, ops: list[str], source: str | None) -> list[str]:
+    """The script's own `torch.autograd.Function` whose `backward` ran parting ops: a gradient
+    written by hand, which no PyTorch test checks against its forward (a dropped factor, the
+    derivative of another function). Named with the lines it ran, which an op list in
+    execution order puts after the forward's."""
+    if not source:
+        return []
+    lines = {graph.by_name[op].get("line") for op in ops}
+    for name, first, last in custom_backwards(source):
+        ran = sorted(x for x in lines if isinstance(x, int) and first <= x <= last)
+        if ran:
+            where = f"line {ran[0]}" if len(ran) == 1 else f"lines {', '.join(map(str, ran))}"
+            return [f"`{name}.backward` (lines {first}–{last}) is the gradient the script wrote by hand for its "
+                    f"`autograd.Function`, and it computes parting ops at {where}: the first place to look"]
+    return []
+
+
+def custom_backwards(source: str) -> list[tuple[str, int, int]]:
+    """(class, first line, last line) of each `backward` of a class deriving from
+    `torch.autograd.Function` (as `Function`, `autograd.Function` or `torch.autograd.Function`)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    found = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        if not any(ast.unparse(base).split(".")[-1] == "Function" and "autograd" in ast.unparse(base)
+                   or ast.unparse(base) == "Function" for base in cls.bases):
+            continue
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "backward":
+                found.append((cls.name, item.lineno, item.end_lineno or item.lineno))
+    return found
 
 
 def _key(graph: OpGraph, name: str, keys: dict[str, str]) -> str:

@@ -463,5 +463,10 @@ def evidence_lines(d: Divergence, sides: bool = True) -> list[str]:
         out.append(f"max |difference| between the sides over elements finite on both: {d.max_abs_diff:.3g} "
                    f"({d.dtype} tolerance rtol={d.rtol:g}, atol={d.atol:g})")
     if d.fp64_rule:
-        out.append(f"dynamo float64 rule: {d.fp64_rule}")
+        # Dynamo's rule compares the two sides' distances from float64 with each other; where
+        # the rounding simulation judged both, that judgement decides, and the line says so
+        # (a "fail" under an expected verdict read as a contradiction).
+        judged = len([j for j in d.judgements if j.status == "judged"]) == 2
+        aside = " (for comparison: the verdict rests on each side's own rounding)" if judged else ""
+        out.append(f"dynamo float64 rule{aside}: {d.fp64_rule}")
     return out
