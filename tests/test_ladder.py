@@ -451,3 +451,30 @@ def test_a_compile_arm_that_compiled_nothing_is_not_the_comparison_asked_for():
     assert v.kind == "could-not-run" and "did not compile anything" in v.summary, v.summary
     assert "Compile the model or function in the script" in v.summary
     assert verdict(*runs(1)).kind == "not-reproduced"
+
+
+def _checked_determinant(conditioning):
+    """A float32 determinant printed and checked with `== 0.0` (which fails), inside its own
+    rounding spread around the float64 replay's 0."""
+    source = "import torch\nA = torch.ones(5, 5)\nd = torch.linalg.det(A)\nprint(d.item())\nassert d.item() == 0.0\n"
+    o = obs(0, [6.7e-9], [0.0], kind="readback", label="`d.item()`", cond=[0] if conditioning else ())
+    o.line, o.name = 5, "`d.item()`"
+    o.rounding = {"status": "judged", "samples": 9, "sample_stats": [0.5] * 9}
+    o.spread = {"sig": np.array([2.5e-6]), "up": np.array([4e-6]), "dn": np.array([-4e-6]), "mu": np.array([1e-7]),
+                "sd": np.array([2.5e-6]), "nf": np.array([1], np.uint8)}
+    exc = {"type": "AssertionError", "message": "", "claim": True, "line": 5, "traceback": ""}
+    run = arm("cpu", [o], status="raised", exception=exc, conditioning=conditioning)
+    return classify(Repro(path="/x/repro.py", name="repro.py", source=source), compare([run]))
+
+
+def test_an_exact_check_of_a_singular_determinant_names_the_matrix():
+    """`assert det == 0.0` on an exactly singular matrix: rounding lands next to the exact 0,
+    and the matrix's singularity (rank in rational arithmetic) is why every digit is noise.
+    The distance from 0 is the value itself, not "inf ulp"."""
+    plain = _checked_determinant(())
+    assert plain.kind == "expected-rounding" and "6.7e-09 from 0.0" in plain.summary and "ulp" not in plain.summary
+    note = {"op": "_linalg_det", "line": 3, "shape": [5, 5], "order": 5, "dtype": "float32", "cond": 3e17,
+            "singular": True, "exact_singular": True, "rank": 3, "exact_rank": 3, "ill_conditioned": True}
+    v = _checked_determinant([note])
+    assert (v.kind, v.expected) == ("expected-ill-conditioned", True), v.summary
+    assert "The matrix fed to `_linalg_det` at line 3 is singular" in v.summary and "isclose" in v.summary

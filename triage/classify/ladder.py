@@ -8,7 +8,6 @@ verdict is then audited against the raw evidence (triage/audit.py).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import numpy as np
@@ -910,18 +909,27 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
             if (value == literal) == equal or abs(literal - j.reference) > reach:
                 continue
             op = "==" if equal else "!="
-            ulps = abs(value - literal) / float(ulp(np.float64(literal), j.dtype)) if literal else math.inf
+            # An ulp of 0 is the smallest subnormal: a distance in them says nothing.
+            away = (f"{abs(value - literal) / float(ulp(np.float64(literal), j.dtype)):.3g} ulp" if literal
+                    else f"{abs(value):.3g}")
+            singular = next((run.conditioning[i] for i in o.conditioning if i < len(run.conditioning)
+                             and run.conditioning[i].get("singular") and "figure" not in run.conditioning[i]), None)
+            matrix = (f" The matrix fed to `{singular['op']}` at line {singular['line']} is singular "
+                      f"({cond_text(singular)}), so every digit of the value is rounding noise around that answer."
+                      if singular else "")
             return make_verdict(
-                "expected-rounding", True, policy.GENERAL, ["numerical"],
+                "expected-ill-conditioned" if singular else "expected-rounding", True,
+                policy.LINALG if singular else policy.GENERAL, ["numerical"] + (["linalg"] if singular else []),
                 f"The script's own check fails on `{run.spec}` at line {e['line']}: it compares `{text}` with the "
-                f"literal {literal!r} using `{op}`. The value is {value!r} ({j.dtype}), {ulps:.3g} ulp from "
+                f"literal {literal!r} using `{op}`. The value is {value!r} ({j.dtype}), {away} from "
                 f"{literal!r}; the float64 replay of the same computation gives {j.reference:.10g}, and the value is "
                 f"inside its own rounding spread (±{sigma:.2g}, p = {j.p or 0:.2f}). {literal!r} is the exact answer and "
                 f"{j.dtype} rounding lands next to it: floating-point results are not promised to equal it "
-                f"exactly. Compare with a tolerance (`math.isclose(x, {literal!r}, rel_tol=...)`, `torch.isclose`), "
-                "or where the exact value matters, set it (normalize by the computed total, clamp).",
+                f"exactly.{matrix} Compare with a tolerance (`math.isclose(x, {literal!r}, rel_tol=...)`, "
+                "`torch.isclose`), or where the exact value matters, set it (normalize by the computed total, clamp).",
                 [f"`{run.spec}` {o.shown} (line {o.line}): {value!r}; float64 replay: {j.reference!r}; rounding spread "
-                 f"±{sigma:.3g} at {j.dtype} ({j.samples} samples)", f"the check: `{text} {op} {literal!r}`"])
+                 f"±{sigma:.3g} at {j.dtype} ({j.samples} samples)", f"the check: `{text} {op} {literal!r}`"]
+                + ([cond_text(singular, full=True)] if singular else []))
     return None
 
 
