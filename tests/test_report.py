@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -204,3 +205,16 @@ def test_terminal_shows_the_judgement_table_and_strips():
     render_terminal(report_json(_judged_report([_judgement("cpu", 0)])), console)
     out = console.export_text()
     assert "rounding judgement" in out and _judgement("cpu", 0).strip in out and "<script>" in out
+
+
+def test_a_nonfinite_value_some_roundings_reach_has_no_digit_not_a_zero_spread():
+    """A hand-written loss that is inf where some roundings of it are finite: "±0: a
+    computational zero" read as certainty about a value with no digit at all."""
+    from triage.judge.describe import spread_text
+    from triage.model import Judgement
+
+    j = Judgement(arm="cpu", observable=0, label="`loss`", line=8, dtype="float32", status="judged", zone="inside",
+                  value=math.inf, reference=38.4, sigma=0.0, computational_zero=True)
+    assert spread_text(j) == "no digit at float32: some roundings of this computation give inf, others a finite value"
+    j.value, j.sigma = 1e-9, 3e-9
+    assert spread_text(j) == "±3e-09: a computational zero at float32 (every digit is rounding noise)"

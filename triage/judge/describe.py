@@ -46,6 +46,11 @@ def spread_text(j: Judgement) -> str:
     if j.status != "judged":
         return f"not judged: {j.reason}"
     width = f"±{j.sigma:.2g}" if j.sigma is not None and math.isfinite(j.sigma) else "spread"
+    if j.computational_zero and j.value is not None and not math.isfinite(j.value):
+        # A nonfinite value inside: the replays reach it in some roundings and a finite value in
+        # others (no scatter to quote, "±0" read as certainty).
+        return (f"no digit at {j.dtype}: some roundings of this computation give {j.value:g}, others a finite "
+                "value")
     if j.computational_zero:
         return f"{width}: a computational zero at {j.dtype} (every digit is rounding noise)"
     digits = f"{j.digits:.1f} significant digits" if j.digits is not None else "no significant digit"
