@@ -528,3 +528,14 @@ def test_a_zero_where_the_computation_gives_a_tiny_value_is_outside():
     assert within_envelope(torch.tensor([2.0 ** -150]), torch.zeros(1), torch.zeros(1), torch.zeros(1), torch.float32)
     zero = torch.zeros((), dtype=torch.float64)  # a 0-d value (a scalar loss): NumPy's scalars are no arrays
     assert within_envelope(torch.tensor(0.0), zero, zero, zero, torch.float32)
+
+
+def test_a_sum_of_an_overflowed_term_stays_inf_in_every_replay():
+    """`log(exp(t).sum())` with exp(100) past float32's range: inf in every rounding of it.
+    The sum's walk is inf there too, and inf plus a walk drawn negative was a nan in some
+    replays: "finite under some roundings" of a value none makes finite."""
+    t = torch.tensor([[100.0, 90.0, 80.0], [1.0, 2.0, 3.0]])
+    out, spread = spread_of(lambda x: torch.log(torch.exp(x).sum(-1)), t)
+    assert math.isinf(float(out[0]))
+    assert int(spread.nonfinite[0]) == 2  # +inf in every random replay, never finite, never nan
+    assert not spread.unstable_elements().any() and not spread.computational_zeros()[0]

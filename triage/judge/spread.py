@@ -90,7 +90,16 @@ class RoundingSpread:
             sampled = -np.log10(self.sd / np.abs(self.mean)) - cnh_penalty_bits(self.samples) * math.log10(2)
             directed = -np.log10(envelope / np.abs(self.mean))
         digits = np.where(self.sd > 0, sampled, np.where(envelope > 0, directed, self.dtype_digits))
+        # No finite sample (inf in every replay): no digits to count.
+        digits = np.where(self.finite_samples(), digits, np.nan)
         return np.where(self.computational_zeros(), np.nan, np.minimum(digits, self.dtype_digits))
+
+    def finite_samples(self) -> np.ndarray:
+        """Per element: some random replay gave a finite value (the mean and sd are of those)."""
+        bits = np.asarray(self.nonfinite, np.uint8)
+        if bits.size != np.size(self.sd):
+            return np.ones(np.shape(self.sd), bool)
+        return (bits & 1).astype(bool).reshape(np.shape(self.sd))
 
     def envelope_width(self) -> np.ndarray:
         """Per element, how far the directed replays (every rounding up, every rounding down)
@@ -112,7 +121,8 @@ class RoundingSpread:
         # Samples that agree by chance (`element_digits`) on a value the directed replays move
         # by at least its own size: `log(1 + x)` of a tiny x, 0 in the samples, 2^-23 rounded up.
         envelope = self.envelope_width()
-        absorbed = finite & (self.sd == 0) & (envelope > 0) & (np.abs(self.mean) <= envelope)
+        absorbed = (finite & self.finite_samples() & (self.sd == 0) & (envelope > 0)
+                    & (np.abs(self.mean) <= envelope))
         return noise | absorbed | self.unstable_elements()
 
     def unstable_elements(self) -> np.ndarray:

@@ -2150,13 +2150,16 @@ class RoundingMode(TriageDispatchMode):
                 args = (_stack_outputs(args[0], self.samples),) + tuple(args[1:])
             directed = _directed_pairwise_sum(name, args, kwargs, acc, self.direction, bool(self.samples))
             directed = directed if directed is not None and directed.shape == out.shape else None
+        # A nonfinite result (a term that overflowed) carries no rounding error: its walk and
+        # bound are inf too, and inf - inf would turn it into a nan no arm computes.
+        finite = torch.isfinite(out)
         if self.directed and directed is None:
-            directed = out + self._signs(out) * u * bound
+            directed = torch.where(finite, out + self._signs(out) * u * bound, out)
         if self.generator is None:
             result = out if directed is None else directed
         else:
-            result = self._mixed(out + u * walk * torch.randn(out.shape, generator=self.generator,
-                                                              dtype=torch.float64), directed)
+            drawn = torch.randn(out.shape, generator=self.generator, dtype=torch.float64)
+            result = self._mixed(torch.where(finite, out + u * walk * drawn, out), directed)
         return self._overflow(result, self._overflowing(call, name, args, kwargs, out, acc))
 
     def _overflow(self, result: torch.Tensor, over: torch.Tensor | None) -> torch.Tensor:
