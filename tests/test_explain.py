@@ -24,6 +24,34 @@ def test_switches_apply_only_where_they_mean_something():
 
 
 # -- unit: conditioning beyond linalg --------------------------------------------------------
+def test_a_log_input_rounded_onto_its_edge_is_told_from_an_exact_edge():
+    """`log(1 - sigmoid(30))`: 0 in float32, 9.4e-14 in float64. The domain note counted an
+    input on log's edge and said "nan/inf are the exact answers there"; the float64 replay of
+    the same computation has none there, so the note says rounding upstream put it there.
+    `log(x - x)` is on the edge in float64 too, and keeps the exact-answer reading."""
+    from triage.worker.opgraph import OpRecorder
+    from triage.worker.reference import replay_fp64
+    from triage.worker.session import _domain_inputs, _note_domains
+
+    def note_of(fn, *inputs):
+        recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+        with recorder:
+            fn(*inputs)
+        recording = recorder.finish()
+        by_name = {n.name: n for n in recording.graph.nodes}
+        inputs_of = _domain_inputs(recording, by_name)
+        replay = replay_fp64(recording.graph, set(inputs_of.values()), 60)
+        _note_domains(recording, inputs_of, replay.values)
+        [note] = [c for c in recording.conditioning if c["kind"] == "domain"]
+        return note["figure"]
+
+    rounded = note_of(lambda z: torch.log(1 - torch.sigmoid(z)), torch.tensor([30.0, 0.5]))
+    assert "1 exactly on its edge" in rounded and "float64 replay of the same computation has 0 outside and 0" in rounded
+    assert "not from the exact answer" in rounded
+    exact = note_of(lambda x: torch.log(x - x), torch.tensor([2.0, 3.0]))
+    assert exact.endswith("nan/inf are the exact answers there")
+
+
 def test_cancellation_ratio_of_a_sum():
     x = torch.tensor([1e4, -1e4, 1.0, 1e4, -1e4])
     note = sensitivity_of("sum", (x,), None)

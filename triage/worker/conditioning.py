@@ -292,14 +292,35 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
     return None
 
 
-def _domain(op: str, wide: torch.Tensor, base: dict[str, Any]) -> dict[str, Any] | None:
+def domain_counts(op: str, wide: torch.Tensor) -> tuple[int, int]:
+    """(inputs outside `op`'s domain, inputs exactly on its edge)."""
     low, high = DOMAINS[op]
     outside = int((wide < low).sum()) + (int((wide > high).sum()) if high is not None else 0)
     at_edge = int((wide == low).sum()) + (int((wide == high).sum()) if high is not None else 0)
+    return outside, at_edge
+
+
+def domain_figure(op: str, outside: int, at_edge: int, float64: tuple[int, int] | None = None) -> str:
+    """The domain note's figure; with the float64 replay's counts (`float64`) where they are
+    fewer: rounding upstream put the rest there (`1 - sigmoid(30)` is 0 in float32, 9.4e-14 in
+    float64), and the exact answer is not nan/inf."""
+    low, high = DOMAINS[op]
+    counts = (f"{outside} input(s) outside {op}'s domain and {at_edge} exactly on its edge "
+              f"({low}{', ' + str(high) if high is not None else ''})")
+    if float64 is None or sum(float64) >= outside + at_edge:
+        return f"{counts}: nan/inf are the exact answers there"
+    return (f"{counts}, where the float64 replay of the same computation has {float64[0]} outside and {float64[1]} "
+            "on the edge: rounding "
+            "upstream put the others there (an underflow, or a difference that rounds to 0), and the nan/inf follow "
+            "from that rounding, not from the exact answer")
+
+
+def _domain(op: str, wide: torch.Tensor, base: dict[str, Any]) -> dict[str, Any] | None:
+    low, high = DOMAINS[op]
+    outside, at_edge = domain_counts(op, wide)
     if outside or at_edge:
-        return dict(base, kind="domain", ill_conditioned=True,
-                    figure=f"{outside} input(s) outside {op}'s domain and {at_edge} exactly on its edge "
-                           f"({low}{', ' + str(high) if high is not None else ''}): nan/inf are the exact answers there")
+        return dict(base, kind="domain", ill_conditioned=True, outside=outside, at_edge=at_edge,
+                    figure=domain_figure(op, outside, at_edge))
     if op == "acosh":
         big = float(wide.max())
         if big * big > torch.finfo(getattr(torch, base["dtype"])).max:

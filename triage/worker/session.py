@@ -142,8 +142,11 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     if job["reference"]:
         emit({"phase": "reference-start", "nodes": len(by_name)})
         singular = {c["node"]: c.get("exact_rank") for c in recording.conditioning if c.get("exact_singular")}
-        replay = replay_fp64(recording.graph, wanted, job["reference_budget_s"], singular)
+        domain_inputs = _domain_inputs(recording, by_name)
+        replay = replay_fp64(recording.graph, wanted | set(domain_inputs.values()), job["reference_budget_s"],
+                             singular)
         _note_checks(recording, by_name, replay.checked)
+        _note_domains(recording, domain_inputs, replay.values)
         reference.update(
             status="partial" if (replay.incomplete or replay.failed or recording.stopped) else "complete",
             seconds=round(replay.seconds, 3),
@@ -287,6 +290,33 @@ def _simulated(graph: Any, records: list[dict[str, Any]], references: dict[str, 
                              "cancellations": [], "precision": None, "unmeasured": [], "order_dependent": []
                              } if f"{REFERENCE}{r['index']}" in values else None
         return {"seconds": None, "samples": None, "note": reason, "kernels": None, "reductions_drawn_whole": None}
+
+
+def _domain_inputs(recording: Any, by_name: dict[str, Any]) -> dict[int, str]:
+    """Each domain note's index -> the node whose value it counted (its op's input), whose
+    float64 value the reference replay keeps (`_note_domains`)."""
+    import torch.fx as fx
+
+    found = {}
+    for i, c in enumerate(recording.conditioning):
+        node = by_name.get(c.get("node"))
+        if c.get("kind") == "domain" and node is not None and node.args and isinstance(node.args[0], fx.Node):
+            found[i] = node.args[0].name
+    return found
+
+
+def _note_domains(recording: Any, inputs: dict[int, str], values: dict[str, Any]) -> None:
+    """A domain note whose input the float64 replay puts on the edge less often than the arm
+    did says so: rounding upstream, not the exact answer, gave the arm's nan/inf."""
+    import torch
+
+    from triage.worker.conditioning import domain_counts, domain_figure
+
+    for i, name in inputs.items():
+        note, value = recording.conditioning[i], values.get(name)
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and "outside" in note:
+            note["figure"] = domain_figure(note["op"], note["outside"], note["at_edge"],
+                                           domain_counts(note["op"], value))
 
 
 def _note_checks(recording: Any, by_name: dict[str, Any], checked: dict[str, Any]) -> None:
