@@ -194,7 +194,7 @@ def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_
     reads = {o["expression"]: o["uninitialized"] for o in report["observables"] if o.get("expression")}
     assert reads == {"acc.sum().item()": True, "buf.sum().item()": False, "out.sum().item()": False}, reads
     v = report["verdict"]
-    assert v["kind"] == "nondeterministic", v["summary"]
+    assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]  # the script's testing method
     assert "`acc.sum().item()` (line 10) reads memory that `torch.empty` at line 4 leaves uninitialized" in v["summary"]
 
 
