@@ -140,7 +140,6 @@ def matrix_upstream(c: Comparison, d: Divergence) -> bool:
                ("figure" not in n or str(n.get("kind", "")).startswith("close-")) for n in notes_upstream(c, d))
 
 
-
 def settings_between(run: ArmRun | None, d: Divergence) -> tuple[list[dict[str, Any]], int, int] | None:
     """The script's own numerics-setting calls (`knob_calls`: `torch.set_num_threads`, oneDNN's
     switch, TF32 …) on the lines after the earlier of a claim's two values is computed and up
