@@ -218,3 +218,8 @@ def test_a_nonfinite_value_some_roundings_reach_has_no_digit_not_a_zero_spread()
     assert spread_text(j) == "no digit at float32: some roundings of this computation give inf, others a finite value"
     j.value, j.sigma = 1e-9, 3e-9
     assert spread_text(j) == "±3e-09: a computational zero at float32 (every digit is rounding noise)"
+    # inf in every replay (an overflow the program asks for): no digits to count, and no doubt.
+    j.value, j.sigma, j.computational_zero, j.digits = math.inf, 0.0, False, None
+    assert spread_text(j) == "inf in every rounding of this computation at float32"
+    j.value, j.nonfinite = 100.0, "outside: 3 element(s) finite where every rounding of this computation is not"
+    assert spread_text(j) == "nonfinite in every rounding of this computation at float32"

@@ -53,6 +53,10 @@ def spread_text(j: Judgement) -> str:
                 "value")
     if j.computational_zero:
         return f"{width}: a computational zero at {j.dtype} (every digit is rounding noise)"
+    if j.digits is None and j.value is not None and not math.isfinite(j.value):
+        return f"{j.value:g} in every rounding of this computation at {j.dtype}"
+    if j.digits is None and "finite where every rounding" in (j.nonfinite or ""):
+        return f"nonfinite in every rounding of this computation at {j.dtype}"
     digits = f"{j.digits:.1f} significant digits" if j.digits is not None else "no significant digit"
     zeros = f"; {j.zeros} of {j.numel} elements are computational zeros" if j.zeros else ""
     return f"{width} ({digits} at {j.dtype}{zeros})"
