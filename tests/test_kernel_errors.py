@@ -212,19 +212,16 @@ def test_a_float32_cumsum_on_the_cpu_adds_in_double():
     its own result is inside a spread of about one rounding, and a float32 scan of the same
     terms (each partial sum rounded, as a kernel adding in float32 gives) is far outside. The
     spread of a device whose kernel may add in any order (CUDA) keeps the float32 walk."""
+    from conftest import recorded
+
     x = torch.rand(20000, generator=torch.Generator().manual_seed(1))
-    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
-    with recorder:
-        out = torch.cumsum(x, 0)
-    recording = recorder.finish()
-    node = recorder.lookup(out)
-    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    graph, wanted, dtypes, out = recorded(lambda t: torch.cumsum(t, 0), x)
+    (name, reference), = wanted.items()
     float32_scan = np.cumsum(x.numpy(), dtype=np.float32)
 
     def z(any_order: bool) -> tuple[np.ndarray, np.ndarray]:
-        options = SimulationOptions(samples=29, any_order=any_order)
-        sim = simulate_rounding(recording.graph, {node.name: reference}, options, {node.name: out.dtype})
-        sigma = RoundingSpread.of_simulation(sim.spreads[node.name], reference.numpy(), "float32").sigma
+        sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29, any_order=any_order), dtypes)
+        sigma = RoundingSpread.of_simulation(sim.spreads[name], reference.numpy(), "float32").sigma
         return [np.abs(np.asarray(v, np.float64) - reference.numpy()) / np.maximum(sigma, 1e-300)
                 for v in (out.numpy(), float32_scan)]
 
