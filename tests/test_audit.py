@@ -121,6 +121,20 @@ def test_finite_where_every_rounding_is_not_contradicts_an_unstable_decision():
     assert audit.finite_claim_consistent(plain("nonfinite-flip", False), _with_judgement(j)) == []
 
 
+def test_an_inf_no_rounding_gives_is_no_finite_claim_to_contradict():
+    # A faulted logdet of a singular matrix: +inf on the arm, where the replays give -inf or a
+    # finite value (their sign's `eq` flips): still a value no rounding gives, no conflict.
+    unstable = ["`aten.eq` (line 20) decides differently in 16 of 31 replays",
+                "1 element(s) are finite under some roundings and not under others"]
+    j = _judged(zone="outside", nonfinite="outside: 1 element(s) +inf where no rounding of this computation gives +inf",
+                unstable=unstable)
+    assert audit.finite_claim_consistent(plain("nonfinite-flip", False), _with_judgement(j)) == []
+    # A finite claim names the finite-under-some note, not the first unstable line.
+    j.nonfinite = "outside: 1 element(s) finite where every rounding of this computation is not"
+    found = audit.finite_claim_consistent(plain("nonfinite-flip", False), _with_judgement(j))
+    assert len(found) == 1 and found[0].endswith("finite under some roundings and not under others"), found
+
+
 def test_outside_a_spread_without_digits_or_margin_is_no_finding():
     noise = _judged(zone="outside", digits=0.3, statistic=40.0, max_sample_stat=3.0, p=0.03, samples=29)
     assert "rounding noise" in audit.outside_is_meaningful(plain("likely-bug", False), _with_judgement(noise))[0]

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from triage import policy
+from triage.judge.decide import FINITE_UNDER_SOME
+from triage.judge.describe import FINITE_WHERE_NONE
 from triage.judge.spread import unstable
 from triage.model import ArmRun, Comparison, Judgement, Verdict, compared_runs
 
@@ -156,9 +158,12 @@ def finite_claim_consistent(verdict: Verdict, e: Evidence) -> list[str]:
         return []  # only that verdict rests on "finite where every rounding is not"
     out = []
     for j in d.judgements:
-        if j.nonfinite and j.nonfinite.startswith("outside") and any("finite" in u for u in j.unstable):
+        # Only a finite arm value is contradicted: an arm's +inf where the replays give finite
+        # values and -inf (a singular matrix's logdet) is still a value no rounding gives.
+        some = [u for u in j.unstable if u.endswith(FINITE_UNDER_SOME)]
+        if (j.nonfinite or "").endswith(FINITE_WHERE_NONE) and some:
             out.append(f"`{j.arm}` {j.label} is said to be finite where every rounding of its computation is not, "
-                       f"but the same simulation shows {j.unstable[0]}")
+                       f"but the same simulation shows {some[0]}")
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from triage import policy
-from triage.judge.describe import strip
+from triage.judge.describe import FINITE_WHERE_NONE, strip
 from triage.judge.spread import RoundingSpread
 from triage.model import ArmRun, Judgement, Observable
 
@@ -125,7 +125,7 @@ def _nonfinite(v: np.ndarray, spread: RoundingSpread) -> tuple[str | None, int |
     # at the arm's precision overflows was not what the program asked for.
     bad = np.isfinite(v) & ((bits & 1) == 0)
     if bad.any():
-        return (f"outside: {int(bad.sum())} element(s) finite where every rounding of this computation is not",
+        return (f"outside: {int(bad.sum())} element(s) {FINITE_WHERE_NONE}",
                 int(np.flatnonzero(bad.reshape(-1))[0]))
     if any(m.any() for m in own.values()):
         return "inside: the same non-finite values occur under this computation's own rounding", None

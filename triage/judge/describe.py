@@ -5,6 +5,10 @@ import math
 
 from triage.model import Judgement
 
+# The judgement's nonfinite line for finite elements of the arm where every replay gave a
+# nonfinite value (`decide._nonfinite`).
+FINITE_WHERE_NONE = "finite where every rounding of this computation is not"
+
 STRIP_WIDTH = 41  # characters between the strip's ends; the reference sits in the middle
 
 
@@ -55,7 +59,7 @@ def spread_text(j: Judgement) -> str:
         return f"{width}: a computational zero at {j.dtype} (every digit is rounding noise)"
     if j.digits is None and j.value is not None and not math.isfinite(j.value):
         return f"{j.value:g} in every rounding of this computation at {j.dtype}"
-    if j.digits is None and "finite where every rounding" in (j.nonfinite or ""):
+    if j.digits is None and (j.nonfinite or "").endswith(FINITE_WHERE_NONE):
         return f"nonfinite in every rounding of this computation at {j.dtype}"
     digits = f"{j.digits:.1f} significant digits" if j.digits is not None else "no significant digit"
     zeros = f"; {j.zeros} of {j.numel} elements are computational zeros" if j.zeros else ""

@@ -92,7 +92,7 @@ class RoundingSpread:
         digits = np.where(self.sd > 0, sampled, np.where(envelope > 0, directed, self.dtype_digits))
         # No finite sample (inf in every replay): no digits to count.
         digits = np.where(self.finite_samples(), digits, np.nan)
-        return np.where(self.computational_zeros(), np.nan, np.minimum(digits, self.dtype_digits))
+        return np.where(self._computational_zeros(envelope), np.nan, np.minimum(digits, self.dtype_digits))
 
     def finite_samples(self) -> np.ndarray:
         """Per element: some random replay gave a finite value (the mean and sd are of those)."""
@@ -115,12 +115,16 @@ class RoundingSpread:
         element that some roundings make finite and others not (the logdet of a singular
         matrix): its finite replays' spread says nothing of how far apart two finite results
         may lie."""
+        return self._computational_zeros(self.envelope_width())
+
+    def _computational_zeros(self, envelope: np.ndarray) -> np.ndarray:
+        """`computational_zeros` given `envelope_width()` (a few passes over a large value,
+        which `element_digits` has made already)."""
         t = student_t(0.975, max(self.samples - 1, 1))
         finite = np.isfinite(self.mean) & np.isfinite(self.sd)
         noise = finite & (self.sd > 0) & (np.abs(self.mean) < t * self.sd / math.sqrt(max(self.samples, 1)))
         # Samples that agree by chance (`element_digits`) on a value the directed replays move
         # by at least its own size: `log(1 + x)` of a tiny x, 0 in the samples, 2^-23 rounded up.
-        envelope = self.envelope_width()
         absorbed = (finite & self.finite_samples() & (self.sd == 0) & (envelope > 0)
                     & (np.abs(self.mean) <= envelope))
         return noise | absorbed | self.unstable_elements()
