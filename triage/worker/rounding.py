@@ -2124,7 +2124,8 @@ class RoundingMode(TriageDispatchMode):
         cached = self.cache.magnitudes.get(call)
         if cached is None or cached[0] is not func:
             try:
-                cached = (func,) + _magnitudes(name, func, args, kwargs, out, fused=bool(self.inner_dtype),
+                functional, plain = _functional(func, kwargs)
+                cached = (func,) + _magnitudes(name, functional, args, plain, out, fused=bool(self.inner_dtype),
                                                any_order=self.options.any_order)
             except Exception:  # noqa: BLE001 - no model for this call: its output rounding only
                 cached = (func, None, None)
@@ -2759,6 +2760,28 @@ def _out_of_place(func: Any) -> Any:
         return func
     packet = getattr(torch.ops.aten, func.overloadpacket.__name__.rstrip("_"))
     return getattr(packet, func._overloadname)
+
+
+_FUNCTIONAL: dict[Any, Any] = {}
+
+
+def _functional(func: Any, kwargs: dict) -> tuple[Any, dict]:
+    """An out= overload's functional twin and its keyword arguments without the outputs
+    (`mm.out(a, b, out=c)` -> `mm.default(a, b)`), anything else as it is: `_magnitudes` calls
+    the op again on the terms' squares and magnitudes, which have no buffer to write to (an
+    inductor backward's `extern_kernels.mm(..., out=buf)`, a weight's gradient)."""
+    outs = {a.name for a in func._schema.arguments
+            if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write}
+    if not outs:
+        return func, kwargs
+    twin = _FUNCTIONAL.get(func)
+    if twin is None:
+        names = [a.name for a in func._schema.arguments if a.name not in outs]
+        packet = func.overloadpacket
+        twin = _FUNCTIONAL[func] = next(
+            (op for op in (getattr(packet, o) for o in packet.overloads())
+             if [a.name for a in op._schema.arguments] == names and not _written(op)), func)
+    return twin, {k: v for k, v in kwargs.items() if k not in outs}
 
 
 def _flushed_to_zero(t: torch.Tensor, tiny: float) -> torch.Tensor:
