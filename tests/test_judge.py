@@ -359,3 +359,24 @@ def test_a_bug_is_not_withdrawn_behind_the_scripts_own_error_measure(triage, tmp
     # the measure: on the eager arm's replay it is a computational zero.
     assert re.search(r"`cpu/compile` `compiled(\[:5\])?` lies outside its own rounding spread", v["summary"]), \
         v["summary"]
+
+
+def test_an_eager_arm_hands_the_script_the_module_wrapper_torch_compile_returns(triage, tmp_path):
+    """The eager arm runs what the script wrote: `torch.compile(module)` is the wrapper the
+    script reaches through (`_orig_mod`, its state_dict's prefixed keys), run eagerly. Returning
+    the module itself failed there on the eager arm alone, a 'crash-one-arm' of triage's making."""
+    report = run_source(triage, tmp_path, "orig_mod", (
+        "import torch\n"
+        "from torch._dynamo.eval_frame import OptimizedModule\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "compiled = torch.compile(model)\n"
+        "assert isinstance(compiled, OptimizedModule) and compiled._orig_mod is model\n"
+        "assert all(k.startswith('_orig_mod.') for k in compiled.state_dict())\n"
+        "out = compiled(torch.ones(3, 4)).sum()\n"
+        "out.backward()\n"
+        "print(compiled._orig_mod.weight.grad.sum().item())\n"))
+    (arm,) = report["arms"]
+    assert arm["status"] == "ok", arm.get("failure") or arm.get("exception")
+    # The module ran eagerly, under the recorder: its ops (the linear's) are in the graph.
+    assert report["verdict"]["kind"] == "not-reproduced", report["verdict"]["summary"]
+    assert any(o["reference"]["fingerprint"] for o in report["observables"]), report["observables"]

@@ -168,7 +168,7 @@ def default_arms(source: str | None) -> tuple[list[ArmSpec], list[str]]:
     if calls_compile(source):
         device = "cuda" if uses_cuda and here else "cpu"
         notes.append(f"The script calls `torch.compile`: arms `{device}` (eager: `torch.compile` returns the function "
-                     f"itself) and `{device}/compile` (compiled with the script's own backend and options).")
+                     f"itself, or the module wrapped as it wraps one, run eagerly) and `{device}/compile` (compiled with the script's own backend and options).")
         return [ArmSpec(device), ArmSpec(device, mode="compile")], notes
     if here:
         return [ArmSpec("cpu"), ArmSpec("cuda")], notes

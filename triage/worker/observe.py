@@ -509,10 +509,22 @@ def _note_script_backend(recorder: OpRecorder, backend: Callable) -> None:
         recorder.script_backends.append(entry)
 
 
+def _eager_optimized_module(model: torch.nn.Module) -> torch.nn.Module:
+    """What `torch.compile(model)` returns, with dynamo disabled: the script's own wrapper type
+    (`OptimizedModule`, `compiled._orig_mod`, `_orig_mod.`-prefixed state_dict keys) running
+    the module eagerly, so an eager arm runs the program the script wrote. Returning the module
+    itself broke `compiled._orig_mod` on that arm alone, which read as a crash of one
+    configuration."""
+    from torch._dynamo.eval_frame import DisableContext, OptimizedModule
+
+    return OptimizedModule(model, DisableContext())
+
+
 def install_compile(store: ObservationStore, recorder: OpRecorder, compile_arm: bool,
                     arm_backend: str | None) -> None:
-    """Replace `torch.compile`: eager arms return the callable itself; compile arms compile it
-    with a recording backend and call it with every triage mode suspended."""
+    """Replace `torch.compile`: eager arms return the function itself (a module wrapped as
+    torch.compile wraps it, run eagerly); compile arms compile it with a recording backend and
+    call it with every triage mode suspended."""
     real_compile = torch.compile
     counts: dict[str, int] = {}
 
@@ -523,6 +535,8 @@ def install_compile(store: ObservationStore, recorder: OpRecorder, compile_arm: 
             return functools.partial(triage_compile, fullgraph=fullgraph, dynamic=dynamic,
                                      backend=backend, mode=mode, options=options,
                                      disable=disable, **rest)
+        if isinstance(model, torch.nn.Module) and not compile_arm and not disable:
+            return _eager_optimized_module(model)
         if not compile_arm or disable:
             target = model
         else:
