@@ -72,6 +72,10 @@ def test_intermediate_overflow_domain_edges_and_signed_zero():
     assert sensitivity_of("linalg_vector_norm", (big, 2), None)["kind"] == "intermediate-overflow"
     assert sensitivity_of("log", (torch.tensor([0.0, 2.0]),), None)["kind"] == "domain"
     assert sensitivity_of("acosh", (torch.tensor([1.0 + 2e-7, 3.0]),), None)["kind"] == "domain-edge"
+    # log near 0 and sqrt near 0 are well conditioned (1/|ln x| and 1/2): no edge note of theirs.
+    assert sensitivity_of("log", (torch.tensor([6.2e-6, 3.0]),), None) is None
+    assert sensitivity_of("sqrt", (torch.tensor([1e-6, 3.0]),), None) is None
+    assert sensitivity_of("log1p", (torch.tensor([-1.0 + 2e-6, 3.0]),), None)["kind"] == "domain-edge"
     acosh = sensitivity_of("acosh", (torch.tensor([3e38, 2.0]),), None)
     assert acosh["kind"] == "intermediate-overflow" and not acosh["ill_conditioned"]
     assert sensitivity_of("reciprocal", (torch.tensor([-0.0, 1.0]),), None)["kind"] == "signed-zero"

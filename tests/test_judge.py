@@ -380,3 +380,23 @@ def test_an_eager_arm_hands_the_script_the_module_wrapper_torch_compile_returns(
     # The module ran eagerly, under the recorder: its ops (the linear's) are in the graph.
     assert report["verdict"]["kind"] == "not-reproduced", report["verdict"]["summary"]
     assert any(o["reference"]["fingerprint"] for o in report["observables"]), report["observables"]
+
+
+def test_a_hand_written_bce_parts_from_the_builtin_where_its_one_minus_p_cancels(triage, tmp_path):
+    """A typical element of `-(y log p + (1 - y) log(1 - p))` keeps 5 digits, so the value's
+    spread is not wide; but the sides differ most at z = 12, where `1 - p` keeps 2: that is
+    the divergence, named with the op that cancels (not the exact `1 - y` of 0/1 labels, nor
+    log near 0, which is well conditioned)."""
+    report = run_source(triage, tmp_path, "bce", (
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "z = torch.linspace(-12, 12, 201)\n"
+        "y = (torch.arange(201) % 2).float()\n"
+        "p = torch.sigmoid(z)\n"
+        "by_hand = -(y * torch.log(p) + (1 - y) * torch.log(1 - p))\n"
+        "builtin = F.binary_cross_entropy_with_logits(z, y, reduction='none')\n"
+        "torch.testing.assert_close(by_hand, builtin)\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
+    assert "where they differ most (element 200)" in v["summary"], v["summary"]
+    assert re.search(r"`aten\.rsub` at line 6 cancels its operands, losing [45]\.\d digits", v["summary"]), v["summary"]

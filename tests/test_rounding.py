@@ -210,6 +210,14 @@ def test_a_subtraction_of_exact_operands_is_no_cancellation_figure():
     [site] = [c for s in sim.spreads.values() for c in s.cancellations]
     assert site["op"] == "aten.sub" and site["digits_lost"] > 3
 
+    # Labels cast from integers are exact in float32, and `1 - y` of them cancels nothing a
+    # replay could move (a hand-written BCE's `(1 - y)` was named as losing every digit).
+    labels = torch.arange(3) % 2
+    _, _, sim = simulated_spread(lambda i, x: ((1 - i.float()) * x) * 3.0, labels, a)
+    assert [c for s in sim.spreads.values() for c in s.cancellations] == []
+    _, _, sim = simulated_spread(lambda i, x: ((1 - (i.float() * 0.99999)) * x) * 3.0, labels, a)
+    assert [c["op"] for s in sim.spreads.values() for c in s.cancellations] == ["aten.rsub"]
+
 
 def test_an_addition_a_logarithm_reads_is_named_where_it_absorbs_its_operand():
     """`log(1 + x)` of a small x: the addition keeps none of x's digits (exact operands or

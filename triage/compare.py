@@ -189,18 +189,43 @@ def _judgements(runs: list[ArmRun], d: Divergence) -> list:
     from triage.judge import judge_observable
 
     out = []
-    for s in (d.a, d.b):
-        found = find_side(runs, s)
-        if found is None:
-            continue
-        run, o = found
+    sides = [found for found in (find_side(runs, s) for s in (d.a, d.b)) if found is not None]
+    for run, o in sides:
         try:
             out.append(judge_observable(run, o))
         except Exception as e:  # noqa: BLE001 - a judge failure loses the judgement, never the report
             out.append(Judgement(arm=run.spec, observable=o.index, label=o.shown, line=o.line,
                                  dtype=(o.fingerprint or {}).get("dtype", "?"), status="not-judged",
                                  reason=f"triage's judge failed on it ({type(e).__name__}: {str(e)[:120]})"))
+    if len(sides) == 2:
+        _digits_where_differ(out, [o for _, o in sides])
     return out
+
+
+def _digits_where_differ(judgements: list[Judgement], observables: list[Observable]) -> None:
+    """Each judged side's digits at the element where the two values differ most (finite on
+    both): a hand-written `log(1 - sigmoid(z))` keeps 7 digits at most elements and 2 where
+    z is large, which is where it parts from the builtin. A typical element's digits miss that."""
+    from triage.judge import RoundingSpread
+
+    values = [np.asarray(o.value, dtype=np.float64) if o.value is not None and not np.iscomplexobj(o.value)
+              else None for o in observables]
+    if any(v is None for v in values) or values[0].shape != values[1].shape or values[0].size < 2:
+        return
+    gap = np.abs(values[0] - values[1])
+    gap = np.where(np.isfinite(gap), gap, -1.0)
+    k = int(np.argmax(gap))
+    if gap.reshape(-1)[k] <= 0:
+        return
+    for j, o in zip(judgements, observables, strict=True):
+        spread = RoundingSpread.of(o) if j.status == "judged" else None
+        if spread is None or spread.reference.shape != values[0].shape:
+            continue
+        digits = float(spread.element_digits().reshape(-1)[k])
+        zero = bool(spread.computational_zeros().reshape(-1)[k])
+        j.differ_element = k
+        j.digits_where_differ = 0.0 if zero or math.isnan(digits) else digits
+        j.poor_where_differ = zero or (math.isfinite(digits) and digits <= spread.wide_below)
 
 
 # -- alignment ----------------------------------------------------------------------------

@@ -245,6 +245,12 @@ class Judgement:
     numel: int = 0
     wide: bool = False  # the computation itself loses most of the precision
     poorly_determined: int = 0  # elements that keep too few digits (WIDE_DIGITS_LOST lost), zeros included
+    # Two sides compared: the element where they differ most, and the digits this side keeps
+    # there (0 for a computational zero); `poor_where_differ` when that is too few (as
+    # `poorly_determined` counts): the divergence lives where the computation keeps no digits.
+    differ_element: int | None = None
+    digits_where_differ: float | None = None
+    poor_where_differ: bool = False
     unmeasured: list[str] = field(default_factory=list)  # library ops with no measured kernel error
     nonfinite: str | None = None
     unstable: list[str] = field(default_factory=list)

@@ -403,6 +403,10 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
         # carry no digits to be rounding-accurate in. (A cancelling matmul element is not
         # one: every model has a few.)
         wide = [j for j in js if j.poorly_determined]
+    if not wide:
+        # The sides differ most at an element its computation keeps almost no digits of: the
+        # divergence is that element's conditioning, whatever a typical element keeps.
+        wide = [j for j in js if j.poor_where_differ]
     if wide:
         return _ill_conditioned(c, d, wide, evidence, cancels)
     envelope = [j for j in js if j.zone == "envelope"]
@@ -616,6 +620,11 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
     elif j.wide:
         state = (f"its rounding spread is wide — `{j.arm}` {j.label} keeps only {j.digits:.1f} significant digits "
                  f"at {j.dtype} (±{j.sigma:.2g})")
+    elif j.poor_where_differ:
+        state = (f"where they differ most (element {j.differ_element}), `{j.arm}` {j.label} keeps "
+                 + ("no significant digit" if not j.digits_where_differ else
+                    f"only {j.digits_where_differ:.1f} significant digits")
+                 + f" at {j.dtype}, though a typical element keeps {j.digits or 0:.1f}")
     else:
         state = (f"{j.poorly_determined} of the {j.numel} elements of `{j.arm}` {j.label} keep almost none of "
                  f"{j.dtype}'s digits (the fewest: {j.fewest_digits or 0:.1f}), though a typical element keeps "

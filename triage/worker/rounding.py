@@ -1092,7 +1092,8 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         site = cancellation_at(n, args, out, exact_operands=exact)
                         if site is not None:
                             result.cancellations[n.name] = site
-                        if _unchanging(n, plan.inputs[n], constants, mode):
+                        if _unchanging(n, plan.inputs[n], constants, mode) or _representable(
+                                n, plan.inputs[n], constants, mode, (first_call, mode.calls), args, kwargs, out):
                             mode.cache.keep(n, out, (first_call, mode.calls))
                     if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
                         result.discrete[n.name] = out
@@ -1152,6 +1153,28 @@ def _unchanging(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, Any]
                                            or torch.Tag.nondeterministic_seeded in target.tags):
         return False
     return not mode.rounded and all(a in constants for a in inputs)
+
+
+# Up to this many elements, a correctly rounded op of unchanging inputs is checked for a
+# result its dtype holds exactly (`_representable`): one more float64 pass in the centre replay.
+REPRESENTABLE_CHECKED = 1 << 16
+
+
+def _representable(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, Any], mode: RoundingMode,
+                   calls: tuple[int, int], args: tuple, kwargs: dict, out: Any) -> bool:
+    """A single correctly rounded op of values that are the same in every replay, whose float64
+    result its arm dtype holds exactly: every rounding (to nearest, up, down, at random) leaves
+    it as it is, so it is the same in every replay too. Labels cast to float (`(i % 2).float()`)
+    are, and `1 - y` of them then cancels nothing a replay could move."""
+    start, end = calls
+    routed = mode.cache.routes.get(start)
+    if (end - start != 1 or routed is None or routed[0] is not n.target or routed[2] != "correctly-rounded"
+            or not all(a in constants for a in inputs) or mode.flush
+            or not isinstance(out, torch.Tensor) or out.numel() > REPRESENTABLE_CHECKED
+            or torch.Tag.nondeterministic_seeded in n.target.tags):
+        return False
+    exact = n.target(*args, **kwargs)
+    return isinstance(exact, torch.Tensor) and exact.shape == out.shape and bool(torch.equal(exact.double(), out))
 
 
 def _plain_add(name: str, args: tuple, kwargs: dict) -> bool:
