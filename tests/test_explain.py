@@ -58,6 +58,10 @@ def test_cancellation_ratio_of_a_sum():
     assert note["kind"] == "cancellation" and note["ill_conditioned"]
     assert note["cond"] == pytest.approx(40001.0)
     assert sensitivity_of("sum", (torch.ones(10),), None) is None  # no cancellation, no note
+    # bfloat16 keeps under 3 digits of any sum, but positive terms cancel nothing.
+    assert sensitivity_of("mean", (torch.rand(1000).add(0.5).bfloat16(),), None) is None
+    cancelling = torch.tensor([1.0, -0.96875, 0.5, -0.5], dtype=torch.bfloat16)
+    assert sensitivity_of("sum", (cancelling,), None)["kind"] == "cancellation"
 
 
 def test_matmul_row_cancellation():

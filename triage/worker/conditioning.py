@@ -343,6 +343,9 @@ def _domain(op: str, wide: torch.Tensor, base: dict[str, Any]) -> dict[str, Any]
     return None
 
 
+CANCELLING_RATIO = 10.0
+
+
 def _cancellation(base: dict[str, Any], magnitude: torch.Tensor, value: torch.Tensor, eps: float,
                   formula: str) -> dict[str, Any] | None:
     magnitude, value = float(magnitude), abs(float(value))
@@ -352,7 +355,9 @@ def _cancellation(base: dict[str, Any], magnitude: torch.Tensor, value: torch.Te
     # The result's relative error is about eps·Σ|x|/|Σx| (times a slowly growing factor of the
     # length): noted once fewer than 3 of the dtype's digits survive. The worst output element
     # of a random matmul routinely reaches a ratio of 1e3, which costs float32 only 3-4 digits.
-    if ratio * eps <= 1e-3:
+    # And only where terms do cancel, a digit's worth at least: bfloat16 keeps fewer than 3
+    # digits of any sum, a sum of positive terms (ratio 1) included, which cancels nothing.
+    if ratio < CANCELLING_RATIO or ratio * eps <= 1e-3:
         return None
     return dict(base, kind="cancellation", ill_conditioned=True, cond=ratio,
                 figure=f"{formula} = {ratio:.3g}: the terms cancel, so {base['dtype']}'s "
