@@ -478,3 +478,20 @@ def test_an_exact_check_of_a_singular_determinant_names_the_matrix():
     v = _checked_determinant([note])
     assert (v.kind, v.expected) == ("expected-ill-conditioned", True), v.summary
     assert "The matrix fed to `_linalg_det` at line 3 is singular" in v.summary and "isclose" in v.summary
+
+
+def test_uninitialized_reads_repeated_in_a_loop_are_named_once_beside_the_failed_check():
+    """Three calls of one padded-buffer sum, all reading `torch.empty`'s bytes, then the
+    script's `assert r == 10.0` failing on them: one expression with its count, and not
+    "nothing diverges here" beside the garbage the script just rejected."""
+    empty = {"index": 1, "kind": "uninitialized", "op": "empty", "line": 3,
+             "fingerprint": {"shape": [1000], "dtype": "float32", "sha256": "bb"}}
+    reads = [obs(i, [v], [v], label=".item()", ancestors=(1,)) for i, v in enumerate([2.4e34, -9.3e30, -14127.0])]
+    for o in reads:
+        o.line, o.uninitialized = 9, True
+    failed = {"type": "AssertionError", "line": 11, "claim": True, "message": ""}
+    v = verdict(arm("cpu", reads, status="raised", leaves=(LEAF, empty), exception=failed))
+    assert v.kind == "nondeterministic", v.summary
+    assert ".item() (line 9, 3 calls) read memory that `torch.empty` at line 3 leaves uninitialized" in v.summary
+    assert "the script's own check at line 11 failed on the bytes this run read" in v.summary, v.summary
+    assert "nothing diverges" not in v.summary

@@ -820,8 +820,12 @@ def _uninitialized_reads(completed: list[ArmRun]) -> Verdict | None:
     for run in completed:
         reads = [o for o in run.observables if o.uninitialized and o.kind != "final"]
         if reads:
-            return _uninitialized(run, reads, ", which this machine's arms and its float64 replay happen to share, "
-                                              "so that nothing diverges here says nothing of another run")
+            e = run.exception or {}
+            failed = (f"; the script's own check at line {e['line']} failed on the bytes this run read"
+                      if e.get("claim") and e.get("line") is not None else "")
+            return _uninitialized(run, reads, ": this run's arms and its float64 replay read the same bytes, so they "
+                                              f"agree with one another here{failed}, and another run's bytes give "
+                                              "another value")
     return None
 
 
@@ -842,15 +846,21 @@ def _uninitialized(run: ArmRun, reads: list[Observable], consequence: str) -> Ve
     leaf = next((x for x in run.leaves if x.get("kind") == "uninitialized" and x.get("index") in reads[0].ancestors
                  and x.get("op") and x.get("line")), None)
     made = f"`torch.{leaf['op']}` at line {leaf['line']}" if leaf else "an uninitialized allocation"
-    shown = ", ".join(f"{o.shown} (line {o.line})" for o in reads[:3]) + (
-        f" and {len(reads) - 3} more" if len(reads) > 3 else "")
+    # One expression read on each of several calls is named once, with its count.
+    named: dict[tuple[str, int | None], int] = {}
+    for o in reads:
+        named[(o.shown, o.line)] = named.get((o.shown, o.line), 0) + 1
+    shown = ", ".join(f"{label} (line {line}{f', {n} calls' if n > 1 else ''})"
+                      for (label, line), n in list(named.items())[:3]) + (
+        f" and {len(named) - 3} more" if len(named) > 3 else "")
     # The script's testing method, as for random draws: `torch.empty` promises no contents.
     return make_verdict(
         "nondeterministic", True, policy.GENERAL, ["reproducibility"],
         f"{shown} {'reads' if len(reads) == 1 else 'read'} memory that {made} leaves uninitialized: replayed "
         f"with those bytes made NaN, the value becomes NaN. What it holds is whatever those bytes held"
         f"{consequence}. Fill it first (`torch.zeros`, `torch.full`) or write every element before reading.",
-        [f"`{run.spec}` {o.shown} (line {o.line}) depends on the uninitialized bytes" for o in reads[:5]])
+        [f"`{run.spec}` {label} (line {line}{f', {n} calls' if n > 1 else ''}) depends on the uninitialized bytes"
+         for (label, line), n in list(named.items())[:5]])
 
 
 def _unseeded_runs(completed: list[ArmRun], source: str) -> Verdict | None:
