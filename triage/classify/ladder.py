@@ -31,6 +31,7 @@ from triage.classify.wording import (
     CAUSES,
     SETTING_NAMES,
     agree_text,
+    atol_hides,
     cancellation_hint,
     cancellation_site,
     check_note,
@@ -1042,7 +1043,8 @@ def _rounding(d: Divergence) -> Verdict:
         return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
                         f"{where_text(d)}: {pair_text(d)} hold the same values with NaN in the same places; only the bits "
                         "of those NaNs (sign or payload) differ, which no comparison can observe.", evidence_lines(d))
-    how = (f"within {d.dtype} tolerance (rtol={d.rtol:g}, atol={d.atol:g}; max |diff| {d.max_abs_diff:.3g})"
+    how = (f"within {d.dtype} tolerance (rtol={d.rtol:g}, atol={d.atol:g}; max |diff| {d.max_abs_diff:.3g}"
+           + (f"; only through atol: {atol_hides(d)}" if d.hidden_by_atol is not None else "") + ")"
            if d.within_tolerance else f"by dynamo's float64 rule ({d.fp64_rule})")
     return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
                     f"{where_text(d)} differs between {pair_text(d)} {how}. Both are about equally close to the float64 "

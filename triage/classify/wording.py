@@ -190,12 +190,20 @@ def digits_text(js: list) -> str:
     return (" (" + "; ".join(parts) + ")") if parts else ""
 
 
+def atol_hides(d: Divergence) -> str:
+    """How far apart relatively two values are that meet the tolerance only through its atol."""
+    x = d.hidden_by_atol or 0.0
+    return f"relatively {x:.0%} apart" if x >= 0.01 else f"relatively {x:.2g} apart"
+
+
 def difference_text(d: Divergence) -> str:
     if d.b is None:
         return f"is {d.a.summary} on `{d.a.arm}` where float64 gives {d.a.reference_summary or 'no value'}"
     if d.max_abs_diff is None:
         return f"differs between {pair_text(d)}"
     tol = f"within {d.dtype} tolerance" if d.within_tolerance else f"beyond {d.dtype} tolerance"
+    if d.hidden_by_atol is not None:
+        tol = f"within {d.dtype} tolerance only through its absolute term, atol={d.atol:g}: {atol_hides(d)}"
     return f"differs between {pair_text(d)} by {d.max_abs_diff:.3g} ({tol})"
 
 SETTING_NAMES = {"num_threads": "torch.set_num_threads({})", "deterministic": "torch.use_deterministic_algorithms({})",
