@@ -176,6 +176,25 @@ def test_flush_to_zero_reads_a_subnormal_input_as_zero(triage, tmp_path):
     assert "flush-to-zero at line 3 (`torch.set_flush_denormal(True)`)" in v["summary"]
 
 
+
+@pytest.mark.skipif(not _flush_to_zero_works_here(), reason="this CPU has no flush-to-zero mode")
+def test_a_subnormal_product_flushed_to_zero_is_the_mode_though_within_tolerance(triage, tmp_path):
+    """`x * 3` of a subnormal before and after `set_flush_denormal(True)`: 3e-39 and 0 meet
+    float32's tolerance through its atol, but the zero is the mode's, not rounding's (it was
+    'ordinary floating-point rounding')."""
+    report = run_source(triage, tmp_path, "flushed_product", (
+        "import torch\n"
+        "x = torch.full((8,), 1e-39)\n"
+        "a = x * 3\n"
+        "torch.set_flush_denormal(True)\n"
+        "b = x * 3\n"
+        "torch.set_flush_denormal(False)\n"
+        "assert torch.equal(a, b)\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-precision-mode", True), v["summary"]
+    assert "with zeros where its float64 value is below the smallest normal float32" in v["summary"], v["summary"]
+
+
 def test_a_value_that_reads_torch_empty_is_nondeterministic_and_a_filled_buffer_is_not(triage, tmp_path):
     """`acc = torch.empty(64); acc += x` agrees with its float64 replay (which reads the same
     bytes) and with any other arm of this machine: "nothing diverges" was the verdict. A NaN-

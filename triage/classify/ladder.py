@@ -73,6 +73,7 @@ from triage.model import (
     Observable,
     ReportedArm,
     Repro,
+    Side,
     Verdict,
     compared_runs,
 )
@@ -146,15 +147,32 @@ def _with_flush_named(c: Comparison, verdict: Verdict) -> Verdict:
     evidence = verdict.evidence + [cond_text(note, full=True)]
     d = c.divergence
     sides = [s for s in (d.a, d.b) if s is not None] if d is not None else []
-    if verdict.kind == "expected-rounding" and any(s.agrees_with_reference is False for s in sides):
-        # Rounding that keeps its digits does not move a value beyond tolerance of float64: the
-        # flushed zeros did, and the script asked for them.
+    beyond = any(s.agrees_with_reference is False for s in sides)
+    if verdict.kind == "expected-rounding" and (beyond or _flushed_zeros(c, sides)):
+        # Rounding that keeps its digits does not move a value beyond tolerance of float64, nor
+        # make a zero of a subnormal: the flushed zeros did, and the script asked for them.
+        where = ("beyond tolerance of its float64 value but inside the spread of its own computation replayed with "
+                 "flush-to-zero" if beyond else "with zeros where its float64 value is below the smallest normal "
+                 f"{d.dtype}, inside the spread of its own computation replayed with flush-to-zero")
         return make_verdict("expected-precision-mode", True, policy.GENERAL, ["numerical"],
-                            f"{where_text(d)} {difference_text(d)}, beyond tolerance of its float64 value but inside "
-                            f"the spread of its own computation replayed with flush-to-zero. {named}: PyTorch's "
-                            "float64 reference keeps those tiny values, the arm zeros them, as the script asked.",
+                            f"{where_text(d)} {difference_text(d)}, {where}. {named}: PyTorch's float64 reference "
+                            "keeps those tiny values, the arm zeros them, as the script asked.",
                             evidence)
     return dataclasses.replace(verdict, summary=f"{verdict.summary} {named}.", evidence=evidence)
+
+
+def _flushed_zeros(c: Comparison, sides: list[Side]) -> bool:
+    """A side holds 0 where its float64 value is a nonzero below its dtype's smallest normal
+    value: what flush-to-zero makes of a subnormal result, and no rounding does."""
+    for s in sides:
+        found = c.find(s)
+        o = found[1] if found else None
+        if o is None or o.value is None or o.reference_value is None or np.iscomplexobj(o.value):
+            continue
+        v, r = np.asarray(o.value, np.float64), np.asarray(o.reference_value, np.float64)
+        if v.shape == r.shape and bool(((v == 0) & (r != 0) & (np.abs(r) < policy.MIN_NORMAL.get(s.dtype, 0.0))).any()):
+            return True
+    return False
 
 
 LACKS_DEVICE = (" — the script addresses a CUDA device this machine does not have (a device index past its GPUs, "
