@@ -506,3 +506,14 @@ def test_a_tolerance_met_only_through_atol_says_how_far_apart_the_values_are():
     assert "only through atol: relatively 50% apart" in v.summary, v.summary
     c = compare([arm("cpu", [obs(0, [1.0000001, 1.0], [1, 1])]), arm("cuda", [obs(0, [1.0, 1.0], [1, 1])])])
     assert c.divergence.within_tolerance and c.divergence.hidden_by_atol is None
+
+
+def test_random_draws_are_listed_once_per_op_and_line_with_their_calls():
+    """A DataLoader's `random_` and `randperm` drawn for each of two training runs: one line per
+    op, naming both calls (the evidence repeated 'for the call at line 25' four times)."""
+    from triage.classify.ladder import _draw_lines
+
+    draws = [{"op": op, "line": 18, "call_line": call} for call in (25, 26) for op in ("random_", "randperm")]
+    assert _draw_lines(draws + draws) == ["random draw `aten.random_` line 18, for the calls at lines 25, 26",
+                                          "random draw `aten.randperm` line 18, for the calls at lines 25, 26"]
+    assert _draw_lines([{"op": "normal_", "line": 3, "call_line": None}]) == ["random draw `aten.normal_` line 3"]

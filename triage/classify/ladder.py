@@ -497,9 +497,20 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
                     f"{', '.join(str(x) for x in calls[:4])}. This is a testing-method problem, not a numerical one. "
                     "Fix: seed each run identically (`torch.manual_seed(…)` before each, or pass a seeded "
                     "`generator=` to the DataLoader).",
-                    [spreads]
-                    + [f"random draw `aten.{x.get('op')}` line {x.get('line')}, for the call at line {x.get('call_line')}"
-                       for x in draws[:4]])
+                    [spreads] + _draw_lines(draws))
+
+
+def _draw_lines(draws: list[dict[str, Any]]) -> list[str]:
+    """One evidence line per random op and line, with every call it was drawn for (a data
+    loader's `randperm` and `random_`, once per epoch and per run: one line each, not one per draw)."""
+    calls: dict[tuple[Any, Any], list[Any]] = {}
+    for x in draws:
+        seen = calls.setdefault((x.get("op"), x.get("line")), [])
+        if x.get("call_line") is not None and x.get("call_line") not in seen:
+            seen.append(x.get("call_line"))
+    return [f"random draw `aten.{op}` line {line}" + (
+        f", for the call{'s' if len(at) > 1 else ''} at line{'s' if len(at) > 1 else ''} "
+        f"{', '.join(str(c) for c in sorted(at))}" if at else "") for (op, line), at in list(calls.items())[:4]]
 
 
 def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np.ndarray, spreads: str) -> Verdict:
