@@ -252,6 +252,7 @@ def test_two_models_built_unseeded_and_measured_apart_are_nondeterministic(triag
     v = report["verdict"]
     assert v["kind"] == "nondeterministic", v["summary"]
     assert "`out1` vs `out2` (`max abs(a - b)`) (line 7)" in v["summary"] and "line 3 draws new numbers" in v["summary"]
+    assert "eval()" not in v["summary"]  # a weight initializer's draws: train mode has nothing to do with it
 
 
 def test_the_headline_is_the_nan_tensor_not_the_boolean_that_summarizes_it(triage, tmp_path):

@@ -689,6 +689,12 @@ def _crash_one_arm(completed: list[ArmRun], failed: list[ArmRun]) -> Verdict:
                     [f"`{r.spec}`: {r.failure}" for r in failed])
 
 
+# Random ops a module draws in its forward only in train mode (dropout's masks, rrelu's
+# slopes): `model.eval()` stops those, not a weight initializer's draws.
+TRAINING_MODE_DRAWS = {"native_dropout", "dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
+                       "bernoulli", "rrelu_with_noise", "rrelu"}
+
+
 def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
     """The values differ because their inputs differ, not because the arithmetic does."""
     if d is None:
@@ -705,7 +711,8 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
             cause = (f"the random op `aten.{leaf['op']}` at line {leaf['line']} draws new numbers "
                      "for each side")
             fix = ("create modules and random inputs once, outside the compared computation, under "
-                   "torch.manual_seed(…), and call model.eval() before comparing")
+                   "torch.manual_seed(…)" + (", and call model.eval() before comparing"
+                                             if str(leaf["op"]).rstrip("_") in TRAINING_MODE_DRAWS else ""))
         return make_verdict("nondeterministic", True, policy.GENERAL, ["random"],
                         f"The two sides of {where_text(d)} start from different values: {cause}. "
                         f"This is a testing-method problem, not a numerical one. Fix: {fix}.",
