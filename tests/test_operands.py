@@ -30,6 +30,27 @@ def test_compared_values_are_named_by_the_scripts_expressions():
     assert readback_name(SOURCE, 7, ".item()") == "mine.sum()"
 
 
+def test_a_batch_computed_whole_and_slice_by_slice_is_the_notes_batched_case(tmp_path):
+    """`x @ W.T` against `torch.stack([x[i] @ W.T for i …])`: one mm over the batch, one per
+    slice joined by stack, which the accuracy note's batched section covers."""
+    nodes = [{"name": "x", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"},
+             {"name": "w", "op": "leaf", "line": 3, "dtype": "float32", "kind": "random"},
+             call("full", "aten.mm.default", [{"node": "x"}, {"node": "w"}], 5)]
+    rows = []
+    for i in range(3):
+        nodes += [call(f"row{i}", "aten.select.int", [{"node": "x"}, 0, i], 6),
+                  call(f"u{i}", "aten.unsqueeze.default", [{"node": f"row{i}"}, 0], 6),
+                  call(f"mm{i}", "aten.mm.default", [{"node": f"u{i}"}, {"node": "w"}], 6)]
+        rows.append({"node": f"mm{i}"})
+    nodes.append(call("rows", "aten.cat.default", [rows], 6))
+    parted = part_ways(_graph(tmp_path, nodes), "full", "rows")
+    assert parted["batched"] and any("`aten.mm` over the whole batch, the other 3 times" in h for h in parted["hints"])
+    # The same ops on both sides but for a constant: not the batched case.
+    plain = part_ways(_graph(tmp_path, nodes[:3] + [call("twice", "aten.mul.Tensor", [{"node": "full"}, 2.0], 7)]),
+                      "full", "twice")
+    assert not plain["batched"]
+
+
 def test_an_ambiguous_line_names_nothing():
     assert operand_names(SOURCE, 9, "torch.allclose") is None  # two calls, other orders
     assert readback_name(SOURCE, 8, "print/repr") is None  # two tensors printed at once

@@ -51,8 +51,33 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
     return {"only_a": [_describe(graph, op) for op in only_a[:MAX_LISTED]], "only_a_count": len(only_a),
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
+            "batched": bool(_batched_hint(graph, only_a, only_b)),
             "hints": (_constants(graph, only_a, only_b) + _variance_hints(graph, only_a, only_b)
-                      + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))}
+                      + _batched_hint(graph, only_a, only_b)
+                      + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))[:4]}
+
+
+# What takes a batch apart and puts it back together around a per-slice computation.
+SLICE_GLUE = {"stack", "cat", "unbind", "split", "split_with_sizes", "chunk", "narrow", "index_select", "squeeze_",
+              "unsqueeze_", "select", "slice", "squeeze", "unsqueeze"}
+
+
+def _batched_hint(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:
+    """One side computes an op once over a whole batch, the other the same op once per slice
+    (`x @ W.T` against `torch.stack([x[i] @ W.T for i …])`): the accuracy note's 'Batched
+    computations or slice computations' section, which promises no bitwise agreement."""
+    def computing(ops: list[str]) -> list[str]:
+        return [n for n in (_op_name(graph.by_name[op]) for op in ops) if n not in SLICE_GLUE]
+
+    for whole, sliced in ((only_a, only_b), (only_b, only_a)):
+        w, s = computing(whole), computing(sliced)
+        if len(set(s)) == 1 and w and set(w) <= set(s) and len(s) >= 2 * len(w) \
+                and any(_op_name(graph.by_name[op]) in ("stack", "cat") for op in sliced):
+            op = next(str(graph.by_name[x].get("target")) for x in sliced if _op_name(graph.by_name[x]) == s[0])
+            return [f"One side computes `{op.rsplit('.', 1)[0]}` over the whole batch, the other {len(s)} times, one "
+                    "slice each, then joins them: the accuracy note's \"Batched computations or slice computations\" "
+                    "says the two need not agree bitwise"]
+    return []
 
 
 def _constant(graph: OpGraph, cone: frozenset[str]) -> bool:

@@ -30,6 +30,10 @@ GENERAL = Section(
     "PyTorch is not guaranteed to produce bitwise identical results for floating point computations "
     "that are mathematically identical. […] CPU and GPU results can be different even for "
     "bitwise-identical inputs and even after controlling for the sources of randomness.")
+BATCHED = Section(
+    "Batched computations or slice computations", "batched-computations-or-slice-computations",
+    "The mathematical libraries that we are calling, and PyTorch internal implementations of operations can "
+    "produce slightly different results in this case, compared to non-batched computations.")
 EXTREMAL = Section(
     "Extremal values", "extremal-values",
     "When inputs contain large values such that intermediate results may overflow the range of the "

@@ -445,7 +445,8 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
                    f"{'arms’' if len(js) == 2 and d.source == 'arms' else 'arm’s'} own precision gives differences this "
                    f"large. Ordinary floating-point rounding, which the accuracy note does not guarantee bitwise."
                    f"{rounding_cause(d, next((r for r in c.arms if r.spec == d.a.arm), None))}{digits}")
-    return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"], summary, evidence)
+    section = policy.BATCHED if (d.paths or {}).get("batched") and not envelope else policy.GENERAL
+    return make_verdict("expected-rounding", True, section, ["numerical"], summary, evidence)
 
 
 def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
