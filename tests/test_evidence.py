@@ -56,6 +56,21 @@ def test_a_constant_factor_between_two_formulas_is_named(triage, tmp_path):
     assert "`rms` = 5.65685 × `unit`" in v["summary"]  # √32
 
 
+def test_a_running_total_off_by_one_is_named_as_a_shift(triage, tmp_path):
+    script = write(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        x = torch.rand(50)
+        mine = torch.zeros_like(x)
+        for i in range(1, x.shape[0]):
+            mine[i] = mine[i - 1] + x[i - 1]
+        print(torch.allclose(mine, torch.cumsum(x, dim=0)))
+    """)
+    report, v = judged(triage, script)
+    assert v["kind"] == "likely-bug", v["summary"]
+    assert "shifted by one element: `mine[i] = torch.cumsum(x, dim=0)[i - 1]`" in v["summary"], v["summary"]
+
+
 def test_a_value_the_script_expects_that_float64_also_misses_is_inconclusive(triage, tmp_path):
     # The float64 replay runs the same kernel: it cannot say whether the kernel or the
     # expectation is wrong.

@@ -125,7 +125,32 @@ def difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> st
         mid = float(np.median(offset))
         if mid != 0 and np.all(np.abs(offset - mid) <= 1e-6 * max(abs(mid), 1e-300)):
             return f", by a constant offset: {names[0]} = {names[1]} + {mid:.6g} in every element"
+        shifted = _shift(a, b)
+        if shifted is not None:
+            axis, step = shifted
+            x, y = (n.strip("`") for n in names)
+            along = "" if a.ndim == 1 else f" along dimension {axis}"
+            return (f", shifted by one element{along}: `{x}[i] = {y}[i {'-' if step > 0 else '+'} 1]` wherever both "
+                    "exist (an off-by-one index)")
     return ""
+
+
+def _shift(a: np.ndarray, b: np.ndarray) -> tuple[int, int] | None:
+    """(axis, +1) where a[i] = b[i - 1] along an axis, (axis, -1) where a[i] = b[i + 1]; the
+    float64 values equal to 1e-9 relative (two orders of one sum differ far less), at least three
+    elements along the axis and not a constant."""
+    if a.shape != b.shape:
+        return None
+    for axis in range(a.ndim):
+        n = a.shape[axis]
+        if n < 3:
+            continue
+        for step in (1, -1):
+            x = np.take(a, range(1, n) if step > 0 else range(n - 1), axis=axis)
+            y = np.take(b, range(n - 1) if step > 0 else range(1, n), axis=axis)
+            if np.ptp(y) > 0 and np.allclose(x, y, rtol=1e-9, atol=1e-12 * float(np.abs(y).max())):
+                return axis, step
+    return None
 
 
 def parting_text(paths: dict[str, Any], names: tuple[str, str]) -> str:
