@@ -154,7 +154,7 @@ def test_outside_a_spread_without_digits_or_margin_is_no_finding():
 
 def test_every_invariant_is_listed_once():
     names = [f.__name__ for f in audit.INVARIANTS]
-    assert len(names) == len(set(names)) == 7
+    assert len(names) == len(set(names)) == 8
 
 
 def test_a_divergence_the_replayed_graph_does_not_show_is_not_blamed_on_an_arm():
@@ -184,3 +184,20 @@ def test_blame_without_a_reference_or_a_simulation_is_not_a_finding():
     # With references, the same difference is a finding.
     measured = compare([arm("cpu", [obs(0, [1.0, 2.0], [1, 2])]), arm("cuda", [obs(0, [1.5, 2.0], [1, 2])])])
     assert audit.blame_rests_on_a_measurement(classify(REPRO, measured), Evidence(measured)) == []
+
+
+def test_rounding_beyond_tolerance_needs_the_sides_computation_replayed():
+    """A compiled backward's gradient continues from buffers its fused kernels wrote where
+    triage records no ops (`stale` leaves): 'inside its own spread' then vouches only for the
+    ops after them, not enough for 'rounding' of two values beyond tolerance."""
+    stale = {"index": 1, "kind": "stale", "op": None, "line": 9, "fingerprint": {"shape": [2], "dtype": "float32"}}
+    eager = arm("cpu", [obs(0, [1.0, 2.0], [1.0, 2.0])])
+    compiled = arm("cpu/compile", [obs(0, [1.5, 2.0], [1.5, 2.0], ancestors=(0, 1))], leaves=(stale,), mode="compile")
+    compiled.leaves = [{"index": 0, "kind": "input", "op": None, "line": 3,
+                        "fingerprint": {"shape": [3], "dtype": "float32", "sha256": "aa"}}, stale]
+    c = compare([eager, compiled])
+    c.divergence.judgements = [_judged(arm="cpu", zone="inside"), _judged(arm="cpu/compile", zone="inside")]
+    [found] = audit.rounding_covers_the_computation(plain("expected-rounding"), Evidence(c))
+    assert found.startswith("`cpu/compile` .item() is called rounding of its own computation, but it continues from 1")
+    c.divergence.within_tolerance = True  # the agreement itself then supports it
+    assert audit.rounding_covers_the_computation(plain("expected-rounding"), Evidence(c)) == []

@@ -224,9 +224,31 @@ def blame_rests_on_a_measurement(verdict: Verdict, e: Evidence) -> list[str]:
             "wrong thing (re-run without `--no-reference`)"]
 
 
+def rounding_covers_the_computation(verdict: Verdict, e: Evidence) -> list[str]:
+    """"Rounding of its own computation" for two values that differ beyond tolerance needs
+    each side's computation replayed: a side that continues from values computed where
+    triage records no ops (an inductor backward's fused kernels) has a spread of only the ops
+    after them, which a wrong value before them would not leave."""
+    from triage.classify.facts import unrecorded_inputs
+
+    c = e.comparison
+    d = c.divergence
+    if d is None or d.b is None or verdict.expected is not True or d.within_tolerance:
+        return []
+    out = []
+    for j in d.judgements:
+        n = unrecorded_inputs(c, j) if j.zone in ("inside", "envelope") else 0
+        if n:
+            out.append(f"`{j.arm}` {j.label} is called rounding of its own computation, but it continues from {n} "
+                       "value(s) computed where triage records no ops (compiled kernels, such as an inductor "
+                       "backward's), so its spread covers only what came after them, and the sides differ beyond "
+                       f"{d.dtype} tolerance")
+    return out
+
+
 INVARIANTS: tuple[Callable[[Verdict, Evidence], list[str]], ...] = (
     printed_differences_accounted, failed_check_reported, rounding_explains_difference, finite_claim_consistent,
-    outside_is_meaningful, replay_shows_the_divergence, blame_rests_on_a_measurement)
+    outside_is_meaningful, replay_shows_the_divergence, blame_rests_on_a_measurement, rounding_covers_the_computation)
 
 
 # -- helpers ------------------------------------------------------------------------------

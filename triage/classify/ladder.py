@@ -26,6 +26,7 @@ from triage.classify.facts import (
     singular_upstream,
     site_key,
     state_key,
+    unrecorded_inputs,
 )
 from triage.classify.wording import (
     CAUSES,
@@ -70,6 +71,7 @@ from triage.model import (
     ArmRun,
     Comparison,
     Divergence,
+    Judgement,
     Observable,
     ReportedArm,
     Repro,
@@ -391,6 +393,19 @@ def _wrong_kernel(c: Comparison, completed: list[ArmRun]) -> Verdict | None:
 
 
 # -- the judged ladder: each side against its own simulated rounding -----------------------
+def _unrecorded_lines(c: Comparison, js: list[Judgement]) -> list[str]:
+    """What the judgement of a side does not cover: the values it continues from that were
+    computed where triage records no ops."""
+    lines = []
+    for j in js:
+        n = unrecorded_inputs(c, j)
+        if n:
+            lines.append(f"`{j.arm}` {j.label} continues from {n} value(s) computed where triage records no ops "
+                         "(compiled kernels, such as an inductor backward's fused ones): its float64 reference and "
+                         "rounding spread start from the arm's own values there, so they vouch only for what follows")
+    return lines
+
+
 def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     """Inside its own spread is rounding of this very computation, whatever float64 says;
     outside it is another computation, which only a switch that brings both sides inside
@@ -398,7 +413,7 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     js = d.judgements
     outside = [j for j in js if j.zone == "outside"]
     # The judgements themselves are the report's rounding table; the evidence adds what they do not say.
-    evidence = unstable_lines(js) + unmeasured_lines(js) + evidence_lines(d, sides=False)
+    evidence = unstable_lines(js) + unmeasured_lines(js) + evidence_lines(d, sides=False) + _unrecorded_lines(c, js)
     redrawn = _different_computations(c, d)
     if redrawn is not None:
         return redrawn
