@@ -718,7 +718,9 @@ def _settled(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values
     sample's score (a stagnating sum): it stays in the envelope unless a later sample lands
     that much farther out than all so far, and the envelope is never "outside"."""
     floor_reached = 1 / (len(samples) + 1) <= policy.ALPHA
-    for w, ref in live.items():
+    # Smallest first: the first value not yet decided ends the check, before a large one's
+    # statistics (K passes over a million elements) are computed for nothing.
+    for w, ref in sorted(live.items(), key=lambda item: item[1].numel()):
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
             return False
@@ -755,7 +757,7 @@ def _near_floor(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_val
     "inside" from "envelope", both rounding): it asks for no more samples, each of which
     costs a replay of the whole cone (seconds on a 2M-element tensor)."""
     k = len(samples)
-    for w, ref in live.items():
+    for w, ref in sorted(live.items(), key=lambda item: item[1].numel()):  # as `_settled`: small ones first
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
             continue
