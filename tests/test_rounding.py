@@ -567,3 +567,14 @@ def test_a_contraction_written_to_an_out_buffer_accumulates_as_the_plain_call(op
     # The plain call's walk per element, far wider than the output's one rounding.
     np.testing.assert_allclose(spread.sd, expected.sd, rtol=0.5)
     assert np.median(spread.sd / np.abs(spread.mean)) > 2 * 2.0 ** -24
+
+
+def test_an_in_place_op_of_unchanging_inputs_is_replayed_once():
+    """`_representable` evaluates a correctly rounded op of unchanging inputs again to see
+    whether its result is exact: an in-place one (`y.add_(1)` of 0/1 labels) run again wrote
+    over the replay's own value."""
+    labels = (torch.arange(4) % 2).float()
+    x = torch.tensor([1.5, 2.5, 3.5, 4.5])
+    out, spread = spread_of(lambda y, v: (y.clone().add_(1.0) * v).sum(), labels, x)
+    assert float(spread.reference) == float(out) == 19.0
+    assert abs(float(spread.mean) - 19.0) < 1e-5, spread.mean  # the replays' own value, not (y + 2)·v

@@ -1173,8 +1173,8 @@ def _representable(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, A
     if (end - start != 1 or routed is None or routed[0] is not n.target or routed[2] != "correctly-rounded"
             or not all(a in constants for a in inputs) or mode.flush
             or not isinstance(out, torch.Tensor) or out.numel() > REPRESENTABLE_CHECKED
-            or torch.Tag.nondeterministic_seeded in n.target.tags):
-        return False
+            or torch.Tag.nondeterministic_seeded in n.target.tags or _written(n.target)):
+        return False  # an in-place or out= op run again would write over the replay's values
     exact = n.target(*args, **kwargs)
     return isinstance(exact, torch.Tensor) and exact.shape == out.shape and bool(torch.equal(exact.double(), out))
 
