@@ -517,3 +517,19 @@ def test_random_draws_are_listed_once_per_op_and_line_with_their_calls():
     assert _draw_lines(draws + draws) == ["random draw `aten.random_` line 18, for the calls at lines 25, 26",
                                           "random draw `aten.randperm` line 18, for the calls at lines 25, 26"]
     assert _draw_lines([{"op": "normal_", "line": 3, "call_line": None}]) == ["random draw `aten.normal_` line 3"]
+
+
+def test_uninitialized_memory_is_named_first_whether_or_not_its_bytes_happened_to_match():
+    """gh-145266: a value reading both a fresh `uniform_` draw and `torch.empty`'s memory. Whether
+    the empty bytes matched between the two calls is the allocator's doing, and the verdict
+    named one cause or the other by it; it names both, the uninitialized read first."""
+    def leaves(random_bits):
+        fp = {"shape": [4], "dtype": "float32"}
+        return (LEAF, {"index": 1, "kind": "uninitialized", "op": "empty", "line": 10, "fingerprint": dict(fp, sha256="ee")},
+                {"index": 2, "kind": "random", "op": "uniform_", "line": 21, "fingerprint": dict(fp, sha256=random_bits)})
+    a = arm("cpu", [obs(0, [1.0, 2.0], [1.0, 2.0], ancestors=(0, 1, 2))], leaves=leaves("r1"))
+    b = arm("cpu/compile", [obs(0, [1.5, 2.5], [1.5, 2.5], ancestors=(0, 1, 2))], leaves=leaves("r2"), mode="compile")
+    v = verdict(a, b)
+    assert v.kind == "nondeterministic", v.summary
+    first, second = v.summary.index("`torch.empty` at line 10"), v.summary.index("`aten.uniform_` at line 21")
+    assert first < second, v.summary

@@ -718,21 +718,30 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
     differing = [a for a in d.ancestors if a["differs"] and a["kind"] in ("random", "uninitialized")]
     differing = differing or d.distinct_draws  # a claim's operands drawn separately (compare finds them)
     if differing:
-        leaf = differing[0]
-        if leaf["kind"] == "uninitialized":
-            cause = (f"`torch.{leaf['op'] or 'empty'}` at line {leaf['line']} returns uninitialized memory, "
-                     "which differs from call to call")
-            fix = "initialize the tensor (torch.zeros/torch.randn under a seed) instead of torch.empty"
-        else:
-            cause = (f"the random op `aten.{leaf['op']}` at line {leaf['line']} draws new numbers "
-                     "for each side")
-            fix = ("create modules and random inputs once, outside the compared computation, under "
-                   "torch.manual_seed(…)" + (", and call model.eval() before comparing"
-                                             if str(leaf["op"]).rstrip("_") in TRAINING_MODE_DRAWS else ""))
+        # Uninitialized memory the value reads is named whether or not its bytes happened to
+        # match this time (the allocator decides that, run to run), and first: reading it is
+        # the defect; a random draw may be the script's intent.
+        uninitialized = [a for a in d.ancestors if a["kind"] == "uninitialized"]
+        uninitialized = uninitialized or [a for a in differing if a["kind"] == "uninitialized"]
+        drawn = [a for a in differing if a["kind"] == "random"]
+        causes, fixes = [], []
+        if uninitialized:
+            leaf = uninitialized[0]
+            causes.append(f"`torch.{leaf['op'] or 'empty'}` at line {leaf['line']} returns uninitialized memory, "
+                          "which differs from call to call")
+            fixes.append("initialize the tensor (torch.zeros/torch.randn under a seed) instead of torch.empty")
+        if drawn:
+            leaf = drawn[0]
+            causes.append(f"the random op `aten.{leaf['op']}` at line {leaf['line']} draws new numbers for each side")
+            fixes.append("create modules and random inputs once, outside the compared computation, under "
+                         "torch.manual_seed(…)" + (", and call model.eval() before comparing"
+                                                   if str(leaf["op"]).rstrip("_") in TRAINING_MODE_DRAWS else ""))
+        named = (uninitialized[:1] + drawn[:1]) or differing[:1]
         return make_verdict("nondeterministic", True, policy.GENERAL, ["random"],
-                        f"The two sides of {where_text(d)} start from different values: {cause}. "
-                        f"This is a testing-method problem, not a numerical one. Fix: {fix}.",
-                        evidence_lines(d) + [f"differing leaf: {leaf['kind']} `{leaf['op'] or 'data'}` line {leaf['line']}, shape {leaf['shape']}"])
+                        f"The two sides of {where_text(d)} start from different values: {'; and '.join(causes)}. "
+                        f"This is a testing-method problem, not a numerical one. Fix: {'; '.join(fixes)}.",
+                        evidence_lines(d) + [f"differing leaf: {x['kind']} `{x['op'] or 'data'}` line {x['line']}, "
+                                             f"shape {x['shape']}" for x in named])
     compile_runs = [r for r in c.arms if r.mode == "compile" and r.compiled_random_ops]
     if d.source == "arms" and compile_runs:
         ops = ", ".join(sorted(set(compile_runs[0].compiled_random_ops)))
