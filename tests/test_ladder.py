@@ -500,11 +500,14 @@ def test_uninitialized_reads_repeated_in_a_loop_are_named_once_beside_the_failed
 def test_a_tolerance_met_only_through_atol_says_how_far_apart_the_values_are():
     """1 - cos(x) of tiny x against 2 sin²(x/2): 2e-8 apart, 'within float32 tolerance' by
     atol = 1e-5 alone, while relatively the values are 100% apart."""
-    c = compare([arm("cpu", [obs(0, [2e-7, 1.0], [1e-7, 1.0])]), arm("cuda", [obs(0, [1e-7, 1.0], [1e-7, 1.0])])])
+    c = compare([arm("cpu", [obs(0, [2e-7, 3e-7], [1e-7, 3e-7])]), arm("cuda", [obs(0, [1e-7, 3e-7], [1e-7, 3e-7])])])
     assert c.divergence.within_tolerance and c.divergence.hidden_by_atol == pytest.approx(0.5)
     v = classify(REPRO, c)
     assert "only through atol: relatively 50% apart" in v.summary, v.summary
     c = compare([arm("cpu", [obs(0, [1.0000001, 1.0], [1, 1])]), arm("cuda", [obs(0, [1.0, 1.0], [1, 1])])])
+    assert c.divergence.within_tolerance and c.divergence.hidden_by_atol is None
+    # A near-zero element among O(1) ones is what atol is for: nothing hidden.
+    c = compare([arm("cpu", [obs(0, [2e-7, 1.0, 2.0], [1e-7, 1, 2])]), arm("cuda", [obs(0, [1e-7, 1.0, 2.0], [1e-7, 1, 2])])])
     assert c.divergence.within_tolerance and c.divergence.hidden_by_atol is None
 
 

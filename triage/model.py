@@ -287,8 +287,8 @@ class Divergence:
     nonfinite_mismatch: int
     numel: int
     fp64_rule: str | None = None
-    # Within tolerance only through atol (values smaller than it, 1 - cos(x) of a tiny x): the
-    # largest relative difference, max |a - b| / max(|a|, |b|), which the tolerance hides.
+    # Within tolerance only through atol, a typical element being smaller than it (1 - cos(x) of
+    # a tiny x): the largest relative difference, max |a - b| / max(|a|, |b|), it hides.
     hidden_by_atol: float | None = None
     ancestors: list[dict[str, Any]] = field(default_factory=list)
     # claims: the script's function, "implicit", "repeat" (one module called twice on one input)
