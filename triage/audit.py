@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from triage import policy
+from triage.compare import unrecorded_inputs
 from triage.judge.decide import FINITE_UNDER_SOME
 from triage.judge.describe import FINITE_WHERE_NONE
 from triage.judge.spread import unstable
@@ -229,8 +230,6 @@ def rounding_covers_the_computation(verdict: Verdict, e: Evidence) -> list[str]:
     each side's computation replayed: a side that continues from values computed where
     triage records no ops (an inductor backward's fused kernels) has a spread of only the ops
     after them, which a wrong value before them would not leave."""
-    from triage.classify.facts import unrecorded_inputs
-
     c = e.comparison
     d = c.divergence
     if d is None or d.b is None or verdict.expected is not True or d.within_tolerance:

@@ -185,6 +185,18 @@ def _not_inside_own_spread(run: ArmRun, o: Observable) -> bool:
     return judge_observable(run, o).zone in ("envelope", "outside")
 
 
+def unrecorded_inputs(c: Comparison, side: Side | Judgement | None) -> int:
+    """How many of the values a side's computation continues from were computed where triage
+    records no ops (`stale` leaves: a tensor written since its last recorded op, as an
+    inductor backward's fused kernels write their buffers): its replay and spread start there,
+    from the arm's own values."""
+    found = c.find(side)
+    if found is None:
+        return 0
+    run, o = found
+    return sum(1 for i in o.ancestors if i < len(run.leaves) and run.leaves[i].get("kind") == "stale")
+
+
 def _judgements(runs: list[ArmRun], d: Divergence) -> list:
     from triage.judge import judge_observable
 

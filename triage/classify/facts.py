@@ -12,8 +12,6 @@ from triage.model import (
     ArmRun,
     Comparison,
     Divergence,
-    Judgement,
-    Side,
 )
 
 
@@ -114,18 +112,6 @@ def notes_upstream(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
         notes += [dict(run.conditioning[i], arm=run.spec, side=side) for i in o.conditioning
                   if i < len(run.conditioning)]
     return notes
-
-
-def unrecorded_inputs(c: Comparison, side: Side | Judgement | None) -> int:
-    """How many of the values a side's computation continues from were computed where triage
-    records no ops (`stale` leaves: a tensor written since its last recorded op, as an
-    inductor backward's fused kernels write their buffers): its replay and spread start there,
-    from the arm's own values."""
-    found = c.find(side)
-    if found is None:
-        return 0
-    run, o = found
-    return sum(1 for i in o.ancestors if i < len(run.leaves) and run.leaves[i].get("kind") == "stale")
 
 
 def flush_notes(c: Comparison) -> list[dict[str, Any]]:

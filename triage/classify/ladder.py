@@ -26,7 +26,6 @@ from triage.classify.facts import (
     singular_upstream,
     site_key,
     state_key,
-    unrecorded_inputs,
 )
 from triage.classify.wording import (
     CAUSES,
@@ -63,7 +62,7 @@ from triage.classify.wording import (
     who_is_right,
     wrong_kernel_text,
 )
-from triage.compare import side_of, summarize
+from triage.compare import side_of, summarize, unrecorded_inputs
 from triage.judge.decide import FINITE_UNDER_SOME
 from triage.model import (
     AGREEING_OUTCOMES,
