@@ -48,12 +48,13 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
     only_b = [op for op in graph.ordered(cone_b) if keys[op] not in keys_a and not _bookkeeping(graph, op)]
     if not only_a and not only_b:
         return None
+    batched = _batched_hint(graph, only_a, only_b)
     return {"only_a": [_describe(graph, op) for op in only_a[:MAX_LISTED]], "only_a_count": len(only_a),
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
-            "batched": bool(_batched_hint(graph, only_a, only_b)),
+            "batched": bool(batched),
             "hints": (_constants(graph, only_a, only_b) + _variance_hints(graph, only_a, only_b)
-                      + _batched_hint(graph, only_a, only_b)
+                      + batched
                       + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))[:4]}
 
 
