@@ -248,7 +248,7 @@ def recorded(fn, *inputs):
     return recording.graph, {node.name: reference}, {node.name: out.dtype}, out
 
 
-def simulated_spread(fn, *inputs, samples=29):
+def simulated_spread(fn, *inputs, samples=29, threads=None):
     """Record `fn` eagerly and simulate its rounding: (arm value, RoundingSpread, Simulation)."""
     import torch
 
@@ -256,7 +256,7 @@ def simulated_spread(fn, *inputs, samples=29):
     from triage.worker.rounding import SimulationOptions, simulate_rounding
 
     graph, wanted, dtypes, out = recorded(fn, *inputs)
-    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=samples), dtypes)
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=samples, threads=threads), dtypes)
     (name, reference), = wanted.items()
     spread = sim.spreads[name]
     assert spread.status == "judged", spread.reason

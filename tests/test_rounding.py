@@ -521,6 +521,51 @@ def test_a_failing_simulation_costs_the_judgement_not_the_arms_values(monkeypatc
     assert "AssertionError: Invalid device id" in capsys.readouterr().err
 
 
+def test_a_value_observed_three_times_is_simulated_and_kept_once_for_all_its_records():
+    """A compiled call's output, then the script's `(eager - compiled).abs().max()` operand,
+    then at exit: three records of one node. The spread budget counted it three times, so the
+    other large value was too large to keep; and the second and third records, the ones the
+    comparison reads, were "too large to keep" though their node was simulated (a 1M-element
+    normalization: the verdict rested on float64 alone). One node is counted and kept once;
+    its other records point at it, and the parent reads the same arrays for all three."""
+    from triage.arms.run import _fill_from_result
+    from triage.model import ArmRun
+    from triage.worker.protocol import OBSERVED, REFERENCE, SPREAD_ARRAYS
+    from triage.worker.rounding import simulate_observables, spread_bytes
+
+    x = torch.linspace(1, 2, 500)
+    rec = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with rec:
+        y, z = x * 3 + 1, x.exp()
+    recording = rec.finish()
+    ny, nz = rec.lookup(y).name, rec.lookup(z).name
+    refs = replay_fp64(recording.graph, {ny, nz}, 60).values
+    records, values = [], {}
+    for i, (node, t) in enumerate([(ny, y), (nz, z), (ny, y), (ny, y)]):
+        fp = {"shape": list(t.shape), "dtype": "float32", "numel": t.numel(), "sha256": "0"}
+        records.append({"index": i, "node": node, "fingerprint": fp, "kind": "call", "label": f"v{i}", "line": None})
+        values[f"{OBSERVED}{i}"], values[f"{REFERENCE}{i}"] = t.numpy(), refs[node].numpy()
+    # Room for one spread and a half: y's, counted once, and not z's.
+    job = {"rounding": {"samples": 9, "value_bytes": spread_bytes(refs[ny]) * 3 // 2}, "seed": 0}
+    simulate_observables(recording.graph, records, refs, values, job, "cpu", {})
+    assert [r["rounding"]["status"] for r in records] == ["judged", "not-judged", "judged", "judged"]
+    assert records[1]["rounding"]["reason"] == "the spread is too large to keep"
+    assert [r["rounding"].get("spread_of") for r in records] == [None, None, 0, 0]
+    assert all(f"{k}0" in values for k in SPREAD_ARRAYS)
+    assert not any(f"{k}{i}" in values for k in SPREAD_ARRAYS for i in (1, 2, 3))
+
+    result = {"status": "ok", "observables": [dict(r, reference=None) for r in records]}
+    run = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok")
+    _fill_from_result(run, result, values)
+    assert [o.spread is not None for o in run.observables] == [True, False, True, True]
+    assert run.observables[3].spread["sig"] is values["sig0"]
+    # A pointer to another node's record is not followed: that record's arrays are another value's.
+    result["observables"][1]["rounding"] = dict(records[1]["rounding"], spread_of=0)
+    run = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok")
+    _fill_from_result(run, result, values)
+    assert run.observables[1].spread is None
+
+
 def test_a_zero_where_the_computation_gives_a_tiny_value_is_outside():
     """The envelope's half ulp for the arm's own final rounding was taken at 1.0 for a value of
     0 (6e-8 in float32): a 0 where every rounding gives 3e-30 was "inside". At 0 it is half the

@@ -99,6 +99,8 @@ OBSERVABLE_ROUNDING = record({
                                   required=("op", "digits_lost"), closed=True), 16),
     "precision": text(40, nullable=True),
     "unmeasured": array(OP, 64),
+    "spread_of": described("The observable whose spread arrays this one shares: the same recorded value, observed"
+                           " again.", integer(0, nullable=True)),
     "order_dependent": described("Ops of the value's computation whose CUDA kernels are nondeterministic"
                                  " (atomic adds, scattered writes: torch.use_deterministic_algorithms), where the value is modelled on CUDA.", array(OP, 64)),
 }, required=("status",), closed=True, nullable=True)

@@ -80,7 +80,9 @@ def run_arms(repro: Repro, arms: list[ArmSpec], options: RunSettings,
             else:
                 collecting[python] = pool.submit(collect_environment, how, options.collect_env_timeout_s,
                                                  any(a.device != "cpu" for a in arms), python)
-        futures = [pool.submit(run_arm, repro, arm, options, memory, reporter, how) for arm in arms]
+        # The rounding simulations share the cores as the arms do.
+        threads = max(1, (os.cpu_count() or 1) // min(jobs, len(arms)))
+        futures = [pool.submit(run_arm, repro, arm, options, memory, reporter, how, threads) for arm in arms]
         runs = _every_run(futures)
         for python, collected in collecting.items():
             environments[python] = collected.result()
@@ -105,17 +107,20 @@ def _every_run(futures: list[concurrent.futures.Future[ArmRun]]) -> list[ArmRun]
 
 
 def run_arm(repro: Repro, arm: ArmSpec, options: RunSettings, memory_bytes: int,
-            reporter: Reporter = QUIET, how: Isolation | None = None) -> ArmRun:
+            reporter: Reporter = QUIET, how: Isolation | None = None,
+            simulation_threads: int | None = None) -> ArmRun:
+    """One arm's isolated run. `simulation_threads`: the cores its rounding simulation may
+    use (None: as many as the script runs on)."""
     root = Path(tempfile.mkdtemp(prefix="triage-arm-"))
     try:
-        return _run_arm_in(root, repro, arm, options, memory_bytes, reporter, how)
+        return _run_arm_in(root, repro, arm, options, memory_bytes, reporter, how, simulation_threads)
     finally:
         if not options.keep_dirs:
             remove_tree(root)
 
 
 def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunSettings, memory_bytes: int,
-                reporter: Reporter, how: Isolation | None) -> ArmRun:
+                reporter: Reporter, how: Isolation | None, simulation_threads: int | None) -> ArmRun:
     how = how or isolation(options.isolation)
     work, out = root / "work", root / "out"
     work.mkdir()
@@ -135,7 +140,8 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunSettings, me
         "max_leaf_bytes": options.max_leaf_bytes,
         "export_graph": options.export_graphs,
         "rounding": {"samples": options.rounding_samples, "budget_s": options.rounding_budget_s,
-                     "value_bytes": options.value_budget_bytes, "model": options.rounding_model}
+                     "value_bytes": options.value_budget_bytes, "model": options.rounding_model,
+                     "threads": simulation_threads}
         if options.reference and options.rounding_samples else None,
         "result_dir": str(out),
         # CUDA reserves far more address space than it uses: limit it on CPU arms only.
@@ -369,8 +375,13 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
     if run.status == "unavailable":
         run.failure = result.get("unavailable")
         return
+    nodes = {o["index"]: o.get("node") for o in result.get("observables", [])}
     for o in result.get("observables", []):
         i = o["index"]
+        # A value observed again shares its first record's spread arrays, if that record is the same node.
+        shared = (o.get("rounding") or {}).get("spread_of")
+        same_value = shared in nodes and o.get("node") is not None and nodes[shared] == o.get("node")
+        j = shared if same_value else i
         run.observables.append(Observable(
             index=i, kind=o["kind"], label=o["label"], line=o.get("line"), fingerprint=o.get("fingerprint"),
             reference=o.get("reference"), ancestors=o.get("ancestors", []), claim=o.get("claim"),
@@ -378,7 +389,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
             call_line=o.get("call_line"), expression=o.get("expression"), uninitialized=o.get("uninitialized"),
             value=values.get(f"{OBSERVED}{i}"), reference_value=values.get(f"{REFERENCE}{i}"),
             rounding=o.get("rounding"),
-            spread={key: values[f"{key}{i}"] for key in SPREAD_ARRAYS if f"{key}{i}" in values} or None,
+            spread={key: values[f"{key}{j}"] for key in SPREAD_ARRAYS if f"{key}{j}" in values} or None,
         ))
     if run.status == "raised" and run.exception:
         e = run.exception

@@ -46,6 +46,14 @@ class RoundingSpread:
     flips: list[dict[str, Any]] = field(default_factory=list)
     precision: str | None = None  # the least precise dtype the computation ran in
     unmeasured: list[str] = field(default_factory=list)  # library ops modelled by the conservative bound
+    # Per-element figures, each a few passes over the arrays (a million-element value: tens of
+    # ms each), computed once: the judge and the ladder ask for them many times.
+    _figures: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _once(self, name: str, compute: Any) -> Any:
+        if name not in self._figures:
+            self._figures[name] = compute()
+        return self._figures[name]
 
     @classmethod
     def of(cls, o: Observable) -> RoundingSpread | None:
@@ -85,6 +93,9 @@ class RoundingSpread:
         rounding can agree by chance (`1 + 1e-10` rounds to 1 in all but a few of 10^6
         float32 roundings) where rounding up does not, and only an exact result (no replay
         moves it) keeps every digit."""
+        return self._once("digits", self._element_digits)
+
+    def _element_digits(self) -> np.ndarray:
         envelope = self.envelope_width()
         with np.errstate(divide="ignore", invalid="ignore"):
             sampled = -np.log10(self.sd / np.abs(self.mean)) - cnh_penalty_bits(self.samples) * math.log10(2)
@@ -92,7 +103,7 @@ class RoundingSpread:
         digits = np.where(self.sd > 0, sampled, np.where(envelope > 0, directed, self.dtype_digits))
         # No finite sample (inf in every replay): no digits to count.
         digits = np.where(self.finite_samples(), digits, np.nan)
-        return np.where(self._computational_zeros(envelope), np.nan, np.minimum(digits, self.dtype_digits))
+        return np.where(self.computational_zeros(), np.nan, np.minimum(digits, self.dtype_digits))
 
     def finite_samples(self) -> np.ndarray:
         """Per element: some random replay gave a finite value (the mean and sd are of those)."""
@@ -104,6 +115,9 @@ class RoundingSpread:
     def envelope_width(self) -> np.ndarray:
         """Per element, how far the directed replays (every rounding up, every rounding down)
         lie from the samples' mean: inf where one of them is not finite."""
+        return self._once("envelope", self._envelope_width)
+
+    def _envelope_width(self) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             width = np.maximum(np.abs(np.asarray(self.up, np.float64) - self.mean),
                                np.abs(np.asarray(self.down, np.float64) - self.mean))
@@ -115,11 +129,10 @@ class RoundingSpread:
         element that some roundings make finite and others not (the logdet of a singular
         matrix): its finite replays' spread says nothing of how far apart two finite results
         may lie."""
-        return self._computational_zeros(self.envelope_width())
+        return self._once("zeros", self._computational_zeros)
 
-    def _computational_zeros(self, envelope: np.ndarray) -> np.ndarray:
-        """`computational_zeros` given `envelope_width()` (a few passes over a large value,
-        which `element_digits` has made already)."""
+    def _computational_zeros(self) -> np.ndarray:
+        envelope = self.envelope_width()
         t = student_t(0.975, max(self.samples - 1, 1))
         finite = np.isfinite(self.mean) & np.isfinite(self.sd)
         noise = finite & (self.sd > 0) & (np.abs(self.mean) < t * self.sd / math.sqrt(max(self.samples, 1)))
@@ -131,20 +144,21 @@ class RoundingSpread:
 
     def unstable_elements(self) -> np.ndarray:
         """Elements that some replays make finite and others not, or nonfinite differently."""
-        return unstable(self.nonfinite, self.sd)
+        return self._once("unstable", lambda: unstable(self.nonfinite, self.sd))
 
     def digits(self) -> float | None:
         """Significant digits of a typical element (the median over the elements that are not
         computational zeros): one near-zero output of a matmul does not make a model
         ill-conditioned."""
-        d = self.element_digits()
-        d = d[np.isfinite(d)]
-        return float(max(np.median(d), 0.0)) if d.size else None
+        d = self._finite_digits()
+        return self._once("median", lambda: float(max(np.median(d), 0.0)) if d.size else None)
 
     def fewest_digits(self) -> float | None:
-        d = self.element_digits()
-        d = d[np.isfinite(d)]
+        d = self._finite_digits()
         return float(max(d.min(), 0.0)) if d.size else None
+
+    def _finite_digits(self) -> np.ndarray:
+        return self._once("finite digits", lambda: self.element_digits()[np.isfinite(self.element_digits())])
 
     def wide(self) -> bool:
         """The computation itself loses most of the precision: ill-conditioned at this dtype."""

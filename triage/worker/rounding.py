@@ -188,6 +188,10 @@ class SimulationOptions:
     # own dtype (CUDA's scans do: measured on an H200, its fp16 cumsum adds in half).
     any_order: bool = False
     half_accumulation: bool = False
+    # The cores this simulation may use for large values (None: the script's thread count).
+    # Arms run side by side: two arms each on all of a machine's cores oversubscribe it, and
+    # OpenMP's waiting threads then cost a million-element replay three times its time.
+    threads: int | None = None
 
 
 @functools.cache
@@ -250,7 +254,8 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     it, as the arm stored it. With the arm's own values (`arm_values`), sampling stops early
     once every one of them is certainly inside its spread (a sequential Monte Carlo test).
     """
-    threads = torch.get_num_threads()
+    script_threads = torch.get_num_threads()
+    threads = min(options.threads or script_threads, script_threads)
     # Small tensors, many ops: thread hand-offs cost more than they save, and the arms
     # already run side by side on the machine's cores (`_parallel` gives them back for large
     # values).
@@ -270,7 +275,7 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
         with dynamo_import_deferred(), _freed_blocks_kept(), np.errstate(all="ignore"):
             return _simulate(graph, wanted, options, out_dtypes, arm_values or {}, threads)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(script_threads)
         _set_vmap_fallback_warning_enabled(True)
         if freezing:
             gc.unfreeze()
@@ -3036,7 +3041,8 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
                          flags: dict[str, Any]) -> dict[str, Any]:
     """Simulate the rounding of every observed value with a float64 reference, write each
     one's spread into `values` (``sig``/``up``/``dn``/``mu``/``sd``/``nf`` + index) and its
-    summary into the record's ``rounding``; returns the run's summary."""
+    summary into the record's ``rounding`` (``spread_of``: the index whose arrays a record of
+    the same value shares); returns the run's summary."""
     settings = job.get("rounding") or {}
     # `model`: the values are judged as another device would round them (a reporter's GPU,
     # triage/reported/), with the script's own numerics settings as it left them.
@@ -3051,18 +3057,23 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         reduced_precision=cuda and bool(flags.get("allow_fp16_reduced_precision_reduction")),
         memory_bytes=int(settings.get("memory_bytes", 512 << 20)),
         min_samples=min(9, int(settings.get("samples", 29))),
-        kernels=kernels, any_order=cuda, half_accumulation=cuda)
+        kernels=kernels, any_order=cuda, half_accumulation=cuda,
+        threads=int(settings["threads"]) if settings.get("threads") else None)
     wanted: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     budget = int(settings.get("value_bytes", 64 << 20))
     # The spread arrays of each record come out of `budget`, in record order (below): a value
     # whose arrays would not fit is not simulated at all, since its K samples and their
     # statistics (a 4M-element tensor observed at exit: seconds) would be thrown away.
+    # A value observed several times (a call's output, then a claim's operand, then at exit) is
+    # one node: simulated once, its spread counted and kept once, for all its records.
     too_large: set[int] = set()
     for r in records:
         ref = references.get(r["node"]) if r["node"] else None
         fp = r.get("fingerprint") or {}
         if isinstance(ref, torch.Tensor) and f"{OBSERVED}{r['index']}" in values and list(ref.shape) == fp.get("shape"):
+            if r["node"] in wanted:
+                continue
             size = spread_bytes(ref)
             if size > budget:
                 too_large.add(r["index"])
@@ -3077,6 +3088,7 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
     sim = simulate_rounding(graph, wanted, options, dtypes, arm_values)
     by_name = {n.name: n for n in graph.nodes}
     budget = int(settings.get("value_bytes", 64 << 20))
+    kept: dict[str, int] = {}  # node → the record whose index its spread arrays are kept under
     for r in records:
         if r["index"] in too_large:
             r["rounding"] = {"status": "not-judged", "reason": "the spread is too large to keep", "samples": 0,
@@ -3095,6 +3107,9 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
                          else []}
         if spread.status != "judged":
             continue
+        if r["node"] in kept:
+            r["rounding"]["spread_of"] = kept[r["node"]]
+            continue
         arrays = dict(zip(SPREAD_ARRAYS, (spread.sigma, spread.up, spread.down, spread.mean, spread.sd,
                                           spread.nonfinite), strict=True))
         size = sum(a.numel() * a.element_size() for a in arrays.values())
@@ -3102,6 +3117,7 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
             r["rounding"].update(status="not-judged", reason="the spread is too large to keep")
             continue
         budget -= size
+        kept[r["node"]] = r["index"]
         for key, a in arrays.items():
             values[f"{key}{r['index']}"] = a.numpy()
     return {"seconds": round(sim.seconds, 3), "samples": sim.samples, "note": sim.note,

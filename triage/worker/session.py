@@ -179,6 +179,10 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
                 "conditioning": len(recording.conditioning) - len(conditioning)}
 
     values = dict(store.values)
+    # A value observed again (a call's output, a claim's operand, at exit) is one node and one
+    # replayed value: fingerprinted once (a million float64 elements: tens of ms each).
+    reference_fingerprints: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
+    reference_arrays: dict[str, np.ndarray | None] = {}
     for record in store.records:
         node_name = record["node"]
         ref: dict[str, Any] = {"fingerprint": None, "note": None, "approximate": False}
@@ -197,12 +201,17 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         if fp is None or list(value.shape) != fp["shape"]:
             ref["note"] = "the replay produced a different shape"
             continue
-        ref["fingerprint"], unreadable = readable_fingerprint(value)
+        if node_name not in reference_fingerprints:
+            reference_fingerprints[node_name] = readable_fingerprint(value)
+        fingerprinted, unreadable = reference_fingerprints[node_name]
         if unreadable:
             ref["note"] = f"the float64 replay's value {unreadable}"
             continue
+        ref["fingerprint"] = dict(fingerprinted)
         ref["approximate"] = bool(replay.approximate)
-        wide = to_numpy(value)
+        if node_name not in reference_arrays:
+            reference_arrays[node_name] = to_numpy(value)
+        wide = reference_arrays[node_name]
         if wide is not None and f"{OBSERVED}{record['index']}" in values:
             values[f"{REFERENCE}{record['index']}"] = wide
 
