@@ -502,3 +502,31 @@ def test_a_forked_compile_arm_starts_with_inductors_machine_probes_done(tmp_path
     assert ZYGOTE_MODULE in arm["pid1"] or not isolation().strong, arm["pid1"]
     assert arm["isa"] == 1 and arm["torch_key"], arm
     assert code == 5, out  # the probe compiles nothing: not the comparison a compile arm is for
+
+
+TEMPORARY_FOLDER = textwrap.dedent("""\
+    import os, tempfile, uuid
+    import torch
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(b"x")
+        print("TEMPDIR", tempfile.gettempdir() == os.environ["TMPDIR"], os.path.dirname(f.name) == tempfile.gettempdir())
+    print(torch.compile(lambda x: x.sin() + 1)(torch.ones(3)))
+    # {run}
+""")
+
+
+@pytest.mark.parametrize("how", ["process", "auto"])
+def test_a_forked_arms_temporary_files_go_to_its_own_folder(tmp_path, how):
+    """Python's `tempfile` keeps the folder it first found, and inductor fixes its precompiled
+    headers' folder under it at import: both were the zygote's. A forked arm then wrote its
+    temporary files there, where the process sandbox forbids it: a compile arm that loaded the
+    kernel an earlier run of the script had cached, and built its header, failed with
+    PermissionError, and the report called it a crash of that arm."""
+    script = tmp_path / "tmp_folder.py"
+    script.write_text(TEMPORARY_FOLDER.format(run=uuid.uuid4().hex))  # a compile cache of its own
+    for _ in range(2):  # the first run compiles and caches the kernel, the second loads it
+        code, report, _, out = run_triage(script, "cpu/compile", tmp_path, *ARMS_ONLY, "--isolation", how)
+        assert report is not None, out
+        arm, = report["arms"]
+        assert arm["status"] == "ok", (arm["failure"], arm["stderr"][-2000:])
+        assert "TEMPDIR True True" in arm["stdout"], arm["stdout"]

@@ -122,6 +122,9 @@ class Observable:
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     spread: dict[str, np.ndarray] | None = field(default=None, repr=False, metadata={"json": False})
+    # The judge's reading of `spread` (triage/judge/spread.py), made once: its per-element
+    # figures are passes over the arrays, which the comparison, the ladder and the audit reread.
+    spread_reading: Any = field(default=None, repr=False, compare=False, metadata={"json": False})
 
     @property
     def shown(self) -> str:

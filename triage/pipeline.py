@@ -184,7 +184,8 @@ def _run_notes(comparison, options: RunSettings, source: str) -> list[str]:  # n
     if calls_compile(source) and not any(r.mode == "compile" for r in comparison.arms):
         notes.append("The script calls `torch.compile`, but no arm compiles (no `/compile` arm was asked for): on "
                      f"{', '.join(f'`{r.spec}`' for r in comparison.arms)} every `torch.compile` call returned the "
-                     "function itself (a module wrapped as torch.compile wraps it, run eagerly), so the compiled code ran eagerly. Add `cpu/compile` to compare it.")
+                     "function itself (a module came back wrapped as torch.compile wraps it), so the compiled code ran "
+                     "eagerly. Add `cpu/compile` to compare it.")
     if len({torch_of(r) for r in comparison.arms}) > 1:
         notes.append("The arms ran different torch releases (another release runs from its own environment, built "
                       "with venv + pip). The accuracy note does not promise bitwise-equal results across releases: a "

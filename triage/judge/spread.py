@@ -57,6 +57,14 @@ class RoundingSpread:
 
     @classmethod
     def of(cls, o: Observable) -> RoundingSpread | None:
+        """The spread of an arm's observed value, or None where it has none (read once per value)."""
+        read_from = (o.spread, o.reference_value, o.rounding)
+        if o.spread_reading is None or any(a is not b for a, b in zip(o.spread_reading[0], read_from, strict=True)):
+            o.spread_reading = (read_from, cls._read(o))
+        return o.spread_reading[1]
+
+    @classmethod
+    def _read(cls, o: Observable) -> RoundingSpread | None:
         r, s = o.rounding or {}, o.spread or {}
         if r.get("status") != "judged" or o.reference_value is None or not all(k in s for k in SPREAD_ARRAYS):
             return None

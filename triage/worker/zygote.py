@@ -425,6 +425,7 @@ def _run_job(request: dict[str, Any], fds: list[int]) -> NoReturn:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        _own_temporary_folder()
         sys.argv = [request["module"], *request["args"]]
         sys.stdin = open(0, closefd=False)
         module = importlib.import_module(ENTRY_POINTS[request["module"]])
@@ -435,6 +436,21 @@ def _run_job(request: dict[str, Any], fds: list[int]) -> NoReturn:
     from triage.worker.process import exit_now
 
     exit_now(code or 0)
+
+
+def _own_temporary_folder() -> None:
+    """The job's temporary files in its own TMPDIR. `tempfile` keeps the folder it first
+    found, and inductor's codecache fixed its precompiled headers' folder under it at import:
+    both were the zygote's, which the process sandbox does not let a job write (an inductor
+    that loaded a cached kernel and built its header failed with PermissionError)."""
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"].tempdir = None
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is not None and hasattr(codecache, "_HEADER_DIR") and hasattr(codecache, "_HEADER_LOCK_DIR"):
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        codecache._HEADER_DIR = os.path.join(default_cache_dir(), "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
 def _report_failure(fds: list[int], request: dict[str, Any]) -> None:
