@@ -331,6 +331,55 @@ def test_a_real_matmul_chain_is_inside_and_an_injected_error_is_not(threads):
     assert judge(hidden @ w2, spread).zone == "outside"
 
 
+SCATTER_BINS = torch.randint(0, 16, (40_000,), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("op", [
+    lambda w: torch.zeros(16).scatter_add_(0, SCATTER_BINS, w),
+    lambda w: torch.ones(16).index_add(0, SCATTER_BINS, w, alpha=0.5),
+    lambda w: torch.zeros(16).index_put_((SCATTER_BINS,), w, accumulate=True),
+    lambda w: torch.zeros(16).scatter_reduce(0, SCATTER_BINS, w, "mean", include_self=False),
+], ids=["scatter_add_", "index_add", "index_put_accumulate", "scatter_reduce_mean"])
+def test_a_scatter_sum_rounds_as_its_terms_add_up_and_an_injected_error_is_outside(op):
+    """`scatter_add_` of 200,000 weights into 64 bins against a one-hot matmul (a new user's
+    histogram): each bin adds 3,000 float32 terms one after another, but the simulation
+    rounded the result once (the op's measured error on OpInfo's few terms, or none at all:
+    `index_put_(accumulate=True)` counted as a move), and the correct kernel was "16.9σ
+    outside", a likely bug. Each output element now carries the walk of its own terms, and
+    the worst case of a sequential sum, (n − 1)·u·Σ|t| (2,500 terms here: 1.5e-4 relative),
+    bounds its envelope; an error beyond that is outside."""
+    w = torch.rand(40_000, generator=torch.Generator().manual_seed(4)) * 10
+    out, spread = spread_of(op, w)
+    assert judge(out, spread).zone == "inside"
+    assert judge(out * (1 + 1e-3), spread).zone == "outside"
+
+
+def test_an_embeddings_gradient_of_equal_terms_is_rounding_not_outside():
+    """An embedding's gradient adds each row's upstream gradients one after another; equal
+    terms (a constant upstream gradient) round alike at every addition, so the error grows as
+    n, not as the walk's √n: the real kernel (bit for bit the sequential float32 sum) was 11σ
+    of the walk. It lies within the sequential sum's directed envelope."""
+    idx = torch.randint(0, 32, (20_000,), generator=torch.Generator().manual_seed(0))
+    scale = torch.linspace(0, 1, 8)
+
+    def gradient(w):
+        w = w.detach().requires_grad_()
+        (torch.nn.functional.embedding(idx, w) * scale).sum().backward()
+        return w.grad
+
+    out, spread = spread_of(gradient, torch.randn(32, 8, generator=torch.Generator().manual_seed(1)))
+    assert judge(out, spread).zone in ("inside", "envelope")
+    assert judge(out * (1 + 1e-3), spread).zone == "outside"
+
+
+def test_a_scatter_that_only_moves_values_adds_no_rounding():
+    w = torch.rand(16, generator=torch.Generator().manual_seed(4))
+    order = torch.randperm(16, generator=torch.Generator().manual_seed(5))
+    out, spread = spread_of(lambda v: torch.zeros(16).index_put_((order,), v), w)
+    assert float(np.max(spread.sd)) == 0.0
+    assert judge(out, spread).zone == "inside"
+
+
 def test_rank_deficient_svd_reaches_the_exact_infinity_in_the_reference():
     from triage.worker.conditioning import exact_rank
 

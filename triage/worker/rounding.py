@@ -113,6 +113,15 @@ SUMS = {"sum", "nansum", "mean", "cumsum", "prod"}
 DOUBLE_SCANS = {"cumsum"}
 # Moments replayed as one op (prims.var under var's decomposition): their kernels sum the terms.
 MOMENTS = {"var", "std"}
+# Ops that add their source's terms into the output elements the indices name: each element
+# is a sum of as many terms as point at it (a histogram's bin of 3,000 weights), added one
+# after another in the output's own dtype (ATen's CPU scatter and index kernels add
+# `*self += *src` in scalar_t; CUDA's in atomics, in any order). By name, the source's
+# position and keyword: they accumulate only as called to (`accumulate=True`,
+# `reduce="add"`, `scatter_reduce`'s "sum" and "mean"); otherwise they only move values.
+SCATTER_SUMS = {"scatter_add": (3, "src"), "scatter": (3, "src"), "scatter_reduce": (3, "src"),
+                "index_add": (3, "source"), "index_put": (2, "values"), "_index_put_impl": (2, "values"),
+                "put": (2, "source")}
 CONTRACTIONS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "convolution",
                 "_convolution", "matmul"}
 LINALG = {"_linalg_det", "linalg_det", "det", "_linalg_slogdet", "linalg_slogdet", "slogdet", "logdet",
@@ -1668,6 +1677,8 @@ class RoundingMode(TriageDispatchMode):
         kind = op_class(func)
         if name in LATTICE_OPS and out_vd and out_vd[0] in FORMATS:
             return "lattice"
+        if _scatter_source(name, args, kwargs) is not None:
+            return "accumulated"
         if name.startswith(FFT_PREFIX):
             return "transform"
         if kind in ("decomposed", "linalg", "exact", "accumulated"):
@@ -2174,6 +2185,8 @@ class RoundingMode(TriageDispatchMode):
             else (torch.float32 if d in FORMATS else d)
         if name in DOUBLE_SCANS and d is torch.float32 and not self.options.any_order:
             acc = torch.float64
+        if name.rstrip("_") in SCATTER_SUMS:
+            acc = d
         u = UNIT_ROUNDOFF.get(acc, 2.0 ** -53)
         directed = None
         if self.directed and name in ("sum", "mean", "nansum") and acc in FORMATS:
@@ -2474,7 +2487,7 @@ def op_class(func: Any) -> str:
         kind = "decomposed"
     elif name in LINALG:
         kind = "linalg"
-    elif name in EXACT:
+    elif name in EXACT or name.rstrip("_") in EXACT:  # in place too: `relu_`, `scatter_`, `clamp_`
         kind = "exact"
     elif name in CONTRACTIONS or name in SUMS:
         kind = "accumulated"
@@ -2587,6 +2600,8 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
     convolution's), whose addition rounds too."""
     if name in PLAIN_CONTRACTIONS and _contraction_length(name, args) == 1:
         return _no_accumulation(out)
+    if name.rstrip("_") in SCATTER_SUMS:
+        return _scatter_magnitudes(name, args, kwargs, out)
     if name in CONTRACTIONS:
         squares = _same_contraction(name, func, args, kwargs, lambda x: x * x)
         absolute = _same_contraction(name, func, args, kwargs, torch.abs)
@@ -2623,6 +2638,80 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute * scale).reshape(out.shape)
     walk = sequential_walk(n, s, squares)
     return walk.reshape(out.shape), (math.ceil(math.log2(max(n, 2))) * absolute).reshape(out.shape)
+
+
+def _scatter_source(name: str, args: tuple, kwargs: dict) -> int | str | None:
+    """Where a scatter or index op's source terms are (a position or a keyword), if this call
+    adds them into its output (`SCATTER_SUMS`); None if it only moves values."""
+    base = name.rstrip("_")
+    if base not in SCATTER_SUMS:
+        return None
+    position, keyword = SCATTER_SUMS[base]
+    if base in ("index_put", "_index_put_impl", "put"):
+        if not kwargs.get("accumulate", args[3] if len(args) > 3 else False):
+            return None
+    elif base in ("scatter", "scatter_reduce"):
+        reduce = kwargs.get("reduce", args[4] if len(args) > 4 else None)
+        if reduce not in (("add",) if base == "scatter" else ("sum", "mean")):
+            return None
+    where = keyword if keyword in kwargs else position
+    source = kwargs.get(where) if isinstance(where, str) else args[where] if len(args) > where else None
+    if not isinstance(source, torch.Tensor) or not source.is_floating_point() or not isinstance(args[0], torch.Tensor):
+        return None
+    return where
+
+
+def _scatter_magnitudes(name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_magnitudes` of a scatter or index sum: per output element, its own count n of terms
+    (the source's that point at it, and the output's initial value where it is added and not
+    zero), their sum S and Σt², added in sequence: σ/u = √(n/3)·√(S²/3 + Σt²/2), and the
+    bound of a sequential sum, (n − 1)·Σ|t| (Higham, (4.4)): equal terms added one after
+    another round alike, and their error grows as n, not √n (an embedding's gradient of a
+    constant upstream gradient: 11σ of the walk, the real kernel, bit for bit the sequential
+    float32 sum). A mean's (`scatter_reduce`) divided by its count. Each figure is the op
+    itself, called on the terms' squares, magnitudes and ones into zeros."""
+    base = name.rstrip("_")
+    where = _scatter_source(name, args, kwargs)
+    source = kwargs[where] if isinstance(where, str) else args[where]
+    if base == "index_add":
+        source = source * kwargs.get("alpha", 1)
+    functional = getattr(torch.ops.aten, "index_put" if base == "_index_put_impl" else base).default \
+        if base not in ("scatter", "scatter_reduce") else (torch.ops.aten.scatter.reduce if base == "scatter"
+                                                          else torch.ops.aten.scatter_reduce.two)
+    plain = {k: v for k, v in kwargs.items() if k not in ("alpha", "unsafe")}
+    includes_self = base != "scatter_reduce" or bool(kwargs.get("include_self", True))
+    if base == "scatter_reduce":
+        plain.update(reduce="sum", include_self=False)
+        rest = list(args[:4])
+    elif base in ("index_put", "_index_put_impl"):
+        plain["accumulate"] = True
+        rest = list(args[:3])
+    else:
+        rest = list(args[:4]) if base != "put" else list(args[:3])
+
+    def added(terms: torch.Tensor) -> torch.Tensor:
+        call_args, call_kwargs = list(rest), dict(plain)
+        call_args[0] = torch.zeros_like(args[0])
+        if isinstance(where, str):
+            call_kwargs[where] = terms
+        else:
+            call_args[where] = terms
+        return functional(*call_args, **call_kwargs)
+
+    own = args[0] if includes_self else torch.zeros_like(args[0])
+    count = added(torch.ones_like(source))
+    n = count + (own != 0)
+    s = own + added(source)
+    squares = own * own + added(source * source)
+    absolute = own.abs() + added(source.abs())
+    adds = n > 1
+    walk = torch.where(adds, (n / 3).sqrt() * (s.square() / 3 + squares / 2).sqrt(), 0.0)
+    bound = torch.where(adds, (n - 1) * absolute, 0.0)
+    reduce = kwargs.get("reduce", args[4] if len(args) > 4 else None)
+    if base == "scatter_reduce" and reduce == "mean":
+        divided_by = (count + includes_self).clamp(min=1)
+        walk, bound = walk / divided_by, bound / divided_by
+    return walk.reshape(out.shape), bound.reshape(out.shape)
 
 
 def _no_accumulation(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
