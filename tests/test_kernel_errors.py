@@ -288,7 +288,9 @@ def test_the_exact_sensitivity_of_a_sum_of_linear_terms_is_the_central_differenc
     (torch.ops.aten.addcmul.default, ("row",))])
 def test_the_numpy_conditioning_of_a_small_linear_op_is_torchs_bit_for_bit(monkeypatch, op, extra):
     # Half the elements cancel (the start is minus the other terms, up to a few ulp), so both
-    # paths find ill-conditioned elements, zeros and well-conditioned ones to tell apart.
+    # paths find ill-conditioned elements, zeros and well-conditioned ones to tell apart (at
+    # the measurement's split: a sum of terms of mixed signs always amplifies a little).
+    monkeypatch.setattr(kernel_errors, "AMPLIFYING", kernel_errors.WELL_CONDITIONED)
     g = torch.Generator().manual_seed(5)
     a, b, c = (torch.randn(4, 64, generator=g, dtype=torch.float64) for _ in range(3))
     c = c + torch.sign(c)  # a divisor away from 0
@@ -314,3 +316,20 @@ def test_the_numpy_conditioning_of_a_small_linear_op_is_torchs_bit_for_bit(monke
     torch_scale = kernel_errors.ill_conditioned_scale(op, args, kwargs)
     assert torch_scale is not None and bool((torch_scale > 0).any()) and bool((torch_scale == 0).any())
     assert numpy_scale is not None and torch.equal(numpy_scale, torch_scale)
+
+
+def test_a_measurement_of_some_ops_is_merged_into_the_machines_entry_not_put_in_its_place(tmp_path):
+    """`triage calibrate --op NAME` replaced this CPU's 256-op entry with the four ops named
+    (a new user's run): the simulation then had no measurement for the rest. A partial
+    measurement replaces only the op × dtype it measured."""
+    path = tmp_path / "table.json"
+    base = {"torch": "2.13.0+cpu", "device": "cpu", "capability": "AVX2", "machine": "x86_64", "seconds": 100.0,
+            "ops": {"exp": {"float32": {"max_u": 1.0}, "float16": {"max_u": 0.5}}, "sin": {"float32": {"max_u": 1.1}}}}
+    kernel_errors.write(base, path)
+    again = dict(base, seconds=2.0, ops={"exp": {"float32": {"max_u": 3.0}}})
+    kernel_errors.write(again, path, partial=True)
+    entry, = json.loads(path.read_text())["tables"]
+    assert entry["ops"] == {"exp": {"float32": {"max_u": 3.0}, "float16": {"max_u": 0.5}}, "sin": {"float32": {"max_u": 1.1}}}
+    assert "merged" in entry["coverage"]
+    kernel_errors.write(dict(base, ops={"cos": {"float32": {"max_u": 1.0}}}), path)  # a full one replaces
+    assert list(json.loads(path.read_text())["tables"][0]["ops"]) == ["cos"]

@@ -380,6 +380,20 @@ def test_a_scatter_that_only_moves_values_adds_no_rounding():
     assert judge(out, spread).zone == "inside"
 
 
+def test_float32_gelus_cancelling_tail_is_inside_and_the_tanh_approximation_is_not():
+    """The CPU's float32 GELU computes x·(1 + erf(x/√2))/2, which cancels for x ≪ 0: −0 below
+    about −6, where the function is −1e-15, and 46 u of its result at x = −2. Central
+    differences of float64 GELU saw a plateau there (float64's own 1 + erf moves in steps of
+    1e-16) and called it well conditioned, so the correct kernel was 1e6σ outside, and a
+    backend's planted tanh approximation was blamed on the eager arm. The slope now comes
+    from erfc, and the kernel's measured error relative to its input applies wherever the
+    function amplifies it."""
+    x = torch.linspace(-9, 3, 4096)
+    out, spread = spread_of(torch.nn.functional.gelu, x)
+    assert judge(out, spread).zone == "inside"
+    assert judge(torch.nn.functional.gelu(x, approximate="tanh"), spread).zone == "outside"
+
+
 def test_rank_deficient_svd_reaches_the_exact_infinity_in_the_reference():
     from triage.worker.conditioning import exact_rank
 

@@ -580,7 +580,7 @@ def calibrate_command(device: str, dtypes: tuple[str, ...], ops: tuple[str, ...]
                                       time_limit=time_limit)
     path = Path(table_path) if table_path else kernel_errors.TABLE
     try:
-        kernel_errors.write(entry, path)
+        kernel_errors.write(entry, path, partial=bool(ops) or "coverage" in entry)
     except OSError as e:
         raise click.ClickException(f"cannot write the table {path}: {e.strerror}") from None
     measured = sum(len(per) for per in entry["ops"].values())

@@ -228,15 +228,26 @@ def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, 
     return len(op_db)
 
 
-def write(entry: dict[str, Any], path: Path = TABLE) -> None:
+def write(entry: dict[str, Any], path: Path = TABLE, partial: bool = False) -> None:
     """Add `entry` to the table at `path`, replacing the one of the same release, device and
-    capability."""
+    capability; a `partial` entry (some ops only, or a time limit that ran out) is merged into
+    it instead: its ops × dtypes replace those measured before, every other one is kept (a
+    `--op` run must not leave the simulation with four ops of a machine's 256)."""
     try:
         tables = json.loads(path.read_text())["tables"]
     except (OSError, ValueError, KeyError):
         tables = []
     key = (_release(entry["torch"]), entry["device"], entry["capability"])
-    tables = [t for t in tables if (_release(t.get("torch", "")), t.get("device"), t.get("capability")) != key]
+    same = [t for t in tables if (_release(t.get("torch", "")), t.get("device"), t.get("capability")) == key]
+    if partial and same:
+        before = same[0]
+        ops = {name: dict(per) for name, per in before.get("ops", {}).items()}
+        for name, per in entry["ops"].items():
+            ops.setdefault(name, {}).update(per)
+        remeasured = len(entry["ops"])
+        entry = dict(entry, ops=ops, coverage=f"{remeasured} aten ops measured again ({entry.get('coverage') or 'the ops asked for'}),"
+                                                f" merged into the earlier entry of {len(before.get('ops', {}))}")
+    tables = [t for t in tables if t not in same]
     tables.append(entry)
     tables.sort(key=lambda t: (t.get("device", ""), t.get("torch", ""), t.get("capability", "")))
     path.write_text(json.dumps({"format": FORMAT, "tables": tables}, indent=1, sort_keys=True) + "\n")
@@ -355,11 +366,21 @@ class _Probe(TorchDispatchMode):
 WELL_CONDITIONED = 4.0
 
 
-def well_conditioned(sensitivity: torch.Tensor, magnitude: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """Elements where Σ|xᵢ ∂f/∂xᵢ| ≤ WELL_CONDITIONED·|f|. A zero slope at nonzero inputs is
+def well_conditioned(sensitivity: torch.Tensor, magnitude: torch.Tensor, value: torch.Tensor,
+                     threshold: float = WELL_CONDITIONED) -> torch.Tensor:
+    """Elements where Σ|xᵢ ∂f/∂xᵢ| ≤ threshold·|f|. A zero slope at nonzero inputs is
     float64 itself quantized there (1 + erf moves in steps of 1e-16): no figure, so not
     well conditioned either."""
-    return (sensitivity <= WELL_CONDITIONED * value) & ((sensitivity > 0) | (magnitude == 0))
+    return (sensitivity <= threshold * value) & ((sensitivity > 0) | (magnitude == 0))
+
+
+# Where the simulation adds a kernel's measured error relative to its inputs (`backward_u`):
+# wherever the function amplifies its inputs' relative error at all. The measurement splits
+# its samples at WELL_CONDITIONED; a formula that cancels errs relative to its inputs below
+# that too (float32 GELU at x = −2.06, κ = 3.98: 46 u of its result, where its forward
+# bound is 17.5). A kernel accurate relative to its result measured no such error: nothing
+# is added to it.
+AMPLIFYING = 1.0
 # fp16/bf16 results that are the float32 computation rounded once, within one ulp, on at
 # least this share of elements: the kernel's opmath is float32 (ill-conditioned samples
 # differ either way).
@@ -394,6 +415,26 @@ def _linear_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
     return None
 
 
+def _analytic_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
+    """x·f′(x) of a function whose float64 kernel cancels where the function does not, from
+    formulas that keep their digits there; None for any other op. GELU's float64
+    x·(1 + erf(x/√2))/2 moves in steps of 1e-16 for x ≪ 0 (1 + erf is quantized at float64's
+    spacing near −1): central differences across such a plateau find x·f′ = f, "well
+    conditioned", where the function is as sensitive as x² times its value, and its float32
+    kernel (the same formula) errs by about u·|x|, a hundred times its result or more. From
+    erfc and the logistic function (0.5·(1 + tanh z) = σ(2z)) the slope keeps its digits."""
+    if name != "gelu" or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    x = args[0]
+    if kwargs.get("approximate", args[1] if len(args) > 1 else "none") == "tanh":
+        k, a = math.sqrt(2 / math.pi), 0.044715
+        s = torch.sigmoid(2 * k * (x + a * x * x * x))
+        slope = s + x * s * (1 - s) * 2 * k * (1 + 3 * a * x * x)
+    else:
+        slope = 0.5 * torch.special.erfc(-x / math.sqrt(2)) + x * torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    return [x * slope]
+
+
 # Up to this many elements the conditioning of an op with linear terms is found in NumPy: a
 # few dozen passes over a small value are mostly the calls' overhead (an optimizer's
 # `lerp_`, `addcmul_`, `addcdiv_` on every parameter, every step: a quarter of a training
@@ -402,8 +443,8 @@ NUMPY_CONDITIONING_ELEMENTS = 1 << 12
 
 
 def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """Where pointwise `func` (out of place) is ill-conditioned on these float64 arguments
-    (`well_conditioned` false, by Σ|xᵢ·∂f/∂xᵢ|) and every input is finite: the scale
+    """Where pointwise `func` (out of place) amplifies its inputs' relative error on these
+    float64 arguments (Σ|xᵢ·∂f/∂xᵢ| above AMPLIFYING·|f|) and every input is finite: the scale
     max(Σ|xᵢ|, |f|) there and 0 elsewhere; None where it is well conditioned everywhere or has
     no sensitivity figure."""
     value = func(*args, **kwargs)
@@ -417,7 +458,7 @@ def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict) -> torch.Tensor 
     magnitude = input_magnitude(args, torch.float64, value.shape)
     # An infinite input's result is IEEE's special case (logaddexp(x, −inf) = x, exactly): no
     # scale, and the forward bound holds there.
-    ill = ~well_conditioned(sens, magnitude, value.abs()) & torch.isfinite(magnitude)
+    ill = ~well_conditioned(sens, magnitude, value.abs(), AMPLIFYING) & torch.isfinite(magnitude)
     return torch.where(ill, torch.maximum(magnitude, value.abs()), 0.0) if bool(ill.any()) else None
 
 
@@ -447,7 +488,7 @@ def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: to
             sens = term if sens is None else sens + term
     if sens is None:
         return None
-    ill = ~((sens <= WELL_CONDITIONED * f) & ((sens > 0) | (magnitude == 0))) & np.isfinite(magnitude)
+    ill = ~((sens <= AMPLIFYING * f) & ((sens > 0) | (magnitude == 0))) & np.isfinite(magnitude)
     return torch.from_numpy(np.where(ill, np.maximum(magnitude, f), 0.0)) if ill.any() else None
 
 
@@ -466,7 +507,8 @@ def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: A
     an op whose terms are each linear in one input (`_linear_terms`)."""
     wide = [_in_float64(a, dtype) for a in args]
     wide_kwargs = {k: _in_float64(v, dtype) for k, v in kwargs.items()}
-    linear = _linear_terms(func.overloadpacket.__name__.rstrip("_"), tuple(wide), wide_kwargs)
+    name = func.overloadpacket.__name__.rstrip("_")
+    linear = _linear_terms(name, tuple(wide), wide_kwargs) or _analytic_terms(name, tuple(wide), wide_kwargs)
     total = None
     for j, a in enumerate(wide):
         if not isinstance(a, torch.Tensor) or a.dtype != torch.float64 or a.shape != shape:
