@@ -1059,8 +1059,8 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                 elif n.op == "placeholder":
                     env[n] = widen(n.meta["leaf"].value)
                     env[n]._arm_dtype = n.meta["leaf"].value.dtype
-                    if center:
-                        mode.cache.keep(n, env[n], (mode.calls, mode.calls))
+                    if center:  # a leaf held as recorded (not widened) is the recording's memory
+                        mode.cache.keep(n, env[n], (mode.calls, mode.calls), owned=env[n] is not n.meta["leaf"].value)
                 elif n in same_as and same_as[n] in env:
                     env[n] = env[same_as[n]]
                     if center and same_as[n] in constants:
@@ -1171,9 +1171,6 @@ def _unchanging(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, Any]
     return not mode.rounded and all(a in constants for a in inputs)
 
 
-# Up to this many elements, a correctly rounded op of unchanging inputs is checked for a
-# result its dtype holds exactly (`_representable`): one more float64 pass in the centre replay.
-REPRESENTABLE_CHECKED = 1 << 16
 
 
 def _representable(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, Any], mode: RoundingMode,
@@ -1181,12 +1178,15 @@ def _representable(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, A
     """A single correctly rounded op of values that are the same in every replay, whose float64
     result its arm dtype holds exactly: every rounding (to nearest, up, down, at random) leaves
     it as it is, so it is the same in every replay too. Labels cast to float (`(i % 2).float()`)
-    are, and `1 - y` of them then cancels nothing a replay could move."""
+    are, and `1 - y` of them then cancels nothing a replay could move; so is a one-hot matrix
+    cast to float (200,000 × 64: each replay rounded its 12.8M exact elements again, 0.16 s).
+    Checked where the value would be kept (one more float64 pass in the centre replay)."""
     start, end = calls
     routed = mode.cache.routes.get(start)
     if (end - start != 1 or routed is None or routed[0] is not n.target or routed[2] != "correctly-rounded"
             or not all(a in constants for a in inputs) or mode.flush
-            or not isinstance(out, torch.Tensor) or out.numel() > REPRESENTABLE_CHECKED
+            or not isinstance(out, torch.Tensor)
+            or out.numel() * out.element_size() > CONSTANT_BYTES - mode.cache.constant_bytes
             or torch.Tag.nondeterministic_seeded in n.target.tags or _written(n.target)):
         return False  # an in-place or out= op run again would write over the replay's values
     exact = n.target(*args, **kwargs)
@@ -1346,12 +1346,25 @@ class _CallCache:
         self.constants: dict[fx.Node, Any] = {}
         self.calls: dict[fx.Node, tuple[int, int]] = {}
         self.constant_bytes = 0
+        self.storages: set[int] = set()  # the kept values' storages (their addresses), counted once
 
-    def keep(self, n: fx.Node, value: Any, calls: tuple[int, int]) -> None:
-        """Note `n`'s `value` as the same in every replay, if it fits CONSTANT_BYTES."""
-        size = sum(t.numel() * t.element_size() for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor))
-        if self.constant_bytes + size <= CONSTANT_BYTES:
-            self.constant_bytes += size
+    def keep(self, n: fx.Node, value: Any, calls: tuple[int, int], owned: bool = True) -> None:
+        """Note `n`'s `value` as the same in every replay, if it fits CONSTANT_BYTES: its
+        storage counted once (a view of a kept value, a transposed one-hot matrix, costs none),
+        and not at all where the simulation does not own it (`owned`: a leaf as recorded)."""
+        new: dict[int, int] = {}
+        for t in tree_flatten(value)[0]:
+            if isinstance(t, torch.Tensor):
+                try:
+                    storage = t.untyped_storage()
+                    address, size = storage.data_ptr(), storage.nbytes()
+                except (RuntimeError, NotImplementedError):  # a layout without one storage (sparse)
+                    address, size = id(t), t.numel() * t.element_size()
+                if address not in self.storages:
+                    new[address] = size if owned else 0
+        if self.constant_bytes + sum(new.values()) <= CONSTANT_BYTES:
+            self.constant_bytes += sum(new.values())
+            self.storages.update(new.keys())
             self.constants[n] = value
             self.calls[n] = calls
 
@@ -1360,8 +1373,10 @@ class _CallCache:
 # than this cannot rule out that the kernel computes at the half dtype: where that computation
 # overflows and float32's does not, both results are possible (`_overflowing_at`).
 OPMATH_EVIDENCE_ELEMENTS = 100
-# The most bytes of values the same in every replay that one simulation holds on to.
-CONSTANT_BYTES = 64 << 20
+# The most bytes of values the same in every replay that one simulation holds on to: a
+# 200,000 × 64 one-hot matrix in float64 is 100 MiB, which every replay otherwise makes and
+# rounds again (a tenth of the arm's memory limit at the smallest, 2 GiB).
+CONSTANT_BYTES = 256 << 20
 # Replays are stacked where the centre replay's largest value has at most this many elements:
 # a replay of small values costs the Python around each op (tens of microseconds, whatever the
 # op's size), which a stack pays once for all of its replays; a large value's arithmetic
