@@ -443,3 +443,30 @@ def test_a_float32_fit_of_condition_1e7_is_ill_conditioned_whatever_the_solvers_
     v = report["verdict"]
     assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
     assert "linalg_lstsq" in v["summary"] and v["conflicts"] == []
+
+
+MEDIUM_MATMUL_PRECISION = """
+import torch
+torch.set_float32_matmul_precision("medium")
+torch.manual_seed(0)
+lin = torch.nn.Linear(512, 512)
+x = torch.randn(64, 512)
+with torch.no_grad():
+    y = lin(x)
+    y64 = lin.double()(x.double())
+print("max diff:", (y.double() - y64).abs().max().item())
+"""
+
+
+def test_a_float32_matmul_precision_of_medium_is_a_precision_mode_not_a_bug(triage, tmp_path):
+    """On a CPU with bfloat16 arithmetic, `set_float32_matmul_precision("medium")` has oneDNN
+    compute float32 matmuls from bfloat16 inputs: 6e-3 from float64 on a new user's Linear,
+    which was a likely bug. Elsewhere the setting changes nothing, and nothing may be a bug."""
+    import torch
+
+    report = run_source(triage, tmp_path, "medium", MEDIUM_MATMUL_PRECISION)
+    v = report["verdict"]
+    assert v["kind"] != "likely-bug", v["summary"]
+    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert (v["kind"], v["expected"]) == ("expected-precision-mode", True), v["summary"]
+        assert "bfloat16 inputs" in v["summary"] and "module: tf32" not in v["labels"]

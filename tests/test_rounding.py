@@ -711,3 +711,25 @@ def test_a_one_hot_matrix_cast_to_float_is_kept_not_rounded_in_every_replay():
         rounding._round_bits = original
     assert max(rounded, default=0) < 1_000_000, rounded
     assert judge(out, spread).zone == "inside"
+
+
+def test_a_matmul_onednn_computed_from_bfloat16_inputs_is_replayed_so():
+    """`torch.set_float32_matmul_precision("medium")` on a CPU with bfloat16 arithmetic: oneDNN
+    reads a float32 matmul's inputs as bfloat16, 6e-3 from float32's product on a 768-wide
+    Linear, which the simulation called 2e4σ outside (a likely bug). The recorder marks such
+    an op (`matmul_inputs`, set here by hand: not every CPU has bfloat16), and every replay
+    rounds its inputs to bfloat16; an error beyond that is still outside."""
+    from triage.worker import opgraph
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(32, 256, generator=g), torch.randn(256, 16, generator=g)
+    original = opgraph.onednn_fp32_precision
+    opgraph.onednn_fp32_precision = lambda name: "bf16"
+    try:
+        out, spread = spread_of(lambda x: torch.mm(x, b), a)
+    finally:
+        opgraph.onednn_fp32_precision = original
+    bf16 = a.bfloat16().float() @ b.bfloat16().float()
+    assert judge(bf16, spread).zone == "inside"
+    assert spread.precision == "bfloat16"
+    assert judge(bf16 + 0.05 * bf16.abs().max(), spread).zone == "outside"

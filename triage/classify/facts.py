@@ -121,6 +121,13 @@ def flush_notes(c: Comparison) -> list[dict[str, Any]]:
             if note.get("kind") == "flush-to-zero"]
 
 
+def reduced_matmul_notes(c: Comparison) -> list[dict[str, Any]]:
+    """The notes of the compared arms where the CPU's oneDNN computed float32 matmuls from
+    bfloat16 inputs, as the script's float32 matmul precision asked (worker/opgraph.py)."""
+    return [dict(note, arm=run.spec) for run in c.arms for note in run.conditioning
+            if note.get("kind") == "reduced-matmul-precision"]
+
+
 def nonfinite_side(d: Divergence) -> int | None:
     """The side (0: d.a, 1: d.b) non-finite where its float64 reference is not, if any: what
     explains a non-finite flip is upstream of it (two calls of one line can differ)."""

@@ -23,6 +23,7 @@ from triage.classify.facts import (
     matrix_upstream,
     nonfinite_side,
     precision_of,
+    reduced_matmul_notes,
     singular_upstream,
     site_key,
     state_key,
@@ -114,7 +115,8 @@ def _ladder(repro: Repro, comparison: Comparison | None, ablations: list[Ablatio
     if not runs:
         why = "; ".join(f"{r.spec}: {r.failure}" for r in missing)
         return make_verdict("could-not-run", None, policy.NONE, ["repro"], f"No arm could run on this machine ({why}).")
-    partial = _with_flush_named(comparison, _ladder_of_runs(repro, comparison, ablations, runs))
+    partial = _with_reduced_matmul_named(comparison, _with_flush_named(
+        comparison, _ladder_of_runs(repro, comparison, ablations, runs)))
     judged = _with_reported(partial, reported) if reported is not None else None
     if judged is not None:
         return dataclasses.replace(judged, summary=judged.summary + device_disagreement(reported))
@@ -158,6 +160,32 @@ def _with_flush_named(c: Comparison, verdict: Verdict) -> Verdict:
         return make_verdict("expected-precision-mode", True, policy.GENERAL, ["numerical"],
                             f"{where_text(d)} {difference_text(d)}, {where}. {named}: PyTorch's float64 reference "
                             "keeps those tiny values, the arm zeros them, as the script asked.",
+                            evidence)
+    return dataclasses.replace(verdict, summary=f"{verdict.summary} {named}.", evidence=evidence)
+
+
+def _with_reduced_matmul_named(c: Comparison, verdict: Verdict) -> Verdict:
+    """An expected verdict of a script whose CPU matmuls oneDNN computed from bfloat16 inputs
+    (`torch.set_float32_matmul_precision("medium")` on a CPU with bfloat16 arithmetic) names
+    that setting: the replay read those inputs as bfloat16 too, so a value beyond tolerance of
+    float64 but inside that spread is the precision the script chose, not rounding of float32
+    arithmetic (the note's TF32 section covers the same trade on CUDA)."""
+    notes = reduced_matmul_notes(c)
+    if not notes or verdict.expected is not True or verdict.kind == "expected-precision-mode":
+        return verdict
+    note = notes[0]
+    where = f" (the first at line {note['line']})" if note.get("line") else ""
+    named = (f"The script's float32 matmul precision has oneDNN compute `{note['op']}` and the other float32 matmuls "
+             f"of `{note['arm']}`{where} from bfloat16 inputs (8-bit significands) on this CPU, which the simulation "
+             "did too")
+    evidence = verdict.evidence + [cond_text(note, full=True)]
+    d = c.divergence
+    sides = [s for s in (d.a, d.b) if s is not None] if d is not None else []
+    if verdict.kind == "expected-rounding" and any(s.agrees_with_reference is False for s in sides):
+        return make_verdict("expected-precision-mode", True, policy.GENERAL, ["numerical"],
+                            f"{where_text(d)} {difference_text(d)}, beyond tolerance of its float64 value but inside "
+                            f"the spread of its own computation replayed with bfloat16 matmul inputs. {named}: "
+                            "`torch.set_float32_matmul_precision('highest')` keeps float32's.",
                             evidence)
     return dataclasses.replace(verdict, summary=f"{verdict.summary} {named}.", evidence=evidence)
 
@@ -766,6 +794,10 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
     return None
 
 
+# Module-call settings (worker/observe.py `numerics_settings`) that only CUDA's kernels read.
+CUDA_SETTINGS = {"cuda_matmul_tf32", "cudnn_tf32", "cudnn_benchmark", "autocast_cuda"}
+
+
 def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verdict | None:
     """One module, same weights, bit-identical input, called twice: why the answers differ."""
     if d is None or d.how != "repeat":
@@ -794,10 +826,19 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
         return _state_changed(run, first, later, name, moved, evidence)
     sa, sb = ma.get("settings") or {}, mb.get("settings") or {}
     changed = [k for k in sa if sa.get(k) != sb.get(k)]
+    on_cpu = run.device == "cpu"
+    if on_cpu and any(k not in CUDA_SETTINGS for k in changed):
+        # `set_float32_matmul_precision` flips CUDA's TF32 switches too, which move nothing on a CPU.
+        changed = [k for k in changed if k not in CUDA_SETTINGS]
     if changed:
         lines = "; ".join(f"`{SETTING_NAMES.get(k, k + '={}').format(sa[k])}` → `{SETTING_NAMES.get(k, k + '={}').format(sb[k])}`"
                           for k in changed)
-        tf32 = any("tf32" in k or k == "float32_matmul_precision" for k in changed)
+        tf32 = not on_cpu and any("tf32" in k or k == "float32_matmul_precision" for k in changed)
+        bfloat16 = [note for note in reduced_matmul_notes(c) if note["arm"] == run.spec]
+        why = ("Under the lower precision oneDNN computes this CPU's float32 matmuls from bfloat16 inputs (8-bit "
+               "significands), so the products differ by bfloat16's rounding" if bfloat16 and on_cpu
+               and "float32_matmul_precision" in changed else
+               "Kernels pick different blocking and reduction orders for different settings, so the rounding differs")
         pinned = next((a for a in agree if a.supports == "expected-precision-mode"), None)
         shown = (f" With `{pinned.switch}` held for the whole script ({pinned.setting}) the two calls "
                  f"{agree_text(pinned)}." if pinned else "")
@@ -806,8 +847,7 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
         return make_verdict("expected-precision-mode", True, policy.TF32 if tf32 else policy.GENERAL,
                         ["numerical", "reproducibility"] + (["tf32"] if tf32 else []),
                         f"`{name}` gives different outputs for the same input and weights in {calls} {how}, and the "
-                        f"script changes a numerics setting between the calls: {lines}. Kernels pick different "
-                        "blocking and reduction orders for different settings, so the rounding differs; PyTorch does "
+                        f"script changes a numerics setting between the calls: {lines}. {why}; PyTorch does "
                         f"not promise bitwise-identical results across such settings.{shown}",
                         evidence + [f"setting at the first call: {k}={sa[k]}; at the second: {k}={sb[k]}" for k in changed])
     return make_verdict("nondeterministic", None, policy.GENERAL, ["reproducibility", "review"],

@@ -190,6 +190,9 @@ class OpRecorder(TriageDispatchMode):
         # whether it is on, and the line that turned it on until an op has carried its note.
         self.flushing = False
         self.flush_line: int | None = None
+        # Whether a contraction computed from bfloat16 inputs (oneDNN under the script's
+        # float32 matmul precision) has carried its note yet.
+        self.reduced_matmul_noted = False
 
     def flush_denormal(self, on: bool) -> None:
         """The script turned the CPU's flush-to-zero on or off: the ops recorded while it is
@@ -216,6 +219,25 @@ class OpRecorder(TriageDispatchMode):
                     "from there the CPU's results below the smallest normal value (1.2e-38 in float32 and "
                     "bfloat16, 6.1e-05 in float16) are 0, and the simulation flushes them too")))
         self.flush_line = None
+
+    def _reduced_matmul(self, node: fx.Node, name: str, out: Any) -> None:
+        """Mark a CPU float32 contraction that oneDNN computed from bfloat16 inputs: what
+        `torch.set_float32_matmul_precision("medium")` (or oneDNN's own fp32_precision "bf16")
+        asks of a CPU with bfloat16 support, as it stood when the op ran. The replay rounds
+        its inputs to bfloat16 too (`rounding.RoundingMode`); the first one carries the note."""
+        if name not in ONEDNN_BF16_OPS or not isinstance(out, torch.Tensor) or out.dtype != torch.float32 \
+                or out.device.type != "cpu" or onednn_fp32_precision(name) != "bf16":
+            return
+        node.meta["matmul_inputs"] = "bf16"
+        if self.reduced_matmul_noted:
+            return
+        self.reduced_matmul_noted = True
+        self.conditioning.append(dict(
+            op=name, shape=list(out.shape), dtype="float32", node=node.name, line=node.meta.get("line"),
+            kind="reduced-matmul-precision", singular=False, ill_conditioned=False,
+            figure=("oneDNN computes this CPU's float32 matmuls from bfloat16 inputs (8-bit significands) here, as "
+                    "the script's `torch.set_float32_matmul_precision('medium')` asks; the simulation rounds their "
+                    "inputs so too")))
 
     # -- the dispatch hook -------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -266,6 +288,7 @@ class OpRecorder(TriageDispatchMode):
         node = self.graph.call_function(functional or func, tuple(n_args), dict(n_kwargs))
         node.meta["line"] = self.site()
         self._flushed(node, out)
+        self._reduced_matmul(node, name, out)
         if functional is not None:
             self._register_written(node, func, args, kwargs, out)
         else:
@@ -734,6 +757,34 @@ def _graph_copy(graph: fx.Graph) -> fx.Graph:
     out = copy.graph_copy(graph, {})
     copy.output(out)
     return copy
+
+
+# Contractions ATen's CPU kernels hand to oneDNN, which computes float32 ones from bfloat16
+# inputs where the float32 precision of oneDNN's matmuls (or convolutions) is "bf16" and the
+# CPU has bfloat16 arithmetic (AVX-512 BF16, AMX).
+ONEDNN_MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
+ONEDNN_CONVOLUTIONS = {"convolution", "_convolution"}
+ONEDNN_BF16_OPS = ONEDNN_MATMULS | ONEDNN_CONVOLUTIONS
+
+
+def onednn_fp32_precision(name: str) -> str | None:
+    """oneDNN's float32 precision for op `name` now ("bf16", "tf32", "ieee", "none"), where
+    it computes that op on this CPU at all; None where it does not, or this torch has no such
+    setting."""
+    b = torch.backends
+    group = getattr(b.mkldnn, "matmul" if name in ONEDNN_MATMULS else "conv", None)
+    precision = getattr(group, "fp32_precision", None)
+    if precision in (None, "none", "ieee") or not b.mkldnn.enabled or not _bf16_arithmetic():
+        return None
+    return precision
+
+
+@functools.cache
+def _bf16_arithmetic() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 class RecordingBackend:

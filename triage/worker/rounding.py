@@ -917,6 +917,8 @@ def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str]
         d = n.meta.get("dtype")
         if isinstance(d, torch.dtype) and d in UNIT_ROUNDOFF:
             dtypes.add(d)
+        if n.meta.get("matmul_inputs") == "bf16":  # oneDNN read its float32 inputs as bfloat16
+            dtypes.add(torch.bfloat16)
         gm = getattr(n.target, "gm", None)
         for inner in gm.graph.nodes if gm is not None else ():
             value = inner.meta.get("example_value")
@@ -1069,6 +1071,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                     mode.unmeasured = set()
                     mode.rounded = False
                     mode.flush = bool(n.meta.get("flush_denormal"))
+                    mode.matmul_inputs = n.meta.get("matmul_inputs")
                     first_call = mode.calls
                     args = fx.node.map_arg(n.args, lambda a: env[a])
                     # A plain dict: the output dtypes are found on stand-ins given these kwargs,
@@ -1522,6 +1525,9 @@ class RoundingMode(TriageDispatchMode):
         # The node being replayed ran with the script's flush-to-zero on (opgraph's
         # `flush_denormal`): its results below the smallest normal value are 0, as the CPU made them.
         self.flush = False
+        # The node being replayed is a contraction the CPU's oneDNN computed from inputs of
+        # this format (opgraph's `matmul_inputs`: "bf16"), or None.
+        self.matmul_inputs: str | None = None
 
     @property
     def directed(self) -> bool:
@@ -1718,7 +1724,7 @@ class RoundingMode(TriageDispatchMode):
             return False
         _, out_vd, route, _ = routed
         if route == "accumulated":
-            return self.calls in self.cache.magnitudes and not (name in CONTRACTIONS and self._tf32(name, out_vd))
+            return self.calls in self.cache.magnitudes and self._input_format(name, out_vd) is None
         if route == "decomposed":
             trace = self.cache.decompositions.get(self.calls)
             return trace is not None and not trace.writes
@@ -1785,8 +1791,9 @@ class RoundingMode(TriageDispatchMode):
             else:
                 out = self._tag(out, out_vd)
         elif route == "accumulated":
-            if name in CONTRACTIONS and self._tf32(name, out_vd):
-                args = tuple(round_to(a, "tf32", self.direction, self.generator)
+            read_as = self._input_format(name, out_vd)
+            if read_as is not None:
+                args = tuple(round_to(a, read_as, self.direction, self.generator)
                              if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 1 else a
                              for a in args)
             drawn = self.collapsed.get(call)
@@ -2033,6 +2040,18 @@ class RoundingMode(TriageDispatchMode):
         if not out_vd or out_vd[0] != torch.float32:
             return False
         return self.options.conv_tf32 if name in ("convolution", "_convolution") else self.options.matmul_tf32
+
+    def _input_format(self, name: str, out_vd: list) -> Any:
+        """The format a float32 contraction's kernel reads its inputs in, where it is not
+        float32: TF32 on a CUDA device that allows it, bfloat16 where the CPU's oneDNN computed
+        the recorded op from bfloat16 inputs (`opgraph.OpRecorder._reduced_matmul`)."""
+        if name not in CONTRACTIONS:
+            return None
+        if self._tf32(name, out_vd):
+            return "tf32"
+        if self.matmul_inputs == "bf16" and out_vd and out_vd[0] == torch.float32:
+            return torch.bfloat16
+        return None
 
     # -- dtypes ------------------------------------------------------------------------
     def _output_dtypes(self, func: Any, args: tuple, kwargs: dict, flat: list) -> list[torch.dtype | None]:
