@@ -609,7 +609,7 @@ def test_a_value_observed_three_times_is_simulated_and_kept_once_for_all_its_rec
         records.append({"index": i, "node": node, "fingerprint": fp, "kind": "call", "label": f"v{i}", "line": None})
         values[f"{OBSERVED}{i}"], values[f"{REFERENCE}{i}"] = t.numpy(), refs[node].numpy()
     # Room for one spread and a half: y's, counted once, and not z's.
-    job = {"rounding": {"samples": 9, "value_bytes": spread_bytes(refs[ny]) * 3 // 2}, "seed": 0}
+    job = {"rounding": {"samples": 9, "value_bytes": spread_bytes(refs[ny], torch.float32) * 3 // 2}, "seed": 0}
     simulate_observables(recording.graph, records, refs, values, job, "cpu", {})
     assert [r["rounding"]["status"] for r in records] == ["judged", "not-judged", "judged", "judged"]
     assert records[1]["rounding"]["reason"] == "the spread is too large to keep"
@@ -621,7 +621,8 @@ def test_a_value_observed_three_times_is_simulated_and_kept_once_for_all_its_rec
     run = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok")
     _fill_from_result(run, result, values)
     assert [o.spread is not None for o in run.observables] == [True, False, True, True]
-    assert run.observables[3].spread["sig"] is values["sig0"]
+    assert np.array_equal(run.observables[3].spread["sig"], values["sig0"])
+    assert run.observables[3].spread["sig"].dtype == np.float64  # sent in float32, read in float64
     # A pointer to another node's record is not followed: that record's arrays are another value's.
     result["observables"][1]["rounding"] = dict(records[1]["rounding"], spread_of=0)
     run = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok")

@@ -389,7 +389,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
             call_line=o.get("call_line"), expression=o.get("expression"), uninitialized=o.get("uninitialized"),
             value=values.get(f"{OBSERVED}{i}"), reference_value=values.get(f"{REFERENCE}{i}"),
             rounding=o.get("rounding"),
-            spread={key: values[f"{key}{j}"] for key in SPREAD_ARRAYS if f"{key}{j}" in values} or None,
+            spread=_spread_of(values, j),
         ))
     if run.status == "raised" and run.exception:
         e = run.exception
@@ -399,6 +399,13 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
             return
         where = f" at line {e['line']}" if e.get("line") else ""
         run.failure = f"{e['type']}{where}: {_first_line(e.get('message', ''))}{_raise_hint(e, run.stderr)}"
+
+
+def _spread_of(values: dict[str, np.ndarray], index: int) -> dict[str, np.ndarray] | None:
+    """Observable `index`'s spread arrays, their figures in float64 (the worker sends sigma
+    and sd in float32, whose squares underflow for a tiny value's spread), or None."""
+    found = {key: values[f"{key}{index}"] for key in SPREAD_ARRAYS if f"{key}{index}" in values}
+    return {key: a if key == "nf" else np.asarray(a, np.float64) for key, a in found.items()} or None
 
 
 def _first_line(text: str) -> str:

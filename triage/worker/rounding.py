@@ -3152,11 +3152,32 @@ def _order_dependent(node: fx.Node, by_name: dict[str, fx.Node]) -> list[str]:
     return sorted(f"aten.{op}" for op in ops & CUDA_ORDER_DEPENDENT)[:16]
 
 
-def spread_bytes(ref: torch.Tensor) -> int:
-    """The bytes a value's spread takes in values.npz: five float64 arrays (sigma, up, down,
-    mean, sd) and one byte of nonfinite bits per element (complex values as their real pairs)."""
+def spread_bytes(ref: torch.Tensor, dtype: torch.dtype = torch.float64) -> int:
+    """The bytes a value's spread takes in values.npz (`_spread_arrays`), per element (complex
+    values as their real pairs): the mean in float64, sigma and sd in float32, the directed
+    replays in float32 where the value is at most float32 (they are its values, exactly) and
+    in float64 otherwise, and one byte of nonfinite bits."""
     elements = ref.numel() * (2 if ref.is_complex() else 1)
-    return elements * (5 * 8 + 1)
+    directed = 4 if _held_in_float32(dtype) else 8
+    return elements * (8 + 2 * 4 + 2 * directed + 1)
+
+
+def _held_in_float32(dtype: torch.dtype) -> bool:
+    """A value of `dtype` (its real parts, for a complex one) is exactly a float32 value."""
+    part = COMPLEX_PARTS.get(dtype, dtype)
+    return part in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _spread_arrays(spread: NodeSpread, dtype: torch.dtype) -> dict[str, np.ndarray]:
+    """A judged value's spread as values.npz holds it: sigma and sd need no more than float32's
+    digits (a spread's width to a few digits), and the directed replays, rounded to the value's
+    dtype as the arm stores it, are exact in float32 where that dtype is; the mean keeps float64,
+    to a fraction of an ulp of the value (a million-element float32 value: 25 MiB, not 41)."""
+    narrow = _held_in_float32(dtype)
+    arrays = {"sig": spread.sigma.float(), "up": spread.up.float() if narrow else spread.up,
+              "dn": spread.down.float() if narrow else spread.down, "mu": spread.mean, "sd": spread.sd.float(),
+              "nf": spread.nonfinite}
+    return {key: arrays[key].numpy() for key in SPREAD_ARRAYS}
 
 
 def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], references: dict[str, Any],
@@ -3197,7 +3218,7 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         if isinstance(ref, torch.Tensor) and f"{OBSERVED}{r['index']}" in values and list(ref.shape) == fp.get("shape"):
             if r["node"] in wanted:
                 continue
-            size = spread_bytes(ref)
+            size = spread_bytes(ref, getattr(torch, fp.get("dtype", "float64"), torch.float64))
             if size > budget:
                 too_large.add(r["index"])
                 continue
@@ -3233,15 +3254,14 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
         if r["node"] in kept:
             r["rounding"]["spread_of"] = kept[r["node"]]
             continue
-        arrays = dict(zip(SPREAD_ARRAYS, (spread.sigma, spread.up, spread.down, spread.mean, spread.sd,
-                                          spread.nonfinite), strict=True))
-        size = sum(a.numel() * a.element_size() for a in arrays.values())
+        arrays = _spread_arrays(spread, dtypes.get(r["node"], torch.float64))
+        size = sum(a.nbytes for a in arrays.values())
         if size > budget:
             r["rounding"].update(status="not-judged", reason="the spread is too large to keep")
             continue
         budget -= size
         kept[r["node"]] = r["index"]
         for key, a in arrays.items():
-            values[f"{key}{r['index']}"] = a.numpy()
+            values[f"{key}{r['index']}"] = a
     return {"seconds": round(sim.seconds, 3), "samples": sim.samples, "note": sim.note,
             "kernels": options.kernels.source, "reductions_drawn_whole": len(sim.drawn_whole)}
