@@ -83,6 +83,11 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
     else:
         j.zone = "outside"
     j.unstable = _unstable(spread)
+    if j.zone == "outside" and _rounded_alike(v, spread):
+        j.status, j.zone = "not-judged", None
+        j.reason = (f"a count or mask of comparisons that rounding decides ({spread.flips[0]['op']} differs in "
+                    f"{spread.flips[0]['replays']} of {spread.flips[0]['of']} replays): the replays round the compared "
+                    "values independently, which round-to-nearest does not, so its spread is no measure of the arm's")
     j.strip = strip(j)
     return j
 
@@ -95,6 +100,26 @@ def judge_observable(run: ArmRun, o: Observable) -> Judgement:
         return Judgement(arm=run.spec, observable=o.index, label=o.shown, line=o.line,
                          dtype=(o.fingerprint or {}).get("dtype", "?"), status="not-judged", reason=why)
     return judge_value(o.value, spread, run.spec, o.index, o.shown, o.line)
+
+
+# Comparisons whose count of True values round-to-nearest keeps low (nearly equal values
+# round alike: their difference) or high (their equality).
+DIFFERENCES_FLIP = {"aten.ne", "aten.logical_xor"}
+EQUALITIES_FLIP = {"aten.eq", "aten.isclose"}
+
+
+def _rounded_alike(v: np.ndarray, spread: RoundingSpread) -> bool:
+    """A count or mask of comparisons that rounding decides, outside its spread on the side
+    round-to-nearest takes: the random replays round the two compared values independently,
+    so they part where round-to-nearest rounds nearly equal values alike (bfloat16 outputs of
+    two formulas 6e-5 apart: 1,536 differ on the arm, tens of thousands in every replay). That
+    side says nothing of the arithmetic, which the compared values themselves are judged on;
+    the other (every element differing, where rounding parts a few) still does."""
+    if not spread.flips or spread.dtype.startswith(("float", "bfloat", "complex")):
+        return False
+    ops = {f["op"] for f in spread.flips}
+    fewer = float(np.nansum(v)) < float(np.nansum(spread.mean))
+    return bool(ops & DIFFERENCES_FLIP) and fewer or bool(ops & EQUALITIES_FLIP) and not fewer
 
 
 def _why_not(run: ArmRun, o: Observable) -> str:

@@ -9,6 +9,8 @@ depend on it.  Only ancestors of the requested nodes are evaluated.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import operator
 import time
 from dataclasses import dataclass, field
@@ -57,6 +59,31 @@ def _widen_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
             v = torch.device("cpu")
         out[k] = v
     return out
+
+
+def custom_implementation(op: Any) -> Any:
+    """The Python code a script's `torch.library.custom_op` runs on the CPU (its CPU kernel,
+    else its default implementation), with the script's prints muted (they belong to its run,
+    not to a replay); None for any other op, torch's own custom ops (its prims, whose
+    decompositions call them back) and one that writes its inputs. Replayed through that code,
+    each of its ops computes in float64 (or rounds, in the simulation) where it is: run whole,
+    its `x.float()` would take the float64 replay back to float32."""
+    try:
+        from torch._library.custom_ops import OPDEFS
+        opdef = OPDEFS.get(op._schema.name)
+    except (ImportError, AttributeError):
+        return None
+    if opdef is None or op._schema.is_mutable:
+        return None
+    code = (getattr(opdef, "_backend_fns", None) or {}).get("cpu") or getattr(opdef, "_init_fn", None)
+    if code is None or getattr(code, "__module__", "").split(".")[0] == "torch":
+        return None
+
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return code(*args, **kwargs)
+
+    return quiet
 
 
 class UpcastMode(TriageDispatchMode):
@@ -233,6 +260,10 @@ def _run_op(n: fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict, re
         return _run_at_recorded_precision(n, op, args, kwargs, result)
     wide_args = tree_map(widen, args)
     wide_kwargs = _widen_kwargs(tree_map(widen, kwargs))
+    custom = custom_implementation(op)
+    if custom is not None:
+        with UpcastMode():
+            return tree_map(widen, custom(*wide_args, **wide_kwargs))
     try:
         return tree_map(widen, op(*wide_args, **wide_kwargs))
     except (RuntimeError, NotImplementedError, TypeError):
@@ -257,5 +288,5 @@ def _run_at_recorded_precision(n: fx.Node, op: Any, args: tuple, kwargs: dict, r
 
 def _op_name(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
-        return f"aten.{target.overloadpacket.__name__}"
+        return f"{target.namespace}.{target.overloadpacket.__name__}"
     return getattr(target, "__name__", str(target))

@@ -55,6 +55,7 @@ import ctypes
 import functools
 import gc
 import importlib
+import io
 import math
 import operator
 import random
@@ -85,7 +86,7 @@ from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_condition
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
 from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
-from triage.worker.reference import EXACT_OPS, cone, last_uses, widen, widen_dtype
+from triage.worker.reference import EXACT_OPS, cone, custom_implementation, last_uses, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
 FORMATS = {
@@ -1394,7 +1395,11 @@ def _dtypes(func: Any, stand_ins: list, spec: Any, device: torch.device) -> list
     args, kwargs = tree_unflatten(stand_ins, spec)
     if "device" in kwargs:
         kwargs["device"] = device
-    out = func(*args, **kwargs)
+    if func.namespace in ("aten", "prims"):
+        out = func(*args, **kwargs)
+    else:  # a script's custom op: its own code, with its prints muted
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            out = func(*args, **kwargs)
     return [t.dtype if isinstance(t, torch.Tensor) else None for t in tree_flatten(out)[0]]
 
 
@@ -2517,7 +2522,7 @@ def op_class(func: Any) -> str:
     if name in DECOMPOSED and func in decomposition_table or (
             torch.Tag.pointwise not in func.tags
             and not names & (EXACT | SUMS | CONTRACTIONS | LINALG | CORRECTLY_ROUNDED)
-            and (func in decomposition_table or _composite(func))):
+            and (func in decomposition_table or _composite(func))) or custom_implementation(func) is not None:
         kind = "decomposed"
     elif name in LINALG:
         kind = "linalg"
@@ -2596,9 +2601,10 @@ OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm}
 
 
 def _decomposition(func: Any) -> Any:
-    """The code `func` is replayed through: triage's own, torch's decomposition table's, or
-    the op's own `decompose` (a composite op)."""
-    return OWN_DECOMPOSITIONS.get(func) or decomposition_table.get(func) or func.decompose
+    """The code `func` is replayed through: triage's own, torch's decomposition table's, a
+    custom op's Python implementation, or the op's own `decompose` (a composite op)."""
+    return (OWN_DECOMPOSITIONS.get(func) or decomposition_table.get(func) or custom_implementation(func)
+            or func.decompose)
 
 
 def _widening(flat: list, in_vd: list, out_vd: list) -> bool:
@@ -3123,7 +3129,7 @@ def _map(fn: Any, args: Any) -> Any:
 
 def _op_name(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
-        return f"aten.{target.overloadpacket.__name__}"
+        return f"{target.namespace}.{target.overloadpacket.__name__}"
     return getattr(target, "__name__", str(target))
 
 
