@@ -234,3 +234,18 @@ def test_ablations_beside_the_minimizer_give_what_one_after_the_other_gives(tria
         [(a["switch"], a["outcome"]) for a in in_turn["ablations"]]
     assert side_by_side["minimal"]["verified"] and in_turn["minimal"]["verified"]
     assert side_by_side["minimal"]["ops"] == in_turn["minimal"]["ops"]
+
+
+def test_an_unmeasured_float64_kernel_is_named_so_not_sent_to_calibrate():
+    """The note on unmeasured kernels read, for a script's float64 reference computation, as if
+    this machine's float32 `sin` had no calibration (a new user's question). The kernel table
+    measures float32, float16 and bfloat16 kernels; a float64 one is named as such."""
+    from types import SimpleNamespace
+
+    from triage.classify.wording import unmeasured_lines
+
+    lines = unmeasured_lines([SimpleNamespace(unmeasured=["aten.sin (float64)", "aten.scatter"])])
+    assert len(lines) == 2
+    wide = next(line for line in lines if "float64" in line)
+    assert "`aten.sin`" in wide and "calibrate" not in wide
+    assert "`aten.scatter`" in next(line for line in lines if line is not wide)

@@ -200,12 +200,21 @@ def unmeasured_lines(js: list) -> list[str]:
     """The library ops whose kernel error no measurement covers: the spread used the
     conservative bound for them, which a verdict resting on it must say."""
     ops = sorted({op for j in js for op in j.unmeasured})
-    if not ops:
-        return []
-    shown = ", ".join(f"`{op}`" for op in ops[:6]) + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")
-    return [f"no measured kernel error for {shown} at this release, device and dtype: the simulation gave "
-            f"{'it' if len(ops) == 1 else 'them'} a conservative {policy.UNMEASURED_U:g} u bound (`triage calibrate` "
-            "measures the kernels of this machine)"]
+    lines = []
+    for wide in (False, True):  # a float64 kernel is "aten.sin (float64)": calibrate measures none
+        these = [op for op in ops if op.endswith(")") == wide]
+        if not these:
+            continue
+        shown = ", ".join(f"`{op.partition(' (')[0]}`" for op in these[:6]) + (
+            f" and {len(these) - 6} more" if len(these) > 6 else "")
+        it = "it" if len(these) == 1 else "them"
+        lines.append(f"no measured float64 kernel error for {shown} (triage measures float32, float16 and bfloat16 "
+                     f"kernels): the simulation gave {it} a conservative {policy.UNMEASURED_U:g} u bound, "
+                     f"{policy.UNMEASURED_U * 2.0 ** -53:.1g} of each result" if wide else
+                     f"no measured kernel error for {shown} at this release, device and dtype: the simulation gave "
+                     f"{it} a conservative {policy.UNMEASURED_U:g} u bound (`triage calibrate` measures the kernels of "
+                     "this machine)")
+    return lines
 
 
 def digits_text(js: list) -> str:

@@ -1902,7 +1902,9 @@ class RoundingMode(TriageDispatchMode):
         measured = self.options.kernels.library_u(op, d) if d is not None else None
         if measured is not None:
             return measured
-        self.unmeasured.add(f"aten.{op}")
+        # The table measures float32, float16 and bfloat16 kernels: a float64 one is named so.
+        self.unmeasured.add(f"aten.{op}" if d in (torch.float32, torch.float16, torch.bfloat16)
+                            else f"aten.{op} ({str(d).removeprefix('torch.')})")
         return UNMEASURED_U
 
     def _measured_beyond_rounding(self, name: str, out_vd: list) -> bool:
