@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from triage.worker.opgraph import OpRecorder
-from triage.worker.reference import replay_fp64
+from triage.worker.reference import cone, replay_fp64
 
 # Both sides compute the same float64 ops from the same inputs: only float64 rounding separates them.
 RTOL = 1e-9
@@ -218,3 +218,33 @@ def test_two_trainings_with_an_unseeded_shuffle_name_the_shuffle(triage):
     v = report["verdict"]
     assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
     assert "aten.randperm" in v["summary"] and "DataLoader" in v["summary"]
+
+
+def test_a_value_reading_torch_empty_is_found_even_where_its_bytes_were_nan():
+    """`acc = torch.empty(16); acc += x`: the replay with the empty leaf NaN-filled told a read
+    by a NaN its reference did not have. Where the allocator's reused block held NaN bytes
+    already (it did in one suite run), the reference was NaN too, and the read went unseen.
+    A zero-filled replay is the baseline now."""
+    from triage.worker.session import _mark_uninitialized_reads
+
+    rec = OpRecorder(torch.device("cpu"), site=lambda: None)
+    x = torch.randn(16, generator=torch.Generator().manual_seed(0))
+    with rec:
+        acc = torch.empty(16)
+        acc += x
+        total = acc.sum()
+        buf = torch.empty(16)
+        buf[:] = x * 2
+        other = buf.sum()
+    recording = rec.finish()
+    for leaf in recording.leaves:
+        if leaf.kind == "uninitialized":
+            leaf.value.fill_(math.nan)  # the bytes this run's allocator happened to hand out
+    leaves = {leaf.node.name: leaf.index for leaf in recording.leaves}
+    records = []
+    for t in (total, other):
+        node = rec.lookup(t)
+        ancestors = [leaves[n.name] for n in cone(recording.graph, [node]) if n.name in leaves]
+        records.append({"node": node.name, "ancestors": ancestors})
+    _mark_uninitialized_reads(recording, records, 60)
+    assert [r["uninitialized"] for r in records] == [True, False]

@@ -159,7 +159,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         record["ancestors"], record["conditioning"] = _ancestry(by_name.get(record["node"]), leaf_index,
                                                                 conditioning_nodes)
     if replay is not None:
-        _mark_uninitialized_reads(recording, store.records, replay, job["reference_budget_s"])
+        _mark_uninitialized_reads(recording, store.records, job["reference_budget_s"])
     # Within result.json's limits: the leaves (and conditioning notes) the observed values read
     # first, then the earliest; the observables' references renumbered to the kept entries.
     kept_leaves = _kept(len(recording.leaves), [r["ancestors"] for r in store.records], MAX_LEAVES)
@@ -245,12 +245,13 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     return result
 
 
-def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], replay: Any, budget_s: float) -> None:
+def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], budget_s: float) -> None:
     """Set each record's `uninitialized`: whether its value depends on bytes a `torch.empty`
     (an uninitialized leaf) held. Being downstream is not enough (`buf[:] = x` overwrites every
-    one), so the float64 replay is run again with those leaves' floating elements NaN: a value
-    NaN there where the reference is not read them. The arm's own replay reads the same bytes,
-    so such a value agrees with its reference and with another arm that happened to hold them."""
+    one), so the float64 replay is run again with those leaves' floating elements NaN, and with
+    them 0: a value NaN in the first where it is not in the second read them. The arm's own
+    replay reads the same bytes, so such a value agrees with its reference and with another arm
+    that happened to hold them."""
     import torch
 
     from triage.worker.reference import replay_fp64
@@ -265,15 +266,19 @@ def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], rep
     if not suspects:
         return
     saved = {i: leaf.node.meta["leaf"] for i, leaf in garbage.items()}
-    for i, leaf in garbage.items():
-        leaf.node.meta["leaf"] = dataclasses.replace(leaf, value=torch.full_like(leaf.value, float("nan")))
-    try:
-        poisoned = replay_fp64(recording.graph, {r["node"] for r in suspects}, budget_s)
-    finally:
+    filled = {}
+    # NaN bytes and zero bytes: the arm's own bytes may be NaN already (an allocator's reused
+    # block), so a value reads them where the NaN-filled replay is NaN and the zero-filled not.
+    for fill in (float("nan"), 0.0):
         for i, leaf in garbage.items():
-            leaf.node.meta["leaf"] = saved[i]
+            leaf.node.meta["leaf"] = dataclasses.replace(leaf, value=torch.full_like(leaf.value, fill))
+        try:
+            filled[fill == 0.0] = replay_fp64(recording.graph, {r["node"] for r in suspects}, budget_s)
+        finally:
+            for i, leaf in garbage.items():
+                leaf.node.meta["leaf"] = saved[i]
     for r in suspects:
-        clean, dirty = replay.values.get(r["node"]), poisoned.values.get(r["node"])
+        clean, dirty = filled[True].values.get(r["node"]), filled[False].values.get(r["node"])
         if isinstance(clean, torch.Tensor) and isinstance(dirty, torch.Tensor) and clean.shape == dirty.shape:
             r["uninitialized"] = bool((dirty.isnan() & ~clean.isnan()).any())
 
