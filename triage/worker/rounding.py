@@ -1175,8 +1175,6 @@ def _unchanging(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, Any]
     return not mode.rounded and all(a in constants for a in inputs)
 
 
-
-
 def _representable(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, Any], mode: RoundingMode,
                    calls: tuple[int, int], args: tuple, kwargs: dict, out: Any) -> bool:
     """A single correctly rounded op of values that are the same in every replay, whose float64
