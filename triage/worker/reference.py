@@ -13,6 +13,7 @@ import contextlib
 import io
 import operator
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,10 +81,18 @@ def custom_implementation(op: Any) -> Any:
         return None
 
     def quiet(*args: Any, **kwargs: Any) -> Any:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with muted():
             return code(*args, **kwargs)
 
     return quiet
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """The script's own code run by a replay (a custom op) prints nowhere: its output belongs
+    to its run, which the report shows."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
 
 class UpcastMode(TriageDispatchMode):

@@ -55,7 +55,6 @@ import ctypes
 import functools
 import gc
 import importlib
-import io
 import math
 import operator
 import random
@@ -86,7 +85,7 @@ from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_condition
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
 from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
-from triage.worker.reference import EXACT_OPS, cone, custom_implementation, last_uses, widen, widen_dtype
+from triage.worker.reference import EXACT_OPS, cone, custom_implementation, last_uses, muted, widen, widen_dtype
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
 FORMATS = {
@@ -118,11 +117,18 @@ MOMENTS = {"var", "std"}
 # is a sum of as many terms as point at it (a histogram's bin of 3,000 weights), added one
 # after another in the output's own dtype (ATen's CPU scatter and index kernels add
 # `*self += *src` in scalar_t; CUDA's in atomics, in any order). By name, the source's
-# position and keyword: they accumulate only as called to (`accumulate=True`,
-# `reduce="add"`, `scatter_reduce`'s "sum" and "mean"); otherwise they only move values.
-SCATTER_SUMS = {"scatter_add": (3, "src"), "scatter": (3, "src"), "scatter_reduce": (3, "src"),
-                "index_add": (3, "source"), "index_put": (2, "values"), "_index_put_impl": (2, "values"),
-                "put": (2, "source")}
+# position and keyword, and the out-of-place overload that adds terms as the call does: they
+# accumulate only as called to (`accumulate=True`, `reduce="add"`, `scatter_reduce`'s "sum"
+# and "mean"); otherwise they only move values.
+SCATTER_SUMS = {
+    "scatter_add": (3, "src", torch.ops.aten.scatter_add.default),
+    "scatter": (3, "src", torch.ops.aten.scatter.reduce),
+    "scatter_reduce": (3, "src", torch.ops.aten.scatter_reduce.two),
+    "index_add": (3, "source", torch.ops.aten.index_add.default),
+    "index_put": (2, "values", torch.ops.aten.index_put.default),
+    "_index_put_impl": (2, "values", torch.ops.aten.index_put.default),
+    "put": (2, "source", torch.ops.aten.put.default),
+}
 CONTRACTIONS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "convolution",
                 "_convolution", "matmul"}
 LINALG = {"_linalg_det", "linalg_det", "det", "_linalg_slogdet", "linalg_slogdet", "slogdet", "logdet",
@@ -1396,7 +1402,7 @@ def _dtypes(func: Any, stand_ins: list, spec: Any, device: torch.device) -> list
     if func.namespace in ("aten", "prims"):
         out = func(*args, **kwargs)
     else:  # a script's custom op: its own code, with its prints muted
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with muted():
             out = func(*args, **kwargs)
     return [t.dtype if isinstance(t, torch.Tensor) else None for t in tree_flatten(out)[0]]
 
@@ -2686,7 +2692,7 @@ def _scatter_source(name: str, args: tuple, kwargs: dict) -> int | str | None:
     base = name.rstrip("_")
     if base not in SCATTER_SUMS:
         return None
-    position, keyword = SCATTER_SUMS[base]
+    position, keyword, _ = SCATTER_SUMS[base]
     if base in ("index_put", "_index_put_impl", "put"):
         if not kwargs.get("accumulate", args[3] if len(args) > 3 else False):
             return None
@@ -2715,19 +2721,14 @@ def _scatter_magnitudes(name: str, args: tuple, kwargs: dict, out: torch.Tensor)
     source = kwargs[where] if isinstance(where, str) else args[where]
     if base == "index_add":
         source = source * kwargs.get("alpha", 1)
-    functional = getattr(torch.ops.aten, "index_put" if base == "_index_put_impl" else base).default \
-        if base not in ("scatter", "scatter_reduce") else (torch.ops.aten.scatter.reduce if base == "scatter"
-                                                          else torch.ops.aten.scatter_reduce.two)
+    position, _, functional = SCATTER_SUMS[base]
+    rest = list(args[:position + 1])  # the arguments up to the source; the rest are keywords below
     plain = {k: v for k, v in kwargs.items() if k not in ("alpha", "unsafe")}
     includes_self = base != "scatter_reduce" or bool(kwargs.get("include_self", True))
     if base == "scatter_reduce":
         plain.update(reduce="sum", include_self=False)
-        rest = list(args[:4])
     elif base in ("index_put", "_index_put_impl"):
         plain["accumulate"] = True
-        rest = list(args[:3])
-    else:
-        rest = list(args[:4]) if base != "put" else list(args[:3])
 
     def added(terms: torch.Tensor) -> torch.Tensor:
         call_args, call_kwargs = list(rest), dict(plain)
