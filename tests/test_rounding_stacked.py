@@ -463,3 +463,45 @@ def test_views_of_a_stack_shift_their_dimensions_as_vmap_does():
     assert rounding._stacked_view(aten.stack.default, ([x, torch.randn(3, 4, 2, dtype=torch.float64)],), {}) is None
     assert rounding._stacked_view(aten.cat.default, ([x, vector],), {}) is None
     assert rounding._stacked_view(aten.stack.default, ([x, x], 4), {}) is None
+
+
+def test_small_values_scored_together_have_each_ones_own_figures():
+    # `_settled` scores every small value in one pass over their elements side by side: each
+    # value's spread and statistic are the ones `_scored` computes alone (float64 sums in
+    # another order: equal to 1e-12), for every stored dtype and a discrete value; a value with
+    # a nonfinite element (in a sample or the arm's) is left to `_scored`.
+    g = torch.Generator().manual_seed(0)
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+    shapes = [(), (1,), (5,), (3, 4), (16, 1), (7,), (2, 2), (4,), (40, 30)]
+    for k in (9, 19):
+        samples = [rounding._Replayed(values={}, discrete={}, nodes={}) for _ in range(k)]
+        live, arm, stored = {}, {}, {}
+        for i, shape in enumerate(shapes):
+            w = f"v{i}"
+            live[w] = torch.randn(shape, generator=g, dtype=torch.float64)
+            stored[w] = dtypes[i % 4]
+            arm[w] = live[w].to(stored[w])
+            for s in samples:  # v3 has no spread: every sample is the reference
+                s.values[w] = live[w] if i == 3 else live[w] * (1 + 1e-3 * torch.randn(shape, generator=g,
+                                                                                        dtype=torch.float64))
+        live["count"], arm["count"], stored["count"] = torch.tensor(7.0, dtype=torch.float64), torch.tensor(8), None
+        for j, s in enumerate(samples):
+            s.values["count"] = torch.tensor(7 + j % 3)
+        samples[2].values["v5"] = samples[2].values["v5"].clone().fill_(math.inf)
+        arm["v6"] = arm["v6"].clone().fill_(math.nan)
+        together, alone = {}, {}
+        found = rounding._scored_together(live, samples, arm, stored, together)
+        assert sorted(found) == sorted(set(live) - {"v5", "v6"})
+        assert together.keys() == found.keys() and all(together[w][1] is found[w][0] for w in found)
+        for w, (partial, t) in found.items():
+            single, t_single = rounding._scored(w, live[w], arm[w], samples, stored, alone)
+            assert t == pytest.approx(t_single, rel=1e-12), w
+            assert partial.sample_stats == pytest.approx(single.sample_stats, rel=1e-12), w
+            for figure in ("sigma", "mean", "sd", "up", "down", "nonfinite"):
+                a, b = getattr(partial, figure), getattr(single, figure)
+                assert a.shape == b.shape and a.dtype == b.dtype, (w, figure)
+                assert torch.allclose(a, b, rtol=1e-12, atol=0), (w, figure)
+        # No spread: the arm's float64 value on the reference scores 0, a step off it inf.
+        assert found["v3"][1] == 0.0 and max(found["v3"][0].sample_stats) == 0.0
+        arm["v3"] = arm["v3"] + 1e-9
+        assert rounding._scored_together(live, samples, arm, stored, {})["v3"][1] == math.inf

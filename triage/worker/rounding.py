@@ -55,6 +55,7 @@ import ctypes
 import functools
 import gc
 import importlib
+import itertools
 import math
 import operator
 import random
@@ -739,13 +740,14 @@ def _settled(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values
     sample's score (a stagnating sum): it stays in the envelope unless a later sample lands
     that much farther out than all so far, and the envelope is never "outside"."""
     floor_reached = 1 / (len(samples) + 1) <= policy.ALPHA
+    small = _scored_together(live, samples, arm_values, out_dtypes, scored)
     # Smallest first: the first value not yet decided ends the check, before a large one's
     # statistics (K passes over a million elements) are computed for nothing.
     for w, ref in sorted(live.items(), key=lambda item: item[1].numel()):
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
             return False
-        partial, t = _scored(w, ref, value, samples, out_dtypes, scored)
+        partial, t = small[w] if w in small else _scored(w, ref, value, samples, out_dtypes, scored)
         if bool((~torch.isfinite(value)).any()) or bool((partial.nonfinite != 1).any()):
             return False
         if sum(1 for x in partial.sample_stats if x >= t) >= EARLY_EXCEEDING:
@@ -767,6 +769,69 @@ def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list[_Repla
     partial = _spread(ref, [_stored(s.values[w], out_dtypes.get(w, torch.float32)) for s in samples], ref, ref)
     scored[w] = (len(samples), partial)
     return partial, deviation_stat(value.double(), ref, partial.sigma)
+
+
+def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values: dict[str, torch.Tensor],
+                     out_dtypes: dict[str, torch.dtype],
+                     scored: dict[str, tuple[int, NodeSpread]]) -> dict[str, tuple[NodeSpread, float]]:
+    """`_scored` of every small value finite everywhere (reference, samples, the arm's), as
+    one pass over their elements side by side: a training loop observes hundreds of values of
+    a few elements, each a dozen torch ops of statistics. Each element's figures are the ones
+    `_finite_spread` computes; a value's scores are the maxima over its own elements."""
+    names = [w for w, ref in live.items()
+             if ref.is_floating_point() and 0 < ref.numel() <= NUMPY_ELEMENTS
+             and isinstance(arm_values.get(w), torch.Tensor) and arm_values[w].shape == ref.shape
+             and all(isinstance(s.values.get(w), torch.Tensor) and not s.values[w].is_complex() for s in samples)]
+    if len(names) < 2 or not samples:
+        return {}
+
+    def stored_as(w: str) -> torch.dtype:  # as `_stored`: a discrete value is read as float64
+        return out_dtypes.get(w, torch.float32) if samples[0].values[w].is_floating_point() else torch.float64
+
+    names.sort(key=lambda w: str(stored_as(w)))  # one cast per stored dtype
+    k = len(samples)
+    ref = torch.cat([live[w].reshape(-1).double() for w in names]).numpy()
+    value = torch.cat([arm_values[w].reshape(-1).double() for w in names]).numpy()
+    stack = torch.stack([torch.cat([s.values[w].reshape(-1) for w in names]) for s in samples]).double()
+    sizes = [live[w].numel() for w in names]
+    offsets = np.cumsum([0] + sizes)
+    first = 0
+    for dtype, group in itertools.groupby(names, key=stored_as):
+        end = first + sum(1 for _ in group)
+        columns = slice(int(offsets[first]), int(offsets[end]))
+        stack[:, columns] = _stored(stack[:, columns], dtype)
+        first = end
+    stack = stack.numpy()
+    finite = np.isfinite(stack).all(axis=0) & np.isfinite(ref) & np.isfinite(value)
+    keep = np.logical_and.reduceat(finite, offsets[:-1])
+    # A value with a nonfinite element is scored by `_scored` (`keep`): its figures here are
+    # computed and dropped, and where there is no spread the ratio is inf or 0 below.
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        dev = stack - ref
+        shift = dev.sum(axis=0) / k
+        sd = np.sqrt(np.square(dev - shift).sum(axis=0) / max(k - 1, 1))
+        sq = np.square(dev)
+        total = sq.sum(axis=0)
+        sigma = np.sqrt(total / k)
+        loo = np.sqrt(np.maximum(total - sq, 0.0) / max(k - 1, 1))
+        ratio = np.where(loo > 0, np.abs(dev) / np.where(loo > 0, loo, 1.0), np.where(dev != 0, math.inf, 0.0))
+        off = np.abs(value - ref)
+        t = np.where(sigma > 0, off / np.where(sigma > 0, sigma, 1.0), np.where(off > 0, math.inf, 0.0))
+    stats = np.maximum(np.maximum.reduceat(ratio, offsets[:-1], axis=1), 0.0)
+    ts = np.maximum.reduceat(t, offsets[:-1])
+    found = {}
+    for i, w in enumerate(names):
+        if not keep[i]:
+            continue
+        part = slice(int(offsets[i]), int(offsets[i + 1]))
+        shape, reference = live[w].shape, live[w].double()
+        partial = NodeSpread(status="judged", samples=k, sigma=torch.from_numpy(sigma[part]).reshape(shape),
+                             up=reference, down=reference, mean=torch.from_numpy(ref[part] + shift[part]).reshape(shape),
+                             sd=torch.from_numpy(sd[part]).reshape(shape),
+                             nonfinite=torch.ones(shape, dtype=torch.uint8), sample_stats=stats[:, i].tolist())
+        scored[w] = (k, partial)
+        found[w] = (partial, float(ts[i]))
+    return found
 
 
 def _near_floor(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values: dict[str, torch.Tensor],
