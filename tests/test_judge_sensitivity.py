@@ -1,6 +1,7 @@
 """The judge where rounding alone decides little: eigenvectors of close eigenvalues (the
 gap, not cond(A)), a spread as wide as the value (a computational zero is never "outside"),
 and an "outside" at the Monte Carlo floor sampled further before it is believed."""
+
 import numpy as np
 import torch
 
@@ -88,8 +89,9 @@ def test_an_element_some_roundings_make_non_finite_keeps_no_digit():
 
 
 def test_a_decision_at_the_monte_carlo_floor_gets_more_samples():
-    """A value as far out as the largest of 29 samples: p ≈ 1/30, which one more sample
-    flips; the simulation keeps sampling (up to 199) before the call is made."""
+    """A value as far out as the largest of 29 samples, past the directed envelope: p ≈ 1/30,
+    which one more sample flips; the simulation keeps sampling (up to 199) before the call is
+    made. (Within the envelope more samples could not make it "outside", and none are drawn.)"""
     x = torch.randn(257, generator=torch.Generator().manual_seed(1))
     recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
     with recorder:
@@ -100,10 +102,13 @@ def test_a_decision_at_the_monte_carlo_floor_gets_more_samples():
     first = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
                               {node.name: torch.float32})
     spread = first.spreads[node.name]
-    # The arm's value: at the largest sample's deviation, a hair farther out.
+    # The arm's value: at the largest sample's deviation, a hair farther out, and past the
+    # rounded-up replay by a float32 ulp (the envelope's own margin is half of one).
     sigma = float(spread.sigma)
     t_max = max(spread.sample_stats)
-    arm = torch.tensor(float(reference) + 1.01 * t_max * sigma, dtype=torch.float64)
+    past_envelope = float(spread.up) + float(np.spacing(np.float32(float(spread.up))))
+    arm = torch.tensor(max(float(reference) + 1.01 * t_max * sigma, past_envelope), dtype=torch.float64)
+    assert float(arm) - float(reference) < 2 * t_max * sigma  # still at the samples' reach: near the floor
     again = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
                               {node.name: torch.float32}, {node.name: arm})
     assert again.samples > 29

@@ -97,7 +97,7 @@ def test_rounding_on_the_bits_of_a_large_tensor_is_the_same_rounding(dtype):
     x = torch.randn(4096, dtype=torch.float64, generator=torch.Generator().manual_seed(6)) * scale
     x[:3] = torch.tensor([0.0, -1.0, 2.5])
     bits = {d: rounding.round_to(x, dtype, d, None) for d in (1, -1)}
-    g = torch.Generator().manual_seed(7)
+    g = rounding.Draws(7)
     draws = torch.stack([rounding.round_to(x, dtype, 0, g) for _ in range(400)])
     for d, value in bits.items():
         assert torch.equal(value, rounding._round_by_spacing(x, *rounding.FORMATS[dtype], d, None))

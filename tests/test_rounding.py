@@ -12,7 +12,7 @@ from conftest import simulated_spread
 from triage.judge import RoundingSpread, judge_value
 from triage.worker.opgraph import OpRecorder
 from triage.worker.reference import replay_fp64
-from triage.worker.rounding import SimulationOptions, round_to, simulate_rounding
+from triage.worker.rounding import Draws, SimulationOptions, round_to, simulate_rounding
 
 
 def spread_of(fn, *inputs, samples=29):
@@ -28,8 +28,7 @@ def judge(value, spread):
 # -- stochastic rounding itself ------------------------------------------------------------
 def test_stochastic_rounding_lands_on_the_dtype_and_is_unbiased():
     x = torch.full((20000,), 1.0 + 2.0 ** -30, dtype=torch.float64)
-    g = torch.Generator().manual_seed(0)
-    r = round_to(x, torch.float32, 0, g)
+    r = round_to(x, torch.float32, 0, Draws(0))
     assert torch.equal(r.to(torch.float32).double(), r)  # representable in float32
     assert set(r.unique().tolist()) == {1.0, 1.0 + 2.0 ** -23}
     assert abs(r.mean().item() - x[0].item()) < 2.0 ** -23 * 0.05
@@ -383,6 +382,35 @@ def test_an_embeddings_gradient_of_equal_terms_is_rounding_not_outside():
     out, spread = spread_of(gradient, torch.randn(32, 8, generator=torch.Generator().manual_seed(1)))
     assert judge(out, spread).zone in ("inside", "envelope")
     assert judge(out * (1 + 1e-3), spread).zone == "outside"
+
+
+EMBEDDING_ROWS = torch.randn(1000, 64, generator=torch.Generator().manual_seed(6))
+BAG_INDICES = torch.randint(0, 1000, (400,), generator=torch.Generator().manual_seed(7))
+BAG_OFFSETS = torch.arange(0, 400, 20)
+
+
+@pytest.mark.parametrize("mode, weighted, padding", [("mean", False, None), ("sum", True, None),
+                                                     ("sum", False, 3), ("max", False, None)])
+def test_an_embedding_bag_adds_each_bags_rows_and_an_injected_error_is_outside(mode, weighted, padding):
+    """`embedding_bag(mode="mean")` against a gather and mean (a new user's check): each bag
+    adds its 20 rows one after another, but the simulation rounded the result once (a library
+    kernel's few ulps), so the correct kernel was "560σ outside", a likely bug; with
+    `per_sample_weights` (a sum of products), 680σ. Each bag now carries its own terms' walk
+    and the sequential sum's bound; a max adds nothing."""
+    weights = torch.rand(400, generator=torch.Generator().manual_seed(8)) if weighted else None
+    indices = BAG_INDICES.clone()
+    if padding is not None:
+        indices[::7] = padding
+
+    def bag(rows, *per_sample):
+        return torch.nn.functional.embedding_bag(indices, rows, BAG_OFFSETS, mode=mode, padding_idx=padding,
+                                                 per_sample_weights=per_sample[0] if per_sample else None)
+
+    out, spread = spread_of(bag, EMBEDDING_ROWS, *([weights] if weighted else []))
+    assert judge(out, spread).zone == "inside"
+    assert judge(out * (1 + 1e-4), spread).zone == "outside"
+    if mode == "max":
+        assert float(np.max(spread.sd)) == 0.0
 
 
 def test_a_scatter_that_only_moves_values_adds_no_rounding():

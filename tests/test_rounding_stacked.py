@@ -182,7 +182,7 @@ def test_a_decomposition_writing_into_views_of_a_fresh_tensor_keeps_its_writes()
     centre = rounding._replay(plan, set(wanted), rounding.RoundingMode(options, cache, 0, None))
     directions = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
     stacked = rounding._replay(plan, set(wanted), rounding.RoundingMode(
-        options, cache, directions, torch.Generator().manual_seed(0), samples=len(directions)))
+        options, cache, directions, rounding.Draws(0), samples=len(directions)))
     assert centre.failed is None and stacked.failed is None, stacked.failed
     (name,) = wanted
     exact = torch.polar(r.double(), t.double())
@@ -366,7 +366,7 @@ def test_small_values_round_on_the_bits_in_numpy_exactly_as_in_torch(monkeypatch
             results = []
             for elements in (NUMPY_ELEMENTS, -1):  # NumPy, then torch
                 monkeypatch.setattr(rounding, "NUMPY_ELEMENTS", elements)
-                draws = torch.Generator().manual_seed(trial)
+                draws = rounding.Draws(trial)
                 results.append(rounding._round_bits(t.clone(), bits, largest, tiny, direction, draws))
             numpy_result, torch_result = results
             assert (numpy_result is None) == (torch_result is None)
@@ -402,7 +402,7 @@ def test_a_library_kernels_error_and_rounding_in_numpy_are_the_torch_paths_exact
                 for elements in (NUMPY_ELEMENTS, -1):  # NumPy, then torch
                     monkeypatch.setattr(rounding, "NUMPY_ELEMENTS", elements)
                     mode = rounding.RoundingMode(SimulationOptions(), rounding._CallCache(), direction=direction,
-                                                 generator=torch.Generator().manual_seed(trial) if sampled else None)
+                                                 generator=rounding.Draws(trial) if sampled else None)
                     results.append(mode._round(t.clone(), dtype, library))
                 assert torch.equal(results[0].nan_to_num(), results[1].nan_to_num()), (trial, direction, library)
                 assert torch.equal(results[0].isnan(), results[1].isnan())

@@ -108,6 +108,9 @@ CORRECTLY_ROUNDED = {"add", "sub", "rsub", "mul", "div", "true_divide", "sqrt", 
 COPIES = {"_to_copy", "to", "copy", "clone"}
 # One accumulation per output element: n terms summed inside the op.
 SUMS = {"sum", "nansum", "mean", "cumsum", "prod"}
+# An embedding bag's first output is each bag's sum (or mean, or max) of its weight rows:
+# ATen's CPU kernel adds a bag's rows in sequence (`_bag_magnitudes`).
+EMBEDDING_BAGS = {"_embedding_bag", "_embedding_bag_forward_only"}
 # Scans whose CPU kernel keeps its running value in `at::acc_type<T, /*is_cuda=*/false>`,
 # double for float32 (ATen's cpu/ReduceOpsKernel.cpp), and rounds each output once: the
 # measured float32 cumsum errs below one rounding on OpInfo's samples where sum errs 4.8.
@@ -209,6 +212,38 @@ class SimulationOptions:
     # Arms run side by side: two arms each on all of a machine's cores oversubscribe it, and
     # OpenMP's waiting threads then cost a million-element replay three times its time.
     threads: int | None = None
+
+
+class Draws:
+    """The random numbers of one random replay (or one stack of them): NumPy's SFC64 bit
+    generator, its raw 64-bit words cut to each use. A call takes a microsecond or two where
+    torch's generator takes 5–25 for the few hundred elements a training loop's values have
+    (a stacked replay of one draws thousands of times), and half the time per element on a
+    million. Seeded from the simulation's seed and the replay's position, so a run's samples
+    are the same every time."""
+
+    def __init__(self, seed: int) -> None:
+        self._bits = np.random.SFC64(np.random.SeedSequence(seed % (1 << 64)))
+        self._numpy = np.random.Generator(self._bits)
+
+    def integers(self, shape: tuple | torch.Size, bits: int) -> np.ndarray:
+        """int64 draws uniform over [0, 2**bits), bits < 64: a word's top bits."""
+        words = self._bits.random_raw(math.prod(shape)) >> np.uint64(64 - bits)
+        return words.view(np.int64).reshape(shape)
+
+    def uniform(self, shape: tuple | torch.Size) -> np.ndarray:
+        """float64 draws uniform over [0, 1), on a grid of 2**-53 (an array, of zero
+        dimensions too: NumPy's arithmetic on one gives a scalar, so it is reshaped last)."""
+        words = self._bits.random_raw(math.prod(shape)) >> np.uint64(11)
+        return (words.astype(np.float64) * 2.0 ** -53).reshape(shape)
+
+    def normal(self, shape: tuple | torch.Size) -> np.ndarray:
+        """float64 standard normal draws."""
+        return self._numpy.standard_normal(math.prod(shape)).reshape(shape)
+
+    def signed(self, shape: tuple | torch.Size) -> torch.Tensor:
+        """float64 draws uniform over [-1, 1), as a tensor."""
+        return torch.from_numpy((self.uniform((math.prod(shape),)) * 2 - 1).reshape(shape))
 
 
 @functools.cache
@@ -446,7 +481,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     if per_stack >= 3:  # up, down and the samples up to the first point where sampling may stop
         batch = min(min([c for c in CHECKPOINTS if c < k] + [k]), per_stack - 2)
         directions = torch.tensor([1.0, -1.0] + [0.0] * batch, dtype=torch.float64)
-        g = torch.Generator().manual_seed(options.seed * 1_000_003)
+        g = Draws(options.seed * 1_000_003)
         stacked = _replay(plan, set(live), RoundingMode(options, cache, direction=directions, generator=g,
                                                         samples=batch + 2))
         if stacked.failed:  # replayed one at a time, from here on
@@ -474,7 +509,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     while i < k:
         # The samples up to the next point where sampling may stop, as one stack.
         batch = min(min([c for c in CHECKPOINTS if i < c < k] + [k]) - i, per_stack)
-        g = torch.Generator().manual_seed(options.seed * 1_000_003 + i)
+        g = Draws(options.seed * 1_000_003 + i)
         reps, first = first, []
         if batch > 1 and not reps:
             stacked = _replay(plan, set(live), RoundingMode(options, cache, direction=0, generator=g, samples=batch))
@@ -515,7 +550,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
             spreads[w] = checked
             checked.up, checked.down = up, down
         else:
-            spreads[w] = _spread(ref, [_stored(s.values[w], dtype) for s in samples], up, down)
+            spreads[w] = _spread(ref, [s.values[w] for s in samples], up, down, stored=dtype)
         dtypes, above = upstream[by_name[w]]
         spreads[w].flips = _flips(center, samples + [directed[1], directed[-1]], above)
         spreads[w].precision = working_precision(dtypes, dtype)
@@ -576,9 +611,9 @@ class _Collapsed:
     def sources(self) -> list[fx.Node]:
         return [r.args[0] for r in self.reductions]
 
-    def errors(self, generator: torch.Generator) -> list[torch.Tensor]:
+    def errors(self, generator: Draws) -> list[torch.Tensor]:
         """One joint draw of the reductions' errors from their terms' rounding."""
-        z = torch.randn(self.factor.shape[:-1], generator=generator, dtype=torch.float64)
+        z = torch.from_numpy(generator.normal(self.factor.shape[:-1]))
         drawn = (self.factor @ z.unsqueeze(-1)).squeeze(-1)
         return [drawn[..., j] for j in range(len(self.reductions))]
 
@@ -766,7 +801,7 @@ def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list[_Repla
             scored: dict[str, tuple[int, NodeSpread]]) -> tuple[NodeSpread, float]:
     """The spread of the samples so far (noted in `scored`; its directed replays are the
     reference until the end), and the arm's value's statistic against it."""
-    partial = _spread(ref, [_stored(s.values[w], out_dtypes.get(w, torch.float32)) for s in samples], ref, ref)
+    partial = _spread(ref, [s.values[w] for s in samples], ref, ref, stored=out_dtypes.get(w, torch.float32))
     scored[w] = (len(samples), partial)
     return partial, deviation_stat(value.double(), ref, partial.sigma)
 
@@ -777,7 +812,7 @@ def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], ar
     """`_scored` of every small value finite everywhere (reference, samples, the arm's), as
     one pass over their elements side by side: a training loop observes hundreds of values of
     a few elements, each a dozen torch ops of statistics. Each element's figures are the ones
-    `_finite_spread` computes; a value's scores are the maxima over its own elements."""
+    `_finite_figures` computes; a value's scores are the maxima over its own elements."""
     names = [w for w, ref in live.items()
              if ref.is_floating_point() and 0 < ref.numel() <= NUMPY_ELEMENTS
              and isinstance(arm_values.get(w), torch.Tensor) and arm_values[w].shape == ref.shape
@@ -893,16 +928,59 @@ def deviation_stat(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor) 
     return float(ratio.max())
 
 
-def _spread(ref: torch.Tensor, values: list[torch.Tensor], up: torch.Tensor, down: torch.Tensor) -> NodeSpread:
+def _spread(ref: torch.Tensor, values: list[Any], up: torch.Tensor, down: torch.Tensor,
+            stored: torch.dtype | None = None) -> NodeSpread:
+    """The samples' statistics around the reference, element by element: σ (their RMS
+    deviation), their mean and sd, which nonfinite values they reached, and each sample's
+    score T_k. `stored`: the samples are replays' values, each read as the arm stores it
+    (`_stored`). Over SPREAD_CHUNK columns at a time: K samples of a million elements are
+    a dozen passes over K × 8 MB, which a chunk makes in cache (and never holds whole)."""
+    if stored is not None:
+        values = [v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for v in values]
     if ref.is_complex():
         # A conjugate view (`fft.ihfft`'s result) has no real view until it is resolved.
         ref = torch.view_as_real(ref.resolve_conj())
-        values = [torch.view_as_real(v.resolve_conj()) for v in values]
-        up, down = torch.view_as_real(up.resolve_conj()), torch.view_as_real(down.resolve_conj())
+        values = [torch.view_as_real((_stored(v, stored) if stored is not None else v).resolve_conj())
+                  for v in values]
+        up, down, stored = torch.view_as_real(up.resolve_conj()), torch.view_as_real(down.resolve_conj()), None
     k = len(values)
-    stack = torch.stack(values)  # (K, …)
+    flat_ref = ref.reshape(-1)
+    flat = [v.reshape(-1) for v in values]
+    n = flat_ref.numel()
+    width = max(1024, SPREAD_CHUNK // max(k, 1))
+
+    def figures_of(part: slice) -> tuple[torch.Tensor, ...]:
+        return _spread_figures(flat_ref[part], torch.stack([_stored(v[part], stored) if stored is not None else v[part]
+                                                            for v in flat]))
+
+    if n <= width:
+        *figures, scores = figures_of(slice(0, n))
+    else:
+        figures = [torch.empty(n, dtype=torch.float64) for _ in range(3)] + [torch.empty(n, dtype=torch.uint8)]
+        scores = torch.full((k,), -1.0, dtype=torch.float64)
+        for a in range(0, n, width):
+            part = slice(a, min(n, a + width))
+            *pieces, chunk_scores = figures_of(part)
+            for whole, piece in zip(figures, pieces, strict=True):
+                whole[part] = piece
+            torch.maximum(scores, chunk_scores, out=scores)
+    sigma, mean, sd, nonfinite = (f.reshape(ref.shape) for f in figures)
+    return NodeSpread(status="judged", samples=k, sigma=sigma, up=up, down=down, mean=mean, sd=sd,
+                      nonfinite=nonfinite, sample_stats=[max(float(x), 0.0) for x in scores] if n else [0.0] * k)
+
+
+# Elements of K samples `_spread` takes at a time: 1 MB of float64, whose dozen passes stay
+# in the cache (K = 29 samples of 2M elements: 1.0 s, against 3.5 s over the whole stack).
+SPREAD_CHUNK = 1 << 17
+
+
+def _spread_figures(ref: torch.Tensor, stack: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_spread`'s figures of one chunk (`ref` (n,), `stack` (K, n)): σ, mean, sd, the
+    nonfinite bits, and each sample's largest ratio (-1 where none is finite)."""
     if bool(torch.isfinite(stack).all()) and bool(torch.isfinite(ref).all()):
-        return _finite_spread(ref, stack, up, down)
+        return _finite_figures(ref, stack)
+    k = stack.shape[0]
     own_finite = torch.isfinite(stack)
     finite = own_finite & torch.isfinite(ref)
     dev = torch.where(finite, stack - ref, 0.0)
@@ -920,21 +998,20 @@ def _spread(ref: torch.Tensor, values: list[torch.Tensor], up: torch.Tensor, dow
     ratio = torch.where(loo > 0, dev.abs() / torch.where(loo > 0, loo, 1.0),
                         torch.where(dev != 0, math.inf, 0.0))
     ratio = torch.where(finite, ratio, -1.0).reshape(k, -1)
-    stats = [max(float(x), 0.0) for x in ratio.max(1).values] if ratio.shape[1] else [0.0] * k
+    scores = ratio.max(1).values if ratio.shape[1] else torch.full((k,), -1.0, dtype=torch.float64)
     # Nonfinite outcomes from the random replays only: rounding every op toward -inf turns an
     # overflow into the largest finite value, which no round-to-nearest arm ever does.
     bits = (own_finite.any(0).to(torch.uint8)
             | (torch.isposinf(stack).any(0).to(torch.uint8) << 1)
             | (torch.isneginf(stack).any(0).to(torch.uint8) << 2)
             | (torch.isnan(stack).any(0).to(torch.uint8) << 3))
-    return NodeSpread(status="judged", samples=k, sigma=sigma, up=up, down=down, mean=mean, sd=sd,
-                      nonfinite=bits, sample_stats=stats)
+    return sigma, mean, sd, bits, scores
 
 
-def _finite_spread(ref: torch.Tensor, stack: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> NodeSpread:
-    """`_spread` where every sample and the reference are finite (the common case): the same
-    statistics without the masks, a third of the passes over K × numel values (seconds on
-    a 200,000-element value observed at exit)."""
+def _finite_figures(ref: torch.Tensor, stack: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_spread_figures` where every sample and the reference are finite (the common case):
+    the same statistics without the masks, a third of the passes."""
     k = stack.shape[0]
     dev = stack - ref
     shift = dev.sum(0) / k
@@ -942,14 +1019,13 @@ def _finite_spread(ref: torch.Tensor, stack: torch.Tensor, up: torch.Tensor, dow
     sq = dev.square()
     total = sq.sum(0)
     sigma = (total / k).sqrt()
-    # T_k leave one out, as in `_spread`.
+    # T_k leave one out, as in `_spread_figures`.
     loo = (total - sq).clamp_(min=0).div_(max(k - 1, 1)).sqrt_()
     at_zero = torch.where(dev != 0, math.inf, 0.0)  # no spread left out: any deviation is infinitely far
     ratio = torch.where(loo > 0, dev.abs_().div_(torch.where(loo > 0, loo, 1.0)), at_zero)
     ratio = ratio.reshape(k, -1)
-    stats = [max(float(x), 0.0) for x in ratio.max(1).values] if ratio.shape[1] else [0.0] * k
-    return NodeSpread(status="judged", samples=k, sigma=sigma, up=up, down=down, mean=ref + shift, sd=sd,
-                      nonfinite=torch.ones(ref.shape, dtype=torch.uint8), sample_stats=stats)
+    scores = ratio.max(1).values if ratio.shape[1] else torch.full((k,), -1.0, dtype=torch.float64)
+    return sigma, ref + shift, sd, torch.ones(ref.shape, dtype=torch.uint8), scores
 
 
 def _stored(v: Any, dtype: torch.dtype) -> torch.Tensor:
@@ -1565,7 +1641,7 @@ class RoundingMode(TriageDispatchMode):
     perturbation (``direction=0`` without a generator: the centre replay)."""
 
     def __init__(self, options: SimulationOptions, cache: _CallCache, direction: int | torch.Tensor,
-                 generator: torch.Generator | None, exact: bool = False,
+                 generator: Draws | None, exact: bool = False,
                  collapsed: dict[int, torch.Tensor] | None = None, samples: int = 0) -> None:
         super().__init__()
         # With `samples`, this many random replays at once: every value a replay perturbs is
@@ -1586,8 +1662,7 @@ class RoundingMode(TriageDispatchMode):
         self.sign_views: dict[int, tuple[torch.Tensor, np.ndarray]] = {}  # `_sign_views`
         self.generator = generator
         # Uniform draws for one-element results, seeded from the replay's own generator.
-        self.draws = random.Random(int(torch.randint(0, 2 ** 62, (1,), generator=generator))) \
-            if generator is not None else None
+        self.draws = random.Random(int(generator.integers((), 62))) if generator is not None else None
         self.calls = 0
         # Inside a decomposition, its code reads the float64 stand-ins' dtype: a cast "to
         # float64" there means "to the computation dtype" of the decomposed op's arm dtype.
@@ -1880,6 +1955,8 @@ class RoundingMode(TriageDispatchMode):
                 out = exact + drawn if drawn.shape == exact.shape else exact.clone()
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
+            elif name in EMBEDDING_BAGS and out[0].is_floating_point():  # the bags, then their indices
+                out = (self._accumulate(call, name, func, args, kwargs, out[0], out_vd),) + tuple(out[1:])
             out = self._round_all(out, out_vd, library=0.0)
         elif route == "widening":
             # A copy or cast to a dtype at least as precise as its input's is exact: rounding it
@@ -2109,7 +2186,7 @@ class RoundingMode(TriageDispatchMode):
         directed = t + self._signs(t) * bound * scale if self.directed else None
         if self.generator is None:
             return t if directed is None else directed
-        delta = (torch.rand(t.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
+        delta = self.generator.signed(t.shape) * bound
         return self._mixed(t + delta * scale, directed)
 
     def _tf32(self, name: str, out_vd: list) -> bool:
@@ -2257,7 +2334,7 @@ class RoundingMode(TriageDispatchMode):
         directed = t + self._signs(t) * bound * t.abs() if self.directed else None
         if self.generator is None:
             return t if directed is None else directed
-        delta = (torch.rand(t.shape, generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
+        delta = self.generator.signed(t.shape) * bound
         return self._mixed(t * (1 + delta), directed)
 
     def _mixed(self, sampled: torch.Tensor, directed: torch.Tensor | None) -> torch.Tensor:
@@ -2312,7 +2389,7 @@ class RoundingMode(TriageDispatchMode):
         if self.generator is None:
             result = out if directed is None else directed
         else:
-            drawn = torch.randn(out.shape, generator=self.generator, dtype=torch.float64)
+            drawn = torch.from_numpy(self.generator.normal(out.shape))
             result = self._mixed(torch.where(finite, out + u * walk * drawn, out), directed)
         return self._overflow(result, self._overflowing(call, name, args, kwargs, out, acc))
 
@@ -2323,7 +2400,7 @@ class RoundingMode(TriageDispatchMode):
         ±inf are both rounding of this computation, and the element keeps no digit."""
         if over is None or self.generator is None:
             return result
-        coin = torch.rand(result.shape, generator=self.generator, dtype=torch.float64) < 0.5
+        coin = torch.from_numpy(np.asarray(self.generator.uniform(result.shape) < 0.5))
         return torch.where(over & coin, torch.copysign(torch.tensor(math.inf, dtype=result.dtype), result), result)
 
     def _overflowing(self, call: int, name: str, args: tuple, kwargs: dict, out: torch.Tensor,
@@ -2381,7 +2458,7 @@ class RoundingMode(TriageDispatchMode):
         dtype = self.vdtype(grid)
         reach = COORDINATE_ROUNDINGS * UNIT_ROUNDOFF.get(dtype, 2.0 ** -53) * (grid.abs() + 1)
         shape = ((self.samples,) if self.samples and not _is_stacked(grid) else ()) + tuple(grid.shape)
-        draws = torch.rand(shape, generator=self.generator, dtype=torch.float64) * 2 - 1
+        draws = self.generator.signed(shape)
         if isinstance(self.direction, torch.Tensor):
             draws = draws * (self._sign_views(draws.dim())[0] == 0)
         moved = grid + draws * reach
@@ -2393,12 +2470,12 @@ class RoundingMode(TriageDispatchMode):
         each so (a modulus up to √2: a complex flop errs up to √2·u for an addition and √5·u
         for a product, against u for a real one; Higham, Accuracy and Stability, lemma 3.5)."""
         if not a.is_complex():
-            return torch.rand(a.shape, generator=self.generator, dtype=torch.float64) * 2 - 1
-        return torch.view_as_complex(torch.rand(a.shape + (2,), generator=self.generator, dtype=torch.float64) * 2 - 1)
+            return self.generator.signed(a.shape)
+        return torch.view_as_complex(self.generator.signed(a.shape + (2,)))
 
 
 def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int | torch.Tensor,
-             generator: torch.Generator | None) -> torch.Tensor:
+             generator: Draws | None) -> torch.Tensor:
     """`t` (float64) rounded to `dtype`'s values: stochastically with probability
     proportional to the distance (unbiased), directed up (+1) or down (-1), or to nearest
     (no generator, direction 0). Beyond the range: ±inf, as the arm's rounding gives. A
@@ -2416,7 +2493,7 @@ def round_to(t: torch.Tensor, dtype: torch.dtype, direction: int | torch.Tensor,
 
 
 def _round_by_spacing(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
-                      generator: torch.Generator | None) -> torch.Tensor:
+                      generator: Draws | None) -> torch.Tensor:
     """`round_to` from the spacing of the dtype's values around each element: any value
     (subnormal spacing, overflow, inf and nan), in twice the passes of `_round_bits`."""
     per_element = isinstance(direction, torch.Tensor)
@@ -2429,7 +2506,7 @@ def _round_by_spacing(t: torch.Tensor, bits: int, largest: float, tiny: float, d
         up = (t > low) & (direction > 0)
         if generator is not None or bool((direction == 0).any()):
             frac = (t - low).div_(ulp)
-            near = frac >= 0.5 if generator is None else torch.rand(t.shape, generator=generator) < frac
+            near = frac >= 0.5 if generator is None else torch.from_numpy(generator.uniform(t.shape)) < frac
             up = torch.where(direction == 0, near, up)
     elif direction > 0:
         up = t > low
@@ -2437,8 +2514,7 @@ def _round_by_spacing(t: torch.Tensor, bits: int, largest: float, tiny: float, d
         up = torch.zeros_like(t, dtype=torch.bool)
     else:
         frac = (t - low).div_(ulp)
-        # float32 draws: their 2^-24 resolution biases a rounding by at most that fraction of an ulp.
-        up = frac >= 0.5 if generator is None else torch.rand(t.shape, generator=generator) < frac
+        up = frac >= 0.5 if generator is None else torch.from_numpy(generator.uniform(t.shape)) < frac
     out = torch.where(up, low + ulp, low)
     beyond = t.abs() > largest
     if bool(beyond.any()):
@@ -2467,7 +2543,7 @@ def _normal_or_zero(t: torch.Tensor, largest: float, tiny: float) -> bool:
 
 
 def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
-                generator: torch.Generator | None) -> torch.Tensor | None:
+                generator: Draws | None) -> torch.Tensor | None:
     """`round_to` on the integer bits of float64 `t`: an integer below 2^(53 - bits) added
     to the magnitude's bit pattern carries into the kept bits (a carry past the significand
     steps the exponent, to the next binade's value), then the dropped bits are cleared.
@@ -2487,7 +2563,7 @@ def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, directi
         # Away from zero where the value's sign is the direction (0, a random row: never).
         carry = ((t * direction) > 0).to(torch.int64).mul_((1 << dropped) - 1)
         if generator is not None:  # the random samples of a stack of directed and random replays
-            drawn = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64)
+            drawn = torch.from_numpy(generator.integers(t.shape, dropped))
             carry = torch.where(direction == 0, drawn, carry)
     elif direction:
         away = t > 0 if direction > 0 else t < 0
@@ -2495,7 +2571,7 @@ def _round_bits(t: torch.Tensor, bits: int, largest: float, tiny: float, directi
     else:
         if generator is None:
             return None  # to nearest: `_round_by_spacing`
-        carry = torch.randint(0, 1 << dropped, t.shape, generator=generator, dtype=torch.int64)
+        carry = torch.from_numpy(generator.integers(t.shape, dropped))
     return carry.add_(t.contiguous().view(torch.int64)).bitwise_and_(-(1 << dropped)).view(torch.float64)
 
 
@@ -2524,7 +2600,7 @@ def _finite_rms(rows: torch.Tensor) -> torch.Tensor:
 
 
 def _round_bits_numpy(t: torch.Tensor, bits: int, largest: float, tiny: float, direction: int | torch.Tensor,
-                      generator: torch.Generator | None) -> torch.Tensor | None:
+                      generator: Draws | None) -> torch.Tensor | None:
     """`_round_bits` of a small tensor, in NumPy."""
     a = t.detach().contiguous().numpy()
     if not a.size:
@@ -2535,7 +2611,7 @@ def _round_bits_numpy(t: torch.Tensor, bits: int, largest: float, tiny: float, d
 
 
 def _relative_noise_numpy(a: np.ndarray, bound: float, signs: int | np.ndarray,
-                          generator: torch.Generator | None) -> np.ndarray:
+                          generator: Draws | None) -> np.ndarray:
     """`RoundingMode._relative_noise` of a small float64 array, in NumPy: the same IEEE
     operations in the same order and the same draws from `generator`, so the same result bit
     for bit (`a` itself where there is no noise to add)."""
@@ -2544,13 +2620,13 @@ def _relative_noise_numpy(a: np.ndarray, bound: float, signs: int | np.ndarray,
     directed = a + (signs * bound) * np.abs(a) if isinstance(signs, np.ndarray) or signs else None
     if generator is None:
         return a if directed is None else directed
-    delta = (torch.rand(a.shape, generator=generator, dtype=torch.float64).numpy() * 2 - 1) * bound
+    delta = (generator.uniform(a.shape) * 2 - 1) * bound
     sampled = a * (1 + delta)
     return sampled if directed is None else np.where(signs == 0, sampled, directed)
 
 
 def _round_array(a: np.ndarray, bits: int, largest: float, tiny: float, signs: int | np.ndarray,
-                 generator: torch.Generator | None) -> np.ndarray | None:
+                 generator: Draws | None) -> np.ndarray | None:
     """`_round_bits` on a float64 NumPy array (not empty): directions as a sign or an array
     of signs broadcast against it."""
     a = np.asarray(a)  # a level's last sum may be a NumPy scalar
@@ -2566,14 +2642,14 @@ def _round_array(a: np.ndarray, bits: int, largest: float, tiny: float, signs: i
             return None
         carry = ((a * signs) > 0).astype(np.int64) * ((1 << dropped) - 1)
         if generator is not None:
-            drawn = torch.randint(0, 1 << dropped, a.shape, generator=generator, dtype=torch.int64).numpy()
+            drawn = generator.integers(a.shape, dropped)
             carry = np.where(signs == 0, drawn, carry)
     elif signs:
         carry = ((a > 0) if signs > 0 else (a < 0)).astype(np.int64) * ((1 << dropped) - 1)
     elif generator is None:
         return None  # to nearest (a tf32 rounding in the centre replay): `_round_by_spacing`
     else:
-        carry = torch.randint(0, 1 << dropped, a.shape, generator=generator, dtype=torch.int64).numpy()
+        carry = generator.integers(a.shape, dropped)
     rounded = np.asarray((carry + a.view(np.int64)) & -(1 << dropped))  # 0-dim: NumPy scalars
     return rounded.view(np.float64)
 
@@ -2599,7 +2675,7 @@ def op_class(func: Any) -> str:
         kind = "linalg"
     elif name in EXACT or name.rstrip("_") in EXACT:  # in place too: `relu_`, `scatter_`, `clamp_`
         kind = "exact"
-    elif name in CONTRACTIONS or name in SUMS:
+    elif name in CONTRACTIONS or name in SUMS or name in EMBEDDING_BAGS:
         kind = "accumulated"
     elif name.rstrip("_") in CORRECTLY_ROUNDED:
         kind = "correctly-rounded"
@@ -2713,6 +2789,8 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         return _no_accumulation(out)
     if name.rstrip("_") in SCATTER_SUMS:
         return _scatter_magnitudes(name, args, kwargs, out)
+    if name in EMBEDDING_BAGS:
+        return _bag_magnitudes(func, args, kwargs, out)
     if name in CONTRACTIONS:
         squares = _same_contraction(name, func, args, kwargs, lambda x: x * x)
         absolute = _same_contraction(name, func, args, kwargs, torch.abs)
@@ -2818,6 +2896,35 @@ def _scatter_magnitudes(name: str, args: tuple, kwargs: dict, out: torch.Tensor)
         divided_by = (count + includes_self).clamp(min=1)
         walk, bound = walk / divided_by, bound / divided_by
     return walk.reshape(out.shape), bound.reshape(out.shape)
+
+
+def _bag_magnitudes(func: Any, args: tuple, kwargs: dict, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_magnitudes` of an embedding bag's sums, as `_scatter_magnitudes`'s: per output
+    element, its bag's count n of terms (its indices but the padding index's), their sum S,
+    Σt² and Σ|t|, t a weight row's element times its per-sample weight, added in sequence
+    (ATen's CPU kernel: bit for bit a sequential float32 sum). Each figure is the op itself in
+    sum mode, on the rows' ones, squares and magnitudes; a mean's divided by its count; a max
+    adds nothing."""
+    bound = dict(zip([a.name for a in func._schema.arguments][:len(args)], args, strict=True))
+    bound.update(kwargs)
+    mode = int(bound.get("mode", 0))
+    if mode == 2:
+        return _no_accumulation(out)
+    weight, scale = bound["weight"], bound.get("per_sample_weights")
+
+    def added(rows: torch.Tensor, per_sample: torch.Tensor | None) -> torch.Tensor:
+        return func(**dict(bound, weight=rows, mode=0, per_sample_weights=per_sample))[0]
+
+    n = added(torch.ones_like(weight), None)
+    s = added(weight, scale)
+    squares = added(weight * weight, None if scale is None else scale * scale)
+    absolute = added(weight.abs(), None if scale is None else scale.abs())
+    adds = n > 1
+    walk = torch.where(adds, (n / 3).sqrt() * (s.square() / 3 + squares / 2).sqrt(), 0.0)
+    worst = torch.where(adds, (n - 1) * absolute, 0.0)
+    if mode == 1:
+        walk, worst = walk / n.clamp(min=1), worst / n.clamp(min=1)
+    return walk.reshape(out.shape), worst.reshape(out.shape)
 
 
 def _no_accumulation(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
