@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import simulated_spread
+from conftest import recorded, simulated_spread
 
 from triage.judge import RoundingSpread, judge_value
 from triage.worker.opgraph import OpRecorder
@@ -411,6 +411,33 @@ def test_an_embedding_bag_adds_each_bags_rows_and_an_injected_error_is_outside(m
     assert judge(out * (1 + 1e-4), spread).zone == "outside"
     if mode == "max":
         assert float(np.max(spread.sd)) == 0.0
+
+
+@pytest.mark.parametrize("layer", ["attention", "encoder", "encoder-gelu-norm-first"])
+def test_a_native_attention_fast_path_is_replayed_op_by_op_and_an_injected_error_is_outside(layer):
+    """nn.MultiheadAttention and nn.TransformerEncoderLayer in eval mode without grad run one
+    fused native kernel (`_native_multi_head_attention`, `_transformer_encoder_layer_fwd`),
+    which reached the simulation as an unmeasured library op: a correct kernel 262σ outside.
+    Each is replayed as attention.cpp and transformer.cpp compute it."""
+    torch.manual_seed(0)
+    if layer == "attention":
+        module = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+
+        def run(x):
+            return module(x, x, x, need_weights=False)[0]
+        fused = "_native_multi_head_attention"
+    else:
+        module = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
+                                                  activation="gelu" if "gelu" in layer else "relu",
+                                                  norm_first="norm-first" in layer).eval()
+        run, fused = module, "_transformer_encoder_layer_fwd"
+    x = torch.randn(2, 10, 32)
+    with torch.no_grad():
+        graph = recorded(run, x)[0]
+        out, spread, _ = simulated_spread(run, x)
+    assert fused in {n.target.overloadpacket.__name__ for n in graph.nodes if isinstance(n.target, torch._ops.OpOverload)}
+    assert judge(out, spread).zone == "inside"
+    assert judge(out * (1 + 1e-4), spread).zone == "outside"
 
 
 def test_a_scatter_that_only_moves_values_adds_no_rounding():

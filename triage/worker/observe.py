@@ -191,6 +191,8 @@ def _version_of(t: torch.Tensor) -> int | None:
 class Observer(TorchFunctionMode):
     """Records readbacks and the script's comparisons as they happen."""
 
+    triage_mode = True  # `install_fast_paths` looks past it
+
     def __init__(self, store: ObservationStore, script: str) -> None:
         super().__init__()
         self.store = store
@@ -600,6 +602,41 @@ def install_assert_close(store: ObservationStore) -> None:
                 record_claim(store, "torch.testing.assert_close", actual, expected, holds)
 
     torch.testing.assert_close = assert_close
+
+
+# Modules whose forward takes a fused native kernel only where no argument "has a torch
+# function" (`torch.overrides.has_torch_function`), which any active TorchFunctionMode makes
+# true; the rounding simulation replays each kernel op by op. (nn.TransformerEncoder's own
+# fast path turns a padded batch into nested tensors, which the replay does not follow: its
+# layers take theirs.)
+FAST_PATH_MODULES = (torch.nn.MultiheadAttention, torch.nn.TransformerEncoderLayer)
+
+
+def install_fast_paths() -> None:
+    """Keep torch's fused fast paths where the script would take them: triage's own function
+    modes turned every script's attention onto the Python path, and a reporter's difference
+    between the fused kernel and a compiled graph vanished ("not-reproduced"). These modules'
+    forward runs with triage's modes (`triage_mode`) set aside, where they are the only ones
+    active (a script's own mode keeps its effect); the recorder, a dispatch mode, still sees
+    every op. Under dynamo the forward is torch's own, as traced."""
+    for cls in FAST_PATH_MODULES:
+        cls.forward = _without_triage_modes(cls.forward)
+
+
+def _without_triage_modes(forward: Callable) -> Callable:
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        stack = [] if torch.compiler.is_compiling() else torch.overrides._get_current_function_mode_stack()
+        if not stack or not all(getattr(mode, "triage_mode", False) for mode in stack):
+            return forward(*args, **kwargs)
+        popped = [torch._C._pop_torch_function_stack() for _ in stack]
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            for mode in reversed(popped):
+                torch._C._push_on_torch_function_stack(mode)
+
+    return run
 
 
 def install_seed_watch(recorder: OpRecorder) -> None:

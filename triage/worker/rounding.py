@@ -2669,7 +2669,8 @@ def op_class(func: Any) -> str:
     if name in DECOMPOSED and func in decomposition_table or (
             torch.Tag.pointwise not in func.tags
             and not names & (EXACT | SUMS | CONTRACTIONS | LINALG | CORRECTLY_ROUNDED)
-            and (func in decomposition_table or _composite(func))) or custom_implementation(func) is not None:
+            and (func in decomposition_table or _composite(func))) or custom_implementation(func) is not None \
+            or func in OWN_DECOMPOSITIONS:
         kind = "decomposed"
     elif name in LINALG:
         kind = "linalg"
@@ -2744,7 +2745,70 @@ def _vector_norm(x: torch.Tensor, ord: float = 2, dim: Any = None, keepdim: bool
 
 # Decompositions the replay uses in place of torch's: the same arithmetic, without the imports
 # torch's references make on first use.
-OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm}
+def _native_multi_head_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, embed_dim: int,
+                                  num_head: int, qkv_weight: torch.Tensor, qkv_bias: torch.Tensor,
+                                  proj_weight: torch.Tensor, proj_bias: torch.Tensor, mask: torch.Tensor | None = None,
+                                  need_weights: bool = True, average_attn_weights: bool = True,
+                                  mask_type: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """ATen's CPU `native_multi_head_attention` (nn.MultiheadAttention's fast path, in eval
+    mode without grad) op by op, as attention.cpp computes it: the q, k, v projections (one
+    GEMM's rows each), the bias added and q scaled by 1/√(D/heads) (a constant of the
+    arm's dtype), q·kᵀ, the (masked) softmax, ·v, and the output projection; the weights
+    averaged over heads where asked for."""
+    batch, length, _ = query.shape
+    per_head = embed_dim // num_head
+    arm = getattr(query, "_arm_dtype", torch.float32)
+    scale = float(torch.tensor(1.0 / float(torch.tensor(float(per_head), dtype=arm).sqrt()), dtype=arm)) \
+        if arm in (torch.float32, torch.float16, torch.bfloat16) else 1.0 / math.sqrt(per_head)
+    w_q, w_k, w_v = qkv_weight.chunk(3, 0)
+    b_q, b_k, b_v = qkv_bias.chunk(3)
+
+    def heads(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (torch.matmul(x, w.t()) + b).view(batch, -1, num_head, per_head).transpose(1, 2)
+
+    q, k, v = heads(query, w_q, b_q) * scale, heads(key, w_k, b_k), heads(value, w_v, b_v)
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    if mask is None:
+        weights = torch.softmax(scores, -1)
+    else:
+        weights = torch.ops.aten._masked_softmax(scores, mask if mask.dtype == torch.bool else mask.bool(), -1, mask_type)
+    context = torch.matmul(weights, v).transpose(1, 2).reshape(batch * length, embed_dim)
+    out = torch.nn.functional.linear(context, proj_weight, proj_bias).view(batch, length, embed_dim)
+    if not need_weights:
+        return out, None
+    return out, (weights.sum(1) / num_head if average_attn_weights else weights)
+
+
+def _transformer_encoder_layer(src: torch.Tensor, embed_dim: int, num_heads: int, qkv_weight: torch.Tensor,
+                               qkv_bias: torch.Tensor, proj_weight: torch.Tensor, proj_bias: torch.Tensor,
+                               use_gelu: bool, norm_first: bool, eps: float, norm_weight_1: torch.Tensor,
+                               norm_bias_1: torch.Tensor, norm_weight_2: torch.Tensor, norm_bias_2: torch.Tensor,
+                               ffn_weight_1: torch.Tensor, ffn_bias_1: torch.Tensor, ffn_weight_2: torch.Tensor,
+                               ffn_bias_2: torch.Tensor, mask: torch.Tensor | None = None,
+                               mask_type: int | None = None) -> torch.Tensor:
+    """ATen's CPU `transformer_encoder_layer_forward` (nn.TransformerEncoderLayer's fast path)
+    op by op, as transformer.cpp computes it: the native attention, the residual, layer norms
+    before or after, and the feed-forward GEMMs with their fused ReLU or GELU."""
+    def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x, (embed_dim,), weight, bias, eps)
+
+    x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
+    x = _native_multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                     mask, False, True, mask_type)[0] + src
+    if not norm_first:
+        x = norm(x, norm_weight_1, norm_bias_1)
+    residual = x
+    if norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    rows = x.reshape(-1, embed_dim)
+    hidden = torch.ops.aten._addmm_activation(ffn_bias_1, rows, ffn_weight_1.t(), use_gelu=use_gelu)
+    x = torch.addmm(ffn_bias_2, hidden, ffn_weight_2.t()).view(residual.shape) + residual
+    return x if norm_first else norm(x, norm_weight_2, norm_bias_2)
+
+
+OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm,
+                      torch.ops.aten._native_multi_head_attention.default: _native_multi_head_attention,
+                      torch.ops.aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer}
 
 
 def _decomposition(func: Any) -> Any:

@@ -38,6 +38,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         final_tensors,
         install_assert_close,
         install_compile,
+        install_fast_paths,
         install_flush_watch,
         install_seed_watch,
     )
@@ -83,6 +84,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     install_cuda_shims(device, script)
     install_compile(store, recorder, arm["mode"] == "compile", arm.get("backend"))
     install_assert_close(store)
+    install_fast_paths()
     install_seed_watch(recorder)
     install_flush_watch(recorder)
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
