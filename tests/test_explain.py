@@ -141,6 +141,49 @@ def test_thread_switch_between_calls_gh88718(triage):
     assert "`torch.set_num_threads(1)` → `torch.set_num_threads(6)`" in v["summary"]
 
 
+STALE_CACHE = """\
+import torch
+
+
+class NormLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8, 16))
+        self._cached = None
+
+    def forward(self, x, use_cache=False):
+        if not use_cache:
+            return x @ (self.weight / self.weight.norm(dim=1, keepdim=True)).T
+        if self._cached is None:
+            self._cached = self.weight / self.weight.norm(dim=1, keepdim=True)
+        return x @ self._cached.T  # never invalidated when the weight changes
+
+
+torch.manual_seed(0)
+m = NormLinear()
+x = torch.randn(4, 16)
+with torch.no_grad():
+    m(x, use_cache=True)
+    m.weight.add_(0.1 * torch.randn_like(m.weight))
+    slow = m(x, use_cache=False)
+    fast = m(x, use_cache=True)
+print((slow - fast).abs().max().item())
+"""
+
+
+def test_two_calls_of_one_module_that_compute_different_things_are_not_nondeterminism(triage, tmp_path):
+    # One module, same weights, bit-identical input, another answer: a new user's stale cache
+    # (a keyword argument picks a tensor the module keeps outside its parameters) was "a kernel
+    # nondeterministic run to run". The float64 replays of the two calls differ: they compute
+    # different functions.
+    script = tmp_path / "stale_cache.py"
+    script.write_text(STALE_CACHE)
+    _, report, _, _ = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    v = report["verdict"]
+    assert v["kind"] == "likely-bug", v["summary"]
+    assert "different functions" in v["summary"] and "nondeterministic" not in v["summary"]
+
+
 @pytest.mark.slow
 def test_rounding_inside_both_spreads_needs_no_ablation(triage):
     # One ulp added to every matmul output: well inside the rounding of a 3-matmul chain.
