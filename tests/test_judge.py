@@ -301,6 +301,23 @@ def test_a_tiny_residual_measured_by_the_script_does_not_hide_the_error_it_repor
     assert "`coef` vs `true_coef`" in v["summary"], v["summary"]
 
 
+def test_an_error_measure_within_tolerance_is_judged_where_nothing_else_diverges(triage, tmp_path):
+    """The script's one complaint: two orders of one sum differ, `(a - b).abs().max()`, within
+    float32's tolerance, alike on both arms. Where nothing else diverges that difference is
+    what to judge (a new user's compiled GRU loop: "not-reproduced", then "inconclusive"), not
+    "nothing diverges"."""
+    report = run_source(triage, tmp_path, "two_orders", (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "x = torch.randn(1000) * 100\n"
+        "whole = x.sum()\n"
+        "halves = x[::2].sum() + x[1::2].sum()\n"
+        "print((whole - halves).abs().max().item())\n"), arms="cpu,cpu/threads=1")
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-rounding", True), v["summary"]
+    assert "`whole` vs `halves`" in v["summary"], v["summary"]
+
+
 def test_a_small_value_with_no_correct_digit_does_not_agree_with_float64(triage, tmp_path):
     """The textbook small root in float32 is 0 where float64 gives -1e-4. With dynamo's 1e-3 as
     the absolute tolerance too, it "agreed with the reference" and one arm said nothing

@@ -156,6 +156,47 @@ def test_a_view_taken_before_an_update_is_stale_after_it():
     assert [leaf.kind for leaf in recording.leaves].count("stale") == 1
 
 
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_in_place_gates_on_the_splits_of_one_gemm_keep_their_history(cell):
+    """A GRU or LSTM cell splits its GEMM's output into gates and updates them in place: each
+    write moved the version counter the splits share (or the storage's write count, for
+    `unsafe_split`'s pieces), so every gate read after a sibling's write was a stale leaf
+    holding the arm's float32 values, and the spread of a new user's compiled GRU loop
+    covered only what came after them ("inconclusive"). A write to other elements leaves a
+    view's value as it was."""
+    def run(dtype):
+        torch.manual_seed(0)
+        module = (nn.GRUCell if cell == "gru" else nn.LSTMCell)(6, 8).to(dtype)
+        h = c = torch.zeros(3, 8, dtype=dtype)
+        with torch.no_grad():
+            for x in torch.randn(4, 3, 6).to(dtype):
+                h = module(x, h) if cell == "gru" else module(x, (h, c))
+                if cell == "lstm":
+                    h, c = h
+        return h
+
+    _, reference, recording = record_and_replay(run)
+    assert not [leaf for leaf in recording.leaves if leaf.kind == "stale"]
+    assert torch.equal(reference, run(torch.float64))
+
+
+@pytest.mark.parametrize("split", ["rows", "columns", "unsafe-columns"])
+def test_a_write_to_one_split_leaves_its_siblings_and_reaches_what_overlaps_it(split):
+    def run(dtype):
+        torch.manual_seed(2)
+        base = torch.randn(4, 9).to(dtype) * 3
+        parts = (base.split(3, 0)[:2] + (base[3:],) if split == "rows" else base.unsafe_split(3, 1)
+                 if split == "unsafe-columns" else base.split(3, 1))
+        parts[0].mul_(2)
+        sibling = parts[1] + 1  # untouched: its recorded history
+        whole = base.sum() if split != "unsafe-columns" else parts[0].sum()  # the written elements
+        return sibling.sum() * whole
+
+    value, reference, recording = record_and_replay(run)
+    assert math.isclose(reference.item(), run(torch.float64).item(), rel_tol=RTOL)
+    assert not [leaf for leaf in recording.leaves if leaf.kind == "stale"]
+
+
 @pytest.mark.parametrize("fill", ["element", "slice", "column", "flat-view", "diagonal"])
 def test_a_tensor_filled_through_its_views_keeps_its_history(fill):
     """`g = torch.empty(n); g[i] = …` (a finite-difference gradient, a preallocated buffer):

@@ -39,7 +39,9 @@ run of a dynamo graph becomes one node whose target is the dynamo `GraphModule`.
 """
 from __future__ import annotations
 
+import collections
 import functools
+import math
 import operator
 import sys
 import weakref
@@ -47,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -174,6 +177,10 @@ class OpRecorder(TriageDispatchMode):
         # then): an alias made after the tensor that wrote it died still finds its value.
         self.writes: dict[tuple, int] = {}
         self.holders: dict[tuple, tuple[weakref.ref, fx.Node, int]] = {}
+        # The latest recorded writes per storage, each (its write count, offset, sizes, strides,
+        # dtype): a view none of them reached still holds its value, though they moved the
+        # version counter it shares (a GRU cell's in-place gates on one split of its GEMM's output).
+        self.write_log: dict[tuple, collections.deque] = {}
         # Tensors the op in flight registered: their final version is known once it returned.
         # Weak: a strong reference would make autograd copy gradients it could steal.
         self.unsettled: list[tuple[weakref.ref, fx.Node]] = []
@@ -382,7 +389,11 @@ class OpRecorder(TriageDispatchMode):
         for t in tensors:
             memory = _memory(t)
             if memory is not None:
-                self.writes[memory[:2]] = self.writes.get(memory[:2], 0) + 1
+                count = self.writes[memory[:2]] = self.writes.get(memory[:2], 0) + 1
+                log = self.write_log.get(memory[:2])
+                if log is None:
+                    log = self.write_log[memory[:2]] = collections.deque(maxlen=WRITE_LOG)
+                log.append((count,) + memory[2:6])
 
     # -- tensors to nodes --------------------------------------------------------------
     def _set(self, t: torch.Tensor, node: fx.Node) -> None:
@@ -394,12 +405,33 @@ class OpRecorder(TriageDispatchMode):
             self.holders[memory] = (weakref.ref(t.untyped_storage()), node, writes)
 
     def _holds(self, t: torch.Tensor, entry: tuple) -> bool:
-        """Whether `t` still holds the value its entry was stamped with."""
+        """Whether `t` still holds the value its entry was stamped with: nothing wrote to its
+        storage since, or only recorded writes to other elements of it (`_untouched`)."""
         _, version, memory, writes = entry
-        if version != _version(t):
-            return False
         now = _memory(t)
-        return now == memory and (now is None or self.writes.get(now[:2], 0) == writes)
+        if now != memory:
+            return False
+        if now is None:
+            return version == _version(t)
+        current = self.writes.get(now[:2], 0)
+        if version == _version(t) and current == writes:
+            return True
+        return self._untouched(t, entry, current)
+
+    def _untouched(self, t: torch.Tensor, entry: tuple, current: int) -> bool:
+        """Every write to `t`'s storage since its stamp was recorded (its version counter moved
+        no more than they number: views share it, `unsafe_split`'s pieces do not) and none
+        reached an element of `t`: it holds its value, stamped anew."""
+        node, version, memory, writes = entry
+        if version == -1:  # a compiled region's input: rewritten, whatever its counter says
+            return False
+        since = [w for w in self.write_log.get(memory[:2], ()) if w[0] > writes]
+        if len(since) != current - writes or not 0 <= _version(t) - version <= len(since):
+            return False  # a write the recorder did not see (or one it no longer remembers)
+        if not all(_disjoint(memory, w) for w in since):
+            return False
+        self.producers[t] = (node, _version(t), memory, current)
+        return True
 
     def _bind(self, t: torch.Tensor, node: fx.Node) -> None:
         """`t` now holds `node`'s value; its version is read once the op in flight returned."""
@@ -731,6 +763,46 @@ def _memory(t: torch.Tensor) -> tuple | None:
                 t.dtype, t.is_conj(), t.is_neg())
     except (RuntimeError, NotImplementedError, TypeError):
         return None
+
+
+# Recorded writes remembered per storage (`OpRecorder.write_log`), and the most elements two
+# views may have for their elements to be compared one by one (`_disjoint`).
+WRITE_LOG = 64
+DISJOINT_ELEMENTS = 1 << 16
+
+
+def _disjoint(memory: tuple, write: tuple) -> bool:
+    """Whether a view (`_memory`) and a recorded write (`OpRecorder.write_log`) of one storage
+    share no element: their extents apart, or else their elements compared (the splits of a
+    matrix along its columns interleave within one extent). Views of another dtype: shared."""
+    offset, shape, stride, dtype = memory[2:6]
+    _, w_offset, w_shape, w_stride, w_dtype = write
+    if dtype != w_dtype:
+        return False
+    if not math.prod(shape) or not math.prod(w_shape):
+        return True
+    a_low, a_high = _extent(offset, shape, stride)
+    b_low, b_high = _extent(w_offset, w_shape, w_stride)
+    if a_high < b_low or b_high < a_low:
+        return True
+    if math.prod(shape) + math.prod(w_shape) > DISJOINT_ELEMENTS:
+        return False
+    return not np.isin(_elements(offset, shape, stride), _elements(w_offset, w_shape, w_stride)).any()
+
+
+def _extent(offset: int, shape: tuple, stride: tuple) -> tuple[int, int]:
+    """The first and last storage element a (non-empty) strided view reaches."""
+    low = offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True) if s < 0)
+    high = offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True) if s > 0)
+    return low, high
+
+
+def _elements(offset: int, shape: tuple, stride: tuple) -> np.ndarray:
+    """The storage elements a strided view reads."""
+    index = np.array([offset], dtype=np.int64)
+    for n, s in zip(shape, stride, strict=True):
+        index = (index[:, None] + np.arange(n, dtype=np.int64) * s).reshape(-1)
+    return index
 
 
 def _data_ptr(t: torch.Tensor) -> int:

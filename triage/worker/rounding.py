@@ -3423,6 +3423,11 @@ def _spread_arrays(spread: NodeSpread, dtype: torch.dtype) -> dict[str, np.ndarr
     return {key: arrays[key].numpy() for key in SPREAD_ARRAYS}
 
 
+# Elements above which a value observed only at exit is not simulated beside others the
+# script reads (`simulate_observables`).
+EXIT_ONLY_ELEMENTS = 1 << 16
+
+
 def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], references: dict[str, Any],
                          values: dict[str, Any], job: dict[str, Any], device: str,
                          flags: dict[str, Any]) -> dict[str, Any]:
@@ -3454,16 +3459,24 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
     # statistics (a 4M-element tensor observed at exit: seconds) would be thrown away.
     # A value observed several times (a call's output, then a claim's operand, then at exit) is
     # one node: simulated once, its spread counted and kept once, for all its records.
-    too_large: set[int] = set()
+    too_large: dict[int, str] = {}  # record index -> why its value is not simulated
+    # A large value seen only at exit, where the script reads others (a 2M-element input left
+    # in a global beside the two means it prints), is not simulated: its K samples, kept and
+    # scored, cost more than the rest (4 of 7 seconds), and being observed it kept its chain's
+    # reductions from being drawn whole. Where nothing else is observed, it is.
+    read = {r["node"] for r in records if r["kind"] != "final" and r["node"]}
     for r in records:
         ref = references.get(r["node"]) if r["node"] else None
         fp = r.get("fingerprint") or {}
         if isinstance(ref, torch.Tensor) and f"{OBSERVED}{r['index']}" in values and list(ref.shape) == fp.get("shape"):
             if r["node"] in wanted:
                 continue
+            if read and r["node"] not in read and ref.numel() > EXIT_ONLY_ELEMENTS:
+                too_large[r["index"]] = "a value seen only at exit, too large to simulate beside those the script reads"
+                continue
             size = spread_bytes(ref, getattr(torch, fp.get("dtype", "float64"), torch.float64))
             if size > budget:
-                too_large.add(r["index"])
+                too_large[r["index"]] = "the spread is too large to keep"
                 continue
             budget -= size
             wanted[r["node"]] = ref
@@ -3478,7 +3491,7 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
     kept: dict[str, int] = {}  # node → the record whose index its spread arrays are kept under
     for r in records:
         if r["index"] in too_large:
-            r["rounding"] = {"status": "not-judged", "reason": "the spread is too large to keep", "samples": 0,
+            r["rounding"] = {"status": "not-judged", "reason": too_large[r["index"]], "samples": 0,
                              "sample_stats": [], "flips": [], "cancellations": [], "precision": None,
                              "unmeasured": [], "order_dependent": []}
             continue
