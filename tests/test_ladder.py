@@ -185,8 +185,8 @@ def test_misaligned_observables_are_reported():
 SETTINGS = {"num_threads": 2, "deterministic": False, "mkldnn": True}
 
 
-def call(i, value, training=True, layers=(), settings=SETTINGS, weights=0):
-    o = obs(i, value, value, label=f"Net() call #{i + 1}")
+def call(i, value, training=True, layers=(), settings=SETTINGS, weights=0, reference=None):
+    o = obs(i, value, value if reference is None else reference, label=f"Net() call #{i + 1}")
     o.module = {"instance": 0, "variable": "net", "training": training, "train_layers": list(layers),
                 "inputs": ["same-digest"], "weights_version": weights, "settings": dict(settings)}
     return o
@@ -214,8 +214,16 @@ def test_changed_weights_are_not_a_repeat():
 
 
 def test_unexplained_repeat_points_at_a_nondeterministic_kernel():
-    v = verdict(arm("cpu", [call(0, [1.0, 2.0], training=False), call(1, [1.5, 2.0], training=False)]))
+    # One op sequence on the same inputs: one float64 replay for both calls.
+    v = verdict(arm("cpu", [call(0, [1.0, 2.0], training=False, reference=[1.2, 2.0]),
+                            call(1, [1.5, 2.0], training=False, reference=[1.2, 2.0])]))
     assert (v.kind, v.expected) == ("nondeterministic", None) and "deterministic=on" in v.summary
+
+
+def test_a_repeat_whose_float64_replays_differ_is_not_a_nondeterministic_kernel():
+    # The calls computed different things (a keyword argument, a cache outside the parameters).
+    v = verdict(arm("cpu", [call(0, [1.0, 2.0], training=False), call(1, [1.5, 2.0], training=False)]))
+    assert v.kind != "nondeterministic" and "nondeterministic run to run" not in v.summary
 
 
 def test_an_agreeing_ablation_names_the_cause():

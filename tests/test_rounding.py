@@ -440,6 +440,26 @@ def test_a_native_attention_fast_path_is_replayed_op_by_op_and_an_injected_error
     assert judge(out * (1 + 1e-4), spread).zone == "outside"
 
 
+def test_a_power_of_two_scaling_is_exact_and_a_float64_computation_of_exact_inputs_is_float64():
+    """`w = torch.randn(...) / 8`, then a float64 convolution of `w.double()`: the division by 8
+    is exact, but it took `div`'s measured kernel error, and the float64 result "kept 6.2
+    significant digits at float32". A product or quotient by a power of two rounds as a
+    correctly rounded op (exact in range), and a computation's precision counts the dtypes that
+    rounded something, not those of exact values."""
+    w = torch.randn(8, 4, 3, 3, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(2, 8, 6, 6, generator=torch.Generator().manual_seed(1))
+
+    def conv64(x, w, scale):
+        return torch.nn.functional.conv_transpose2d(x.double(), (w / scale).double())
+
+    for scale, precision in ((8.0, "float64"), (0.5, "float64"), (3.0, "float32")):
+        out, spread = spread_of(conv64, x, w, scale)
+        assert spread.precision == precision, scale
+        relative = float(np.max(spread.sigma) / np.max(np.abs(spread.reference)))
+        assert (relative < 1e-13) == (precision == "float64"), (scale, relative)
+        assert judge(out, spread).zone == "inside"
+
+
 def test_a_scatter_that_only_moves_values_adds_no_rounding():
     w = torch.rand(16, generator=torch.Generator().manual_seed(4))
     order = torch.randperm(16, generator=torch.Generator().manual_seed(5))

@@ -259,6 +259,16 @@ class Judgement:
     unstable: list[str] = field(default_factory=list)
     strip: str = ""
     reason: str | None = None  # why not judged
+    # The value's own dtype where it is wider than `dtype`, the precision its computation ran
+    # at (`y32.double()`): its digits are that computation's.
+    stored: str | None = None
+
+    @property
+    def precision_text(self) -> str:
+        """'float32', or 'float32 (held in float64)' for a wider value computed at float32."""
+        if not self.stored or self.stored == self.dtype:
+            return self.dtype
+        return f"{self.dtype} (held in {self.stored})"
 
     @property
     def outside_without_digits(self) -> bool:

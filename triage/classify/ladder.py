@@ -638,7 +638,7 @@ def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -
     away = (f"{j.statistic:.3g}σ from the float64 value" if j.statistic is not None and j.statistic != float("inf")
             else "away from the float64 value where no simulated rounding moves it")
     summary = (f"{where_text(d)}: `{j.arm}` {j.label} lies outside its own rounding spread — {away}, where "
-               f"{j.samples} simulated roundings of the same computation at {j.dtype} reach at most "
+               f"{j.samples} simulated roundings of the same computation at {j.precision_text} reach at most "
                f"{(j.max_sample_stat or 0):.3g}σ (p = {j.p:.2f}){contrast}. The arm computes something other than "
                "the recorded formula at its precision (a kernel or compiler bug, a different formula, or a precision "
                "mode no ablation explains).")
@@ -708,19 +708,19 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
     matrix = bool(note) and "figure" not in note
     section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
     if j.computational_zero and any(u.endswith(FINITE_UNDER_SOME) for u in j.unstable):
-        state = (f"`{j.arm}` {j.label} is not finite under some of its simulated roundings at {j.dtype}, so no "
+        state = (f"`{j.arm}` {j.label} is not finite under some of its simulated roundings at {j.precision_text}, so no "
                  "finite value of it keeps a reliable digit")
     elif j.computational_zero:
-        state = (f"`{j.arm}` {j.label} is a computational zero at {j.dtype}: its simulated roundings scatter by "
+        state = (f"`{j.arm}` {j.label} is a computational zero at {j.precision_text}: its simulated roundings scatter by "
                  f"±{j.sigma:.2g}, as far as the value itself reaches, so every digit of it is rounding noise")
     elif j.wide:
         state = (f"its rounding spread is wide — `{j.arm}` {j.label} keeps only {j.digits:.1f} significant digits "
-                 f"at {j.dtype} (±{j.sigma:.2g})")
+                 f"at {j.precision_text} (±{j.sigma:.2g})")
     elif j.poor_where_differ:
         state = (f"where they differ most (element {j.differ_element}), `{j.arm}` {j.label} keeps "
                  + ("no significant digit" if not j.digits_where_differ else
                     f"only {j.digits_where_differ:.1f} significant digits")
-                 + f" at {j.dtype}, though a typical element keeps {j.digits or 0:.1f}")
+                 + f" at {j.precision_text}, though a typical element keeps {j.digits or 0:.1f}")
     else:
         state = (f"{j.poorly_determined} of the {j.numel} elements of `{j.arm}` {j.label} keep almost none of "
                  f"{j.dtype}'s digits (the fewest: {j.fewest_digits or 0:.1f}), though a typical element keeps "
@@ -1091,7 +1091,7 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
                 f"exactly.{matrix} Compare with a tolerance (`math.isclose(x, {literal!r}, rel_tol=...)`, "
                 "`torch.isclose`), or where the exact value matters, set it (normalize by the computed total, clamp).",
                 [f"`{run.spec}` {o.shown} (line {o.line}): {value!r}; float64 replay: {j.reference!r}; rounding spread "
-                 f"±{sigma:.3g} at {j.dtype} ({j.samples} samples)", f"the check: `{text} {op} {literal!r}`"]
+                 f"±{sigma:.3g} at {j.precision_text} ({j.samples} samples)", f"the check: `{text} {op} {literal!r}`"]
                 + ([cond_text(singular, full=True)] if singular else []))
     return None
 

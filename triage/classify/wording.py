@@ -219,7 +219,7 @@ def unmeasured_lines(js: list) -> list[str]:
 
 def digits_text(js: list) -> str:
     same_arm = len({j.arm for j in js}) < len(js)
-    parts = [f"{j.label if same_arm else '`' + j.arm + '`'} keeps {j.digits:.1f} significant digits at {j.dtype}"
+    parts = [f"{j.label if same_arm else '`' + j.arm + '`'} keeps {j.digits:.1f} significant digits at {j.precision_text}"
              for j in js if j.digits is not None and not j.computational_zero]
     return (" (" + "; ".join(parts) + ")") if parts else ""
 

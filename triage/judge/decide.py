@@ -41,7 +41,8 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
     v = np.asarray(value)
     v = np.stack([v.real, v.imag], axis=-1).astype(np.float64) if np.iscomplexobj(v) else v.astype(np.float64)
     j = Judgement(arm=arm, observable=observable, label=label, line=line, dtype=spread.precision or spread.dtype,
-                  status="judged", samples=spread.samples, numel=int(v.size))
+                  status="judged", samples=spread.samples, numel=int(v.size),
+                  stored=spread.dtype if spread.precision and spread.precision != spread.dtype else None)
     if v.shape != spread.reference.shape:
         j.status, j.reason = "not-judged", "the value's shape differs from the simulated one"
         return j

@@ -53,14 +53,14 @@ def spread_text(j: Judgement) -> str:
     if j.computational_zero and j.value is not None and not math.isfinite(j.value):
         # A nonfinite value inside: the replays reach it in some roundings and a finite value in
         # others (no scatter to quote, "±0" read as certainty).
-        return (f"no digit at {j.dtype}: some roundings of this computation give {j.value:g}, others a finite "
+        return (f"no digit at {j.precision_text}: some roundings of this computation give {j.value:g}, others a finite "
                 "value")
     if j.computational_zero:
-        return f"{width}: a computational zero at {j.dtype} (every digit is rounding noise)"
+        return f"{width}: a computational zero at {j.precision_text} (every digit is rounding noise)"
     if j.digits is None and j.value is not None and not math.isfinite(j.value):
-        return f"{j.value:g} in every rounding of this computation at {j.dtype}"
+        return f"{j.value:g} in every rounding of this computation at {j.precision_text}"
     if j.digits is None and (j.nonfinite or "").endswith(FINITE_WHERE_NONE):
-        return f"nonfinite in every rounding of this computation at {j.dtype}"
+        return f"nonfinite in every rounding of this computation at {j.precision_text}"
     digits = f"{j.digits:.1f} significant digits" if j.digits is not None else "no significant digit"
     zeros = f"; {j.zeros} of {j.numel} elements are computational zeros" if j.zeros else ""
-    return f"{width} ({digits} at {j.dtype}{zeros})"
+    return f"{width} ({digits} at {j.precision_text}{zeros})"

@@ -541,7 +541,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     # The statistics are a few passes over K × numel values: there threads pay.
     torch.set_num_threads(threads)
     noted = set(center.discrete) | set(center.unmeasured) | set(cancellations)
-    upstream = _upstream(order, {by_name[w] for w in live}, noted)
+    upstream = _upstream(order, {by_name[w] for w in live}, noted, set(cache.constants))
     for w, ref in live.items():
         dtype = out_dtypes.get(w, torch.float32)
         up, down = _stored(directed[1].values[w], dtype), _stored(directed[-1].values[w], dtype)
@@ -1054,16 +1054,18 @@ def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -
     return out[:8]
 
 
-def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str]
+def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str], exact: set[fx.Node] | None = None
               ) -> dict[fx.Node, tuple[frozenset[torch.dtype], frozenset[str]]]:
     """For each target, the floating dtypes its computation ran in (compiled regions' ops
     included) and which of the `noted` nodes it depends on (itself included): one pass over
-    the graph for all observed values, where a cone per value walks the graph once each."""
+    the graph for all observed values, where a cone per value walks the graph once each.
+    `exact`: values no replay changes (leaves, their views and exact casts, `w / 8`), whose
+    dtype rounded nothing: a float64 convolution of float32 inputs ran in float64."""
     found: dict[fx.Node, tuple[frozenset[torch.dtype], frozenset[str]]] = {}
     for n in order:
         dtypes, names = set(), {n.name} & noted
         d = n.meta.get("dtype")
-        if isinstance(d, torch.dtype) and d in UNIT_ROUNDOFF:
+        if isinstance(d, torch.dtype) and d in UNIT_ROUNDOFF and n not in (exact or ()):
             dtypes.add(d)
         if n.meta.get("matmul_inputs") == "bf16":  # oneDNN read its float32 inputs as bfloat16
             dtypes.add(torch.bfloat16)
@@ -1340,6 +1342,24 @@ def _representable(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, A
         return False  # an in-place or out= op run again would write over the replay's values
     exact = n.target(*args, **kwargs)
     return isinstance(exact, torch.Tensor) and exact.shape == out.shape and bool(torch.equal(exact.double(), out))
+
+
+def _power_of_two_scaling(name: str, args: tuple, kwargs: dict) -> bool:
+    """A product or quotient by a power of two (`w / 8`, `x * 0.5`): exact wherever its result
+    is in range, whether the kernel divides or multiplies by the reciprocal (where the table
+    measured `div` beyond rounding: `x / 3` is `x * (1/3)`, two roundings), so rounded as a
+    correctly rounded op. A measured kernel error there spread `w / 8`'s exact values, and a
+    float64 convolution of them "kept 6 significant digits"."""
+    if name.rstrip("_") not in ("mul", "div") or len(args) != 2 or kwargs.get("rounding_mode") is not None:
+        return False
+    scale = args[1] if name.rstrip("_") == "div" else next(
+        (a for a in args if not isinstance(a, torch.Tensor) or a.dim() == 0), None)
+    if isinstance(scale, torch.Tensor):
+        if scale.dim() != 0 or not scale.is_floating_point() or _is_stacked(scale):
+            return False
+        scale = float(scale)
+    return isinstance(scale, (int, float)) and math.isfinite(scale) and scale != 0 \
+        and abs(math.frexp(scale)[0]) == 0.5
 
 
 def _plain_add(name: str, args: tuple, kwargs: dict) -> bool:
@@ -1856,7 +1876,8 @@ class RoundingMode(TriageDispatchMode):
         if name.rstrip("_") in COPIES and _widening(flat, in_vd, out_vd):
             return "widening"
         if kind == "correctly-rounded" and (_plain_add(name, args, kwargs)
-                                            or not self._measured_beyond_rounding(name, out_vd)):
+                                            or not self._measured_beyond_rounding(name, out_vd)) \
+                or _power_of_two_scaling(name, args, kwargs):
             return "correctly-rounded"
         return "library"
 
