@@ -244,6 +244,7 @@ def _digits_where_differ(judgements: list[Judgement], observables: list[Observab
         zero = bool(spread.computational_zeros().reshape(-1)[k])
         j.differ_element = k
         j.digits_where_differ = 0.0 if zero or math.isnan(digits) else digits
+        j.sigma_where_differ = float(np.asarray(spread.sigma, dtype=np.float64).reshape(-1)[k])
         j.poor_where_differ = zero or (math.isfinite(digits) and digits <= spread.wide_below)
 
 

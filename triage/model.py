@@ -253,6 +253,7 @@ class Judgement:
     # `poorly_determined` counts): the divergence lives where the computation keeps no digits.
     differ_element: int | None = None
     digits_where_differ: float | None = None
+    sigma_where_differ: float | None = None
     poor_where_differ: bool = False
     unmeasured: list[str] = field(default_factory=list)  # library ops with no measured kernel error
     nonfinite: str | None = None

@@ -543,8 +543,13 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
         limit = np.maximum(limit, 16 * unit * np.abs(ra)[both])
     if not (gap > limit).any():
         return None
-    spreads = (f"float64 values of the two sides differ by up to {float(gap.max()):.3g}; rounding spreads "
-               f"±{float(np.max(oa.spread['sig'])):.2g} and ±{float(np.max(ob.spread['sig'])):.2g}")
+    # Quoted where the difference is widest against the spreads there (the largest spreads sit
+    # elsewhere, and quoted beside the largest difference they read as its match).
+    at = int(np.argmax(gap / np.maximum(width[both], np.finfo(np.float64).tiny)))
+    sig_a, sig_b = (float(np.asarray(o.spread["sig"], dtype=np.float64)[both][at]) for o in (oa, ob))
+    spreads = (f"float64 values of the two sides differ by up to {float(gap.max()):.3g}; where they differ most "
+               f"against their rounding, by {float(gap[at]):.3g} against spreads ±{sig_a:.2g} and ±{sig_b:.2g} "
+               f"({float(gap[at] / max(width[both][at], np.finfo(np.float64).tiny)):.3g}× their combined width)")
     if d.source == "arms":
         return _arms_differ(run_a, run_b, d, float(gap.max()), spreads)
     ancestors = set(oa.ancestors) | set(ob.ancestors)
@@ -714,8 +719,12 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
         state = (f"`{j.arm}` {j.label} is a computational zero at {j.precision_text}: its simulated roundings scatter by "
                  f"±{j.sigma:.2g}, as far as the value itself reaches, so every digit of it is rounding noise")
     elif j.wide:
+        # The spread quoted where the sides differ most: the statistic's element may be another
+        # (a difference of 10 beside "±0.023" read as a contradiction).
+        where = (f"±{j.sigma_where_differ:.2g} where they differ most" if j.sigma_where_differ is not None
+                 else f"±{j.sigma:.2g}")
         state = (f"its rounding spread is wide — `{j.arm}` {j.label} keeps only {j.digits:.1f} significant digits "
-                 f"at {j.precision_text} (±{j.sigma:.2g})")
+                 f"at {j.precision_text} ({where})")
     elif j.poor_where_differ:
         state = (f"where they differ most (element {j.differ_element}), `{j.arm}` {j.label} keeps "
                  + ("no significant digit" if not j.digits_where_differ else
