@@ -71,6 +71,23 @@ def test_a_running_total_off_by_one_is_named_as_a_shift(triage, tmp_path):
     assert "shifted by one element: `mine[i] = torch.cumsum(x, dim=0)[i - 1]`" in v["summary"], v["summary"]
 
 
+def test_an_off_by_one_along_a_rows_last_axis_is_named_as_a_shift(triage, tmp_path):
+    # A new user's conv1d reading tap k + 1: shifted along the last axis of a batch, which the
+    # flattened elements do not show (each row's end meets the next row's start).
+    script = write(tmp_path, """\
+        import torch
+        import torch.nn.functional as F
+        torch.manual_seed(0)
+        x = torch.rand(3, 40)
+        ref = torch.cumsum(x, dim=1)
+        mine = F.pad(x, (1, 0))[:, :-1].cumsum(1)
+        print(torch.allclose(ref, mine))
+    """)
+    report, v = judged(triage, script)
+    assert v["kind"] == "likely-bug", v["summary"]
+    assert "shifted by one element along dimension 1: `ref[i] = mine[i + 1]`" in v["summary"], v["summary"]
+
+
 def test_a_value_the_script_expects_that_float64_also_misses_is_inconclusive(triage, tmp_path):
     # The float64 replay runs the same kernel: it cannot say whether the kernel or the
     # expectation is wrong.

@@ -595,7 +595,10 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
     gap = float(np.abs(a64 - b64).max())
     paths = d.paths or {}
     names = (d.a.label, d.b.label)
-    shape = difference_shape(a64, b64, names)
+    # In their own shape where every element is finite: a shift along a tensor's last axis is
+    # no shift of its flattened elements (a row's end meets the next row's start).
+    whole = both.all()
+    shape = difference_shape(ra.astype(np.float64) if whole else a64, rb.astype(np.float64) if whole else b64, names)
     if paths.get("constant_a") or paths.get("constant_b"):
         computed, fixed = (d.b, d.a) if paths.get("constant_a") else (d.a, d.b)
         return make_verdict("inconclusive", None, policy.NONE, ["review"],
