@@ -544,3 +544,15 @@ def test_uninitialized_memory_is_named_first_whether_or_not_its_bytes_happened_t
     assert v.kind == "nondeterministic", v.summary
     first, second = v.summary.index("`torch.empty` at line 10"), v.summary.index("`aten.uniform_` at line 21")
     assert first < second, v.summary
+
+
+def test_an_alignment_broken_by_a_compiled_call_says_so():
+    # The eager arm sees each module call of a compiled function; the compile arm one call.
+    eager = arm("cpu", [obs(0, [1.0], [1.0], label="GRUCell() call #1"), obs(1, [2.0], [2.0], label="GRUCell() call #2")])
+    compiled = arm("cpu/compile", [obs(0, [1.0], [1.0], label="GRUCell() call #1"),
+                                   obs(1, [2.0], [2.0], label="compiled `run` call #1")], mode="compile")
+    note = compare([eager, compiled]).alignment_note
+    assert "one compiled call" in note and "control flow" not in note
+    branched = arm("cpu/threads=1", [obs(0, [1.0], [1.0], label="GRUCell() call #1"),
+                                     obs(1, [2.0], [2.0], label="Linear() call #1")])
+    assert "value-dependent control flow?" in compare([eager, branched]).alignment_note

@@ -267,8 +267,13 @@ def _align(runs: list[ArmRun]) -> tuple[int, str | None]:
             aligned = i
         if i < n:
             x, y = a.observables[i], b.observables[i]
+            # A compiled function's module calls run inside its one compiled call, where the
+            # eager arm sees each of them: another shape of run, not another path.
+            why = ("the compile arm runs module calls inside one compiled call" if
+                   {x.label.startswith("compiled "), y.label.startswith("compiled ")} == {True, False}
+                   else "value-dependent control flow?")
             note = (f"alignment broke at observable {i + 1}: {a.spec} saw {x.label} (line {x.line}), "
-                    f"{b.spec} saw {y.label} (line {y.line}); value-dependent control flow?")
+                    f"{b.spec} saw {y.label} (line {y.line}); {why}")
         elif len(a.observables) != len(b.observables):
             note = f"{a.spec} recorded {len(a.observables)} observables, {b.spec} {len(b.observables)}"
     return aligned, note
