@@ -2827,7 +2827,36 @@ def _transformer_encoder_layer(src: torch.Tensor, embed_dim: int, num_heads: int
     return x if norm_first else norm(x, norm_weight_2, norm_bias_2)
 
 
+def _native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                       running_mean: torch.Tensor | None, running_var: torch.Tensor | None, training: bool,
+                       momentum: float, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ATen's CPU batch norm (batch_norm_kernel.cpp) op by op: the batch's mean and biased
+    variance in training (the running ones in eval, updated in training as the kernel does),
+    then per channel alpha = invstd·w and beta = b − mean·alpha, and the output x·alpha + beta.
+    torch's decomposition computes (x − mean)·rstd, whose rounding is relative to the output;
+    the kernel's is relative to x·alpha, wider where x is near the mean: a correct kernel
+    (ATen's scalar build) sat 4σ outside the decomposition's spread."""
+    dims = [0] + list(range(2, input.dim()))
+    channels = [1, -1] + [1] * (input.dim() - 2)
+    if training:
+        var, mean = torch.var_mean(input, dim=dims, correction=0)
+        invstd = torch.rsqrt(var + eps)
+        n = input.numel() / input.shape[1]
+        if running_mean is not None:
+            running_mean.copy_(momentum * mean + (1 - momentum) * running_mean)
+        if running_var is not None:
+            running_var.copy_(momentum * (var * (n / (n - 1))) + (1 - momentum) * running_var)
+        saved = (mean, invstd)
+    else:
+        mean, invstd = running_mean, 1 / torch.sqrt(running_var + eps)
+        saved = (input.new_zeros((0,)), input.new_zeros((0,)))
+    alpha = invstd * weight if weight is not None else invstd
+    beta = bias - mean * alpha if bias is not None else -(mean * alpha)
+    return (input * alpha.view(channels) + beta.view(channels),) + saved
+
+
 OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm,
+                      torch.ops.aten.native_batch_norm.default: _native_batch_norm,
                       torch.ops.aten._native_multi_head_attention.default: _native_multi_head_attention,
                       torch.ops.aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer}
 
