@@ -2857,6 +2857,7 @@ def _native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: t
 
 OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm,
                       torch.ops.aten.native_batch_norm.default: _native_batch_norm,
+                      torch.ops.aten._native_batch_norm_legit.default: _native_batch_norm,
                       torch.ops.aten._native_multi_head_attention.default: _native_multi_head_attention,
                       torch.ops.aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer}
 
