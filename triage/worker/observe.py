@@ -96,7 +96,10 @@ CHECK_CONVERSIONS = {torch.Tensor.__bool__, torch.Tensor.item}
 DIFFERENCES = {f for name in ("sub", "__sub__") for f in _tensor_and_torch_functions(name)}
 ABSOLUTES = {f for name in ("abs", "__abs__") for f in _tensor_and_torch_functions(name)}
 MAXIMA = {f for name in ("max", "amax") for f in _tensor_and_torch_functions(name)}
-DIFFERENCE_STEPS = DIFFERENCES | ABSOLUTES | MAXIMA  # one lookup per torch call on the script's hot path
+# A difference divided by one of its operands is the relative error of the same two values:
+# `((mine - ref) / ref).abs().max()`.
+RELATIVE = {f for name in ("div", "__truediv__") for f in _tensor_and_torch_functions(name)}
+DIFFERENCE_STEPS = DIFFERENCES | ABSOLUTES | MAXIMA | RELATIVE  # one lookup per torch call on the script's hot path
 MAX_CHECKS_PER_VALUE = 8
 MAX_BUFFERS = 64  # result.json's limit on a module call's buffers (triage/arms/output.py)
 MAX_BUFFER_BYTES = 1 << 20
@@ -290,7 +293,10 @@ class Observer(TorchFunctionMode):
                 self.differences[out] = (args[0], args[1], "difference", self.store.site())
             return
         a, b, which, line = self.differences.get(args[0], (None, None, None, None))
-        if which == "difference" and func in ABSOLUTES:
+        if which == "difference" and func in RELATIVE and len(args) == 2 and not kwargs \
+                and any(args[1] is x for x in (a, b)):
+            self.differences[out] = (a, b, "difference", line)
+        elif which == "difference" and func in ABSOLUTES:
             self.differences[out] = (a, b, "absolute", line)
         elif which == "absolute" and func in MAXIMA and len(args) == 1 and not kwargs:
             self.differences[out] = (a, b, "measure", line)
