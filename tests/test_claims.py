@@ -165,14 +165,18 @@ def test_a_scripts_own_error_measure_of_two_values_claims_they_agree(tmp_path):
 def test_a_relative_error_measure_claims_its_two_values_agree(tmp_path):
     """`((mine - ref) / ref).abs().max()`, a relative error: the same two values measured (a
     new user's custom Bessel I0 against `torch.special.i0`, printed only so, was "nothing
-    diverges"). Divided by anything else it is no measure of them."""
+    diverges"). Divided by anything else it is no measure of them. Of two scalars the absolute
+    difference is the measure; of two vectors it is many values, not one measure."""
     assert observed_checks("""\
         import torch
         mine, ref = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])
         print(((mine - ref) / ref).abs().max().item())
         print(((mine - ref) / 3.0).abs().max().item())
+        print((mine.sum() - ref.sum()).abs().item())
+        print((mine - ref).abs())
     """, tmp_path) == [(".item()", 3), ("max abs(a - b) operand 1", 3), ("max abs(a - b) operand 2", 3),
-                       (".item()", 4)]
+                       (".item()", 4), (".item()", 5), ("max abs(a - b) operand 1", 5),
+                       ("max abs(a - b) operand 2", 5), ("print/repr", 6)]
 
 
 def test_a_value_read_back_already_is_not_recorded_again_by_its_check(tmp_path):
