@@ -87,6 +87,9 @@ def test_compiled_exp_minus_one_where_eager_uses_expm1_is_not_excused(triage):
     zones = {j["arm"]: j["zone"] for j in judgements(report)}
     assert zones == {"cpu": "inside", "cpu/compile": "outside"}
     assert "`cpu/compile`" in v["summary"]
+    # The script's own backend is the script's code: named, and no PyTorch correctness label.
+    assert "the script's own compile backend `exp_minus_one_backend`" in v["summary"], v["summary"]
+    assert "module: correctness (silent)" not in v["labels"]
     # Minimized with the script's own backend (inductor computes expm1 right): the op it
     # rewrites, in a verified script that defines and uses that backend.
     minimal = report["minimal"]
