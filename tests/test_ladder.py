@@ -556,3 +556,14 @@ def test_an_alignment_broken_by_a_compiled_call_says_so():
     branched = arm("cpu/threads=1", [obs(0, [1.0], [1.0], label="GRUCell() call #1"),
                                      obs(1, [2.0], [2.0], label="Linear() call #1")])
     assert "value-dependent control flow?" in compare([eager, branched]).alignment_note
+
+
+def test_two_error_measures_both_zero_in_float64_are_not_one_quantity():
+    # Every error measure of two equal values is 0 in float64: an equal reference says nothing
+    # about two measures being the same quantity (a GRU's output and hidden-state differences).
+    runs = [arm("cpu", [obs(0, [1e-7], [0.0], kind="readback", label=".item()"),
+                        obs(1, [3e-8], [0.0], kind="readback", label=".item()")])]
+    assert not [c for c in compare(runs).claims if c["how"] == "implicit"]
+    same = [arm("cpu", [obs(0, [1.5], [1.25], kind="readback", label=".item()"),
+                        obs(1, [1.0], [1.25], kind="readback", label=".item()")])]
+    assert [c for c in compare(same).claims if c["how"] == "implicit"]

@@ -481,6 +481,21 @@ def test_batch_norm_rounds_as_the_kernels_x_times_alpha_plus_beta(mode):
     assert judge(out * (1 + 1e-4) + 1e-4, spread).zone == "outside"
 
 
+def test_every_output_of_an_unbind_keeps_its_arm_dtype():
+    """An op with a list of outputs (`unbind`, `split`) returns as many as its input's size
+    gives, but its output dtypes were memoized per op and input dtypes from its first call: a
+    GRU's first `unbind` (of one hidden state) had one output, its next (over 30 time steps)
+    tagged only the first step float32, and every later step was replayed unrounded (float64):
+    a correct float32 GRU sat outside its own spread."""
+    def later_step(h, steps):
+        first = h.unbind(0)[0]  # one output: the first call, memoized
+        return steps.unbind(0)[2] * 1.1 + first
+
+    out, spread = spread_of(later_step, torch.randn(1, 4), torch.randn(3, 4))
+    assert float(np.median(spread.sigma / np.abs(spread.reference))) > 1e-9  # float32 rounding, not float64's
+    assert judge(out, spread).zone == "inside"
+
+
 def test_a_scatter_that_only_moves_values_adds_no_rounding():
     w = torch.rand(16, generator=torch.Generator().manual_seed(4))
     order = torch.randperm(16, generator=torch.Generator().manual_seed(5))

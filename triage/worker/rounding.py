@@ -1556,6 +1556,17 @@ STACKED_VALUE_ELEMENTS = 1 << 14
 STACKED_ELEMENTS = 1 << 20
 
 
+def _each_output(out_vd: list, count: int) -> list:
+    """The arm dtype of each of an op's `count` outputs. An op with a list of outputs
+    (`unbind`, `split`: all of one dtype) returns as many as its input's size gives, and its
+    output dtypes, memoized per op and input dtypes, may come from a call with fewer: the rest
+    have the last one's (a GRU's `unbind` over time steps kept the arm dtype of its first step
+    alone, and every later step was replayed unrounded, as float64)."""
+    if len(out_vd) >= count or not out_vd:
+        return list(out_vd[:count]) + [None] * (count - len(out_vd[:count]))
+    return list(out_vd) + [out_vd[-1]] * (count - len(out_vd))
+
+
 def _dtypes(func: Any, stand_ins: list, spec: Any, device: torch.device) -> list:
     args, kwargs = tree_unflatten(stand_ins, spec)
     if "device" in kwargs:
@@ -2288,7 +2299,8 @@ class RoundingMode(TriageDispatchMode):
             if out_vd and out_vd[0] is not None:
                 out._arm_dtype = out_vd[0]
             return out
-        for t, d in zip(tree_flatten(out)[0], out_vd, strict=False):
+        flat = tree_flatten(out)[0]
+        for t, d in zip(flat, _each_output(out_vd, len(flat)), strict=True):
             if isinstance(t, torch.Tensor) and d is not None:
                 t._arm_dtype = d
         return out
@@ -2307,8 +2319,9 @@ class RoundingMode(TriageDispatchMode):
             return out
         flat, spec = tree_flatten(out)
         rounded = []
+        each = _each_output(out_vd, len(flat))
         for i, t in enumerate(flat):
-            d = out_vd[i] if i < len(out_vd) else None
+            d = each[i]
             if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and d is not None:
                 t = self._round(t, d, library)
                 if self.flush and d in FORMATS and t.is_floating_point():
