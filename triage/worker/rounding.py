@@ -3016,9 +3016,7 @@ def _scatter_magnitudes(name: str, args: tuple, kwargs: dict, out: torch.Tensor)
     s = own + added(source)
     squares = own * own + added(source * source)
     absolute = own.abs() + added(source.abs())
-    adds = n > 1
-    walk = torch.where(adds, (n / 3).sqrt() * (s.square() / 3 + squares / 2).sqrt(), 0.0)
-    bound = torch.where(adds, (n - 1) * absolute, 0.0)
+    walk, bound = _sequential_figures(n, s, squares, absolute)
     reduce = kwargs.get("reduce", args[4] if len(args) > 4 else None)
     if base == "scatter_reduce" and reduce == "mean":
         divided_by = (count + includes_self).clamp(min=1)
@@ -3047,12 +3045,19 @@ def _bag_magnitudes(func: Any, args: tuple, kwargs: dict, out: torch.Tensor) -> 
     s = added(weight, scale)
     squares = added(weight * weight, None if scale is None else scale * scale)
     absolute = added(weight.abs(), None if scale is None else scale.abs())
-    adds = n > 1
-    walk = torch.where(adds, (n / 3).sqrt() * (s.square() / 3 + squares / 2).sqrt(), 0.0)
-    worst = torch.where(adds, (n - 1) * absolute, 0.0)
+    walk, worst = _sequential_figures(n, s, squares, absolute)
     if mode == 1:
         walk, worst = walk / n.clamp(min=1), worst / n.clamp(min=1)
     return walk.reshape(out.shape), worst.reshape(out.shape)
+
+
+def _sequential_figures(n: torch.Tensor, s: torch.Tensor, squares: torch.Tensor,
+                        absolute: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(σ/u, bound/u) of sums of a count n of terms per element, added in sequence: the walk
+    √(n/3)·√(S²/3 + Σt²/2) and the sequential bound (n − 1)·Σ|t|; 0 where one term adds nothing."""
+    adds = n > 1
+    return (torch.where(adds, (n / 3).sqrt() * (s.square() / 3 + squares / 2).sqrt(), 0.0),
+            torch.where(adds, (n - 1) * absolute, 0.0))
 
 
 def _no_accumulation(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
