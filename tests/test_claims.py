@@ -162,6 +162,22 @@ def test_a_scripts_own_error_measure_of_two_values_claims_they_agree(tmp_path):
                        (".item()", 5), ("print/repr", 6), ("print/repr", 7)]
 
 
+def test_a_claim_from_a_read_back_error_measure_names_that_readback(tmp_path):
+    """Two error measures of equal values are both 0 in float64: compare must know which
+    readbacks are measures not to pair them as one quantity."""
+    path = tmp_path / "repro.py"
+    path.write_text("import torch\na, b = torch.tensor([1.0]), torch.tensor([1.5])\n"
+                    "print((a - b).abs().max().item())\nassert (a - b).abs().max() < 0.1\n")
+    site = script_site(str(path))
+    store = ObservationStore(OpRecorder(torch.device("cpu"), site), site, 1 << 20, lambda message: None)
+    with Observer(store, str(path)):
+        with pytest.raises(AssertionError):
+            exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), {"__name__": "__main__"})
+    readback = next(r["index"] for r in store.records if r["kind"] == "readback")
+    claims = [r["claim"] for r in store.records if r["kind"] == "claim"]
+    assert [c.get("measure") for c in claims] == [readback, readback, None, None]  # a checked one: no readback
+
+
 def test_a_relative_error_measure_claims_its_two_values_agree(tmp_path):
     """`((mine - ref) / ref).abs().max()`, a relative error: the same two values measured (a
     new user's custom Bessel I0 against `torch.special.i0`, printed only so, was "nothing

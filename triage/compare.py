@@ -352,9 +352,12 @@ def _bits(o: Observable) -> tuple:
 def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
     pairs: list[tuple[Observable, Observable, str]] = []
     operands: dict[int, dict[int, Observable]] = {}
+    measures: set[int] = set()  # readbacks of the script's own error measures
     for o in run.observables:
         if o.kind == "claim" and o.claim:
             operands.setdefault(o.claim["id"], {})[o.claim["operand"]] = o
+            if o.claim.get("measure") is not None:
+                measures.add(o.claim["measure"])
     for ops in operands.values():
         if 0 in ops and 1 in ops:
             pairs.append((ops[0], ops[1], ops[0].claim["func"]))
@@ -382,8 +385,12 @@ def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
         ref = (o.reference or {}).get("fingerprint")
         if o.kind not in ("readback", "call") or not ref or not o.fingerprint:
             continue
-        if ref.get("min") == 0 and ref.get("max") == 0 and not (ref.get("nan") or ref.get("posinf") or ref.get("neginf")):
-            continue  # zero in float64: every error measure of two equal values is; no identity
+        if o.index in measures and ref.get("min") == 0 and ref.get("max") == 0 \
+                and not (ref.get("nan") or ref.get("posinf") or ref.get("neginf")):
+            # Every error measure of two equal values is 0 in float64: two measures (a GRU's
+            # output and its hidden state) are no one quantity.  Two values that are 0 (the
+            # determinant of a singular matrix in float32 and in float64) may be.
+            continue
         key = (tuple(ref["shape"]), ref["sha256"])
         first = seen.get(key)
         if first is None:

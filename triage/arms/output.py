@@ -133,7 +133,9 @@ OBSERVABLE = record({
     "node": OPTIONAL_NAME,
     "call_line": described("The top-level script line whose call led to this value (a function the script calls "
                            "twice: two call lines).", LINE),
-    "claim": record({"id": COUNT, "func": text(300), "operand": one_of(0, 1), "holds": boolean(nullable=True)},
+    "claim": record({"id": COUNT, "func": text(300), "operand": one_of(0, 1), "holds": boolean(nullable=True),
+                     "measure": described("The readback of the script's own error measure of the two operands.",
+                                          COUNT)},
                     required=("id", "func", "operand"), closed=True, nullable=True),
     "module": MODULE,
     "expression": described("A readback's call as the script's source spells it (`a.item()`): the worker's "

@@ -137,12 +137,13 @@ class ObservationStore:
 
     def add(self, kind: str, label: str, t: torch.Tensor, line: int | None = None,
             claim: dict[str, Any] | None = None, module: dict[str, Any] | None = None,
-            expression: str | None = None) -> None:
+            expression: str | None = None) -> int | None:
+        """Record `t` as the next observable; its index, or None where nothing was recorded."""
         if self.muted:
-            return
+            return None
         if len(self.records) >= MAX_OBSERVABLES:
             self.full = True
-            return
+            return None
         with self.quiet:
             index = len(self.records)
             fp, unreadable = readable_fingerprint(t)  # an odd tensor must not stop the script
@@ -163,6 +164,7 @@ class ObservationStore:
             self.records.append(record)
             self.recorded_versions[t] = _version_of(t)
             self.emit({"observable": {k: record[k] for k in ("index", "kind", "label", "line", "fingerprint")}})
+            return index
 
     def add_all(self, kind: str, label: str, value: Any, line: int | None = None,
                 module: dict[str, Any] | None = None) -> None:
@@ -213,8 +215,8 @@ class Observer(TorchFunctionMode):
         out = func(*args, **kwargs)
         if func in READBACKS and args and isinstance(args[0], torch.Tensor):
             expression = self._expression() if func not in SHOWN_READBACKS else self._shown_name(args[0])
-            self.store.add("readback", READBACKS[func], args[0], expression=expression)
-            self._record_difference(args[0])
+            readback = self.store.add("readback", READBACKS[func], args[0], expression=expression)
+            self._record_difference(args[0], readback)
             if args[0] in self.comparisons:
                 # `print(a == b)`: what the script looks at is the comparison of a and b.
                 self._record_checked(args[0])
@@ -301,15 +303,15 @@ class Observer(TorchFunctionMode):
         elif which == "absolute" and func in MAXIMA and len(args) == 1 and not kwargs:
             self.differences[out] = (a, b, "measure", line)
 
-    def _record_difference(self, value: torch.Tensor) -> None:
-        """The script reads back or checks its error measure of two values: record the claim
-        that they agree, once."""
+    def _record_difference(self, value: torch.Tensor, readback: int | None = None) -> None:
+        """The script reads back (observable `readback`) or checks its error measure of two
+        values: record the claim that they agree, once."""
         a, b, which, line = self.differences.get(value, (None, None, None, None))
         # Of one element the absolute difference is its own maximum: `(a - b).abs().item()`.
         if which == "measure" or which == "absolute" and value.numel() == 1:
             self.differences[value] = (a, b, "recorded", line)
             # It holds or fails by a tolerance the script does not state (None: not told).
-            record_claim(self.store, DIFFERENCE_CLAIM, a, b, None, line)
+            record_claim(self.store, DIFFERENCE_CLAIM, a, b, None, line, measure=readback)
 
     def _record_checked(self, value: Any) -> None:
         """The script made a Python bool of a comparison: record what it compared."""
@@ -358,12 +360,13 @@ def _claim_result(out: Any) -> Any:
 
 
 def record_claim(store: ObservationStore, func: str, a: torch.Tensor, b: torch.Tensor, holds: Any,
-                 line: int | None = None) -> None:
+                 line: int | None = None, measure: int | None = None) -> None:
+    """`measure`: the observable that read back the script's own error measure of `a` and `b`."""
     claim_id = next(store.claims)
     line = store.site() if line is None else line
+    claim = {"id": claim_id, "func": func, "holds": holds} | ({"measure": measure} if measure is not None else {})
     for operand, t in enumerate((a, b)):
-        store.add("claim", f"{func} operand {operand + 1}", t, line,
-                  claim={"id": claim_id, "func": func, "operand": operand, "holds": holds})
+        store.add("claim", f"{func} operand {operand + 1}", t, line, claim=claim | {"operand": operand})
 
 
 class RootCalls:
