@@ -178,6 +178,19 @@ def test_a_claim_from_a_read_back_error_measure_names_that_readback(tmp_path):
     assert [c.get("measure") for c in claims] == [readback, readback, None, None]  # a checked one: no readback
 
 
+def test_an_error_measure_of_two_complex_values_claims_they_agree(tmp_path):
+    """A complex64 FFT against its complex128 counterpart, measured by `.abs().max()`, was
+    judged as one number against float64's 0, not as the comparison the script made."""
+    assert observed_checks("""\
+        import torch
+        x = torch.randn(4, 8)
+        X32, X64 = torch.fft.fft(x), torch.fft.fft(x.double())
+        print((X32.to(torch.complex128) - X64).abs().max().item())
+        print((torch.tensor([1, 2]) - torch.tensor([2, 2])).abs().max().item())
+    """, tmp_path) == [(".item()", 4), ("max abs(a - b) operand 1", 4), ("max abs(a - b) operand 2", 4),
+                       (".item()", 5)]  # integers: no error measure
+
+
 def test_a_relative_error_measure_claims_its_two_values_agree(tmp_path):
     """`((mine - ref) / ref).abs().max()`, a relative error: the same two values measured (a
     new user's custom Bessel I0 against `torch.special.i0`, printed only so, was "nothing

@@ -577,3 +577,15 @@ def test_two_error_measures_both_zero_in_float64_are_not_one_quantity():
     same = [arm("cpu", [obs(0, [1.5], [1.25], kind="readback", label=".item()"),
                         obs(1, [1.0], [1.25], kind="readback", label=".item()")])]
     assert [c for c in compare(same).claims if c["how"] == "implicit"]
+
+
+def test_the_readback_of_an_error_measure_is_judged_as_its_claim_not_against_float64():
+    # One arm: the measure `max |a - b|` read back is 1e-3 where float64 gives 0; its claim
+    # (a against b) is what the script reports and what is judged, the readback no second value.
+    claim = {"id": 0, "func": DIFFERENCE_CLAIM, "holds": None, "measure": 0}
+    runs = [arm("cpu", [obs(0, [1e-3], [0.0], kind="readback", label=".item()"),
+                        obs(1, [1.0, 2.0], [1.0, 2.0], kind="claim", claim=claim | {"operand": 0}),
+                        obs(2, [1.0, 2.001], [1.0, 2.0], kind="claim", claim=claim | {"operand": 1})])]
+    c = compare(runs)
+    assert c.divergence.source == "claim" and c.divergence.how == DIFFERENCE_CLAIM
+    assert c.divergences == 1

@@ -156,6 +156,15 @@ def test_fp16_sum_cast_to_float_keeps_fp16_precision():
     assert judge(h.sum(), spread).zone == "inside"
 
 
+def test_a_complex64_computation_held_in_complex128_keeps_complex64_precision():
+    # An FFT of float32 values is complex64; cast to complex128 it keeps complex64's digits.
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(5))
+    _, spread = spread_of(lambda t: torch.fft.fft(t).to(torch.complex128), x)
+    assert spread.precision == "complex64"
+    _, wide = spread_of(lambda t: torch.fft.fft(t.double()), x)
+    assert wide.precision == "complex128"
+
+
 def test_mid_graph_half_cast_rounds_where_the_program_says():
     m = torch.randn(100, generator=torch.Generator().manual_seed(4)) * 3
     out, spread = spread_of(lambda t: (t.half().float() * 1.1).sum(), m)

@@ -70,7 +70,13 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
     # the reporter's divergence did not reproduce, and float64 findings are notes, not verdicts.
     reference_divs = []
     for run in completed if len(completed) == 1 else []:
+        # The readback of the script's own error measure is judged as the claim it measures
+        # (its two operands, each in its own spread), not as one more value against float64:
+        # a maximum of absolute differences whose float64 value is 0 keeps no digit to judge.
+        measures = _measures(run)
         for o in run.observables[:MAX_SINGLE]:
+            if o.index in measures:
+                continue
             side = side_of(run, o)
             if side.agrees_with_reference is False or _not_inside_own_spread(run, o):
                 reference_divs.append(_single(run, o, side))
@@ -349,15 +355,19 @@ def _bits(o: Observable) -> tuple:
 
 
 # -- claims -------------------------------------------------------------------------------
+def _measures(run: ArmRun) -> set[int]:
+    """The observables that read back the script's own error measures of two values."""
+    return {o.claim["measure"] for o in run.observables
+            if o.kind == "claim" and o.claim and o.claim.get("measure") is not None}
+
+
 def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
     pairs: list[tuple[Observable, Observable, str]] = []
     operands: dict[int, dict[int, Observable]] = {}
-    measures: set[int] = set()  # readbacks of the script's own error measures
     for o in run.observables:
         if o.kind == "claim" and o.claim:
             operands.setdefault(o.claim["id"], {})[o.claim["operand"]] = o
-            if o.claim.get("measure") is not None:
-                measures.add(o.claim["measure"])
+    measures = _measures(run)
     for ops in operands.values():
         if 0 in ops and 1 in ops:
             pairs.append((ops[0], ops[1], ops[0].claim["func"]))

@@ -347,7 +347,12 @@ def _buffer_digest(t: torch.Tensor) -> str:
 
 
 def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype.is_floating_point and b.dtype.is_floating_point
+    """Two floating or complex values of one shape: a difference of them measures error."""
+    return a.shape == b.shape and _inexact(a) and _inexact(b)
+
+
+def _inexact(t: torch.Tensor) -> bool:
+    return t.dtype.is_floating_point or t.dtype.is_complex
 
 
 def _claim_result(out: Any) -> Any:

@@ -1065,7 +1065,7 @@ def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str], exac
     for n in order:
         dtypes, names = set(), {n.name} & noted
         d = n.meta.get("dtype")
-        if isinstance(d, torch.dtype) and d in UNIT_ROUNDOFF and n not in (exact or ()):
+        if isinstance(d, torch.dtype) and _roundoff(d) is not None and n not in (exact or ()):
             dtypes.add(d)
         if n.meta.get("matmul_inputs") == "bf16":  # oneDNN read its float32 inputs as bfloat16
             dtypes.add(torch.bfloat16)
@@ -1084,9 +1084,15 @@ def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str], exac
 def working_precision(dtypes: frozenset[torch.dtype], stored: torch.dtype) -> str:
     """The least precise floating dtype of a value's computation (`dtypes`, and the dtype it
     is stored in): an fp16 sum cast to float32 keeps fp16's precision."""
-    found = set(dtypes) | ({stored} if stored in UNIT_ROUNDOFF else set())
-    least = max(found, key=lambda d: UNIT_ROUNDOFF[d]) if found else stored
+    found = {d for d in set(dtypes) | {stored} if _roundoff(d) is not None}
+    # Of float32 and complex64 (one precision), the one of the value's kind is named.
+    least = max(found, key=lambda d: (_roundoff(d), d.is_complex == stored.is_complex)) if found else stored
     return str(least).replace("torch.", "")
+
+
+def _roundoff(d: torch.dtype) -> float | None:
+    """The unit roundoff of a floating dtype, or of a complex dtype's parts; None for others."""
+    return UNIT_ROUNDOFF.get(COMPLEX_PARTS.get(d, d))
 
 
 def _cone_names(target: fx.Node) -> set[str]:
