@@ -165,6 +165,18 @@ def test_a_complex64_computation_held_in_complex128_keeps_complex64_precision():
     assert wide.precision == "complex128"
 
 
+def test_a_view_of_a_value_the_arm_had_contiguous_is_replayed_from_a_copy():
+    """A decoder layer's cross-attention: its `.contiguous()` copied nothing in the arm and
+    recorded no op, and the replay's attention (decomposed) lays its result out otherwise:
+    the recorded `view` then failed and the whole layer went unjudged."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerDecoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    tgt, memory = torch.randn(2, 7, 32), torch.randn(2, 9, 32)
+    with torch.no_grad():
+        out, spread = spread_of(layer, tgt, memory, samples=9)
+    assert judge(out, spread).zone == "inside"
+
+
 def test_mid_graph_half_cast_rounds_where_the_program_says():
     m = torch.randn(100, generator=torch.Generator().manual_seed(4)) * 3
     out, spread = spread_of(lambda t: (t.half().float() * 1.1).sum(), m)

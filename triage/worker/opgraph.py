@@ -876,7 +876,7 @@ class RecordingBackend:
         recorder = self.recorder
         recorder.compiled_graphs += 1
         random_ops = [getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
-                      if n.op in ("call_function", "call_method") and _is_random_callable(n.target)]
+                      if n.op in ("call_function", "call_method") and _draws_random(n)]
         recorder.compiled_random_ops.extend(random_ops)
 
         def run(*args: Any) -> Any:
@@ -898,9 +898,31 @@ _RANDOM_NAMES = {
 }
 
 
-def _is_random_callable(target: Any) -> bool:
-    name = target if isinstance(target, str) else getattr(target, "__name__", None)
-    return name in _RANDOM_NAMES
+# Dropout draws only where it drops: the positions (and names) of its probability and its
+# training flag. A layer in eval mode, or built with dropout=0.0, leaves the call in the graph
+# dynamo captures (attention's `F.dropout(x, 0.0, False)`), and it draws nothing.
+_DROPOUT_ARGUMENTS = {name: ((1, "p"), (2, "training")) for name in (
+    "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")}
+_DROPOUT_ARGUMENTS["native_dropout"] = ((1, "p"), (2, "train"))
+
+
+def _draws_random(n: fx.Node) -> bool:
+    """A captured graph's call that draws random numbers when it runs."""
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", None)
+    if name not in _RANDOM_NAMES and name not in _DROPOUT_ARGUMENTS:
+        return False
+
+    def argument(position: int, keyword: str, default: Any) -> Any:
+        return n.args[position] if len(n.args) > position else n.kwargs.get(keyword, default)
+
+    if name in _DROPOUT_ARGUMENTS:
+        (p_at, p_name), (training_at, training_name) = _DROPOUT_ARGUMENTS[name]
+        p, training = argument(p_at, p_name, 0.5), argument(training_at, training_name, True)
+        # Only constants say so: a probability or flag computed in the graph may draw.
+        return not (isinstance(p, (int, float)) and p == 0 or training is False)
+    if name == "rrelu":  # random slopes in training only
+        return argument(3, "training", False) is not False
+    return True
 
 
 def script_site(script_path: str) -> Callable[[], int | None]:

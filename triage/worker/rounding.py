@@ -1244,7 +1244,18 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                                 # out= arguments are keyword-only: copy those too.
                                 kwargs = {k: mode.copy(v) if k in names and isinstance(v, torch.Tensor) else v
                                           for k, v in kwargs.items()}
-                            env[n] = mode.round_op(n.target, args, kwargs)
+                            try:
+                                env[n] = mode.round_op(n.target, args, kwargs)
+                            except RuntimeError:
+                                if n.target not in VIEWS_OF_CONTIGUOUS or not args[0].is_floating_point() \
+                                        or args[0].is_contiguous():
+                                    raise
+                                # The arm's value was contiguous where the replay's is not: a
+                                # `.contiguous()` that copied nothing records no op, and a kernel
+                                # replayed by its decomposition (attention's) lays its result out
+                                # otherwise. The same values, viewed after a copy.
+                                mode.calls = first_call
+                                env[n] = mode.round_op(n.target, (_contiguous(args[0]),) + tuple(args[1:]), kwargs)
                             if "arm_choices" in n.meta:  # the order, signs and phases the arm chose
                                 env[n] = arm_choices.align(n.target.overloadpacket.__name__, env[n],
                                                             n.meta["arm_choices"])
@@ -3263,6 +3274,17 @@ def _flushed_to_zero(t: torch.Tensor, tiny: float) -> torch.Tensor:
 
 def _is_stacked(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and getattr(t, STACKED, False)
+
+
+# Views that need a layout the arm's value had: a replay's value in another layout is copied.
+VIEWS_OF_CONTIGUOUS = {torch.ops.aten.view.default}
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of a replay's value, with its arm dtype and stacking kept."""
+    out = t.contiguous()
+    out._arm_dtype = getattr(t, "_arm_dtype", t.dtype)
+    return _mark_stacked(out) if _is_stacked(t) else out
 
 
 def _mark_stacked(t: torch.Tensor) -> torch.Tensor:
