@@ -79,6 +79,18 @@ def test_a_difference_inside_the_spreads_is_no_conflict():
     assert audit.rounding_explains_difference(plain("likely-bug", False), _claim_comparison(0.025, 1e-7)) == []
 
 
+def test_a_difference_the_directed_replays_reach_is_no_conflict():
+    """A distance of points far from the origin, float32 against float64: most samples clamp
+    the cancelled square to 0 (σ: its distance to 0), while rounding every op up gives 5.5
+    and down 0. A gap of 1.7 is rounding's; beyond the directed replays it is not."""
+    e = _claim_comparison(1.7, 0.047)
+    a = e.comparison.arms[0].observables[0]
+    a.spread.update(up=np.array([5.5, 2.0]), dn=np.array([0.0, 2.0]))
+    assert audit.rounding_explains_difference(plain("expected-ill-conditioned"), e) == []
+    a.spread.update(up=np.array([1.2, 2.0]), dn=np.array([0.0, 2.0]))
+    assert len(audit.rounding_explains_difference(plain("expected-ill-conditioned"), e)) == 1
+
+
 def test_a_side_computed_in_bfloat16_reaches_two_of_its_roundings():
     """Autocast's `out.float()` is float32 as read and bfloat16 as computed: 1 + 2^-8 beside
     the float32 side is one bfloat16 rounding, though its samples (all rounding to the same

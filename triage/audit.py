@@ -141,13 +141,27 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
     # bfloat16 and read as float32 (`out.float()` under autocast) rounds at bfloat16's 2^-8,
     # which its samples' spread misses where they all round to the same neighbour.
     u = max(policy.unit_roundoff(j.dtype) for j in d.judgements)
-    beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * u * np.abs(va))
+    # Rounding every op up, then down, reaches as far as the directed replays part: a value
+    # clamped where a cancellation's sign falls (sqrt(max(0, ‖a‖² + ‖b‖² − 2a·b)) at points far
+    # from the origin) keeps most samples at 0 and a σ of its distance to it, while its
+    # roundings give anything from 0 to several units.
+    reach = _directed_reach(oa.spread, va.shape) + _directed_reach(ob.spread, va.shape)
+    beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * u * np.abs(va)) & ~(gap <= reach)
     if not beyond.any():
         return []
     i = int(np.flatnonzero(beyond)[np.argmax(gap[beyond])])
     return [f"{d.a.label} and {d.b.label} differ by {gap.flat[i]:.3g} at element {i}, where their rounding spreads "
             f"reach only ±{float(sa.flat[i]):.2g} and ±{float(sb.flat[i]):.2g}: rounding of these computations "
             "does not give a difference this large"]
+
+
+def _directed_reach(spread: dict, shape: tuple) -> np.ndarray:
+    """Per element, how far apart the directed replays (all up, all down) land; 0 where not
+    recorded."""
+    up, down = spread.get("up"), spread.get("dn")
+    if up is None or down is None or np.shape(up) != shape or np.shape(down) != shape:
+        return np.zeros(shape)
+    return np.nan_to_num(np.abs(np.asarray(up, np.float64) - np.asarray(down, np.float64)), nan=0.0, posinf=0.0)
 
 
 def finite_claim_consistent(verdict: Verdict, e: Evidence) -> list[str]:
