@@ -1,6 +1,7 @@
 """compare + classify on hand-built ArmRuns: each rung of the ladder, without subprocesses."""
 import dataclasses
 import hashlib
+import math
 
 import numpy as np
 import pytest
@@ -589,3 +590,62 @@ def test_the_readback_of_an_error_measure_is_judged_as_its_claim_not_against_flo
     c = compare(runs)
     assert c.divergence.source == "claim" and c.divergence.how == DIFFERENCE_CLAIM
     assert c.divergences == 1
+
+
+def _printed(names_lines, values=((1.0,), (1.5,)), refs=((1.0,), (1.5,)), dtypes=("float32", "float32")):
+    observables = []
+    for i, ((name, line), value, ref, dtype) in enumerate(zip(names_lines, values, refs, dtypes, strict=True)):
+        o = obs(i, list(value), list(ref), kind="readback", label=".item()", dtype=dtype)
+        o.name, o.line = f"`{name}`", line
+        observables.append(o)
+    return compare([arm("cpu", observables)])
+
+
+@pytest.mark.parametrize("names, paired", [
+    ((("lp_ref.item()", 9), ("lp_low.item()", 10)), True),  # one quantity, two versions
+    ((("builtin.item()", 17), ("manual.item()", 18)), True),
+    ((("out32", 5), ("out64", 6)), True),
+    ((("y_cpu", 5), ("y_gpu", 5)), True),
+    ((("loss.item()", 9), ("acc.item()", 10)), False),  # two quantities
+    ((("x.min()", 9), ("x.max()", 10)), False),
+    ((("loss_train", 9), ("loss_val", 10)), False),
+    ((("lp_ref.item()", 9), ("lp_low.item()", 14)), False),  # not side by side
+    ((("y.sum()", 9), ("y_ref.sum()", 10)), True),
+    ((("out", 9), ("ref", 10)), True),
+    ((("out[1]", 9), ("out[2]", 10)), False),  # two elements of one value
+    ((("run1", 9), ("run2", 10)), True),
+])
+def test_two_versions_of_one_quantity_printed_side_by_side_are_compared(names, paired):
+    """A reporter prints two values that should agree, one above the other, and compares
+    them only by eye (`print(lp_ref.item())`, `print(lp_low.item())`): nothing diverged."""
+    c = _printed(names)
+    assert bool([x for x in c.claims if x["how"] == "printed"]) == paired
+    if paired:
+        assert c.divergence.how == "printed"
+
+
+def test_a_side_nonfinite_in_every_rounding_is_no_evidence_of_another_function():
+    """fp16 log-density that overflows to -inf in every rounding, beside its float32 version:
+    its float64 value (from fp16-rounded inputs) differs from the float32 side's beyond the
+    float32 spread, but a spread of 0 (every rounding -inf) measures nothing: range overflow,
+    not a different function."""
+    c = _printed((("lp_ref.item()", 9), ("lp_low.item()", 10)), values=((-8.5741e7,), (-math.inf,)),
+                 refs=((-8.5741e7,), (-8.5705e7,)), dtypes=("float32", "float16"))
+    for o, sig in zip(c.arms[0].observables, (25.0, 0.0), strict=True):
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": [0.5] * 29}
+        o.spread = {"sig": np.array([sig]), "up": o.value.astype(np.float64), "dn": o.value.astype(np.float64),
+                    "mu": o.value.astype(np.float64), "sd": np.array([sig]),
+                    "nf": np.array([1 if np.isfinite(o.value[0]) else 4], np.uint8)}
+    v = classify(REPRO, compare(c.arms))
+    assert v.kind == "nonfinite-flip" and v.expected, v.summary
+
+
+@pytest.mark.parametrize("a, b, said", [
+    (0.07248, 0.7248, ", by a factor of exactly 10: `mine` = `ref` / 10"),  # a sum over numel, not batch
+    (1.5, 0.5, ", by a factor of exactly 3: `mine` = 3 × `ref`"),
+    (0.07248, 0.7249, ""),  # a ratio near 10 is no whole factor
+    (2.156, 2.543, ""),
+])
+def test_one_value_against_one_names_a_whole_factor_only(a, b, said):
+    from triage.classify.wording import difference_shape
+    assert difference_shape(np.array([a * 1.0]), np.array([b * 1.0]), ("`mine`", "`ref`")) == said

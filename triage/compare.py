@@ -43,11 +43,12 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
     claim_divs: list[Divergence] = []
     measured: list[Divergence] = []  # the script's error measures within tolerance (below)
     for run in completed:
-        for x, y, how in _claim_pairs(run) + (_compared_in_source(run, source) if source else []):
+        pairs = _claim_pairs(run) + (_compared_in_source(run, source) if source else [])
+        for x, y, how in pairs + _printed_side_by_side(run, pairs):
             d = pair_divergence("claim", run, x, run, y)
             d.how = how
             d.distinct_draws = _distinct_draws(run, x, y)
-            if x.name and y.name and how not in ("implicit", "repeat", "rerun"):
+            if x.name and y.name and how not in ("implicit", "repeat", "rerun", "printed"):
                 d.observable_label = f"{x.name} vs {y.name} (`{how}`)"
             claims.append({"arm": run.spec, "how": how, "a": x.shown, "b": y.shown, "line": x.line,
                            "holds": (x.claim or {}).get("holds"), "bitwise_equal": d.bitwise_equal,
@@ -58,7 +59,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
             same_values = (d.max_abs_diff == 0 and d.nonfinite_mismatch == 0 and d.bit_difference is None
                            and (x.fingerprint or {}).get("dtype") != (y.fingerprint or {}).get("dtype"))
             if not d.bitwise_equal and not same_values and (
-                    how in ("implicit", "repeat", "rerun") or how in COMPARISON_SYMBOLS.values()
+                    how in ("implicit", "repeat", "rerun", "printed") or how in COMPARISON_SYMBOLS.values()
                     # An error measure within the dtype's tolerance (a solve's tiny residual)
                     # is what the script expected, not what it reports.
                     or how == DIFFERENCE_CLAIM and not d.within_tolerance
@@ -407,6 +408,59 @@ def _claim_pairs(run: ArmRun) -> list[tuple[Observable, Observable, str]]:
             seen[key] = o
         elif _bits(first)[2] != _bits(o)[2] and first.fingerprint["dtype"] != "bool":
             pairs.append((first, o, "implicit"))
+    return pairs
+
+
+# Words that name which version of one quantity a value is: its precision, device, backend,
+# or whose implementation (`lp_ref` and `lp_low`, `out_cpu` and `out_gpu`, `builtin` and
+# `manual`, `y32` and `y64`, `run1` and `run2`). Two values whose names differ only by such
+# words are one quantity computed two ways; `loss` and `acc`, `x.min()` and `x.max()` are not.
+VERSION_WORDS = frozenset({
+    "ref", "reference", "expected", "actual", "out", "output", "res", "result", "golden", "baseline",
+    "mine", "my", "theirs", "manual", "naive", "builtin", "native", "custom", "np", "numpy", "torch",
+    "cpu", "gpu", "cuda", "mps", "xpu", "eager", "compiled", "compile", "jit", "inductor",
+    "fp16", "fp32", "fp64", "bf16", "f16", "f32", "f64", "half", "float", "double", "single", "low", "high",
+    "lo", "hi", "16", "32", "64", "1", "2",
+})
+
+
+def _words(name: str) -> list[str]:
+    """The words of a value's name as the script spells it: its identifiers split at
+    underscores and at letter-digit boundaries, lower case (`lp_ref.item()`: lp, ref, item);
+    a number of its own (an index, an argument: `out[1]`) is a word no version word matches."""
+    import re
+
+    words = []
+    for token in re.findall(r"[A-Za-z_][A-Za-z0-9_]*|[0-9.]+", name):
+        if token[0].isdigit() or token[0] == ".":
+            words.append(f"[{token}]")
+        else:
+            words += [w.lower() for w in re.findall(r"[A-Za-z]+|[0-9]+", token)]
+    return words
+
+
+def _printed_side_by_side(run: ArmRun, paired: list[tuple[Observable, Observable, str]]
+                          ) -> list[tuple[Observable, Observable, str]]:
+    """Two values the script reads back on one line or two consecutive lines, of one shape,
+    whose names differ only by the version they are (`VERSION_WORDS`): what a reporter prints
+    to show that they disagree, without comparing them in code. Values already paired, or
+    read back as an error measure, are not."""
+    taken = {o.index for x, y, _ in paired for o in (x, y)} | _measures(run)
+    shown = [o for o in run.observables if o.kind == "readback" and o.name and o.line is not None
+             and o.index not in taken and o.fingerprint and o.reference
+             and (str(o.fingerprint.get("dtype", "")).startswith(("float", "bfloat", "complex")))]
+    pairs = []
+    for x, y in zip(shown, shown[1:], strict=False):  # each with the next
+        if y.line - x.line not in (0, 1) or x.fingerprint.get("shape") != y.fingerprint.get("shape"):
+            continue
+        wx, wy = _words(x.name), _words(y.name)
+        stem_x = [w for w in wx if w not in VERSION_WORDS]
+        stem_y = [w for w in wy if w not in VERSION_WORDS]
+        versions_x, versions_y = set(wx) - set(stem_x), set(wy) - set(stem_y)
+        # Names that differ only by version words (`y` and `y_ref` too); two values whose
+        # names are entirely version words (`out`, `ref`) have empty stems, and are a pair.
+        if stem_x == stem_y and versions_x != versions_y and (stem_x or versions_x and versions_y):
+            pairs.append((x, y, "printed"))
     return pairs
 
 

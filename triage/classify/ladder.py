@@ -527,6 +527,11 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     if ra is None or rb is None or ra.shape != rb.shape or not oa.spread or not ob.spread:
         return None
     both = np.isfinite(ra) & np.isfinite(rb)
+    # An element either side computed as inf or nan has no finite spread to measure the gap
+    # against (every rounding of an fp16 log-density overflowing gives a spread of 0).
+    for o in (oa, ob):
+        if o.value is not None and o.value.shape == ra.shape:
+            both &= np.isfinite(o.value)
     shapes_match = oa.spread["sig"].shape == ra.shape and ob.spread["sig"].shape == rb.shape
     width = np.sqrt(oa.spread["sig"] ** 2 + ob.spread["sig"] ** 2) if shapes_match else None
     if width is None or not both.any():

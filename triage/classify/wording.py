@@ -111,6 +111,15 @@ def _num(x: Any, digits: int = 9) -> str:
 
 def difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> str:
     """A constant factor or a constant offset between the float64 values, where there is one."""
+    if a.size == 1 and float(a.flat[0]) != 0 and float(b.flat[0]) != 0:
+        # One value against one: any two have a ratio, but one within 1e-9 of a whole number
+        # (a mean divided by the element count instead of the batch size) is no chance.
+        ratio = float(a.flat[0]) / float(b.flat[0])
+        for k, text in ((ratio, f"{names[0]} = {{k}} × {names[1]}"), (1 / ratio, f"{names[0]} = {names[1]} / {{k}}")):
+            whole = round(k)
+            if whole >= 2 and abs(k - whole) <= 1e-9 * k:
+                return f", by a factor of exactly {whole}: " + text.format(k=whole)
+        return ""
     if a.size >= 2:
         nonzero = (np.abs(b) > 0) & (np.abs(a) > 0)
         if nonzero.sum() >= 2:
@@ -475,6 +484,10 @@ def who_is_right(d: Divergence, right: list[Side], wrong: list[Side]) -> str:
 def where_text(d: Divergence) -> str:
     line = f" (line {d.line})" if d.line else ""
     what = {"arms": " between arms", "claim": " in the script's own comparison", "reference": ""}[d.source]
+    if d.how == "printed":  # two values printed side by side, not compared in code
+        what = " printed side by side"
+        line = f" (lines {d.a.line}–{d.b.line})" if d.b and d.a.line and d.b.line and d.a.line != d.b.line else line
+        return f"{d.observable_label}{what}{line}"
     return f"{d.observable_label}{line}{what}"
 
 

@@ -2221,6 +2221,8 @@ class RoundingMode(TriageDispatchMode):
     def _scaled_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
         """Noise of `bound` times the output's scale, max(|y|, rms y), as the kernel's error
         was measured: a normalized output near zero keeps the error of its neighbours."""
+        if self.generator is None and not self.directed:  # the centre replay adds none
+            return t
         if self.samples:  # each sample's own scale, as one replay of it computes it
             rms = _finite_rms(t.reshape(t.shape[0], -1)).view((-1,) + (1,) * (t.dim() - 1))
             return torch.where(rms.isnan(), t, self._absolute_noise(t, torch.maximum(t.abs(), rms), bound))
