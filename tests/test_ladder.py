@@ -614,6 +614,9 @@ def _printed(names_lines, values=((1.0,), (1.5,)), refs=((1.0,), (1.5,)), dtypes
     ((("out", 9), ("ref", 10)), True),
     ((("out[1]", 9), ("out[2]", 10)), False),  # two elements of one value
     ((("run1", 9), ("run2", 10)), True),
+    ((("my_softmax(scores)[2]", 10), ("F.softmax(scores, dim=-1)[2]", 11)), True),  # keywords and modules aside
+    ((("torch.mean(x, dim=0)", 10), ("torch.mean(x, dim=1)", 11)), False),  # no version told apart
+    ((("F.relu(x)", 10), ("F.gelu(x)", 11)), False),
 ])
 def test_two_versions_of_one_quantity_printed_side_by_side_are_compared(names, paired):
     """A reporter prints two values that should agree, one above the other, and compares

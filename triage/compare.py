@@ -424,14 +424,46 @@ VERSION_WORDS = frozenset({
 })
 
 
+# Module names a call is spelled through (`F.softmax`, `torch.linalg.norm`): the function's
+# own name is what the value is, not where it was imported from.
+MODULE_NAMES = frozenset({"torch", "F", "nn", "functional", "np", "numpy", "math", "special", "linalg", "fft"})
+
+
+def _as_computed(expression: str) -> str:
+    """An expression with its calls' keyword arguments and module prefixes left out:
+    `F.softmax(scores, dim=-1)[2]` is `softmax(scores)[2]`, beside `my_softmax(scores)[2]`."""
+    import ast
+
+    class Plain(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            node.keywords = []
+            return node
+
+        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+            self.generic_visit(node)
+            root = node.value
+            while isinstance(root, ast.Attribute) and root.attr in MODULE_NAMES:
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in MODULE_NAMES:
+                return ast.Name(id=node.attr, ctx=node.ctx)
+            return node
+
+    try:
+        return ast.unparse(Plain().visit(ast.parse(expression, mode="eval")))
+    except (SyntaxError, ValueError, RecursionError):
+        return expression
+
+
 def _words(name: str) -> list[str]:
-    """The words of a value's name as the script spells it: its identifiers split at
-    underscores and at letter-digit boundaries, lower case (`lp_ref.item()`: lp, ref, item);
-    a number of its own (an index, an argument: `out[1]`) is a word no version word matches."""
+    """The words of a value's name as the script spells it (`_as_computed`): its identifiers
+    split at underscores and at letter-digit boundaries, lower case (`lp_ref.item()`: lp, ref,
+    item); a number of its own (an index, an argument: `out[1]`) is a word no version word
+    matches."""
     import re
 
     words = []
-    for token in re.findall(r"[A-Za-z_][A-Za-z0-9_]*|[0-9.]+", name):
+    for token in re.findall(r"[A-Za-z_][A-Za-z0-9_]*|[0-9.]+", _as_computed(name.strip("`"))):
         if token[0].isdigit() or token[0] == ".":
             words.append(f"[{token}]")
         else:
