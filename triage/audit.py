@@ -146,7 +146,7 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
     # from the origin) keeps most samples at 0 and a σ of its distance to it, while its
     # roundings give anything from 0 to several units.
     reach = _directed_reach(oa.spread, va.shape) + _directed_reach(ob.spread, va.shape)
-    beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * u * np.abs(va)) & ~(gap <= reach)
+    beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * u * np.abs(va)) & (gap > reach)
     if not beyond.any():
         return []
     i = int(np.flatnonzero(beyond)[np.argmax(gap[beyond])])

@@ -10,7 +10,9 @@ The output names one headline `Divergence`, found in this order:
 """
 from __future__ import annotations
 
+import ast
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -429,28 +431,29 @@ VERSION_WORDS = frozenset({
 MODULE_NAMES = frozenset({"torch", "F", "nn", "functional", "np", "numpy", "math", "special", "linalg", "fft"})
 
 
+class _AsComputed(ast.NodeTransformer):
+    """Calls without their keyword arguments, functions without their module prefixes."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        node.keywords = []
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        root = node.value
+        while isinstance(root, ast.Attribute) and root.attr in MODULE_NAMES:
+            root = root.value
+        if isinstance(root, ast.Name) and root.id in MODULE_NAMES:
+            return ast.Name(id=node.attr, ctx=node.ctx)
+        return node
+
+
 def _as_computed(expression: str) -> str:
     """An expression with its calls' keyword arguments and module prefixes left out:
     `F.softmax(scores, dim=-1)[2]` is `softmax(scores)[2]`, beside `my_softmax(scores)[2]`."""
-    import ast
-
-    class Plain(ast.NodeTransformer):
-        def visit_Call(self, node: ast.Call) -> ast.AST:
-            self.generic_visit(node)
-            node.keywords = []
-            return node
-
-        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-            self.generic_visit(node)
-            root = node.value
-            while isinstance(root, ast.Attribute) and root.attr in MODULE_NAMES:
-                root = root.value
-            if isinstance(root, ast.Name) and root.id in MODULE_NAMES:
-                return ast.Name(id=node.attr, ctx=node.ctx)
-            return node
-
     try:
-        return ast.unparse(Plain().visit(ast.parse(expression, mode="eval")))
+        return ast.unparse(_AsComputed().visit(ast.parse(expression, mode="eval")))
     except (SyntaxError, ValueError, RecursionError):
         return expression
 
@@ -460,8 +463,6 @@ def _words(name: str) -> list[str]:
     split at underscores and at letter-digit boundaries, lower case (`lp_ref.item()`: lp, ref,
     item); a number of its own (an index, an argument: `out[1]`) is a word no version word
     matches."""
-    import re
-
     words = []
     for token in re.findall(r"[A-Za-z_][A-Za-z0-9_]*|[0-9.]+", _as_computed(name.strip("`"))):
         if token[0].isdigit() or token[0] == ".":

@@ -485,9 +485,8 @@ def where_text(d: Divergence) -> str:
     line = f" (line {d.line})" if d.line else ""
     what = {"arms": " between arms", "claim": " in the script's own comparison", "reference": ""}[d.source]
     if d.how == "printed":  # two values printed side by side, not compared in code
-        what = " printed side by side"
-        line = f" (lines {d.a.line}–{d.b.line})" if d.b and d.a.line and d.b.line and d.a.line != d.b.line else line
-        return f"{d.observable_label}{what}{line}"
+        lines = f" (lines {d.a.line}–{d.b.line})" if d.b and d.a.line and d.b.line and d.a.line != d.b.line else line
+        return f"{d.observable_label} printed side by side{lines}"
     return f"{d.observable_label}{line}{what}"
 
 

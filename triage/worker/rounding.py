@@ -2915,7 +2915,7 @@ def _widening(flat: list, in_vd: list, out_vd: list) -> bool:
 def _less_precise(a: torch.dtype, b: torch.dtype) -> bool:
     """`a` holds fewer digits than `b` (a complex dtype those of its parts: complex64's real
     view is float32, exactly)."""
-    return UNIT_ROUNDOFF.get(COMPLEX_PARTS.get(a, a), 0.0) > UNIT_ROUNDOFF.get(COMPLEX_PARTS.get(b, b), 0.0)
+    return (_roundoff(a) or 0.0) > (_roundoff(b) or 0.0)
 
 
 # Contractions without a bias term: the sum of their products and nothing else.
