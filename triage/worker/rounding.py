@@ -1511,7 +1511,9 @@ def _rewrite(n: fx.Node) -> str | None:
 class _CallCache:
     """What every replay recomputes identically, keyed by the position of the call in the
     replay (the op sequence is the same in every replay): output dtypes and the magnitude
-    figures of reductions and contractions."""
+    figures of reductions and contractions. Each entry names its op and is used only by a
+    call of that op: a compiled region's graph may make one more op in one replay than in
+    another (a `reshape` that copies), and every later index then names another call."""
 
     def __init__(self) -> None:
         self.dtypes: dict[tuple, Any] = {}
@@ -1520,8 +1522,8 @@ class _CallCache:
         self.exact_reductions: dict[int, torch.Tensor] = {}  # collapsed reductions of their exact terms
         # Where an accumulator or a half-precision decomposition may overflow (`RoundingMode._overflowing`,
         # `RoundingMode._overflowing_at`)
-        self.overflowing: dict[int, torch.Tensor | None] = {}
-        self.decompositions: dict[int, _DecompositionTrace | None] = {}  # None: not replayable stacked
+        self.overflowing: dict[int, tuple[Any, torch.Tensor | None]] = {}
+        self.decompositions: dict[int, tuple[Any, _DecompositionTrace | None]] = {}  # None: not replayable stacked
         self.traces: dict[tuple, _DecompositionTrace] = {}  # by `_signature`
         # op, output arm dtypes, `RoundingMode._route`, the floating inputs' arm dtypes
         self.routes: dict[int, tuple[Any, list, str, list]] = {}
@@ -1924,7 +1926,7 @@ class RoundingMode(TriageDispatchMode):
         if route == "accumulated":
             return self.calls in self.cache.magnitudes and self._input_format(name, out_vd) is None
         if route == "decomposed":
-            trace = self.cache.decompositions.get(self.calls)
+            trace = self._decomposition_trace(func, self.calls)
             return trace is not None and not trace.writes
         if route == "library":
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
@@ -2033,7 +2035,7 @@ class RoundingMode(TriageDispatchMode):
                     out = self._scaled_noise(out, self._library_u(name, out_vd) * UNIT_ROUNDOFF[d])
                 out = self._round_all(out, out_vd, library=0.0)
                 if name in MOMENTS and in_vd and in_vd[0] in FORMATS:  # its sum, at float32 opmath
-                    out = self._overflow(out, self._overflowing(call, name, args, kwargs, out, torch.float32))
+                    out = self._overflow(out, self._overflowing(call, func, name, args, kwargs, out, torch.float32))
         if written and isinstance(out, torch.Tensor) and out is not written[0]:
             # An in-place op: later reads of its target must see the rounded value.
             written[0].copy_(out)
@@ -2155,7 +2157,7 @@ class RoundingMode(TriageDispatchMode):
         # The centre replay notes the decomposition's ops (`_DecompositionTrace`), which the
         # later replays replay: the decomposition's own code would read stacked samples'
         # shapes, and its Python costs more than its ops.
-        trace = self.cache.decompositions.get(call)
+        trace = self._decomposition_trace(func, call)
         recording = self.generator is None and not self.directed and not self.exact
         signature = _signature(func, computation, args, kwargs) if recording else None
         if signature is not None:
@@ -2179,16 +2181,22 @@ class RoundingMode(TriageDispatchMode):
                 trace = _DecompositionTrace.of(args, kwargs, steps, out)
                 if signature is not None and trace is not None:
                     self.cache.traces[signature] = trace
-            self.cache.decompositions[call] = trace
+            self.cache.decompositions[call] = (func, trace)
             if widened and measured.elements < OPMATH_EVIDENCE_ELEMENTS:
-                self.cache.overflowing[call] = self._overflowing_at(func, least, own_args, own_kwargs, out)
-        if isinstance(out, torch.Tensor) and self.cache.overflowing.get(call) is not None:
-            out = self._overflow(out, self.cache.overflowing[call])
+                self.cache.overflowing[call] = (func, self._overflowing_at(func, least, own_args, own_kwargs, out))
+        over = self.cache.overflowing.get(call, (None, None))
+        if isinstance(out, torch.Tensor) and over[0] is func and over[1] is not None:
+            out = self._overflow(out, over[1])
         d = out_vd[0] if out_vd else None
         fused = self.options.kernels.fused_u(name, d) if d is not None else None
         if fused and isinstance(out, torch.Tensor) and out.is_floating_point() and d in UNIT_ROUNDOFF:
             out = self._scaled_noise(out, fused * UNIT_ROUNDOFF[d])
         return self._round_all(out, out_vd, library=0.0)
+
+    def _decomposition_trace(self, func: Any, call: int) -> _DecompositionTrace | None:
+        """The ops the centre replay's decomposition of this call made, if that call was `func`'s."""
+        noted, trace = self.cache.decompositions.get(call, (None, None))
+        return trace if noted is func else None
 
     def _overflowing_at(self, func: Any, least: torch.dtype, args: tuple, kwargs: dict,
                         out: Any) -> torch.Tensor | None:
@@ -2352,10 +2360,18 @@ class RoundingMode(TriageDispatchMode):
         return tree_unflatten(rounded, spec)
 
     def _round(self, t: torch.Tensor, dtype: torch.dtype, library: float) -> torch.Tensor:
+        """`t` rounded to `dtype` after `library` units of a kernel's error, in `t`'s memory
+        layout: the centre replay's rounding (a cast) keeps it, the others compute in NumPy on
+        contiguous copies, and a compiled region's graph decides by the layout whether
+        `reshape` copies (one more op in one replay than in another shifts every later call's
+        index, under which the centre noted each call's figures)."""
+        return _laid_out_as(self._rounded(t, dtype, library), t)
+
+    def _rounded(self, t: torch.Tensor, dtype: torch.dtype, library: float) -> torch.Tensor:
         if t.is_complex():
             parts = torch.view_as_real(t.resolve_conj())
             real_dtype = COMPLEX_PARTS.get(dtype, torch.float64)
-            return torch.view_as_complex(self._round(parts.contiguous(), real_dtype, library))
+            return torch.view_as_complex(self._rounded(parts.contiguous(), real_dtype, library))
         if self.exact or dtype not in FORMATS and dtype != torch.float64:
             return t
         u = UNIT_ROUNDOFF[dtype]
@@ -2444,7 +2460,7 @@ class RoundingMode(TriageDispatchMode):
         else:
             drawn = torch.from_numpy(self.generator.normal(out.shape))
             result = self._mixed(torch.where(finite, out + u * walk * drawn, out), directed)
-        return self._overflow(result, self._overflowing(call, name, args, kwargs, out, acc))
+        return self._overflow(result, self._overflowing(call, func, name, args, kwargs, out, acc))
 
     def _overflow(self, result: torch.Tensor, over: torch.Tensor | None) -> torch.Tensor:
         """`result` with ±inf, in half the random replays, where its accumulator may overflow
@@ -2456,7 +2472,7 @@ class RoundingMode(TriageDispatchMode):
         coin = torch.from_numpy(np.asarray(self.generator.uniform(result.shape) < 0.5))
         return torch.where(over & coin, torch.copysign(torch.tensor(math.inf, dtype=result.dtype), result), result)
 
-    def _overflowing(self, call: int, name: str, args: tuple, kwargs: dict, out: torch.Tensor,
+    def _overflowing(self, call: int, func: Any, name: str, args: tuple, kwargs: dict, out: torch.Tensor,
                      acc: torch.dtype) -> torch.Tensor | None:
         """The output elements whose accumulator, at `acc`, passes its range whatever the
         order: the exact total (a mean's or a variance's sum of terms, a cumsum's prefix, a
@@ -2466,8 +2482,9 @@ class RoundingMode(TriageDispatchMode):
         centre replay (the first, not stacked)."""
         if self.exact:
             return None
-        if call in self.cache.overflowing:
-            return self.cache.overflowing[call]
+        noted = self.cache.overflowing.get(call)
+        if noted is not None and noted[0] is func:
+            return noted[1]
         if acc not in FORMATS or name == "prod" or _is_stacked(out) or _is_stacked(args[0]):
             return None
         if name in MOMENTS:
@@ -2479,7 +2496,8 @@ class RoundingMode(TriageDispatchMode):
         else:
             total = out * (args[0].numel() / max(out.numel(), 1)) if name == "mean" else out
         big = total.abs() > torch.finfo(acc).max
-        over = self.cache.overflowing[call] = big if bool(big.any()) else None
+        over = big if bool(big.any()) else None
+        self.cache.overflowing[call] = (func, over)
         return over
 
     def _perturb_matrices(self, args: tuple, factor: float = 1.0) -> tuple:
@@ -3266,6 +3284,15 @@ def _functional(func: Any, kwargs: dict) -> tuple[Any, dict]:
             (op for op in (getattr(packet, o) for o in packet.overloads())
              if [a.name for a in op._schema.arguments] == names and not _written(op)), func)
     return twin, {k: v for k, v in kwargs.items() if k not in outs}
+
+
+def _laid_out_as(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`out` (of `like`'s shape) with `like`'s strides, where `like` is dense and `out` is laid
+    out otherwise."""
+    if out.stride() == like.stride() or out.shape != like.shape:
+        return out
+    laid = torch.empty_like(like, dtype=out.dtype)  # `like`'s strides where it is dense, else contiguous
+    return out if laid.stride() == out.stride() else laid.copy_(out)
 
 
 def _flushed_to_zero(t: torch.Tensor, tiny: float) -> torch.Tensor:
