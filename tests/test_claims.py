@@ -203,9 +203,11 @@ def test_a_relative_error_measure_claims_its_two_values_agree(tmp_path):
         print(((mine - ref) / 3.0).abs().max().item())
         print((mine.sum() - ref.sum()).abs().item())
         print((mine - ref).abs())
-    """, tmp_path) == [(".item()", 3), ("max abs(a - b) operand 1", 3), ("max abs(a - b) operand 2", 3),
+        print(((ref - mine) / ref).abs().max().item())
+    """, tmp_path) == [(".item()", 3), ("max abs((a - b) / b) operand 1", 3), ("max abs((a - b) / b) operand 2", 3),
                        (".item()", 4), (".item()", 5), ("max abs(a - b) operand 1", 5),
-                       ("max abs(a - b) operand 2", 5), ("print/repr", 6)]
+                       ("max abs(a - b) operand 2", 5), ("print/repr", 6),
+                       (".item()", 7), ("max abs((a - b) / a) operand 1", 7), ("max abs((a - b) / a) operand 2", 7)]
 
 
 def test_a_value_read_back_already_is_not_recorded_again_by_its_check(tmp_path):

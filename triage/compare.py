@@ -21,7 +21,7 @@ from triage import policy
 from triage.model import ArmRun, Comparison, Divergence, Judgement, Observable, Side, compared_runs, find_side
 from triage.numerics.errors import nonfinite_mismatch, ulp
 from triage.operands import COMPARISON_SYMBOLS, compared_expressions
-from triage.worker.protocol import DIFFERENCE_CLAIM
+from triage.worker.protocol import DIFFERENCE_CLAIMS
 
 SUMMARY_VALUES = 4
 
@@ -64,10 +64,10 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
                     how in ("implicit", "repeat", "rerun", "printed") or how in COMPARISON_SYMBOLS.values()
                     # An error measure within the dtype's tolerance (a solve's tiny residual)
                     # is what the script expected, not what it reports.
-                    or how == DIFFERENCE_CLAIM and not d.within_tolerance
+                    or how in DIFFERENCE_CLAIMS and not d.within_tolerance
                     or (x.claim or {}).get("holds") is False):
                 claim_divs.append(d)
-            elif not d.bitwise_equal and not same_values and how == DIFFERENCE_CLAIM:
+            elif not d.bitwise_equal and not same_values and how in DIFFERENCE_CLAIMS:
                 measured.append(d)
     # Against float64 alone only when there is no second arm: where arms agree with each other,
     # the reporter's divergence did not reproduce, and float64 findings are notes, not verdicts.

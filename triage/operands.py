@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from triage.worker.protocol import DIFFERENCE_CLAIM
+from triage.worker.protocol import DIFFERENCE_CLAIMS
 
 MAX_NAME = 40  # longer expressions make worse names than triage's own labels
 MAX_SPAN = 20  # lines a call may span and still name the values compared on one of them
@@ -55,9 +55,9 @@ def operand_names(source: str, line: int | None, func: str) -> tuple[str, str] |
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and len(node.comparators) == 1 \
                 and _symbol(node.ops[0]) == func:
             pair = (node.left, node.comparators[0])
-        elif func == DIFFERENCE_CLAIM and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
+        elif func in DIFFERENCE_CLAIMS and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
             pair = (node.left, node.right)  # `(a - b).abs().max()`: the script's error measure of a and b
-        elif func == DIFFERENCE_CLAIM and isinstance(node, ast.Call) and _called_name(node.func) == "sub" \
+        elif func in DIFFERENCE_CLAIMS and isinstance(node, ast.Call) and _called_name(node.func) == "sub" \
                 and len(node.args) == 2:
             pair = (node.args[0], node.args[1])
         if pair is not None:

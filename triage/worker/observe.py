@@ -33,7 +33,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from triage.worker.fingerprint import fingerprint, readable_fingerprint, to_numpy
 from triage.worker.modes import Quiet, suspended_modes
 from triage.worker.opgraph import OpRecorder, RecordingBackend
-from triage.worker.protocol import DIFFERENCE_CLAIM, OBSERVED
+from triage.worker.protocol import DIFFERENCE_CLAIM, OBSERVED, RELATIVE_DIFFERENCE_CLAIMS
 
 MAX_OBSERVABLES = 2000
 MAX_TENSORS_PER_CALL = 32
@@ -287,31 +287,33 @@ class Observer(TorchFunctionMode):
             self.comparisons[out] = comparisons[-MAX_CHECKS_PER_VALUE:]
 
     def _track_difference(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        """Follow a script's error measure of two values, step by step: their difference, over
+        one of them (a relative error), its absolute value, its maximum."""
         if not isinstance(out, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
             return
         if func in DIFFERENCES:
             if len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs and _same_shape(*args):
                 # The claim's line is the subtraction's, which spells the two values.
-                self.differences[out] = (args[0], args[1], "difference", self.store.site())
+                self.differences[out] = (args[0], args[1], "difference", self.store.site(), DIFFERENCE_CLAIM)
             return
-        a, b, which, line = self.differences.get(args[0], (None, None, None, None))
+        a, b, which, line, label = self.differences.get(args[0], (None, None, None, None, None))
         if which == "difference" and func in RELATIVE and len(args) == 2 and not kwargs \
                 and any(args[1] is x for x in (a, b)):
-            self.differences[out] = (a, b, "difference", line)
+            self.differences[out] = (a, b, "difference", line, RELATIVE_DIFFERENCE_CLAIMS[args[1] is b])
         elif which == "difference" and func in ABSOLUTES:
-            self.differences[out] = (a, b, "absolute", line)
+            self.differences[out] = (a, b, "absolute", line, label)
         elif which == "absolute" and func in MAXIMA and len(args) == 1 and not kwargs:
-            self.differences[out] = (a, b, "measure", line)
+            self.differences[out] = (a, b, "measure", line, label)
 
     def _record_difference(self, value: torch.Tensor, readback: int | None = None) -> None:
         """The script reads back (observable `readback`) or checks its error measure of two
         values: record the claim that they agree, once."""
-        a, b, which, line = self.differences.get(value, (None, None, None, None))
+        a, b, which, line, label = self.differences.get(value, (None, None, None, None, None))
         # Of one element the absolute difference is its own maximum: `(a - b).abs().item()`.
         if which == "measure" or which == "absolute" and value.numel() == 1:
-            self.differences[value] = (a, b, "recorded", line)
+            self.differences[value] = (a, b, "recorded", line, label)
             # It holds or fails by a tolerance the script does not state (None: not told).
-            record_claim(self.store, DIFFERENCE_CLAIM, a, b, None, line, measure=readback)
+            record_claim(self.store, label, a, b, None, line, measure=readback)
 
     def _record_checked(self, value: Any) -> None:
         """The script made a Python bool of a comparison: record what it compared."""

@@ -16,6 +16,9 @@ INPUTS_FILE = "minimal_inputs.pt"
 # The claim a script makes by reading back (or checking) its own error measure of two values,
 # `(a - b).abs().max()`: that a and b should agree (triage/worker/observe.py records it).
 DIFFERENCE_CLAIM = "max abs(a - b)"  # no "|": it is shown in markdown tables
+# The same of a relative error measure, `((a - b) / b).abs().max()`, by its divisor.
+RELATIVE_DIFFERENCE_CLAIMS = ("max abs((a - b) / a)", "max abs((a - b) / b)")
+DIFFERENCE_CLAIMS = (DIFFERENCE_CLAIM,) + RELATIVE_DIFFERENCE_CLAIMS
 
 # values.npz: one array per observable index i, named PREFIX + str(i): the observed value, its
 # float64 reference, and the rounding simulation's per-element spread (σ, the directed
