@@ -157,6 +157,22 @@ def test_strips_sit_in_a_text_fence_one_per_drawable_side():
     assert "```text" not in text and "0.60 (29 samples), finite elements" in text
 
 
+def test_a_strip_spans_as_far_as_the_samples_reach():
+    # A float32 convolution of 131,072 elements: its farthest element 6.2σ out, inside because
+    # every sample has one as far out (6.6σ). Drawn against ±2σ, the arm sat past the edge
+    # ("» cpu") on the row that says "inside, p = 1.00".
+    j = _judgement("cpu", 0, label="y", p=1.0)
+    j.statistic, j.max_sample_stat, j.value = 6.2, 6.6, 1.0 + 6.2e-7
+    line, marker = strip(j).split("\n")
+    arm, band = marker.index("▲"), [i for i, c in enumerate(line) if c == "═"]
+    assert band[0] < line.index("│") < band[-1] and band[0] <= arm <= band[-1]
+    j.value, j.statistic = 1.0 + 9e-7, 9.0  # farther than any sample: past the band, on the line
+    line, marker = strip(j).split("\n")
+    assert "▲" in marker and marker.index("▲") > max(i for i, c in enumerate(line) if c == "═")
+    j.value = 1.0 + 30e-7  # past the line's 1.5 × 6.6σ
+    assert strip(j).split("\n")[1].strip() == "» cpu"
+
+
 def test_other_judged_values_are_listed_once_and_capped():
     others = [_judgement("cpu", i, label=f"out{i} |`@x`") for i in range(1, 10)]
     others.append(_judgement("cpu", 1, label="out1 |`@x`"))  # the same value in a second divergence

@@ -13,20 +13,24 @@ STRIP_WIDTH = 41  # characters between the strip's ends; the reference sits in t
 
 
 def strip(j: Judgement) -> str:
-    """Where the arm's value falls, drawn on a line spanning ±4σ around the float64 value:
-    ``═`` the ±2σ rounding spread, ``[ ]`` the directed envelope, ``│`` float64, ``▲`` the
-    arm (``«``/``»`` past the edge)."""
+    """Where the arm's value falls against the float64 value (``│``): ``═`` as far as the
+    rounding samples reach, ±T·σ with T the largest sample's statistic (the farthest any
+    sample's farthest element lies, in σ of its element: a value of many elements has some
+    several σ out in every rounding), ±2σ where no sample statistic was kept; ``[ ]`` the
+    directed envelope; ``▲`` the arm (``«``/``»`` past the edge). The line spans ±4σ, or
+    1.5 times that reach where it is wider."""
     if (j.value is None or j.reference is None or not j.sigma or not math.isfinite(j.value)
             or not math.isfinite(j.reference) or not math.isfinite(j.sigma)):
         return ""
+    reach = j.max_sample_stat if j.max_sample_stat is not None and 0 < j.max_sample_stat < math.inf else 2.0
     half = STRIP_WIDTH // 2
-    scale = 4 * j.sigma / half  # value units per character
+    scale = max(4.0, 1.5 * reach) * j.sigma / half  # value units per character
 
     def pos(x: float) -> int:
         return half + int(round((x - j.reference) / scale)) if math.isfinite(x) else -1
 
     cells = ["─"] * STRIP_WIDTH
-    for i in range(max(0, pos(j.reference - 2 * j.sigma)), min(STRIP_WIDTH, pos(j.reference + 2 * j.sigma) + 1)):
+    for i in range(max(0, pos(j.reference - reach * j.sigma)), min(STRIP_WIDTH, pos(j.reference + reach * j.sigma) + 1)):
         cells[i] = "═"
     if j.envelope:
         for x, mark in ((j.envelope[0], "["), (j.envelope[1], "]")):
