@@ -8,6 +8,7 @@ import jsonschema
 
 from triage import __version__, policy
 from triage.classify.ladder import classify
+from triage.classify.wording import difference_text
 from triage.judge.describe import strip
 from triage.model import Ablation, ArmRun, Comparison, Divergence, Judgement, Observable, Report, Repro, Side, Verdict
 from triage.report.comment import COMMENT_LIMIT, MARKER, comment_digest, render_comment
@@ -155,6 +156,19 @@ def test_strips_sit_in_a_text_fence_one_per_drawable_side():
                            nonfinite="outside: 3 element(s) +inf where no rounding of this computation gives +inf")
     text = render_comment(report_json(_judged_report([nonfinite])))
     assert "```text" not in text and "0.60 (29 samples), finite elements" in text
+
+
+def test_a_value_computed_at_float32_and_held_in_float64_is_not_measured_by_float64_tolerance_alone():
+    # `y32.double()` against `y64`: "beyond float64 tolerance" said nothing of the float32 result.
+    narrow, wide = _judgement("cpu", 0, label="`y32.double()`"), _judgement("cpu", 1, label="`y64`")
+    narrow.stored, wide.dtype = "float64", "float64"
+    d = Divergence(source="claim", observable_label="y", line=13, a=_side("cpu", 0), b=_side("cpu", 1),
+                   dtype="float64", bitwise_equal=False, within_tolerance=False, rtol=1e-7, atol=1e-7,
+                   max_abs_diff=1.64e-5, nonfinite_mismatch=0, numel=4, judgements=[narrow, wide])
+    assert difference_text(d).endswith("by 1.64e-05 (beyond float64 tolerance, the dtype both are held in; "
+                                       "`y32.double()` was computed at float32)")
+    narrow.stored = None
+    assert difference_text(d).endswith("(beyond float64 tolerance)")
 
 
 def test_a_strip_spans_as_far_as_the_samples_reach():

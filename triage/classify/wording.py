@@ -247,6 +247,12 @@ def difference_text(d: Divergence) -> str:
     tol = f"within {d.dtype} tolerance" if d.within_tolerance else f"beyond {d.dtype} tolerance"
     if d.hidden_by_atol is not None:
         tol = f"within {d.dtype} tolerance only through its absolute term, atol={d.atol:g}: {atol_hides(d)}"
+    # A value computed at float32 and held in float64 (`y32.double()`): the tolerance is the
+    # dtype the values are held in, not the precision they carry.
+    narrower = [j for j in d.judgements if j.stored and j.stored != j.dtype]
+    if narrower and not d.within_tolerance:
+        tol += (f", the dtype both are held in; {narrower[0].label} was computed at {narrower[0].dtype}"
+                if len({j.label for j in d.judgements}) > 1 else f"; it was computed at {narrower[0].dtype}")
     return f"differs between {pair_text(d)} by {d.max_abs_diff:.3g} ({tol})"
 
 SETTING_NAMES = {"num_threads": "torch.set_num_threads({})", "deterministic": "torch.use_deterministic_algorithms({})",
