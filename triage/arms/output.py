@@ -160,6 +160,9 @@ LEAF = named("leaf", record({
     "seed": record({"line": LINE, "value": integer(nullable=True), "draws": COUNT}, required=("draws",), closed=True,
                    nullable=True),
     "call_line": LINE,
+    "literal_rounding": described("The largest relative rounding of the numbers the script wrote for it (Python "
+                                  "floats its dtype does not hold exactly, `torch.tensor(math.pi / 2)`); null for "
+                                  "any other leaf", number(nullable=True)),
 }, required=("index", "kind"), closed=True),
     "An input the recorded computation starts from: a weight, a random draw, a loaded tensor (worker/session.py).")
 

@@ -91,6 +91,18 @@ def equality_checks(source: str, line: int) -> list[tuple[str, float, bool]]:
     return out
 
 
+def assigned_at(source: str, name: str, line: int) -> int | None:
+    """The line of the last plain assignment `name = ...` before `line` (`re = z.item()`
+    before `assert re == 0.0`), or None."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    lines = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assign) and node.lineno < line
+             and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
+    return max(lines, default=None)
+
+
 def _number(node: ast.AST) -> float | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = _number(node.operand)

@@ -16,6 +16,7 @@ from triage import policy
 from triage.audit import Evidence, audit, inconclusive
 from triage.classify.facts import (
     COMPILED_NOTHING,
+    assigned_at,
     compiled_nothing,
     equality_checks,
     flush_notes,
@@ -1084,6 +1085,10 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
         for text, literal, equal in equality_checks(source, int(e["line"])):
             o = next((o for o in run.observables if o.line == e["line"] and o.name == f"`{text}`"
                       and o.value is not None and np.asarray(o.value).size == 1), None)
+            # `re = z[0].real.item()`, then `assert re == 0.0`: the readback that name holds.
+            at = assigned_at(source, text, int(e["line"])) if o is None and text.isidentifier() else None
+            o = o or next((o for o in run.observables if at is not None and o.line == at and o.kind == "readback"
+                           and o.value is not None and np.asarray(o.value).size == 1), None)
             if o is None:
                 continue
             j = judge_observable(run, o)
@@ -1103,6 +1108,14 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
             matrix = (f" The matrix fed to `{singular['op']}` at line {singular['line']} is singular "
                       f"({cond_text(singular)}), so every digit of the value is rounding noise around that answer."
                       if singular else "")
+            written = [x for x in run.leaves if x["index"] in o.ancestors and x.get("literal_rounding")]
+            if written:  # `torch.tensor(math.pi / 2)`: the input is π/2 rounded to the dtype
+                lines = ", ".join(str(x["line"]) for x in written[:3] if x.get("line") is not None)
+                worst = max(x["literal_rounding"] for x in written)
+                matrix += (f" Its input{'s' if len(written) > 1 else ''} written as Python numbers"
+                           f"{' at line' + ('s ' if len(written) > 1 else ' ') + lines if lines else ''} "
+                           f"{'are' if len(written) > 1 else 'is'} not exactly representable in {j.dtype}: rounded by "
+                           f"up to {worst:.2g} relatively before any op ran, which the float64 replay does not do.")
             return make_verdict(
                 "expected-ill-conditioned" if singular else "expected-rounding", True,
                 policy.LINALG if singular else policy.GENERAL, ["numerical"] + (["linalg"] if singular else []),

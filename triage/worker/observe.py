@@ -100,6 +100,10 @@ MAXIMA = {f for name in ("max", "amax") for f in _tensor_and_torch_functions(nam
 # `((mine - ref) / ref).abs().max()`.
 RELATIVE = {f for name in ("div", "__truediv__") for f in _tensor_and_torch_functions(name)}
 DIFFERENCE_STEPS = DIFFERENCES | ABSOLUTES | MAXIMA | RELATIVE  # one lookup per torch call on the script's hot path
+# Tensors made from Python data, whose numbers the script wrote in float64 (`Leaf.literal`).
+LITERAL_FACTORIES = {torch.tensor, torch.as_tensor}
+NARROW_FLOATS = {torch.float32, torch.float16, torch.bfloat16}
+MAX_LITERAL_ELEMENTS = 1 << 20
 MAX_CHECKS_PER_VALUE = 8
 MAX_BUFFERS = 64  # result.json's limit on a module call's buffers (triage/arms/output.py)
 MAX_BUFFER_BYTES = 1 << 20
@@ -228,7 +232,23 @@ class Observer(TorchFunctionMode):
             self._track_difference(func, args, kwargs, out)
         if func in CHECK_CONVERSIONS and args and self._called_by_script():
             self._record_checked(args[0])
+        if func in LITERAL_FACTORIES and args and isinstance(out, torch.Tensor) and out.dtype in NARROW_FLOATS:
+            self._note_literal(args[0], out)
         return out
+
+    def _note_literal(self, data: Any, out: torch.Tensor) -> None:
+        """`out` was made from `data`, Python numbers, which its dtype holds only approximately
+        (`torch.tensor(0.1)`): noted where some element moved. (A NumPy array is a float64 leaf
+        of its own, and its cast a recorded op.)"""
+        if out.numel() > MAX_LITERAL_ELEMENTS or not isinstance(data, (float, list, tuple)):
+            return
+        with self.store.quiet:
+            try:
+                literal = torch.tensor(data, dtype=torch.float64)
+            except (TypeError, ValueError, RuntimeError):  # ragged or non-numeric data: no literal
+                return
+            if literal.shape == out.shape and not torch.equal(literal, out.detach().double()):
+                self.store.recorder.note_literal(out, literal)
 
     def _called_by_script(self) -> bool:
         """The conversion is the script's own (not torch's argument checks): its nearest

@@ -75,6 +75,11 @@ MAX_HAZARD_CHECKS = 256
 SKIPPED_OPS = {"_local_scalar_dense", "is_nonzero", "equal", "sym_size", "sym_stride", "sym_numel"}
 
 
+# Ops that return their argument's values as a new tensor (`torch.tensor(data)`'s last step).
+LIFTS = {torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.detach.default,
+         torch.ops.aten.alias.default}
+
+
 @dataclass
 class Leaf:
     index: int
@@ -88,6 +93,11 @@ class Leaf:
     # between it and this one — and the top-level script line that led here.
     seed: dict[str, Any] | None = None
     call_line: int | None = None
+    # A leaf the script built from Python floats (or a float64 NumPy array) its dtype does not
+    # hold exactly (`torch.tensor(math.pi / 2)`): those numbers, in float64. The float64
+    # reference computes from them, and each simulated replay rounds them to the leaf's dtype:
+    # the script wrote π/2, and float32's nearest value is part of the arm's rounding.
+    literal: torch.Tensor | None = None
 
 
 @dataclass
@@ -187,6 +197,8 @@ class OpRecorder(TriageDispatchMode):
         # data_ptr -> leaf kind of the latest factory/random output there: lets a tensor that
         # re-wraps that memory (nn.Parameter(torch.empty(...))) be labelled by its origin.
         self.storage_origin: dict[int, tuple[str, str]] = {}
+        # tensor -> the float64 numbers the script built it from, until its leaf is made (`note_literal`).
+        self.literals: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self.seeded = False
         self.random_before_seed: dict[str, Any] | None = None
         self.seed_state: dict[str, Any] = {"line": None, "value": None, "draws": 0}
@@ -485,7 +497,7 @@ class OpRecorder(TriageDispatchMode):
     def _new_leaf(self, t: torch.Tensor, kind: str, op: str | None, in_flight: bool = False) -> fx.Node:
         node = self.graph.placeholder(f"leaf{len(self.leaves)}")
         value = t.detach().clone()
-        leaf = Leaf(len(self.leaves), node, value, kind, op, self.site())
+        leaf = Leaf(len(self.leaves), node, value, kind, op, self.site(), literal=self.literals.pop(t, None))
         if kind == "random":
             leaf.seed = dict(self.seed_state)
             leaf.call_line = self.outer_site()
@@ -501,6 +513,20 @@ class OpRecorder(TriageDispatchMode):
         if self.leaf_bytes > self.max_leaf_bytes:
             self.stop(f"the recorded leaf values passed {self.max_leaf_bytes >> 20} MiB")
         return node
+
+    def note_literal(self, t: torch.Tensor, literal: torch.Tensor) -> None:
+        """`t` was built from the float64 numbers `literal` (`Leaf.literal`): on its leaf, now
+        if it has one, else when it is made (a tensor from Python data is a leaf at first use)."""
+        node = self.lookup(t)
+        if node is None:
+            self.literals[t] = literal
+            return
+        # `torch.tensor(data)` records the tensor it built from the data as a leaf and returns
+        # `lift_fresh` of it: the same values.
+        while node.op == "call_function" and node.target in LIFTS and node.args and isinstance(node.args[0], fx.Node):
+            node = node.args[0]
+        if node.op == "placeholder" and node.meta["leaf"].value.shape == literal.shape:
+            node.meta["leaf"].literal = literal
 
     def _paused_register_leaves(self, out: Any, kind: str, op: str) -> None:
         self.paused += 1

@@ -231,7 +231,8 @@ def last_uses(order: list[fx.Node]) -> dict[fx.Node, int]:
 
 def _evaluate(n: fx.Node, env: dict[fx.Node, Any], result: Replay) -> None:
     if n.op == "placeholder":
-        env[n] = widen(n.meta["leaf"].value)
+        leaf = n.meta["leaf"]
+        env[n] = leaf.literal if leaf.literal is not None else widen(leaf.value)
         return
     missing = [a.name for a in n.all_input_nodes if a not in env]
     if missing:

@@ -1215,10 +1215,14 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                     mode.calls += end - start
                     env[n] = constants[n]
                 elif n.op == "placeholder":
-                    env[n] = widen(n.meta["leaf"].value)
-                    env[n]._arm_dtype = n.meta["leaf"].value.dtype
-                    if center:  # a leaf held as recorded (not widened) is the recording's memory
-                        mode.cache.keep(n, env[n], (mode.calls, mode.calls), owned=env[n] is not n.meta["leaf"].value)
+                    leaf = n.meta["leaf"]
+                    if leaf.literal is not None and not center:
+                        env[n] = mode.literal(leaf.literal, leaf.value.dtype)
+                    else:  # the centre's rounding of a literal, to nearest, is the arm's value
+                        env[n] = widen(leaf.value)
+                    env[n]._arm_dtype = leaf.value.dtype
+                    if center and leaf.literal is None:  # a leaf held as recorded (not widened) is the recording's memory
+                        mode.cache.keep(n, env[n], (mode.calls, mode.calls), owned=env[n] is not leaf.value)
                 elif n in same_as and same_as[n] in env:
                     env[n] = env[same_as[n]]
                     if center and same_as[n] in constants:
@@ -1782,6 +1786,16 @@ class RoundingMode(TriageDispatchMode):
             self.samples = samples
             self.direction, self.generator, self.draws = directions, generator, draws
         return _stack_samples(outs)
+
+    def literal(self, numbers: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """A leaf the script wrote as float64 numbers (`Leaf.literal`), rounded to its dtype as
+        this replay rounds: exact in the exact replay, one rounding per stacked sample."""
+        if self.exact:
+            return numbers.clone()
+        if self.samples:
+            stacked = numbers.unsqueeze(0).expand(self.samples, *numbers.shape).contiguous()
+            return _mark_stacked(round_to(stacked, dtype, self._signs(stacked), self.generator))
+        return round_to(numbers, dtype, self.direction, self.generator)
 
     def _stacked_written(self, func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments an op writes to, stacked where they are not (a copy of a value no

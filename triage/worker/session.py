@@ -175,7 +175,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         leaf = recording.leaves[old]
         leaves.append({"index": len(leaves), "node": leaf.node.name, "kind": leaf.kind, "op": leaf.op,
                        "line": leaf.line, "fingerprint": readable_fingerprint(leaf.value)[0],
-                       "seed": leaf.seed, "call_line": leaf.call_line})
+                       "seed": leaf.seed, "call_line": leaf.call_line,
+                       "literal_rounding": _literal_rounding(leaf)})
     conditioning = [recording.conditioning[old] for old in kept_conditioning]
     left_out = {"leaves": len(recording.leaves) - len(leaves),
                 "conditioning": len(recording.conditioning) - len(conditioning)}
@@ -245,6 +246,15 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
         result["graph"]["export"] = recording.stopped or export_graph(recording.graph, out_dir / "graph") or "ok"
     return result
+
+
+def _literal_rounding(leaf: Any) -> float | None:
+    """How far, relatively at most, the leaf's dtype rounded the numbers the script wrote
+    (`Leaf.literal`); None for a leaf not written as numbers its dtype misses."""
+    if leaf.literal is None or not leaf.literal.numel():
+        return None
+    moved = float(((leaf.value.double() - leaf.literal).abs() / leaf.literal.abs().clamp_min(2.0 ** -1074)).max())
+    return moved if moved < float("inf") else None  # past the dtype's range: inf, which JSON does not carry
 
 
 def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], budget_s: float) -> None:

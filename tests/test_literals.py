@@ -1,0 +1,92 @@
+"""Leaves a script writes as Python numbers (triage/worker/opgraph.py, `Leaf.literal`):
+`torch.tensor(math.pi / 2)` is float32's nearest value to π/2, 4.4e-8 away. The float64 reference
+computes from the numbers written, and every simulated replay rounds them to the leaf's dtype, so
+the rounding of the input is part of the arm's rounding: cos of it is -4.37e-8, not 0, and a check
+`== 0.0` fails by that rounding alone (a new user's `torch.polar(1, math.pi / 2)`, which triage
+called inconclusive, "a kernel wrong in every precision agrees with itself")."""
+import math
+import textwrap
+
+import pytest
+import torch
+
+from triage.worker.observe import ObservationStore, Observer
+from triage.worker.opgraph import OpRecorder
+from triage.worker.reference import replay_fp64
+from triage.worker.rounding import SimulationOptions, simulate_rounding
+
+
+def recorded_script(source: str, tmp_path):
+    """Run `source` under the recorder and the observer: (recording, recorder, its globals)."""
+    path = tmp_path / "repro.py"
+    path.write_text(textwrap.dedent(source))
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    store = ObservationStore(recorder, lambda: None, 1 << 20, lambda message: None)
+    namespace = {"__name__": "__main__"}
+    with recorder, Observer(store, str(path)):
+        exec(compile(path.read_bytes(), str(path), "exec"), namespace)
+    return recorder.finish(), recorder, namespace
+
+
+@pytest.mark.parametrize("source, literal", [
+    ("x = torch.tensor([math.pi / 2, math.pi])", [math.pi / 2, math.pi]),
+    ("x = torch.as_tensor(0.1)", 0.1),
+    # A float64 array is its own float64 leaf, and the cast to float32 a recorded op.
+    ("x = torch.tensor(np.array([0.1, 0.25]), dtype=torch.float32)", None),
+    ("x = torch.tensor([1.0, 0.5, 3])", None),  # every number held exactly: nothing to note
+    ("x = torch.tensor([0.1], dtype=torch.float64)", None),  # the numbers themselves
+    ("x = torch.tensor(torch.ones(2) / 3)", None),  # a tensor's values, not the script's numbers
+])
+def test_a_leaf_written_as_numbers_its_dtype_misses_keeps_them(source, literal, tmp_path):
+    recording, recorder, ns = recorded_script(f"""\
+        import math
+        import numpy as np
+        import torch
+        {source}
+        y = torch.sin(x)
+    """, tmp_path)
+    leaf = recorder.lookup(ns["x"])
+    while leaf.op != "placeholder":
+        leaf = leaf.args[0]
+    kept = leaf.meta["leaf"].literal
+    if literal is None:
+        assert kept is None
+    else:
+        assert kept.dtype == torch.float64 and torch.equal(kept, torch.tensor(literal, dtype=torch.float64))
+
+
+def test_the_reference_and_the_spread_start_from_the_numbers_written(tmp_path):
+    recording, recorder, ns = recorded_script("""\
+        import math
+        import torch
+        angle = torch.tensor([math.pi / 2])
+        real = torch.cos(angle)
+    """, tmp_path)
+    node = recorder.lookup(ns["real"])
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+    assert abs(float(reference)) < 1e-16  # cos(π/2) in float64, not cos(float32's π/2) = -4.37e-8
+    sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
+                            {node.name: torch.float32}, {node.name: ns["real"]})
+    spread = sim.spreads[node.name]
+    assert spread.status == "judged"
+    # π/2 rounds up (to cos -4.37e-8) or down (to +7.5e-8): the input's rounding is the spread.
+    assert 2e-8 < float(spread.sigma) < 2e-7
+    directed = sorted((float(spread.up), float(spread.down)))
+    assert directed[0] < -4e-8 and directed[1] > 7e-8
+
+
+def test_a_check_that_a_written_angle_gives_an_exact_zero_fails_by_rounding(triage, tmp_path):
+    script = tmp_path / "polar.py"
+    script.write_text(textwrap.dedent("""\
+        import math
+        import torch
+        z = torch.polar(torch.tensor([1.0]), torch.tensor([math.pi / 2]))
+        re = z[0].real.item()
+        assert re == 0.0, f"expected 0, got {re}"
+    """))
+    _, report, _, output = triage(script, "cpu", "--no-minimize")
+    assert report is not None, output
+    verdict = report["verdict"]
+    assert verdict["kind"] == "expected-rounding", verdict["summary"]
+    assert "compares `re` with the literal 0.0" in verdict["summary"]
+    assert "written as Python numbers at line 3 is not exactly representable in float32" in verdict["summary"]
