@@ -36,6 +36,9 @@ def recorded_script(source: str, tmp_path):
     ("x = torch.tensor([1.0, 0.5, 3])", None),  # every number held exactly: nothing to note
     ("x = torch.tensor([0.1], dtype=torch.float64)", None),  # the numbers themselves
     ("x = torch.tensor(torch.ones(2) / 3)", None),  # a tensor's values, not the script's numbers
+    # An object of the script's: reading its value again would run its `__float__` twice.
+    ("class Third(float):\n            def __float__(self): print('read'); return 1 / 3\n        "
+     "x = torch.tensor([Third(0.1)])", None),
 ])
 def test_a_leaf_written_as_numbers_its_dtype_misses_keeps_them(source, literal, tmp_path):
     recording, recorder, ns = recorded_script(f"""\

@@ -89,6 +89,32 @@ def test_two_paths_part_where_their_ops_have_no_counterpart(tmp_path):
     assert any("unbiased estimate" in h for h in parted["hints"])
 
 
+def test_one_formula_but_for_a_constant_is_named_whichever_op_spells_it(tmp_path):
+    # A new user's normal CDF: `0.5 * (1 + erf(x / 1.4142))` against `torch.special.ndtr`'s
+    # decomposition `0.5 * (1 + erf(x * 0.7071067811865476))`: a quotient by 1.4142 is a product
+    # by 0.707114, and 1/√2 is 0.7071067811865476; the other steps are the same on both sides.
+    x = {"name": "x", "op": "leaf", "line": 3, "dtype": "float32", "kind": "factory"}
+    graph = _graph(tmp_path, [
+        x,
+        call("scaled_a", "aten.div.Tensor", [{"node": "x"}, 1.4142], 5),
+        call("erf_a", "aten.erf.default", [{"node": "scaled_a"}], 5),
+        call("one_a", "aten.add.Tensor", [{"node": "erf_a"}, 1], 5),
+        call("mine", "aten.mul.Tensor", [{"node": "one_a"}, 0.5], 5),
+        call("scaled_b", "aten.mul.Scalar", [{"node": "x"}, 0.7071067811865476], 6),
+        call("erf_b", "aten.erf.default", [{"node": "scaled_b"}], 6),
+        call("one_b", "aten.add.Scalar", [{"node": "erf_b"}, 1], 6),
+        call("ref", "aten.mul.Scalar", [{"node": "one_b"}, 0.5], 6),
+    ])
+    hints = part_ways(graph, "mine", "ref")["hints"]
+    assert hints[0] == ("`aten.div.Tensor` divides by 1.4142 at line 5 where `aten.mul.Scalar` multiplies by "
+                        "0.7071067811865476 (1/√2) at line 6: one formula but for this constant, relatively "
+                        "9.6e-06 apart")
+    assert len(hints) == 1  # the shift by 1 and the product by 0.5 are the same on both sides
+    graph = _graph(tmp_path, [x, call("mine", "aten.sub.Tensor", [{"node": "x"}, 2.0], 5),
+                              call("ref", "aten.add.Tensor", [{"node": "x"}, -2.0], 6)])
+    assert part_ways(graph, "mine", "ref") is None or not part_ways(graph, "mine", "ref")["hints"]
+
+
 def test_a_hand_written_backward_that_runs_parting_ops_is_named(tmp_path):
     """A custom `autograd.Function` whose backward differentiates another function: its ops
     come after the forward's in execution order (and out of the listed few), so the hint

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 from typing import Any
 
 from triage.arms.graph import OpGraph
@@ -218,21 +219,60 @@ def _describe(graph: OpGraph, op: str) -> dict[str, Any]:
 
 
 def _constants(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:
-    """The same ops in the same order on both sides, differing only in a constant."""
+    """The same ops in the same order on both sides, differing only in a constant: a product
+    by c and a quotient by 1/c are one scaling, a sum with c and a difference with -c one
+    shift (`x / 1.4142` beside `x * 0.7071067811865476`, the second 1/√2)."""
     if not only_a or len(only_a) != len(only_b):
         return []
-    na = [graph.by_name[x] for x in only_a]
-    nb = [graph.by_name[x] for x in only_b]
-    if [n["target"] for n in na] != [n["target"] for n in nb]:
+    steps = [[_step(graph.by_name[x]) for x in side] for side in (only_a, only_b)]
+    if [kind for kind, _, _ in steps[0]] != [kind for kind, _, _ in steps[1]]:
         return []
     hints = []
-    for x, y in zip(na, nb, strict=False):
-        cx, cy = _constants_of(x), _constants_of(y)
+    for (kind, cx, x), (_, cy, y) in zip(*steps, strict=True):
+        if kind in SCALINGS:
+            if not math.isclose(cx, cy, rel_tol=1e-12):
+                verb = SCALINGS[kind]
+                hints.append(f"`{x['target']}` {_applies(x, verb)} at line {x.get('line')} where `{y['target']}` "
+                             f"{_applies(y, verb)} at line {y.get('line')}: one formula but for this constant, "
+                             f"relatively {abs(cx - cy) / max(abs(cx), abs(cy)):.2g} apart")
+            continue
         for k in sorted(set(cx) | set(cy)):
             if cx.get(k) != cy.get(k):
                 hints.append(f"`{x['target']}` takes the constant {cx.get(k)!r} at line {x.get('line')} where the "
                              f"other side has {cy.get(k)!r} (line {y.get('line')})")
     return hints[:3]
+
+
+# A scaling or a shift by a constant, whichever op spells it: its multiplier or addend.
+SCALINGS = {"scale": "multiplies by", "shift": "adds"}
+# Constants a formula is written with, named where a side takes one to 12 digits.
+NAMED_CONSTANTS = {"√2": math.sqrt(2), "1/√2": 1 / math.sqrt(2), "π": math.pi, "1/π": 1 / math.pi,
+                   "2/√π": 2 / math.sqrt(math.pi), "√(2/π)": math.sqrt(2 / math.pi), "√π": math.sqrt(math.pi),
+                   "√(2π)": math.sqrt(2 * math.pi), "1/√(2π)": 1 / math.sqrt(2 * math.pi), "e": math.e,
+                   "ln 2": math.log(2), "1/ln 2": 1 / math.log(2), "ln 10": math.log(10), "log10(e)": math.log10(math.e)}
+
+
+def _step(node: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """(kind, what distinguishes it, the node): a scaling or shift by one number constant, as
+    its multiplier or addend; any other op by its name and constants."""
+    name, constants = _op_name(node), _constants_of(node)
+    c = constants.get("arg1")
+    plain = isinstance(c, (int, float)) and not isinstance(c, bool) and set(constants) <= {"arg1", "alpha"}
+    alpha = constants.get("alpha", 1)
+    if plain and name in ("mul", "div") and c and "alpha" not in constants:
+        return "scale", float(c) if name == "mul" else 1 / float(c), node
+    if plain and name in ("add", "sub") and isinstance(alpha, (int, float)):
+        return "shift", float(c) * alpha * (1 if name == "add" else -1), node
+    return str(node.get("target")), constants, node
+
+
+def _applies(node: dict[str, Any], verb: str) -> str:
+    """'divides by 1.4142', 'multiplies by 0.7071067811865476 (1/√2)'."""
+    c = _constants_of(node).get("arg1")
+    name = next((n for n, v in NAMED_CONSTANTS.items() if math.isclose(abs(float(c)), v, rel_tol=1e-12)), None)
+    said = {"mul": "multiplies by", "div": "divides by", "add": "adds", "sub": "subtracts"}.get(_op_name(node), verb)
+    sign = "-" if float(c) < 0 else ""
+    return f"{said} {c!r}" + (f" ({sign}{name})" if name else "")
 
 
 def _variance_hints(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:

@@ -240,7 +240,7 @@ class Observer(TorchFunctionMode):
         """`out` was made from `data`, Python numbers, which its dtype holds only approximately
         (`torch.tensor(0.1)`): noted where some element moved. (A NumPy array is a float64 leaf
         of its own, and its cast a recorded op.)"""
-        if out.numel() > MAX_LITERAL_ELEMENTS or not isinstance(data, (float, list, tuple)):
+        if out.numel() > MAX_LITERAL_ELEMENTS or not _plain_numbers(data):
             return
         with self.store.quiet:
             try:
@@ -384,6 +384,25 @@ def _claim_result(out: Any) -> Any:
         with torch._C.DisableTorchFunction():
             return bool(out.all())
     return None
+
+
+def _plain_numbers(data: Any) -> bool:
+    """`data` is a Python float, or lists and tuples of Python ints and floats with some float,
+    within MAX_LITERAL_ELEMENTS: read again without running any of the script's code (an
+    object's own `__float__` would run twice)."""
+    stack, seen, floats = [data], 0, False
+    while stack:
+        x = stack.pop()
+        if type(x) in (list, tuple):
+            stack.extend(x)
+        elif type(x) is float:
+            floats = True
+        elif type(x) is not int:
+            return False
+        seen += 1
+        if seen > 2 * MAX_LITERAL_ELEMENTS:
+            return False
+    return floats
 
 
 def record_claim(store: ObservationStore, func: str, a: torch.Tensor, b: torch.Tensor, holds: Any,
