@@ -54,6 +54,7 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
             "batched": bool(batched),
+            "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
             "hints": (_constants(graph, only_a, only_b) + _variance_hints(graph, only_a, only_b)
                       + batched
                       + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))[:4]}
@@ -241,6 +242,36 @@ def _constants(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str
                 hints.append(f"`{x['target']}` takes the constant {cx.get(k)!r} at line {x.get('line')} where the "
                              f"other side has {cy.get(k)!r} (line {y.get('line')})")
     return hints[:3]
+
+
+# The DFT ops' `normalization` argument: 0 scales by nothing, 1 by 1/√n, 2 by 1/n. A forward
+# transform's `norm=` "backward" (the default), "ortho", "forward" is 0, 1, 2; an inverse's is
+# "forward", "ortho", "backward" (the default).
+FORWARD_NORMS = ("backward", "ortho", "forward")
+INVERSE_NORMS = ("forward", "ortho", "backward")
+
+
+def _round_trip(graph: OpGraph, ops: list[str]) -> dict[str, Any] | None:
+    """A forward DFT then an inverse one among `ops`, with the power p of the transform length
+    n their normalizations leave (the unnormalized pair multiplies by n): the round trip is
+    n^p times its input, the identity only for p = 0 (`irfft(rfft(x), norm="forward")`: n)."""
+    found: dict[str, dict[str, Any]] = {}
+    for op in ops:
+        node = graph.by_name[op]
+        name, args = _op_name(node), node.get("args") or []
+        if len(args) < 3 or not isinstance(args[2], int) or not 0 <= args[2] <= 2:
+            continue
+        forward = name == "_fft_r2c" or name == "_fft_c2c" and len(args) > 3 and args[3] is True
+        inverse = name == "_fft_c2r" or name == "_fft_c2c" and len(args) > 3 and args[3] is False
+        if forward and "forward" not in found:
+            found["forward"] = {"op": str(node.get("target")), "line": node.get("line"), "norm": FORWARD_NORMS[args[2]],
+                                "code": args[2]}
+        elif inverse and "forward" in found and "inverse" not in found:
+            found["inverse"] = {"op": str(node.get("target")), "line": node.get("line"), "norm": INVERSE_NORMS[args[2]],
+                                "code": args[2]}
+    if len(found) < 2:
+        return None
+    return dict(found, power=1 - (found["forward"]["code"] + found["inverse"]["code"]) / 2)
 
 
 # A scaling or a shift by a constant, whichever op spells it: its multiplier or addend.

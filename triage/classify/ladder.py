@@ -607,6 +607,11 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
     shape = difference_shape(ra.astype(np.float64) if whole else a64, rb.astype(np.float64) if whole else b64, names)
     if paths.get("constant_a") or paths.get("constant_b"):
         computed, fixed = (d.b, d.a) if paths.get("constant_a") else (d.a, d.b)
+        trip = paths.get("round_trip_b" if paths.get("constant_a") else "round_trip_a")
+        ratio = (b64, a64) if paths.get("constant_a") else (a64, b64)
+        scaled = _round_trip_scaled(trip, *ratio, (computed.label, fixed.label), where_text(d), spreads)
+        if scaled is not None:
+            return scaled
         return make_verdict("inconclusive", None, policy.NONE, ["review"],
                         f"{where_text(d)}: {computed.label} differs from the value the script expects ({fixed.label}) "
                         f"by {gap:.3g}, and its float64 replay differs from it just as much{shape}: not rounding. "
@@ -620,6 +625,37 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
                     f"(a different formula, a wrong constant or gradient, a custom kernel).{parting_text(paths, names)}",
                     [spreads] + [f"only in {name}: {ops_text(paths[key], paths.get(key + '_count'))}"
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
+
+
+def _round_trip_scaled(trip: dict[str, Any] | None, computed: np.ndarray, expected: np.ndarray,
+                       names: tuple[str, str], where: str, spreads: str) -> Verdict | None:
+    """A value the script expects back from a forward and an inverse DFT, off by n^p in every
+    element, where the two transforms' `norm=` arguments leave that power p of the transform
+    length n (paths.py `_round_trip`): the kernels compute what they were asked, and the
+    expectation assumes matching normalizations."""
+    power = (trip or {}).get("power")
+    nonzero = (np.abs(expected) > 0) & (np.abs(computed) > 0)
+    if not power or nonzero.sum() < 1:
+        return None
+    ratio = computed[nonzero] / expected[nonzero]
+    r = float(np.median(ratio))
+    if r <= 0 or not np.all(np.abs(ratio - r) <= 1e-9 * r):
+        return None
+    n = r ** (1 / power)
+    if round(n) < 2 or abs(n - round(n)) > 1e-6 * n:
+        return None
+    n = round(n)
+    forward, inverse = trip["forward"], trip["inverse"]
+    factor = {1: "n", -1: "1/n", 0.5: "√n", -0.5: "1/√n"}.get(power, f"n^{power:g}")
+    return make_verdict(
+        "likely-bug", False, policy.NONE, ["review"],
+        f"{where}: {names[0]} is {r:.6g} × {names[1]} in every element, {factor} for the transform length n = {n}: "
+        f"what the two DFTs computing it are asked for. `{forward['op']}` (line {forward['line']}) runs with "
+        f"norm=\"{forward['norm']}\" and `{inverse['op']}` (line {inverse['line']}) with norm=\"{inverse['norm']}\": "
+        f"their normalizations leave a factor of {factor}, so the round trip is not the identity the script expects. The kernels compute what these arguments ask for; the script's "
+        "expectation is what is wrong. Pass the same `norm=` to both transforms (the default \"backward\" on both).",
+        [spreads, f"forward: `{forward['op']}` line {forward['line']}, norm=\"{forward['norm']}\"; inverse: "
+                  f"`{inverse['op']}` line {inverse['line']}, norm=\"{inverse['norm']}\""])
 
 
 def _arms_differ(run_a: ArmRun, run_b: ArmRun, d: Divergence, gap: float, spreads: str) -> Verdict:
