@@ -73,3 +73,22 @@ def test_a_compiled_decoder_layer_is_judged_within_its_spread(monkeypatch):
     assert spread.status == "judged", spread.reason
     # The eager backend computes the layer's own ops: its value is rounding of them.
     assert bool(((out.double() - reference).abs() <= 8 * spread.sigma + 1e-12).all())
+
+
+def test_a_value_from_a_compiled_call_names_the_line_that_called_it(monkeypatch):
+    # A script comparing eager against `torch.compile(run)(...)` in one process: the compiled
+    # side's value comes through a compiled region, whose top-level call line the report names.
+    from triage.worker.session import _ancestry
+
+    monkeypatch.setattr(torch, "compile", torch.compile)
+    torch._dynamo.reset()
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: 3, outer_site=lambda: 18)
+    store = ObservationStore(recorder, lambda: None, 10**6, lambda message: None)
+    install_compile(store, recorder, True, None)
+    x = torch.randn(8)
+    with torch.no_grad(), recorder, Observer(store, __file__):
+        eager = torch.sin(x).sum()
+        compiled = torch.compile(lambda t: torch.sin(t).sum(), backend="eager")(x)
+    recorder.finish()
+    assert _ancestry(recorder.lookup(compiled), {}, {})[2] == 18
+    assert _ancestry(recorder.lookup(eager), {}, {})[2] is None

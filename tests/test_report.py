@@ -8,7 +8,7 @@ import jsonschema
 
 from triage import __version__, policy
 from triage.classify.ladder import classify
-from triage.classify.wording import difference_text
+from triage.classify.wording import difference_text, rounding_cause
 from triage.judge.describe import strip
 from triage.model import Ablation, ArmRun, Comparison, Divergence, Judgement, Observable, Report, Repro, Side, Verdict
 from triage.report.comment import COMMENT_LIMIT, MARKER, comment_digest, render_comment
@@ -169,6 +169,20 @@ def test_a_value_computed_at_float32_and_held_in_float64_is_not_measured_by_floa
                                        "`y32.double()` was computed at float32)")
     narrow.stored = None
     assert difference_text(d).endswith("(beyond float64 tolerance)")
+
+
+def test_one_side_from_a_compiled_call_is_the_cause_named_for_a_difference_inside_both_spreads():
+    run = ArmRun(spec="cpu/compile", device="cpu", mode="compile", status="ok", elapsed_s=1.0, observables=[
+        Observable(index=0, kind="claim", label="eager", line=23, fingerprint=None, reference=None),
+        Observable(index=1, kind="claim", label="compiled", line=23, fingerprint=None, reference=None,
+                   compiled_line=18)])
+    d = Divergence(source="claim", observable_label="x", line=23, a=_side("cpu/compile", 0), b=_side("cpu/compile", 1),
+                   dtype="float32", bitwise_equal=False, within_tolerance=True, rtol=1.3e-6, atol=1e-5,
+                   max_abs_diff=6e-8, nonfinite_mismatch=0, numel=4, judgements=[])
+    d.a.label, d.b.label = "`eager`", "`compiled`"
+    assert rounding_cause(d, run).startswith(" `compiled` comes through the `torch.compile`d call at line 18")
+    run.observables[0].compiled_line = 18  # both compiled: nothing told apart
+    assert "torch.compile" not in rounding_cause(d, run)
 
 
 def test_a_strip_spans_as_far_as_the_samples_reach():

@@ -119,6 +119,8 @@ class Observable:
     expression: str | None = None
     # Whether the value reads bytes a `torch.empty` left uninitialized (worker/session.py); None: not known.
     uninitialized: bool | None = None
+    # The script line of a `torch.compile`d call the value comes through (worker/session.py); None: none.
+    compiled_line: int | None = None
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     spread: dict[str, np.ndarray] | None = field(default=None, repr=False, metadata={"json": False})

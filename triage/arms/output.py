@@ -143,6 +143,8 @@ OBSERVABLE = record({
                             text(300, nullable=True)),
     "ancestors": array(COUNT, 10000),
     "conditioning": array(COUNT, 10000),
+    "compiled_line": described("The script line of a `torch.compile`d call the value comes through (its op "
+                               "graph ran as the backend compiled it); null: none.", LINE),
     "reference": record({"fingerprint": FINGERPRINT, "note": NOTE, "approximate": boolean()}, closed=True,
                         nullable=True),
     "uninitialized": described("Whether the value reads bytes a `torch.empty` left uninitialized (a float64 replay "

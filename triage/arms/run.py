@@ -387,6 +387,7 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
             reference=o.get("reference"), ancestors=o.get("ancestors", []), claim=o.get("claim"),
             conditioning=o.get("conditioning", []), node=o.get("node"), module=o.get("module"),
             call_line=o.get("call_line"), expression=o.get("expression"), uninitialized=o.get("uninitialized"),
+            compiled_line=o.get("compiled_line"),
             value=values.get(f"{OBSERVED}{i}"), reference_value=values.get(f"{REFERENCE}{i}"),
             rounding=o.get("rounding"),
             spread=_spread_of(values, j),

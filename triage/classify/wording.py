@@ -373,6 +373,14 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
         return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
                 "different operations, which round differently (floating-point addition is not associative)."
                 + parting_text(paths, (a.label, b.label)))
+    compiled = [(s, o.compiled_line) for s in (a, b) if run is not None
+                for o in run.observables if o.index == s.observable and o.compiled_line is not None]
+    if len(compiled) == 1:
+        side, line = compiled[0]
+        other = b if side is a else a
+        return (f" {side.label} comes through the `torch.compile`d call at line {line}, which runs the captured graph "
+                "as its backend compiled it (inductor, the default, generates kernels that fuse operations and can "
+                f"order a reduction differently from eager's); {other.label} is computed by eager operations.")
     between = settings_between(run, d)
     if between is not None:
         calls, line_a, line_b = between

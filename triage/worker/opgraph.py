@@ -636,6 +636,7 @@ class OpRecorder(TriageDispatchMode):
         node_args = tuple(self.node_for(a, "compiled") if isinstance(a, torch.Tensor) else a for a in args)
         node = self.graph.call_function(CompiledRegion(gm, self.compiled_graphs, random), node_args)
         node.meta["line"] = self.site()
+        node.meta["call_line"] = self.outer_site()  # the script's top-level line that called the compiled function
         node.meta["compiled"] = True
         self._flushed(node, out)
         # A compiled region may mutate its inputs without moving their version counters the way

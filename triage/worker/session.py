@@ -158,8 +158,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     leaf_index = {leaf.node.name: leaf.index for leaf in recording.leaves}
     conditioning_nodes = {c["node"]: i for i, c in enumerate(recording.conditioning)}
     for record in store.records:
-        record["ancestors"], record["conditioning"] = _ancestry(by_name.get(record["node"]), leaf_index,
-                                                                conditioning_nodes)
+        record["ancestors"], record["conditioning"], record["compiled_line"] = _ancestry(
+            by_name.get(record["node"]), leaf_index, conditioning_nodes)
     if replay is not None:
         _mark_uninitialized_reads(recording, store.records, job["reference_budget_s"])
     # Within result.json's limits: the leaves (and conditioning notes) the observed values read
@@ -394,13 +394,14 @@ def _cuda_init_error(torch: Any) -> str:
 
 
 def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[str, int],
-              limit: int = 20000) -> tuple[list[int], list[int]]:
-    """The leaves and the conditioning-checked ops an observable's value depends on."""
-    from triage.worker.opgraph import value_inputs
+              limit: int = 20000) -> tuple[list[int], list[int], int | None]:
+    """The leaves and the conditioning-checked ops an observable's value depends on, and the
+    script line of a compiled region it comes through (the nearest; None where none)."""
+    from triage.worker.opgraph import CompiledRegion, value_inputs
 
     if node is None:
-        return [], []
-    seen, stack, leaves, conditioned = set(), [node], [], []
+        return [], [], None
+    seen, stack, leaves, conditioned, compiled = set(), [node], [], [], None
     while stack and len(seen) < limit:
         n = stack.pop()
         if n in seen:
@@ -410,8 +411,10 @@ def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[st
             leaves.append(leaf_index[n.name])
         if n.name in conditioning_nodes:
             conditioned.append(conditioning_nodes[n.name])
+        if compiled is None and isinstance(n.target, CompiledRegion):
+            compiled = n.meta.get("call_line") or n.meta.get("line")
         stack.extend(value_inputs(n))
-    return sorted(leaves)[:256], sorted(conditioned)
+    return sorted(leaves)[:256], sorted(conditioned), compiled
 
 
 def _shortened(text: str, limit: int) -> str:
