@@ -240,8 +240,8 @@ class Observer(TorchFunctionMode):
         """`out` was made from `data`, Python numbers, which its dtype holds only approximately
         (`torch.tensor(0.1)`): noted where some element moved. (A NumPy array is a float64 leaf
         of its own, and its cast a recorded op.)"""
-        if out.numel() > MAX_LITERAL_ELEMENTS or not _plain_numbers(data):
-            return
+        if type(out) is not torch.Tensor or out.numel() > MAX_LITERAL_ELEMENTS or not _plain_numbers(data):
+            return  # a fake tensor of dynamo's tracing has no values to compare
         with self.store.quiet:
             try:
                 literal = torch.tensor(data, dtype=torch.float64)
