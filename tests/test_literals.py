@@ -93,3 +93,17 @@ def test_a_check_that_a_written_angle_gives_an_exact_zero_fails_by_rounding(tria
     assert verdict["kind"] == "expected-rounding", verdict["summary"]
     assert "compares `re` with the literal 0.0" in verdict["summary"]
     assert "written as Python numbers at line 3 is not exactly representable in float32" in verdict["summary"]
+
+
+def test_samples_that_are_one_value_have_that_value_as_their_mean():
+    # The flush-to-zero fixture from its written numbers: every replay flushes (1e-20)² to 0,
+    # float64 gives 0.01, and the mean taken as reference + mean deviation was 1.7e-18, not 0:
+    # the judge read a spread there (0 digits) and called the flushed zeros ill-conditioned.
+    from triage.worker.rounding import _finite_figures, _spread_figures
+
+    ref = torch.tensor([0.009999999999999998, 0.5], dtype=torch.float64)
+    stack = torch.zeros(9, 2, dtype=torch.float64)  # 9 samples: ref - 9·ref/9 leaves 1.7e-18
+    stack[:, 1] = 0.5 + torch.linspace(-1, 1, 9, dtype=torch.float64) * 2 ** -30
+    for figures in (_finite_figures, _spread_figures):
+        mean = figures(ref, stack)[1]
+        assert mean[0].item() == 0.0 and abs(mean[1].item() - 0.5) < 2 ** -40

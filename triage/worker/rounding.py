@@ -860,8 +860,9 @@ def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], ar
             continue
         part = slice(int(offsets[i]), int(offsets[i + 1]))
         shape, reference = live[w].shape, live[w].double()
+        mean = np.where((stack[:, part] == stack[0, part]).all(axis=0), stack[0, part], ref[part] + shift[part])
         partial = NodeSpread(status="judged", samples=k, sigma=torch.from_numpy(sigma[part]).reshape(shape),
-                             up=reference, down=reference, mean=torch.from_numpy(ref[part] + shift[part]).reshape(shape),
+                             up=reference, down=reference, mean=torch.from_numpy(mean).reshape(shape),
                              sd=torch.from_numpy(sd[part]).reshape(shape),
                              nonfinite=torch.ones(shape, dtype=torch.uint8), sample_stats=stats[:, i].tolist())
         scored[w] = (k, partial)
@@ -988,6 +989,11 @@ def _spread_figures(ref: torch.Tensor, stack: torch.Tensor
     # Mean and sd of the samples from their deviations (shift-invariant, and exact in float64).
     shift = dev.sum(0) / nfin.clamp(min=1)
     mean = torch.where(nfin > 0, ref + shift, torch.where(own_finite, stack, 0.0).sum(0) / own_finite.sum(0).clamp(min=1))
+    # Where every finite sample is one value, the mean is that value: ref + shift leaves a
+    # residue of the reference's last bits (0 everywhere, ref 0.01: a mean of 1.7e-18), which
+    # reads as a spread where there is none.
+    common = torch.where(finite, stack, -math.inf).amax(0)
+    mean = torch.where((nfin > 0) & (~finite | (stack == common)).all(0), common, mean)
     sd = (torch.where(finite, dev - shift, 0.0).square().sum(0) / (nfin - 1).clamp(min=1)).sqrt()
     sq = dev.square()
     total = sq.sum(0)
@@ -1025,7 +1031,8 @@ def _finite_figures(ref: torch.Tensor, stack: torch.Tensor
     ratio = torch.where(loo > 0, dev.abs_().div_(torch.where(loo > 0, loo, 1.0)), at_zero)
     ratio = ratio.reshape(k, -1)
     scores = ratio.max(1).values if ratio.shape[1] else torch.full((k,), -1.0, dtype=torch.float64)
-    return sigma, ref + shift, sd, torch.ones(ref.shape, dtype=torch.uint8), scores
+    mean = torch.where((stack == stack[0]).all(0), stack[0], ref + shift)  # as `_spread_figures`: one value, exactly
+    return sigma, mean, sd, torch.ones(ref.shape, dtype=torch.uint8), scores
 
 
 def _stored(v: Any, dtype: torch.dtype) -> torch.Tensor:
