@@ -10,6 +10,7 @@ import pytest
 
 from triage.arms.graph import OpGraph
 from triage.paths import part_ways
+from triage.report.data import validate_report
 
 
 def _graph(tmp_path, forward_norm, inverse_norm, inverse="aten._fft_c2r.default"):
@@ -56,3 +57,4 @@ def test_an_fft_round_trip_with_mismatched_norms_is_the_scripts_expectation_not_
     assert verdict["kind"] == "likely-bug", verdict["summary"]
     assert "`y` is 64 × `x` in every element, n for the transform length n = 64" in verdict["summary"]
     assert 'with norm="backward" and `aten._fft_c2r.default` (line 4) with norm="forward"' in verdict["summary"]
+    assert validate_report(report) == []  # the round trip is part of report.json's schema
