@@ -35,7 +35,7 @@ def recorded_script(source: str, tmp_path):
     ("x = torch.tensor(np.array([0.1, 0.25]), dtype=torch.float32)", None),
     ("x = torch.tensor([1.0, 0.5, 3])", None),  # every number held exactly: nothing to note
     ("x = torch.tensor([0.1], dtype=torch.float64)", None),  # the numbers themselves
-    ("x = torch.tensor(torch.ones(2) / 3)", None),  # a tensor's values, not the script's numbers
+    ("x = torch.as_tensor(torch.ones(2) / 3)", None),  # a tensor's values, not the script's numbers
     # An object of the script's: reading its value again would run its `__float__` twice.
     ("class Third(float):\n            def __float__(self): print('read'); return 1 / 3\n        "
      "x = torch.tensor([Third(0.1)])", None),
