@@ -107,3 +107,14 @@ def test_samples_that_are_one_value_have_that_value_as_their_mean():
     for figures in (_finite_figures, _spread_figures):
         mean = figures(ref, stack)[1]
         assert mean[0].item() == 0.0 and abs(mean[1].item() - 0.5) < 2 ** -40
+
+
+def test_a_number_written_beyond_the_dtypes_range_is_named_as_the_overflow(triage, tmp_path):
+    script = tmp_path / "big.py"
+    script.write_text("import torch\nx = torch.tensor([1e40, 1.0])\ny = x / 1e10\nprint(y)\n")
+    _, report, _, output = triage(script, "cpu", "--no-minimize")
+    assert report is not None, output
+    verdict = report["verdict"]
+    assert (verdict["kind"], verdict["expected"]) == ("nonfinite-flip", True), verdict["summary"]
+    assert "The number written at line 2 (1e+40) lies beyond the largest finite float32" in verdict["summary"]
+    assert report["arms"][0]["leaves"][0]["literal_beyond_range"] == 1e40

@@ -165,6 +165,9 @@ LEAF = named("leaf", record({
     "literal_rounding": described("The largest relative rounding of the numbers the script wrote for it (Python "
                                   "floats its dtype does not hold exactly, `torch.tensor(math.pi / 2)`); null for "
                                   "any other leaf", number(nullable=True)),
+    "literal_beyond_range": described("The largest number the script wrote for it that its dtype's range does not "
+                                      "reach (`torch.tensor(1e40)` in float32: inf from the start); null: none",
+                                      number(nullable=True)),
 }, required=("index", "kind"), closed=True),
     "An input the recorded computation starts from: a weight, a random draw, a loaded tensor (worker/session.py).")
 

@@ -722,7 +722,13 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
     else:
         section, labels, why = policy.EXTREMAL, ["nonfinite", "numerical"], ""
         over = [s for s in (d.a, d.b) if s is not None and s.overflow_to_inf]
-        if over:
+        written = _written_beyond_range(c, d)
+        if written:
+            leaf, dtype = written
+            why = (f" The number written at line {leaf['line']} ({leaf['literal_beyond_range']:g}) lies beyond the "
+                   f"largest finite {dtype}: the tensor holds inf before any op runs, and what is computed from it "
+                   "follows.")
+        elif over:
             why = (f" The float64 value ({over[0].reference_summary}) lies beyond the largest finite {over[0].dtype}, "
                    f"so `inf` is the correctly rounded {over[0].dtype} answer: range overflow.")
     both = "Both sides are" if d.b is not None else "The value is"
@@ -731,6 +737,20 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
                     "operation rounded at the arm's precision (its range emulated) reaches the same non-finite "
                     "values, so this is where rounding and the dtype's range lead, not a bug.",
                     evidence + ([cond_text(note, full=True)] if note else []))
+
+
+def _written_beyond_range(c: Comparison, d: Divergence) -> tuple[dict[str, Any], str] | None:
+    """A leaf upstream of a side that the script wrote as a number its dtype's range does not
+    reach (`Leaf.literal`), with that leaf's dtype."""
+    for side in (d.a, d.b):
+        found = c.find(side) if side is not None else None
+        if found is None:
+            continue
+        run, o = found
+        leaf = next((x for x in run.leaves if x["index"] in o.ancestors and x.get("literal_beyond_range")), None)
+        if leaf is not None:
+            return leaf, (leaf.get("fingerprint") or {}).get("dtype") or side.dtype
+    return None
 
 
 def _article(dtype: str) -> str:

@@ -176,7 +176,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         leaves.append({"index": len(leaves), "node": leaf.node.name, "kind": leaf.kind, "op": leaf.op,
                        "line": leaf.line, "fingerprint": readable_fingerprint(leaf.value)[0],
                        "seed": leaf.seed, "call_line": leaf.call_line,
-                       "literal_rounding": _literal_rounding(leaf)})
+                       "literal_rounding": _literal_rounding(leaf), "literal_beyond_range": _literal_beyond_range(leaf)})
     conditioning = [recording.conditioning[old] for old in kept_conditioning]
     left_out = {"leaves": len(recording.leaves) - len(leaves),
                 "conditioning": len(recording.conditioning) - len(conditioning)}
@@ -255,6 +255,15 @@ def _literal_rounding(leaf: Any) -> float | None:
         return None
     moved = float(((leaf.value.double() - leaf.literal).abs() / leaf.literal.abs().clamp_min(2.0 ** -1074)).max())
     return moved if moved < float("inf") else None  # past the dtype's range: inf, which JSON does not carry
+
+
+def _literal_beyond_range(leaf: Any) -> float | None:
+    """The largest number the script wrote for the leaf that its dtype's range does not reach
+    (`torch.tensor(1e40)`: inf from the start); None where every written number is in range."""
+    if leaf.literal is None:
+        return None
+    beyond = leaf.literal.isfinite() & ~leaf.value.isfinite()
+    return float(leaf.literal[beyond].abs().max()) if bool(beyond.any()) else None
 
 
 def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], budget_s: float) -> None:
