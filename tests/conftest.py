@@ -46,6 +46,16 @@ def run_triage(script, arms, tmp_path, *extra, env=None, timeout=600):
     return proc.returncode, data, text, proc.stdout + proc.stderr
 
 
+def run_source(triage, tmp_path, name, source, arms="cpu"):
+    """`source` as tmp_path/NAME.py, run with --no-minimize through the `triage` fixture: the
+    report (never None)."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    code, report, comment, out = triage(script, arms, "--no-minimize")
+    assert report is not None, out
+    return report
+
+
 # Whether this torch's inductor, with emulate_precision_casts, rounds fixtures/fp16_intermediate_compile.py's
 # float16 intermediates as eager does on the CPU (torch 2.13 does; torch 2.11 keeps them in float32 and
 # prints the finite values regardless), so that a test asserts the verdict this torch calls for.

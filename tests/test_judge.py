@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, run_source
 
 JUDGE = FIXTURES / "judge"
 pytestmark = pytest.mark.slow
@@ -15,15 +15,6 @@ def run(triage, name, arms="cpu", *extra):
     code, report, comment, out = triage(JUDGE / f"{name}.py", arms, *(extra or ("--no-minimize",)))
     assert report is not None, out
     return report, comment
-
-
-def run_source(triage, tmp_path, name, source, arms="cpu"):
-    """`source` as tmp_path/NAME.py, run with --no-minimize: the report (never None)."""
-    script = tmp_path / f"{name}.py"
-    script.write_text(source)
-    code, report, comment, out = triage(script, arms, "--no-minimize")
-    assert report is not None, out
-    return report
 
 
 def judgements(report):

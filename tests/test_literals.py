@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+from tests.conftest import run_source
 from triage.worker.observe import ObservationStore, Observer
 from triage.worker.opgraph import OpRecorder
 from triage.worker.reference import replay_fp64
@@ -79,16 +80,13 @@ def test_the_reference_and_the_spread_start_from_the_numbers_written(tmp_path):
 
 
 def test_a_check_that_a_written_angle_gives_an_exact_zero_fails_by_rounding(triage, tmp_path):
-    script = tmp_path / "polar.py"
-    script.write_text(textwrap.dedent("""\
+    report = run_source(triage, tmp_path, "polar", textwrap.dedent("""\
         import math
         import torch
         z = torch.polar(torch.tensor([1.0]), torch.tensor([math.pi / 2]))
         re = z[0].real.item()
         assert re == 0.0, f"expected 0, got {re}"
     """))
-    _, report, _, output = triage(script, "cpu", "--no-minimize")
-    assert report is not None, output
     verdict = report["verdict"]
     assert verdict["kind"] == "expected-rounding", verdict["summary"]
     assert "compares `re` with the literal 0.0" in verdict["summary"]
@@ -110,10 +108,7 @@ def test_samples_that_are_one_value_have_that_value_as_their_mean():
 
 
 def test_a_number_written_beyond_the_dtypes_range_is_named_as_the_overflow(triage, tmp_path):
-    script = tmp_path / "big.py"
-    script.write_text("import torch\nx = torch.tensor([1e40, 1.0])\ny = x / 1e10\nprint(y)\n")
-    _, report, _, output = triage(script, "cpu", "--no-minimize")
-    assert report is not None, output
+    report = run_source(triage, tmp_path, "big", "import torch\nx = torch.tensor([1e40, 1.0])\ny = x / 1e10\nprint(y)\n")
     verdict = report["verdict"]
     assert (verdict["kind"], verdict["expected"]) == ("nonfinite-flip", True), verdict["summary"]
     assert "The number written at line 2 (1e+40) lies beyond the largest finite float32" in verdict["summary"]

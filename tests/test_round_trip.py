@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from tests.conftest import run_source
 from triage.arms.graph import OpGraph
 from triage.paths import part_ways
 from triage.report.data import validate_report
@@ -43,16 +44,13 @@ def test_a_dft_round_trip_leaves_the_power_of_n_its_normalizations_do_not_cancel
 
 
 def test_an_fft_round_trip_with_mismatched_norms_is_the_scripts_expectation_not_the_kernels(triage, tmp_path):
-    script = tmp_path / "roundtrip.py"
-    script.write_text(textwrap.dedent("""\
+    report = run_source(triage, tmp_path, "roundtrip", textwrap.dedent("""\
         import torch
         torch.manual_seed(0)
         x = torch.randn(64)
         y = torch.fft.irfft(torch.fft.rfft(x), n=64, norm="forward")
         assert torch.allclose(x, y, atol=1e-5), "irfft(rfft(x)) should return x"
     """))
-    _, report, _, output = triage(script, "cpu", "--no-minimize")
-    assert report is not None, output
     verdict = report["verdict"]
     assert verdict["kind"] == "likely-bug", verdict["summary"]
     assert "`y` is 64 × `x` in every element, n for the transform length n = 64" in verdict["summary"]

@@ -263,12 +263,10 @@ def _round_trip(graph: OpGraph, ops: list[str]) -> dict[str, Any] | None:
             continue
         forward = name == "_fft_r2c" or name == "_fft_c2c" and len(args) > 3 and args[3] is True
         inverse = name == "_fft_c2r" or name == "_fft_c2c" and len(args) > 3 and args[3] is False
-        if forward and "forward" not in found:
-            found["forward"] = {"op": str(node.get("target")), "line": node.get("line"), "norm": FORWARD_NORMS[args[2]],
-                                "code": args[2]}
-        elif inverse and "forward" in found and "inverse" not in found:
-            found["inverse"] = {"op": str(node.get("target")), "line": node.get("line"), "norm": INVERSE_NORMS[args[2]],
-                                "code": args[2]}
+        if forward and "forward" not in found or inverse and "forward" in found and "inverse" not in found:
+            found["forward" if forward else "inverse"] = {
+                "op": str(node.get("target")), "line": node.get("line"), "code": args[2],
+                "norm": (FORWARD_NORMS if forward else INVERSE_NORMS)[args[2]]}
     if len(found) < 2:
         return None
     return dict(found, power=1 - (found["forward"]["code"] + found["inverse"]["code"]) / 2)

@@ -635,7 +635,7 @@ def _round_trip_scaled(trip: dict[str, Any] | None, computed: np.ndarray, expect
     expectation assumes matching normalizations."""
     power = (trip or {}).get("power")
     nonzero = (np.abs(expected) > 0) & (np.abs(computed) > 0)
-    if not power or nonzero.sum() < 1:
+    if not power or not nonzero.any():
         return None
     ratio = computed[nonzero] / expected[nonzero]
     r = float(np.median(ratio))
@@ -652,8 +652,8 @@ def _round_trip_scaled(trip: dict[str, Any] | None, computed: np.ndarray, expect
         f"{where}: {names[0]} is {r:.6g} × {names[1]} in every element, {factor} for the transform length n = {n}: "
         f"what the two DFTs computing it are asked for. `{forward['op']}` (line {forward['line']}) runs with "
         f"norm=\"{forward['norm']}\" and `{inverse['op']}` (line {inverse['line']}) with norm=\"{inverse['norm']}\": "
-        f"their normalizations leave a factor of {factor}, so the round trip is not the identity the script expects. The kernels compute what these arguments ask for; the script's "
-        "expectation is what is wrong. Pass the same `norm=` to both transforms (the default \"backward\" on both).",
+        f"their normalizations leave a factor of {factor}, so the round trip is not the identity the script expects. "
+        "The kernels compute what these arguments ask for; the script's expectation is what is wrong. Pass the same `norm=` to both transforms (the default \"backward\" on both).",
         [spreads, f"forward: `{forward['op']}` line {forward['line']}, norm=\"{forward['norm']}\"; inverse: "
                   f"`{inverse['op']}` line {inverse['line']}, norm=\"{inverse['norm']}\""])
 
@@ -746,11 +746,16 @@ def _written_beyond_range(c: Comparison, d: Divergence) -> tuple[dict[str, Any],
         found = c.find(side) if side is not None else None
         if found is None:
             continue
-        run, o = found
-        leaf = next((x for x in run.leaves if x["index"] in o.ancestors and x.get("literal_beyond_range")), None)
+        leaf = next(iter(_written_leaves(*found, "literal_beyond_range")), None)
         if leaf is not None:
             return leaf, (leaf.get("fingerprint") or {}).get("dtype") or side.dtype
     return None
+
+
+def _written_leaves(run: ArmRun, o: Observable, figure: str) -> list[dict[str, Any]]:
+    """The leaves `o` depends on that the script wrote as Python numbers its dtype misses,
+    with this `figure` of it (`literal_rounding`, `literal_beyond_range`: worker/session.py)."""
+    return [x for x in run.leaves if x["index"] in o.ancestors and x.get(figure)]
 
 
 def _article(dtype: str) -> str:
@@ -1164,7 +1169,7 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
             matrix = (f" The matrix fed to `{singular['op']}` at line {singular['line']} is singular "
                       f"({cond_text(singular)}), so every digit of the value is rounding noise around that answer."
                       if singular else "")
-            written = [x for x in run.leaves if x["index"] in o.ancestors and x.get("literal_rounding")]
+            written = _written_leaves(run, o, "literal_rounding")
             if written:  # `torch.tensor(math.pi / 2)`: the input is π/2 rounded to the dtype
                 lines = ", ".join(str(x["line"]) for x in written[:3] if x.get("line") is not None)
                 worst = max(x["literal_rounding"] for x in written)

@@ -93,10 +93,10 @@ class Leaf:
     # between it and this one — and the top-level script line that led here.
     seed: dict[str, Any] | None = None
     call_line: int | None = None
-    # A leaf the script built from Python floats (or a float64 NumPy array) its dtype does not
-    # hold exactly (`torch.tensor(math.pi / 2)`): those numbers, in float64. The float64
-    # reference computes from them, and each simulated replay rounds them to the leaf's dtype:
-    # the script wrote π/2, and float32's nearest value is part of the arm's rounding.
+    # A leaf the script built from Python floats its dtype does not hold exactly
+    # (`torch.tensor(math.pi / 2)`): those numbers, in float64. The float64 reference computes
+    # from them, and each simulated replay rounds them to the leaf's dtype: the script wrote
+    # π/2, and float32's nearest value is part of the arm's rounding.
     literal: torch.Tensor | None = None
 
 
