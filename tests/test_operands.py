@@ -115,6 +115,59 @@ def test_one_formula_but_for_a_constant_is_named_whichever_op_spells_it(tmp_path
     assert part_ways(graph, "mine", "ref") is None or not part_ways(graph, "mine", "ref")["hints"]
 
 
+def test_two_chains_one_step_apart_name_the_step(tmp_path):
+    """An eps added before `sqrt` on one side and after it on the other; a `/ beta` one side
+    leaves out; a bias added on one side only: each named as the one step that parts them."""
+    x = {"name": "x", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"}
+    graph = _graph(tmp_path, [
+        x,
+        call("var", "aten.var.correction", [{"node": "x"}, [-1]], 3, correction=0, keepdim=True),
+        call("centred", "aten.sub.Tensor", [{"node": "x"}, {"node": "var"}], 3),
+        call("eps_a", "aten.add.Tensor", [{"node": "var"}, 1e-05], 5),
+        call("std_a", "aten.sqrt.default", [{"node": "eps_a"}], 5),
+        call("norm_a", "aten.div.Tensor", [{"node": "centred"}, {"node": "std_a"}], 5),
+        call("std_b", "aten.sqrt.default", [{"node": "var"}], 9),
+        call("eps_b", "aten.add.Tensor", [{"node": "std_b"}, 1e-05], 9),
+        call("norm_b", "aten.div.Tensor", [{"node": "centred"}, {"node": "eps_b"}], 9),
+    ])
+    assert part_ways(graph, "norm_a", "norm_b")["hints"] == [
+        "The same steps in another order: one side `aten.add.Tensor` adds 1e-05 then `aten.sqrt.default` (line 5), "
+        "the other `aten.sqrt.default` then `aten.add.Tensor` adds 1e-05 (line 9)"]
+
+    beta = [
+        x,
+        call("scaled", "aten.mul.Tensor", [{"node": "x"}, 2.0], 4),
+        call("exp", "aten.exp.default", [{"node": "scaled"}], 4),
+        call("soft", "aten.log1p.default", [{"node": "exp"}], 4),
+        call("mine", "aten.div.Tensor", [{"node": "soft"}, 2.0], 6),
+    ]
+    assert part_ways(_graph(tmp_path, beta), "mine", "soft")["hints"] == [
+        "`aten.div.Tensor` divides by 2.0 at line 6 is a step the other side does not take; otherwise both sides "
+        "take the same steps in the same order"]
+
+    w, b1, b2, y = ({"name": n, "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"}
+                    for n in ("w", "b1", "b2", "y"))
+    bias = [x, w, b1, b2, y,
+            call("h", "aten.mm.default", [{"node": "x"}, {"node": "w"}], 4),
+            call("ih", "aten.add.Tensor", [{"node": "h"}, {"node": "b1"}], 4),
+            call("hh", "aten.add.Tensor", [{"node": "ih"}, {"node": "b2"}], 5),
+            call("gate_a", "aten.tanh.default", [{"node": "hh"}], 5),
+            call("gate_b", "aten.tanh.default", [{"node": "ih"}], 8)]
+    assert part_ways(_graph(tmp_path, bias), "gate_a", "gate_b")["hints"] == [
+        "`aten.add.Tensor` at line 5 is a step the other side does not take; otherwise both sides take the same "
+        "steps in the same order"]
+    # Not one step apart: the extra step reads another input than the shorter side's (a
+    # square root of x plus one against y plus one), or the steps are not one chain.
+    other_input = [x, y, call("root", "aten.sqrt.default", [{"node": "x"}], 4),
+                   call("a", "aten.add.Tensor", [{"node": "root"}, 1.0], 4),
+                   call("b", "aten.add.Tensor", [{"node": "y"}, 1.0], 5)]
+    assert part_ways(_graph(tmp_path, other_input), "a", "b")["hints"] == []
+    branches = [x, call("e", "aten.exp.default", [{"node": "x"}], 4), call("s", "aten.sin.default", [{"node": "x"}], 4),
+                call("a", "aten.add.Tensor", [{"node": "e"}, {"node": "s"}], 4),
+                call("b", "aten.exp.default", [{"node": "x"}], 6)]
+    assert part_ways(_graph(tmp_path, branches), "a", "b")["hints"] == []
+
+
 def test_a_hand_written_backward_that_runs_parting_ops_is_named(tmp_path):
     """A custom `autograd.Function` whose backward differentiates another function: its ops
     come after the forward's in execution order (and out of the listed few), so the hint

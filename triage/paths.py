@@ -55,7 +55,8 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
             "batched": bool(batched),
             "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
-            "hints": (_constants(graph, only_a, only_b) + _variance_hints(graph, only_a, only_b)
+            "hints": (_constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)
+                      + _variance_hints(graph, only_a, only_b)
                       + batched
                       + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))[:4]}
 
@@ -242,6 +243,87 @@ def _constants(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str
                 hints.append(f"`{x['target']}` takes the constant {cx.get(k)!r} at line {x.get('line')} where the "
                              f"other side has {cy.get(k)!r} (line {y.get('line')})")
     return hints[:3]
+
+
+def _one_step_apart(graph: OpGraph, cone_a: frozenset[str], cone_b: frozenset[str], keys: dict[str, str],
+                    node_a: str, node_b: str) -> list[str]:
+    """Two chains of ops (each computes from the one before), from the same inputs, one step
+    apart: the same steps but one that only one side takes (a `/ beta` left out, a bias added
+    on one side only), or the same steps in another order (an eps added before `sqrt` on one
+    side, after it on the other). A step is an op with its constants, a scaling or shift by
+    its multiplier or addend whichever op spells it (`_step`)."""
+    sides = []
+    for cone, other, end in ((cone_a, cone_b, node_a), (cone_b, cone_a, node_b)):
+        other_keys = {keys[op] for op in other}
+        differing = {op for op in cone if keys[op] not in other_keys}
+        chain = [op for op in graph.ordered(differing) if not _bookkeeping(graph, op)]
+        if any(chain[i - 1] not in _computed_from(graph, chain[i]) for i in range(1, len(chain))):
+            return []
+        # What the differing ops read from outside themselves, by what it is (its key); a side
+        # with no differing op is itself the other side's input.
+        reads = {op: {keys.get(r, r) for r in graph.reads[op] if graph.op_of(r) not in differing}
+                 for op in differing}
+        sides.append((chain, reads, set().union(*reads.values()) if differing else {_key(graph, end, keys)}))
+    (chain_a, reads_a, inputs_a), (chain_b, reads_b, inputs_b) = sides
+    steps_a = [_step_key(graph.by_name[op]) for op in chain_a]
+    steps_b = [_step_key(graph.by_name[op]) for op in chain_b]
+    if len(steps_a) == len(steps_b):
+        if inputs_a != inputs_b or steps_a == steps_b or sorted(steps_a) != sorted(steps_b):
+            return []
+        first = next(i for i in range(len(steps_a)) if steps_a[i] != steps_b[i])
+        last = max(i for i in range(len(steps_a)) if steps_a[i] != steps_b[i])
+        window_a, window_b = chain_a[first:last + 1], chain_b[first:last + 1]
+        return [f"The same steps in another order: one side {_steps_text(graph, window_a)} (line "
+                f"{graph.by_name[window_a[0]].get('line')}), the other {_steps_text(graph, window_b)} (line "
+                f"{graph.by_name[window_b[0]].get('line')})"]
+    (longer, reads, steps_long), (inputs_short, steps_short) = \
+        ((chain_a, reads_a, steps_a), (inputs_b, steps_b)) if len(steps_a) > len(steps_b) \
+        else ((chain_b, reads_b, steps_b), (inputs_a, steps_a))
+    if len(steps_long) != len(steps_short) + 1:
+        return []
+    extra = next((i for i in range(len(steps_long)) if steps_long[:i] + steps_long[i + 1:] == steps_short), None)
+    if extra is None:
+        return []
+    # Without the extra step, the next one reads what it read: one of its inputs (the value a
+    # bias is added to) where it comes first, its predecessor in the chain otherwise. Its
+    # other inputs (the bias) are its own; the rest must read what the shorter side reads.
+    rest = set().union(*(r for op, r in reads.items() if op != longer[extra]))
+    if not any(rest | through == inputs_short for through in [set()] + [{r} for r in reads[longer[extra]]]):
+        return []
+    node = graph.by_name[longer[extra]]
+    return [f"{_steps_text(graph, [longer[extra]])} at line {node.get('line')} is a step the other side does not "
+            "take; otherwise both sides take the same steps in the same order"]
+
+
+def _computed_from(graph: OpGraph, op: str) -> set[str]:
+    """The computing ops `op` reads, through views and copies (`_bookkeeping`)."""
+    found: set[str] = set()
+    stack = list(graph.reads[op])
+    while stack:
+        producer = graph.op_of(stack.pop())
+        if producer is None or producer in found:
+            continue
+        if _bookkeeping(graph, producer):
+            stack.extend(graph.reads[producer])
+        else:
+            found.add(producer)
+    return found
+
+
+def _step_key(node: dict[str, Any]) -> str:
+    kind, value, _ = _step(node)
+    return json.dumps([kind, value], sort_keys=True, default=str)
+
+
+def _steps_text(graph: OpGraph, ops: list[str]) -> str:
+    """'adds 1e-05 then `aten.sqrt.default`'."""
+    said = []
+    for op in ops:
+        node = graph.by_name[op]
+        kind = _step(node)[0]
+        said.append(f"`{node['target']}` {_applies(node, SCALINGS[kind])}" if kind in SCALINGS
+                    else f"`{node['target']}`")
+    return " then ".join(said)
 
 
 # The DFT ops' `normalization` argument: 0 scales by nothing, 1 by 1/√n, 2 by 1/n. A forward
