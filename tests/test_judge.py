@@ -231,6 +231,25 @@ def test_a_divergence_that_reads_torch_empty_is_nondeterministic_not_a_different
     assert "reads memory that `torch.empty` at line 6 leaves uninitialized" in v["summary"], v["summary"]
 
 
+def test_complex_values_that_are_different_functions_are_a_bug(triage, tmp_path):
+    """A hand-written complex multiply with a sign error against `a * b`: their float64 values
+    differ by 4.5, which the comparison of references skipped for complex values, so the
+    verdict read "their float64 replays agree" (expected-rounding), or blamed the correct
+    `a * b` where its simulated rounding was one rounding per part."""
+    report = run_source(triage, tmp_path, "complex_sign", (
+        "import torch\n"
+        "torch.manual_seed(13)\n"
+        "a = torch.randn(256, dtype=torch.complex64)\n"
+        "b = torch.randn(256, dtype=torch.complex64)\n"
+        "ours = torch.complex(a.real * b.real + a.imag * b.imag, a.real * b.imag + a.imag * b.real)\n"
+        "ref = a * b\n"
+        "torch.testing.assert_close(ours, ref)\n"))
+    v = report["verdict"]
+    assert v["kind"] == "likely-bug", v["summary"]
+    assert "`ours` vs `ref`" in v["summary"] and "compute different functions" in v["summary"], v["summary"]
+    assert "view_as_real" not in v["summary"]  # a part of a complex value is a view, not a computation
+
+
 def test_two_models_built_unseeded_and_measured_apart_are_nondeterministic(triage, tmp_path):
     """The script prints its own `(out1 - out2).abs().max()` of two models built by one
     function: nothing compared them, and one arm said "nothing diverges". The error measure

@@ -31,7 +31,8 @@ BIASED_NORMS = ("native_layer_norm", "native_batch_norm", "_native_batch_norm_le
 VARIANCE_OPS = ("var", "std", "var_mean", "std_mean")
 BOOKKEEPING = {"detach", "alias", "view", "_unsafe_view", "expand", "clone", "contiguous", "t", "transpose",
                "permute", "reshape", "squeeze", "unsqueeze", "ones_like", "zeros_like", "lift_fresh", "_to_copy",
-               "copy_", "slice", "select", "as_strided", "new_ones", "new_zeros", "empty_like"}
+               "copy_", "slice", "select", "as_strided", "new_ones", "new_zeros", "empty_like", "view_as_real",
+               "view_as_complex", "real", "imag"}
 TORCH_NAMESPACES = {"aten", "prims", "quantized", "_quantized", "torchvision", "inductor", "higher_order"}
 
 

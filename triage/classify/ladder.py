@@ -356,9 +356,11 @@ def _references_apart(c: Comparison, d: Divergence) -> Verdict | None:
         return None
     (_, oa), (_, ob) = c.resolve(d.a), c.resolve(d.b)
     ra, rb = oa.reference_value, ob.reference_value
-    if ra is None or rb is None or np.shape(ra) != np.shape(rb) or np.iscomplexobj(ra) or np.iscomplexobj(rb):
+    if ra is None or rb is None or np.shape(ra) != np.shape(rb):
         return None
-    ra, rb = np.asarray(ra, dtype=np.float64), np.asarray(rb, dtype=np.float64)
+    # A complex value is compared as `assert_close` does, by the modulus of the difference.
+    held = np.complex128 if np.iscomplexobj(ra) or np.iscomplexobj(rb) else np.float64
+    ra, rb = np.asarray(ra, dtype=held), np.asarray(rb, dtype=held)
     both = np.isfinite(ra) & np.isfinite(rb)
     coarser = min((d.a.dtype, d.b.dtype), key=lambda t: policy.FLOAT_FORMATS.get(t, (53, 0.0))[0])
     rtol, atol = policy.tolerance(coarser)
@@ -524,15 +526,17 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     if d.b is None or len(d.judgements) != 2 or d.source not in ("claim", "arms"):
         return None
     (run_a, oa), (run_b, ob) = c.resolve(d.a), c.resolve(d.b)
-    ra, rb = oa.reference_value, ob.reference_value
-    if ra is None or rb is None or ra.shape != rb.shape or not oa.spread or not ob.spread:
+    if oa.reference_value is None or ob.reference_value is None or not oa.spread or not ob.spread:
+        return None
+    ra, rb = _parts(oa.reference_value), _parts(ob.reference_value)
+    if ra.shape != rb.shape:
         return None
     both = np.isfinite(ra) & np.isfinite(rb)
     # An element either side computed as inf or nan has no finite spread to measure the gap
     # against (every rounding of an fp16 log-density overflowing gives a spread of 0).
     for o in (oa, ob):
-        if o.value is not None and o.value.shape == ra.shape:
-            both &= np.isfinite(o.value)
+        if o.value is not None and _parts(o.value).shape == ra.shape:
+            both &= np.isfinite(_parts(o.value))
     shapes_match = oa.spread["sig"].shape == ra.shape and ob.spread["sig"].shape == rb.shape
     width = np.sqrt(oa.spread["sig"] ** 2 + ob.spread["sig"] ** 2) if shapes_match else None
     if width is None or not both.any():
@@ -575,6 +579,12 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
                     "Fix: seed each run identically (`torch.manual_seed(…)` before each, or pass a seeded "
                     "`generator=` to the DataLoader).",
                     [spreads] + _draw_lines(draws))
+
+
+def _parts(x: np.ndarray) -> np.ndarray:
+    """A complex array as its real and imaginary parts (a last axis of 2), as a complex value's
+    rounding spread is kept; a real one as it is."""
+    return np.stack((x.real, x.imag), axis=-1) if np.iscomplexobj(x) else x
 
 
 def _draw_lines(draws: list[dict[str, Any]]) -> list[str]:

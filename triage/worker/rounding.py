@@ -163,6 +163,15 @@ QR_BACKWARD = 2.0
 BACKWARD_FACTORS = dict.fromkeys(SPECTRAL, SPECTRAL_BACKWARD) | {"linalg_qr": QR_BACKWARD}
 # A complex dtype's real and imaginary parts: the precision its linear algebra rounds at.
 COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
+# A complex product is not one rounding per part: the kernel computes (ac − bd) + (ad + bc)i
+# from its parts, each product and sum rounded (ATen's vectorized and scalar complex `*`), and
+# where ac and bd nearly cancel the real part keeps their rounding, not its own
+# (`RoundingMode._complex_product`).
+COMPLEX_PRODUCTS = {"mul", "square"}
+# Ops correctly rounded on real values whose complex kernel combines the parts (a quotient's
+# scaled formula, csqrt, the modulus' hypot): library functions of complex values, their error
+# relative to the modulus (`RoundingMode._rounded`).
+COMPLEX_LIBRARY = {"div", "true_divide", "reciprocal", "sqrt", "abs", "addcmul", "addcdiv", "lerp", "fma"}
 # Sampling ops, whose second argument is the grid of coordinates: the kernel unnormalizes
 # each coordinate in the grid's dtype, ((x + 1)·size − 1)/2 or ((x + 1)/2)·(size − 1), three roundings that move
 # it by up to 3u·(|x| + 1) grid units. That moves a bilinear weight, and flips a nearest or
@@ -1369,7 +1378,8 @@ def _representable(n: fx.Node, inputs: list[fx.Node], constants: dict[fx.Node, A
             or torch.Tag.nondeterministic_seeded in n.target.tags or _written(n.target)):
         return False  # an in-place or out= op run again would write over the replay's values
     exact = n.target(*args, **kwargs)
-    return isinstance(exact, torch.Tensor) and exact.shape == out.shape and bool(torch.equal(exact.double(), out))
+    return isinstance(exact, torch.Tensor) and exact.shape == out.shape and exact.is_complex() == out.is_complex() \
+        and bool(torch.equal(exact.to(out.dtype), out))
 
 
 def _power_of_two_scaling(name: str, args: tuple, kwargs: dict) -> bool:
@@ -1914,7 +1924,7 @@ class RoundingMode(TriageDispatchMode):
     def _route(self, func: Any, name: str, args: tuple, kwargs: dict, flat: list, in_vd: list,
                out_vd: list) -> str:
         """How the op's result is rounded: lattice | transform | decomposed | linalg | exact |
-        accumulated | widening (an exact copy) | correctly-rounded | library."""
+        accumulated | widening (an exact copy) | complex-product | correctly-rounded | library."""
         kind = op_class(func)
         if name in LATTICE_OPS and out_vd and out_vd[0] in FORMATS:
             return "lattice"
@@ -1926,6 +1936,11 @@ class RoundingMode(TriageDispatchMode):
             return kind
         if name.rstrip("_") in COPIES and _widening(flat, in_vd, out_vd):
             return "widening"
+        if any(d is not None and d.is_complex for d in in_vd):
+            if name.rstrip("_") in COMPLEX_PRODUCTS and out_vd and out_vd[0] in COMPLEX_PARTS:
+                return "complex-product"
+            if name.rstrip("_") in COMPLEX_LIBRARY:
+                return "library"
         if kind == "correctly-rounded" and (_plain_add(name, args, kwargs)
                                             or not self._measured_beyond_rounding(name, out_vd)) \
                 or _power_of_two_scaling(name, args, kwargs):
@@ -1955,7 +1970,7 @@ class RoundingMode(TriageDispatchMode):
             # adds the noise: up, the directed stack's first sample (`_find_ill_conditioned`).
             return torch.Tag.pointwise in func.tags and (not backward or self.calls in self.cache.ill_conditioned
                                                          or self.directed)
-        return route in ("exact", "widening", "correctly-rounded")
+        return route in ("exact", "widening", "correctly-rounded", "complex-product")
 
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         call = self.calls
@@ -2025,7 +2040,7 @@ class RoundingMode(TriageDispatchMode):
                 if exact is None:
                     exact = self.cache.exact_reductions[call] = func(*args, **kwargs)
                 out = exact + drawn if drawn.shape == exact.shape else exact.clone()
-            if isinstance(out, torch.Tensor) and out.is_floating_point():
+            if isinstance(out, torch.Tensor) and (out.is_floating_point() or out.is_complex()):
                 out = self._accumulate(call, name, func, args, kwargs, out, out_vd)
             elif name in EMBEDDING_BAGS and out[0].is_floating_point():  # the bags, then their indices
                 out = (self._accumulate(call, name, func, args, kwargs, out[0], out_vd),) + tuple(out[1:])
@@ -2037,6 +2052,9 @@ class RoundingMode(TriageDispatchMode):
             out = self._tag(self._evaluate(func, args, kwargs), out_vd)
         elif route == "correctly-rounded":
             out = self._round_all(self._evaluate(func, args, kwargs), out_vd, library=0.0)
+        elif route == "complex-product":
+            out = self._tag(self._complex_product(args[0], args[0] if name.rstrip("_") == "square" else args[1],
+                                                  out_vd[0]), out_vd)
         else:
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
             noisy = bool(backward) and (self.generator is not None or self.directed)
@@ -2063,6 +2081,26 @@ class RoundingMode(TriageDispatchMode):
             written[0]._arm_dtype = self.vdtype(out)
             return written[0]
         return out
+
+    def _complex_product(self, x: Any, y: Any, dtype: torch.dtype) -> torch.Tensor:
+        """x·y as the kernel computes it from the parts, (ac − bd) + (ad + bc)i, each product
+        and sum rounded to the parts' dtype."""
+        operands = [a if isinstance(a, torch.Tensor) else torch.tensor(complex(a), dtype=torch.complex128)
+                    for a in (x, y)]
+        if self.samples:  # every operand stacked: each rounding draws per sample
+            rank = max(a.dim() - _is_stacked(a) for a in operands)
+            operands = [a.reshape(a.shape[:1] + (1,) * (rank + 1 - a.dim()) + a.shape[1:]) if _is_stacked(a)
+                        else a.expand((self.samples,) + (1,) * (rank - a.dim()) + a.shape) for a in operands]
+            shape = torch.broadcast_shapes(*(a.shape for a in operands))
+            operands = [a.expand(shape) for a in operands]
+        (a, b), (c, d) = ((t.real, t.imag) if t.is_complex() else (t, torch.zeros_like(t)) for t in operands)
+        part = COMPLEX_PARTS.get(dtype, torch.float64)
+        self.rounded = True
+
+        def rounded(t: torch.Tensor) -> torch.Tensor:
+            return self._round(t.contiguous(), part, 0.0)
+
+        return torch.complex(rounded(rounded(a * c) - rounded(b * d)), rounded(rounded(a * d) + rounded(b * c)))
 
     def _denormals_as_zero(self, args: tuple) -> tuple:
         """The op's floating inputs with their values below the smallest normal value of their
@@ -2390,8 +2428,13 @@ class RoundingMode(TriageDispatchMode):
 
     def _rounded(self, t: torch.Tensor, dtype: torch.dtype, library: float) -> torch.Tensor:
         if t.is_complex():
-            parts = torch.view_as_real(t.resolve_conj())
+            parts = torch.view_as_real(t.resolve_conj()).contiguous()
             real_dtype = COMPLEX_PARTS.get(dtype, torch.float64)
+            if library and not self.exact:
+                # A complex kernel errs relative to the modulus: a part that cancels (a
+                # quotient's real part) keeps the whole value's absolute error.
+                modulus = t.abs().unsqueeze(-1).expand(parts.shape)
+                parts, library = self._absolute_noise(parts, modulus, library * UNIT_ROUNDOFF[real_dtype]), 0.0
             return torch.view_as_complex(self._rounded(parts.contiguous(), real_dtype, library))
         if self.exact or dtype not in FORMATS and dtype != torch.float64:
             return t
@@ -2452,6 +2495,7 @@ class RoundingMode(TriageDispatchMode):
         if walk is None or walk.shape != self._sample_shape(out):
             return out
         d = out_vd[0] if out_vd else torch.float32
+        d = COMPLEX_PARTS.get(d, d)  # a complex value accumulates each part in its parts' dtype
         # fp16/bf16 reductions and GEMMs accumulate in fp32, except where the table measured the
         # kernel not doing so, reduced-precision GEMMs are allowed, or the device's kernel was
         # not measured where half accumulation is known to happen (`half_accumulation`).
@@ -2474,12 +2518,16 @@ class RoundingMode(TriageDispatchMode):
         # A nonfinite result (a term that overflowed) carries no rounding error: its walk and
         # bound are inf too, and inf - inf would turn it into a nan no arm computes.
         finite = torch.isfinite(out)
+        if out.is_complex():  # each part walks on its own, up to the same bound
+            bound = bound * complex(1, 1)
         if self.directed and directed is None:
             directed = torch.where(finite, out + self._signs(out) * u * bound, out)
         if self.generator is None:
             result = out if directed is None else directed
         else:
             drawn = torch.from_numpy(self.generator.normal(out.shape))
+            if out.is_complex():
+                drawn = torch.complex(drawn, torch.from_numpy(self.generator.normal(out.shape)))
             result = self._mixed(torch.where(finite, out + u * walk * drawn, out), directed)
         return self._overflow(result, self._overflowing(call, func, name, args, kwargs, out, acc))
 
@@ -2978,22 +3026,24 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
     if name in EMBEDDING_BAGS:
         return _bag_magnitudes(func, args, kwargs, out)
     if name in CONTRACTIONS:
-        squares = _same_contraction(name, func, args, kwargs, lambda x: x * x)
+        # Complex factors: each part of a term's product is two real products, (ac − bd), so a
+        # part adds 2n terms, none larger than the moduli's product, |x||y|.
+        squares = _same_contraction(name, func, args, kwargs, lambda x: x.abs().square())
         absolute = _same_contraction(name, func, args, kwargs, torch.abs)
-        n = _contraction_length(name, args)
-        s = out
+        n = _contraction_length(name, args) * (2 if out.is_complex() else 1)
+        s = out.abs() if out.is_complex() else out
     else:
         x = args[0]
         dims, keepdim = reduced_dims(name, args, kwargs, x)
         n = max(1, math.prod(x.shape[d] for d in dims) if x.dim() else 1)
-        if name == "cumsum":
+        if name == "cumsum":  # of complex terms: each part's walk, bounded by the moduli's
             dim = dims[0]
-            squares = torch.cumsum(x * x, dim)
+            squares = torch.cumsum(x.abs().square(), dim)
             absolute = torch.cumsum(x.abs(), dim)
             shape = [1] * x.dim()
             shape[dim] = x.shape[dim]
             count = torch.arange(1, x.shape[dim] + 1, dtype=torch.float64).reshape(shape)
-            walk = (count / 3).sqrt() * (torch.cumsum(x, dim).square() / 3 + squares / 2).sqrt()
+            walk = (count / 3).sqrt() * (torch.cumsum(x, dim).abs().square() / 3 + squares / 2).sqrt()
             added = count > 1
             return walk * added, torch.ceil(torch.log2(count.clamp(min=2))) * absolute * added
         if n == 1:
@@ -3007,6 +3057,8 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         s = torch.sum(x, dims, keepdim=keepdim)
         if not bool(torch.isfinite(s).all()):  # the finite terms' sum, without a copy where all are
             s = torch.sum(torch.nan_to_num(x), dims, keepdim=keepdim)
+        if s.is_complex():  # each part's walk, bounded by the moduli's
+            s = s.abs()
         scale = 1.0 / n if name == "mean" else 1.0
         walk = (sequential_walk(n, s, squares) if any_order else lane_walk(n, s, squares) if fused
                 else blocked_walk(n, s, squares)) * scale
