@@ -625,6 +625,30 @@ def test_a_complex_kernel_lies_inside_its_own_spread(op):
     assert judged.zone == "inside", judged
 
 
+@pytest.mark.parametrize("p, mode", [(1.0, None), (0.5, None), (2.0, "donot_use_mm_for_euclid_dist"), (2.0, None)])
+def test_cdist_is_replayed_as_the_kernel_computes_it(p, mode):
+    """`cdist` adds |x − y|^p over the features one after another (the CPU kernel's scalar
+    loop), or for p = 2 on more than 25 rows takes ‖x‖² + ‖y‖² − 2x·y from one matmul. As one
+    library op with a per-op bound, its error did not grow with the 257 features, and a new
+    user's correct `cdist(p=1)` was 'outside' (5.2σ, where 199 samples reached 2.5σ)."""
+    torch.manual_seed(1)
+    x, y = torch.randn(32, 257), torch.randn(48, 257)
+    out, spread, _ = simulated_spread(lambda a, b: torch.cdist(a, b, p=p, **({"compute_mode": mode} if mode else {})),
+                                      x, y)
+    assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
+
+
+def test_cdist_of_near_points_through_its_matmul_keeps_the_cancellation():
+    """Points 1e-3 apart: ‖x‖² + ‖y‖² − 2x·y cancels to a few digits, which the spread shows."""
+    torch.manual_seed(2)
+    x = torch.randn(40, 16)
+    y = x + 1e-3 * torch.randn(40, 16)
+    out, spread, _ = simulated_spread(torch.cdist, x, y)
+    assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
+    diagonal = np.diag(spread.sigma / np.abs(spread.reference))
+    assert np.median(diagonal) > 1e-3  # four significant digits at most, where float32 has seven
+
+
 @pytest.mark.parametrize("reduce", [
     lambda x: x.mean(dim=1), lambda x: x.sum(dim=1), lambda x: torch.cumsum(x, dim=0)[:1],
     lambda x: (x.T.unsqueeze(-1) @ x.T.unsqueeze(-2)).sum((0,)),  # a matmul over an inner dimension of one

@@ -1738,6 +1738,9 @@ class RoundingMode(TriageDispatchMode):
         # Inside a decomposition, its code reads the float64 stand-ins' dtype: a cast "to
         # float64" there means "to the computation dtype" of the decomposed op's arm dtype.
         self.inner_dtype: list[torch.dtype] = []
+        # Per decomposition being replayed, innermost last: whether its kernel adds its terms one
+        # after another (`SEQUENTIAL_KERNELS`), not in vector lanes.
+        self.sequential: list[bool] = []
         self.unmeasured: set[str] = set()  # library ops of the current node with no measured error
         # While a compiled region runs (`_run_compiled`): each pointwise call's result by what
         # makes a repeat of it round alike (`_repeat_key`).
@@ -1932,6 +1935,10 @@ class RoundingMode(TriageDispatchMode):
             return "accumulated"
         if name.startswith(FFT_PREFIX):
             return "transform"
+        if name in DECOMPOSED_UP_TO:
+            size, limit = DECOMPOSED_UP_TO[name]
+            if size(args) > limit:
+                return "library"
         if kind in ("decomposed", "linalg", "exact", "accumulated"):
             return kind
         if name.rstrip("_") in COPIES and _widening(flat, in_vd, out_vd):
@@ -2224,6 +2231,7 @@ class RoundingMode(TriageDispatchMode):
             # call's ops (a training loop's loss, once per step).
             trace = self.cache.traces.get(signature)
         self.inner_dtype.append(computation)
+        self.sequential.append(name in SEQUENTIAL_KERNELS)
         if recording:
             self.traced.append([])
         try:
@@ -2234,6 +2242,7 @@ class RoundingMode(TriageDispatchMode):
                     out = _decomposition(func)(*args, **kwargs)
         finally:
             self.inner_dtype.pop()
+            self.sequential.pop()
             steps = self.traced.pop() if recording else None
         if recording:
             if trace is None:
@@ -2486,8 +2495,9 @@ class RoundingMode(TriageDispatchMode):
         if cached is None or cached[0] is not func:
             try:
                 functional, plain = _functional(func, kwargs)
+                in_order = bool(self.sequential) and self.sequential[-1]
                 cached = (func,) + _magnitudes(name, functional, args, plain, out, fused=bool(self.inner_dtype),
-                                               any_order=self.options.any_order)
+                                               any_order=self.options.any_order or in_order)
             except Exception:  # noqa: BLE001 - no model for this call: its output rounding only
                 cached = (func, None, None)
             self.cache.magnitudes[call] = cached
@@ -2974,7 +2984,46 @@ def _native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: t
     return (input * alpha.view(channels) + beta.view(channels),) + saved
 
 
+def _cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | None = None) -> torch.Tensor:
+    """ATen's CPU `_cdist_forward` op by op (Distance.cpp): for p = 2 with a matmul where it
+    chooses one (`_euclidean_dist`: ‖x‖² + ‖y‖² − 2x·y in one product of padded operands,
+    clamped at 0 — which cancels for near points), else the distance's own reduction of
+    |x − y| over the features, which the kernel accumulates in vector lanes. Its error grows
+    with the feature count and cancels where the matmul does, which no per-op bound holds."""
+    mode = compute_mode or 0
+    if p == 2 and (mode == 1 or mode == 0 and (x1.shape[-2] > 25 or x2.shape[-2] > 25)):
+        x1_norm = x1.pow(2).sum(-1, keepdim=True)
+        x2_norm = x2.pow(2).sum(-1, keepdim=True)
+        x1_ = torch.cat([x1.mul(-2), x1_norm, torch.ones_like(x1_norm)], -1)
+        x2_ = torch.cat([x2, torch.ones_like(x2_norm), x2_norm], -1)
+        return x1_.matmul(x2_.mT).clamp_min_(0).sqrt_()
+    diff = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+    if p == 0:
+        return (diff != 0).to(x1.dtype).sum(-1)
+    if p == 1:
+        return diff.sum(-1)
+    if p == 2:
+        return diff.pow(2).sum(-1).sqrt()
+    if math.isinf(p):
+        return diff.amax(-1)
+    return diff.pow(p).sum(-1).pow(1 / p)
+
+
+def _cdist_terms(args: tuple) -> int:
+    """Elements of the |x − y| a decomposed `_cdist_forward` makes: batch × r1 × r2 × m."""
+    x1, x2 = args[0], args[1]
+    return math.prod(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])) * x1.shape[-2] * x2.shape[-2] * x1.shape[-1]
+
+
+# Kernels that add their terms one after another in a scalar loop (the CPU's cdist: one
+# accumulator per distance): their decomposition's sums walk sequentially, not in lanes.
+SEQUENTIAL_KERNELS = {"_cdist_forward"}
+# Ops replayed through their decomposition only up to a size its intermediates may reach (per
+# sample: stacked replays hold one per sample); past it, as a library function with the table's bound.
+DECOMPOSED_UP_TO = {"_cdist_forward": (_cdist_terms, 1 << 21)}
+
 OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm,
+                      torch.ops.aten._cdist_forward.default: _cdist,
                       torch.ops.aten.native_batch_norm.default: _native_batch_norm,
                       torch.ops.aten._native_batch_norm_legit.default: _native_batch_norm,
                       torch.ops.aten._native_multi_head_attention.default: _native_multi_head_attention,
