@@ -168,6 +168,32 @@ def test_two_chains_one_step_apart_name_the_step(tmp_path):
     assert part_ways(_graph(tmp_path, branches), "a", "b")["hints"] == []
 
 
+def test_the_same_ops_at_two_precisions_are_named_as_such(tmp_path):
+    """`f(x)` against `f(x.double()).float()`: the same steps in the same order, one side's in
+    float32, the other's in float64 (a new user's float32 log-likelihood against its float64
+    reference was "one value computed by different operations")."""
+    x = {"name": "x", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"}
+
+    def side(suffix, dtype, line):
+        nodes = [call(f"log{suffix}", "aten.log.default", [{"node": f"x{suffix}"}], line),
+                 call(f"out{suffix}", "aten.mul.Tensor", [{"node": f"log{suffix}"}, 3.0], line)]
+        for n in nodes:
+            n["dtype"] = dtype
+        return nodes
+
+    wide = call("x64", "aten._to_copy.default", [{"node": "x"}], 5, dtype="torch.float64")
+    wide["dtype"] = "float64"
+    narrow = call("back", "aten._to_copy.default", [{"node": "out64"}], 5, dtype="torch.float32")
+    plain = call("x32", "aten.alias.default", [{"node": "x"}], 4)
+    graph = _graph(tmp_path, [x, plain, *side("32", "float32", 4), wide, *side("64", "float64", 5), narrow])
+    assert part_ways(graph, "out32", "back")["precisions"] == {"a": "float32", "b": "float64"}
+    # Another constant on one side: not the same steps.
+    other = side("64", "float64", 5)
+    other[1]["args"][1] = 2.0
+    graph = _graph(tmp_path, [x, plain, *side("32", "float32", 4), wide, *other, narrow])
+    assert part_ways(graph, "out32", "back")["precisions"] is None
+
+
 def test_a_hand_written_backward_that_runs_parting_ops_is_named(tmp_path):
     """A custom `autograd.Function` whose backward differentiates another function: its ops
     come after the forward's in execution order (and out of the listed few), so the hint

@@ -56,6 +56,7 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
             "batched": bool(batched),
             "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
+            "precisions": _precisions(graph, only_a, only_b),
             "hints": (_constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)
                       + _variance_hints(graph, only_a, only_b)
                       + batched
@@ -294,6 +295,17 @@ def _one_step_apart(graph: OpGraph, cone_a: frozenset[str], cone_b: frozenset[st
     node = graph.by_name[longer[extra]]
     return [f"{_steps_text(graph, [longer[extra]])} at line {node.get('line')} is a step the other side does not "
             "take; otherwise both sides take the same steps in the same order"]
+
+
+def _precisions(graph: OpGraph, only_a: list[str], only_b: list[str]) -> dict[str, str] | None:
+    """The same steps in the same order on both sides, each side's at one dtype and the two
+    dtypes apart (`f(x)` against `f(x.double()).float()`): {"a": a's dtype, "b": b's}."""
+    if not only_a or [_step_key(graph.by_name[x]) for x in only_a] != [_step_key(graph.by_name[x]) for x in only_b]:
+        return None
+    (da, *more_a), (db, *more_b) = ({graph.by_name[x].get("dtype") for x in side} for side in (only_a, only_b))
+    if more_a or more_b or da == db or not isinstance(da, str) or not isinstance(db, str):
+        return None
+    return {"a": da, "b": db}
 
 
 def _computed_from(graph: OpGraph, op: str) -> set[str]:

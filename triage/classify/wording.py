@@ -369,6 +369,14 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
         return (f" The two are computed at different precisions ({coarse.label} in {low}, {fine.label} in "
                 f"{high}): their difference is {low}'s rounding ({low_bits}-bit significand).")
     paths = d.paths or {}
+    same_ops = paths.get("precisions")
+    if same_ops:
+        (low_bits, low, coarse), (_, high, fine) = sorted(
+            ((policy.FLOAT_FORMATS.get(same_ops[k], (53, 0))[0], same_ops[k], x) for k, x in (("a", a), ("b", b))),
+            key=lambda t: t[0])
+        return (f" The two are the same operations at different precisions ({coarse.label} computed in {low}, "
+                f"{fine.label} in {high}): their difference is {low}'s rounding ({low_bits}-bit significand), not "
+                "a different formula.")
     if paths.get("only_a") or paths.get("only_b"):
         return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
                 "different operations, which round differently (floating-point addition is not associative)."
