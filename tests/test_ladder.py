@@ -343,6 +343,11 @@ def test_why_two_compared_values_round_apart_is_said_from_the_facts():
               "only_b": [{"op": "aten.sum.dim_IntList", "line": 9}], "only_b_count": 1}
     text = rounding_cause(divergence(paths=parted), run)
     assert "different operations" in text and "`aten.sum.dim_IntList` (line 9)" in text
+    # The same steps at two precisions: named so, not as other operations.
+    same = dict(parted, precisions={"a": "float32", "b": "float64"})
+    text = rounding_cause(divergence(paths=same), run)
+    assert "same operations at different precisions (`total` computed in float32, `chunked` in float64)" in text
+    assert "different operations" not in text
     threads = ArmRun(spec="cpu", device="cpu", mode="eager", status="ok", flags_start=flags,
                      flags_end=dict(flags, num_threads=1))
     text = rounding_cause(divergence(), threads)
@@ -364,6 +369,23 @@ def test_why_two_compared_values_round_apart_is_said_from_the_facts():
     assert "set_num_threads(1)" not in text and "enabled = True" not in text
     placed.computed_at = (9, 12)
     assert rounding_cause(placed, switching) == ""
+
+
+def test_two_indices_that_differ_are_counted_not_measured():
+    """Indices (topk's of float16 and float32 scores) differ in which, not by how much: "by 28
+    (beyond int64 tolerance)" read an index as a magnitude."""
+    from triage.classify.wording import difference_text, digits_text
+    from triage.model import Divergence, Judgement, Side
+
+    a, b = (Side(arm="cpu", observable=i, label=f"`{n}`", line=11, dtype="int64", summary="2279")
+            for i, n in enumerate(("idx32", "idx16")))
+    d = Divergence(source="claim", observable_label="`idx32` vs `idx16`", line=11, a=a, b=b, dtype="int64",
+                   bitwise_equal=False, within_tolerance=False, rtol=0.0, atol=0.0, max_abs_diff=28.0,
+                   nonfinite_mismatch=0, numel=160, differing=2)
+    assert difference_text(d) == ("differs between `idx32` and `idx16` (arm `cpu`) in 2 of 160 elements (int64: "
+                                  "compared exactly)")
+    j = Judgement(arm="cpu", observable=1, label="`idx16`", line=11, dtype="int64", status="judged", digits=16.0)
+    assert digits_text([j]) == ""
 
 
 def test_why_two_arms_round_apart_is_said_from_their_specs():

@@ -192,6 +192,19 @@ def test_the_same_ops_at_two_precisions_are_named_as_such(tmp_path):
     other[1]["args"][1] = 2.0
     graph = _graph(tmp_path, [x, plain, *side("32", "float32", 4), wide, *other, narrow])
     assert part_ways(graph, "out32", "back")["precisions"] is None
+    # An op with several outputs (`topk`'s values and indices) is at its floating output's dtype.
+    half = call("x16", "aten._to_copy.default", [{"node": "x"}], 8, dtype="torch.float16")
+    half["dtype"] = "float16"
+    nodes = [x, half]
+    for suffix, dtype, line in (("32", "float32", 7), ("16", "float16", 8)):
+        source = "x" if suffix == "32" else "x16"
+        top = call(f"top{suffix}", "aten.topk.default", [{"node": source}, 10], line)
+        top["dtype"] = None
+        nodes += [top, {"name": f"val{suffix}", "op": "getitem", "of": f"top{suffix}", "index": 0, "line": line,
+                        "dtype": dtype},
+                  {"name": f"idx{suffix}", "op": "getitem", "of": f"top{suffix}", "index": 1, "line": line,
+                   "dtype": "int64"}]
+    assert part_ways(_graph(tmp_path, nodes), "idx32", "idx16")["precisions"] == {"a": "float32", "b": "float16"}
 
 
 def test_a_hand_written_backward_that_runs_parting_ops_is_named(tmp_path):

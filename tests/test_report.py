@@ -251,6 +251,19 @@ def test_terminal_shows_the_judgement_table_and_strips():
     assert "rounding judgement" in out and _judgement("cpu", 0).strip in out and "<script>" in out
 
 
+def test_an_index_that_rounding_moves_is_not_a_value_with_digits():
+    """`topk` indices of float16 scores: "±28 (16.0 significant digits at int64)" read an index
+    as a magnitude; a discrete result takes one value or another across roundings."""
+    from triage.judge.describe import spread_text
+    from triage.model import Judgement
+
+    j = Judgement(arm="cpu", observable=0, label="`idx16`", line=8, dtype="int64", status="judged", zone="inside",
+                  value=2530.0, reference=2502.0, sigma=28.0, envelope=[2502.0, 2530.0], digits=16.0)
+    assert spread_text(j) == "2502 to 2530 across roundings (a discrete result: rounding changes which one it takes)"
+    j.value, j.sigma, j.envelope = 2502.0, 0.0, [2502.0, 2502.0]
+    assert spread_text(j) == "the same in every rounding (a discrete result)"
+
+
 def test_a_nonfinite_value_some_roundings_reach_has_no_digit_not_a_zero_spread():
     """A hand-written loss that is inf where some roundings of it are finite: "±0: a
     computational zero" read as certainty about a value with no digit at all."""

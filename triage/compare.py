@@ -622,6 +622,7 @@ def pair_divergence(source: str, ra: ArmRun, x: Observable, rb: ArmRun, y: Obser
         d.nonfinite_mismatch = int(nonfinite_mismatch(a64, b64).sum())
         both = np.isfinite(a64) & np.isfinite(b64)
         d.max_abs_diff = float(np.abs(a64[both] - b64[both]).max()) if both.any() else None
+        d.differing = int((~((a64 == b64) | (np.isnan(a64) & np.isnan(b64)))).sum())
         d.within_tolerance = d.nonfinite_mismatch == 0 and bool(np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True))
         if d.within_tolerance and both.any() and not np.allclose(a64[both], b64[both], rtol=rtol, atol=0.0):
             # Said only where a typical element is below atol, so that atol swamps the values

@@ -311,6 +311,7 @@ class Divergence:
     # or "rerun" (one function of the script called twice from the top level, compare._reruns)
     how: str | None = None
     bit_difference: str | None = None  # equal values, different bits: "signed-zero" or "nan-bits"
+    differing: int | None = None  # two values of one shape: the elements that differ
     judgements: list[Judgement] = field(default_factory=list)  # each side against its own rounding
     # Two values of one arm: the ops of each side's computation with no counterpart in the
     # other's (triage/paths.py), where the arm's op graph was recorded.

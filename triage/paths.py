@@ -302,10 +302,20 @@ def _precisions(graph: OpGraph, only_a: list[str], only_b: list[str]) -> dict[st
     dtypes apart (`f(x)` against `f(x.double()).float()`): {"a": a's dtype, "b": b's}."""
     if not only_a or [_step_key(graph.by_name[x]) for x in only_a] != [_step_key(graph.by_name[x]) for x in only_b]:
         return None
-    (da, *more_a), (db, *more_b) = ({graph.by_name[x].get("dtype") for x in side} for side in (only_a, only_b))
+    (da, *more_a), (db, *more_b) = ({_dtype_of(graph, x) for x in side} for side in (only_a, only_b))
     if more_a or more_b or da == db or not isinstance(da, str) or not isinstance(db, str):
         return None
     return {"a": da, "b": db}
+
+
+def _dtype_of(graph: OpGraph, op: str) -> str | None:
+    """The op's dtype; of an op with several outputs (`topk`'s values and indices), its first
+    floating one's."""
+    own = graph.by_name[op].get("dtype")
+    if own is not None:
+        return own
+    return next((d for d in (graph.by_name[i].get("dtype") for i in graph.items.get(op, []))
+                 if isinstance(d, str) and d.startswith(("float", "bfloat", "complex"))), None)
 
 
 def _computed_from(graph: OpGraph, op: str) -> set[str]:

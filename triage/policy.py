@@ -94,6 +94,12 @@ def unit_roundoff(dtype: str) -> float:
     return 2.0 ** -bits
 
 
+def discrete(dtype: str) -> bool:
+    """An integer or boolean dtype: its values are counts, indices and decisions, which rounding
+    moves from one value to another rather than by an error."""
+    return dtype.startswith(("int", "uint", "bool"))
+
+
 def tolerance(dtype: str) -> tuple[float, float]:
     return TOLERANCES.get(dtype, (0.0, 0.0))
 

@@ -229,7 +229,7 @@ def unmeasured_lines(js: list) -> list[str]:
 def digits_text(js: list) -> str:
     same_arm = len({j.arm for j in js}) < len(js)
     parts = [f"{j.label if same_arm else '`' + j.arm + '`'} keeps {j.digits:.1f} significant digits at {j.precision_text}"
-             for j in js if j.digits is not None and not j.computational_zero]
+             for j in js if j.digits is not None and not j.computational_zero and not policy.discrete(j.dtype)]
     return (" (" + "; ".join(parts) + ")") if parts else ""
 
 
@@ -244,6 +244,8 @@ def difference_text(d: Divergence) -> str:
         return f"is {d.a.summary} on `{d.a.arm}` where float64 gives {d.a.reference_summary or 'no value'}"
     if d.max_abs_diff is None:
         return f"differs between {pair_text(d)}"
+    if policy.discrete(d.dtype) and d.differing is not None:  # indices or counts: which, not how far
+        return f"differs between {pair_text(d)} in {d.differing} of {d.numel} elements ({d.dtype}: compared exactly)"
     tol = f"within {d.dtype} tolerance" if d.within_tolerance else f"beyond {d.dtype} tolerance"
     if d.hidden_by_atol is not None:
         tol = f"within {d.dtype} tolerance only through its absolute term, atol={d.atol:g}: {atol_hides(d)}"

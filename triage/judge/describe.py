@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from triage import policy
 from triage.model import Judgement
 
 # The judgement's nonfinite line for finite elements of the arm where every replay gave a
@@ -54,6 +55,11 @@ def spread_text(j: Judgement) -> str:
     if j.status != "judged":
         return f"not judged: {j.reason}"
     width = f"±{j.sigma:.2g}" if j.sigma is not None and math.isfinite(j.sigma) else "spread"
+    if policy.discrete(j.dtype) and j.envelope and j.sigma is not None:
+        seen = j.envelope + ([j.reference] if j.reference is not None else [])
+        low, high = min(seen), max(seen)
+        return ("the same in every rounding (a discrete result)" if not j.sigma and low == high else
+                f"{low:g} to {high:g} across roundings (a discrete result: rounding changes which one it takes)")
     if j.computational_zero and j.value is not None and not math.isfinite(j.value):
         # A nonfinite value inside: the replays reach it in some roundings and a finite value in
         # others (no scatter to quote, "±0" read as certainty).
