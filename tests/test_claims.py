@@ -210,6 +210,20 @@ def test_a_relative_error_measure_claims_its_two_values_agree(tmp_path):
                        (".item()", 7), ("max abs((a - b) / a) operand 1", 7), ("max abs((a - b) / a) operand 2", 7)]
 
 
+def test_a_relative_error_over_the_absolute_value_of_one_side_is_a_measure_too(tmp_path):
+    """`((a - b).abs() / b.abs()).max()` and `((a - b) / b.abs()).abs().max()`: a new user's
+    float16 pooling against float32 was judged as a lone scalar ("a computational zero")."""
+    assert observed_checks("""\
+        import torch
+        mine, ref = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])
+        print(((mine - ref).abs() / ref.abs()).max().item())
+        print(((mine - ref) / ref.abs()).abs().max().item())
+        print(((mine - ref).abs() / mine.abs().sum()).max().item())
+    """, tmp_path) == [(".item()", 3), ("max abs((a - b) / b) operand 1", 3), ("max abs((a - b) / b) operand 2", 3),
+                       (".item()", 4), ("max abs((a - b) / b) operand 1", 4), ("max abs((a - b) / b) operand 2", 4),
+                       (".item()", 5)]
+
+
 def test_a_value_read_back_already_is_not_recorded_again_by_its_check(tmp_path):
     assert observed_checks("""\
         import torch

@@ -20,6 +20,7 @@ import itertools
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -213,6 +214,9 @@ class Observer(TorchFunctionMode):
         self.comparisons = WeakTensorKeyDictionary()
         # A difference of two values, or its absolute value, or its maximum -> (a, b, which).
         self.differences = WeakTensorKeyDictionary()
+        # An absolute value -> (a weak reference to) what it is the absolute value of: a relative
+        # error may divide by `b.abs()`.
+        self.moduli = WeakTensorKeyDictionary()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -316,10 +320,16 @@ class Observer(TorchFunctionMode):
                 # The claim's line is the subtraction's, which spells the two values.
                 self.differences[out] = (args[0], args[1], "difference", self.store.site(), DIFFERENCE_CLAIM)
             return
+        if func in ABSOLUTES and len(args) == 1:
+            self.moduli[out] = weakref.ref(args[0])
         a, b, which, line, label = self.differences.get(args[0], (None, None, None, None, None))
-        if which == "difference" and func in RELATIVE and len(args) == 2 and not kwargs \
-                and any(args[1] is x for x in (a, b)):
-            self.differences[out] = (a, b, "difference", line, RELATIVE_DIFFERENCE_CLAIMS[args[1] is b])
+        # Over one of the two, or its absolute value: `(a - b) / b`, `(a - b).abs() / b.abs()`.
+        divisor = args[1] if len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs else None
+        if divisor is not None and divisor in self.moduli:
+            divisor = self.moduli[divisor]()
+        if which in ("difference", "absolute") and func in RELATIVE and divisor is not None \
+                and any(divisor is x for x in (a, b)):
+            self.differences[out] = (a, b, which, line, RELATIVE_DIFFERENCE_CLAIMS[divisor is b])
         elif which == "difference" and func in ABSOLUTES:
             self.differences[out] = (a, b, "absolute", line, label)
         elif which == "absolute" and func in MAXIMA and len(args) == 1 and not kwargs:
