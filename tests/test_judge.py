@@ -250,6 +250,24 @@ def test_complex_values_that_are_different_functions_are_a_bug(triage, tmp_path)
     assert "view_as_real" not in v["summary"]  # a part of a complex value is a view, not a computation
 
 
+def test_a_half_precision_overflow_names_the_op_that_leaves_the_range(triage, tmp_path):
+    """A float16 skewness is nan where float32's is finite: expected, and the op whose result
+    first leaves float16's range is named (the verdict said only "where the range leads")."""
+    report = run_source(triage, tmp_path, "skew16", (
+        "import torch\n"
+        "torch.manual_seed(2)\n"
+        "x = torch.randn(4096) * 20 + 3\n"
+        "def skewness(t):\n"
+        "    c = t - t.mean()\n"
+        "    return (c ** 3).mean() / (c ** 2).mean() ** 1.5\n"
+        "s32, s16 = skewness(x), skewness(x.half())\n"
+        "assert torch.isfinite(s16), (s32.item(), s16.item())\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nonfinite-flip", True), v["summary"]
+    assert "`aten.pow` at line 6 is where the values leave float16's range" in v["summary"], v["summary"]
+    assert "the largest finite float16 is 65504" in v["summary"]
+
+
 def test_two_models_built_unseeded_and_measured_apart_are_nondeterministic(triage, tmp_path):
     """The script prints its own `(out1 - out2).abs().max()` of two models built by one
     function: nothing compared them, and one arm said "nothing diverges". The error measure

@@ -592,6 +592,27 @@ def test_complex_and_polar_replay_their_values():
     assert judge_value((out.double() * (1 + 1e-4)).numpy(), spread, "cpu", 0, "y", None).zone == "outside"
 
 
+def test_the_first_op_to_leave_its_range_is_noted_where_a_value_is_not_finite():
+    """A float16 skewness: `c ** 3` overflows float16 (65504) where its inputs are finite, and
+    the mean of ±inf is nan. The centre replay notes that op, upstream of the nan; where every
+    value is finite it checks nothing."""
+    torch.manual_seed(2)
+    x = (torch.randn(4096) * 20 + 3).half()
+
+    def skewness(t):
+        c = t - t.mean()
+        return (c ** 3).mean() / (c ** 2).mean() ** 1.5
+
+    graph, wanted, dtypes, out = recorded(skewness, x)
+    assert out.isnan()
+    spread = simulate_rounding(graph, wanted, SimulationOptions(samples=9), dtypes, {n: out for n in wanted})
+    (noted,) = [s.overflow for s in spread.spreads.values()]
+    assert (noted["op"], noted["dtype"], noted["largest"], noted["kind"]) == ("aten.pow", "float16", 65504.0, "overflow")
+    graph, wanted, dtypes, out = recorded(skewness, x.float())
+    spread = simulate_rounding(graph, wanted, SimulationOptions(samples=9), dtypes, {n: out for n in wanted})
+    assert [s.overflow for s in spread.spreads.values()] == [None]
+
+
 def test_a_complex_product_rounds_each_product_and_sum_of_its_parts():
     """A complex64 `a * b` is (ac − bd) + (ad + bc)i, each product and sum rounded: where ac
     and bd nearly cancel, the real part keeps their rounding. Simulated as one rounding of the

@@ -97,6 +97,11 @@ OBSERVABLE_ROUNDING = record({
                                    "kind": one_of("cancels", "absorbs"),
                                    "digits_lost": number(), "hint": text(2000, nullable=True)},
                                   required=("op", "digits_lost"), closed=True), 16),
+    "overflow": described("The first op upstream whose replay leaves its dtype's range (±inf or nan from finite"
+                          " inputs), where the value is not finite.",
+                          record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True), "dtype": DTYPE,
+                                  "largest": number(), "kind": one_of("overflow", "nan")},
+                                 required=("op", "dtype", "largest", "kind"), closed=True, nullable=True)),
     "precision": text(40, nullable=True),
     "unmeasured": array(OP, 64),
     "spread_of": described("The observable whose spread arrays this one shares: the same recorded value, observed"

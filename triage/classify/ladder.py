@@ -741,12 +741,29 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
         elif over:
             why = (f" The float64 value ({over[0].reference_summary}) lies beyond the largest finite {over[0].dtype}, "
                    f"so `inf` is the correctly rounded {over[0].dtype} answer: range overflow.")
+        elif _first_overflow(c, d):
+            left = _first_overflow(c, d)
+            result = "±inf" if left["kind"] == "overflow" else "nan"
+            why = (f" `{left['op']}`{'' if left.get('line') is None else ' at line ' + str(left['line'])} is where the "
+                   f"values leave {left['dtype']}'s range: its result is {result} from finite inputs (the largest "
+                   f"finite {left['dtype']} is {left['largest']:.6g}), and what is computed from it follows.")
     both = "Both sides are" if d.b is not None else "The value is"
     return make_verdict("nonfinite-flip", True, section, labels,
                     f"{who}{why} {both} inside the rounding spread of their own computation: replaying it with every "
                     "operation rounded at the arm's precision (its range emulated) reaches the same non-finite "
                     "values, so this is where rounding and the dtype's range lead, not a bug.",
                     evidence + ([cond_text(note, full=True)] if note else []))
+
+
+def _first_overflow(c: Comparison, d: Divergence) -> dict[str, Any] | None:
+    """The first op upstream of the side that is not finite whose replay left its dtype's range
+    (the simulation's `overflow`), if the simulation noted one."""
+    for side in sorted((s for s in (d.a, d.b) if s is not None), key=lambda s: not s.nonfinite_vs_reference):
+        found = c.find(side)
+        left = ((found[1].rounding or {}).get("overflow") if found else None)
+        if left:
+            return left
+    return None
 
 
 def _written_beyond_range(c: Comparison, d: Divergence) -> tuple[dict[str, Any], str] | None:

@@ -293,6 +293,9 @@ class NodeSpread:
     sample_stats: list[float] = field(default_factory=list)  # T_k, leave-one-out
     flips: list[dict[str, Any]] = field(default_factory=list)
     cancellations: list[dict[str, Any]] = field(default_factory=list)  # where digits are lost upstream
+    # The first op upstream whose centre replay leaves its dtype's range (±inf or nan from finite
+    # inputs), where the value or the arm's is not finite.
+    overflow: dict[str, Any] | None = None
     precision: str | None = None  # the least precise dtype any op of the cone computed in
     unmeasured: list[str] = field(default_factory=list)  # library ops given the conservative bound
 
@@ -453,7 +456,13 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     t0 = time.monotonic()
     _parallel(threads, max((n.meta["leaf"].value.numel() for n in order if n.op == "placeholder"
                             and isinstance(n.meta["leaf"].value, torch.Tensor)), default=0))
-    center = _replay(plan, set(live), RoundingMode(options, cache, direction=0, generator=None))
+    centre_mode = RoundingMode(options, cache, direction=0, generator=None)
+    # Where a value is not finite (the arm's or its float64 one), the centre replay notes which
+    # op first leaves its dtype's range: one check per op, only then.
+    centre_mode.note_overflows = any(not bool(torch.isfinite(v).all()) for v in list(live.values())
+                                     + [arm_values[w] for w in live if isinstance(arm_values.get(w), torch.Tensor)]
+                                     if v.is_floating_point() or v.is_complex())
+    center = _replay(plan, set(live), centre_mode)
     _parallel(threads, max(center.numel.values(), default=0))
     cancellations = center.cancellations
     if center.failed:
@@ -549,7 +558,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     k = len(samples)
     # The statistics are a few passes over K × numel values: there threads pay.
     torch.set_num_threads(threads)
-    noted = set(center.discrete) | set(center.unmeasured) | set(cancellations)
+    noted = set(center.discrete) | set(center.unmeasured) | set(cancellations) | set(center.overflows)
     upstream = _upstream(order, {by_name[w] for w in live}, noted, set(cache.constants))
     for w, ref in live.items():
         dtype = out_dtypes.get(w, torch.float32)
@@ -566,6 +575,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         spreads[w].unmeasured = sorted(set().union(*(center.unmeasured.get(x, set()) for x in above)))
         spreads[w].cancellations = sorted((dict(site, node=name) for name, site in cancellations.items()
                                            if name in above), key=lambda x: -x["digits_lost"])[:3]
+        spreads[w].overflow = next((dict(site, node=name) for name, site in center.overflows.items() if name in above),
+                                   None)
     return Simulation(spreads, time.monotonic() - start, k,
                       drawn_whole=[r.name for g in collapsed for r in g.reductions])
 
@@ -1127,6 +1138,7 @@ class _Replayed:
     nodes: dict[str, fx.Node]
     failed: str | None = None
     cancellations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    overflows: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> where it leaves the range
     unmeasured: dict[str, set[str]] = field(default_factory=dict)  # node -> library ops with no measurement
     calls: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> the mode's call indices it used
     numel: dict[str, int] = field(default_factory=dict)  # node -> elements of its (tensor) value
@@ -1298,6 +1310,10 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         site = cancellation_at(n, args, out, exact_operands=exact)
                         if site is not None:
                             result.cancellations[n.name] = site
+                        if mode.note_overflows:
+                            left = _leaves_range(n, args, out)
+                            if left is not None:
+                                result.overflows[n.name] = left
                         if _unchanging(n, plan.inputs[n], constants, mode) or _representable(
                                 n, plan.inputs[n], constants, mode, (first_call, mode.calls), args, kwargs, out):
                             mode.cache.keep(n, out, (first_call, mode.calls))
@@ -1312,6 +1328,21 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
     finally:
         torch.set_default_dtype(previous)
     return result
+
+
+def _leaves_range(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
+    """Where an op's rounded result is ±inf or nan although every floating input is finite:
+    the op, its line, its dtype and that dtype's largest finite value."""
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point() or bool(torch.isfinite(out).all()):
+        return None
+    if not all(bool(torch.isfinite(a).all()) for a in _flat(args)
+               if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())):
+        return None
+    dtype = getattr(out, "_arm_dtype", out.dtype)
+    if not dtype.is_floating_point:
+        return None
+    return {"op": _op_name(n.target), "line": n.meta.get("line"), "dtype": str(dtype).replace("torch.", ""),
+            "largest": torch.finfo(dtype).max, "kind": "overflow" if bool(torch.isinf(out).any()) else "nan"}
 
 
 def _rounds_alike_when_repeated(target: Any) -> bool:
@@ -1727,6 +1758,7 @@ class RoundingMode(TriageDispatchMode):
         # (`_Collapsed`): its terms are their exact values.
         self.collapsed = collapsed or {}
         self.cache = cache
+        self.note_overflows = False  # the centre replay notes where values leave their range (`_replay`)
         # +1 up, -1 down, 0 to nearest or at random; with stacked samples, one sign per sample
         # (a float64 tensor: the directed replays as one stack).
         self.direction = direction
@@ -3749,7 +3781,8 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
             continue
         r["rounding"] = {"status": spread.status, "reason": spread.reason, "samples": spread.samples,
                          "sample_stats": spread.sample_stats, "flips": spread.flips,
-                         "cancellations": spread.cancellations, "precision": spread.precision,
+                         "cancellations": spread.cancellations, "overflow": spread.overflow,
+                         "precision": spread.precision,
                          "unmeasured": spread.unmeasured,
                          "order_dependent": _order_dependent(by_name[r["node"]], by_name) if cuda and r["node"] in by_name
                          else []}
