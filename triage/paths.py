@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 from triage.arms.graph import OpGraph
+from triage.numerics.constants import NAMED_CONSTANTS
 
 MAX_LISTED = 6
 # Normalization kernels that divide the variance by n (biased), where `x.var()`/`x.std()`
@@ -379,11 +380,6 @@ def _round_trip(graph: OpGraph, ops: list[str]) -> dict[str, Any] | None:
 
 # A scaling or a shift by a constant, whichever op spells it: its multiplier or addend.
 SCALINGS = {"scale": "multiplies by", "shift": "adds"}
-# Constants a formula is written with, named where a side takes one to 12 digits.
-NAMED_CONSTANTS = {"√2": math.sqrt(2), "1/√2": 1 / math.sqrt(2), "π": math.pi, "1/π": 1 / math.pi,
-                   "2/√π": 2 / math.sqrt(math.pi), "√(2/π)": math.sqrt(2 / math.pi), "√π": math.sqrt(math.pi),
-                   "√(2π)": math.sqrt(2 * math.pi), "1/√(2π)": 1 / math.sqrt(2 * math.pi), "e": math.e,
-                   "ln 2": math.log(2), "1/ln 2": 1 / math.log(2), "ln 10": math.log(10), "log10(e)": math.log10(math.e)}
 
 
 def _step(node: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:

@@ -150,8 +150,17 @@ OBSERVABLE = record({
     "conditioning": array(COUNT, 10000),
     "compiled_line": described("The script line of a `torch.compile`d call the value comes through (its op "
                                "graph ran as the backend compiled it); null: none.", LINE),
-    "reference": record({"fingerprint": FINGERPRINT, "note": NOTE, "approximate": boolean()}, closed=True,
-                        nullable=True),
+    "reference": record({"fingerprint": FINGERPRINT, "note": NOTE, "approximate": boolean(),
+                         "one_change": described(
+                             "A claim's operand whose float64 value differs from the other's: the one change to its "
+                             "ops that makes the two equal in float64 (triage/worker/counterfactual.py).",
+                             record({"op": OP, "line": integer(nullable=True),
+                                     "kind": one_of("constant", "without", "argument"), "argument": text(100),
+                                     "was": either(number(), boolean(), array(integer(), 8)),
+                                     "to": either(number(), boolean(), array(integer(), 8)),
+                                     "named": text(40, nullable=True)},
+                                    required=("op", "kind", "argument", "was", "to"), closed=True))},
+                        closed=True, nullable=True),
     "uninitialized": described("Whether the value reads bytes a `torch.empty` left uninitialized (a float64 replay "
                                "with them NaN makes it NaN); null: not known.", boolean(nullable=True)),
     "rounding": OBSERVABLE_ROUNDING,

@@ -8,6 +8,7 @@ verdict is then audited against the raw evidence (triage/audit.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -566,7 +567,7 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     draws = [leaf for leaf in run_a.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors]
     calls = sorted({leaf.get("call_line") for leaf in draws if leaf.get("call_line") is not None})
     if not draws or len(calls) < 2:
-        return _different_functions(d, ra, rb, both, spreads)
+        return _different_functions(d, ra, rb, both, spreads, _one_change_text(c, d))
     first = next((leaf for leaf in draws if leaf.get("op") == "randperm"), draws[0])
     how = (" — a `DataLoader(shuffle=True)` draws it for every pass over the data" if first.get("op") == "randperm"
            else "")
@@ -600,7 +601,8 @@ def _draw_lines(draws: list[dict[str, Any]]) -> list[str]:
         f"{', '.join(str(c) for c in sorted(at))}" if at else "") for (op, line), at in list(calls.items())[:4]]
 
 
-def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np.ndarray, spreads: str) -> Verdict:
+def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np.ndarray, spreads: str,
+                         change: str = "") -> Verdict:
     """Two values the script compares whose float64 replays differ beyond both spreads, with
     no random draw between them: the two paths compute different functions.  Said with the
     float64 difference, its shape (a constant factor, a constant offset) and where the two
@@ -632,9 +634,38 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
                     f"{where_text(d)}: the two sides compute different functions, not one quantity rounded twice — "
                     f"replayed in float64 they still differ by up to {gap:.3g}{shape}, far beyond both rounding "
                     f"spreads. Rounding does not explain it: one of the two paths computes something else "
-                    f"(a different formula, a wrong constant or gradient, a custom kernel).{parting_text(paths, names)}",
+                    f"(a different formula, a wrong constant or gradient, a custom kernel).{change}"
+                    f"{parting_text(paths, names)}",
                     [spreads] + [f"only in {name}: {ops_text(paths[key], paths.get(key + '_count'))}"
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
+
+
+STEP_VERBS = {"aten.mul": "multiplies by", "aten.div": "divides by", "aten.add": "adds", "aten.sub": "subtracts"}
+
+
+def _one_change_text(c: Comparison, d: Divergence) -> str:
+    """The one change to a side's ops the worker found that makes the two sides one function
+    in float64 (triage/worker/counterfactual.py), said as the mistake it points at."""
+    for side, other in ((d.a, d.b), (d.b, d.a)):
+        found = c.find(side) if side is not None else None
+        change = ((found[1].reference or {}).get("one_change") if found else None)
+        if not change or other is None:
+            continue
+        where = f"`{change['op']}`" + (f" at line {change['line']}" if change.get("line") is not None else "")
+        then = f"{side.label} equals {other.label} in float64"
+        was, to = change["was"], change["to"]
+        if change["kind"] == "constant":
+            digits = -math.log10(abs(was - to) / abs(to))
+            return (f" {where} takes {was!r}, {change['named']} to {digits:.0f} digits: with {change['named']} "
+                    f"({to!r}) there, {then} — the constant is the difference.")
+        if change["kind"] == "without":
+            return (f" {where} {STEP_VERBS.get(change['op'], 'applies')} {was!r}: without that step, {then} — that "
+                    "step is the difference.")
+        if change["argument"] == "dim":
+            return f" {where} reduces over dim {was!r}: over dim {to!r} instead, {then} — the axis is the difference."
+        return (f" {where} takes `{change['argument']}={was!r}`: with `{change['argument']}={to!r}`, {then} — that "
+                "argument is the difference.")
+    return ""
 
 
 def _round_trip_scaled(trip: dict[str, Any] | None, computed: np.ndarray, expected: np.ndarray,

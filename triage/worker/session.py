@@ -218,6 +218,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         if wide is not None and f"{OBSERVED}{record['index']}" in values:
             values[f"{REFERENCE}{record['index']}"] = wide
 
+    if replay is not None:
+        _note_one_changes(recording.graph, store.records, replay.values)
     if replay is not None and job.get("rounding"):
         emit({"phase": "rounding-start"})
         result["rounding"] = _simulated(recording.graph, store.records, replay.values, values, job, arm["device"],
@@ -302,6 +304,26 @@ def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], bud
         clean, dirty = filled[True].values.get(r["node"]), filled[False].values.get(r["node"])
         if isinstance(clean, torch.Tensor) and isinstance(dirty, torch.Tensor) and clean.shape == dirty.shape:
             r["uninitialized"] = bool((dirty.isnan() & ~clean.isnan()).any())
+
+
+def _note_one_changes(graph: Any, records: list[dict[str, Any]], values: dict[str, Any]) -> None:
+    """For each claim whose two float64 values differ (two functions, not rounding), the one
+    change to one side's ops that makes them agree (triage/worker/counterfactual.py), noted
+    in that side's reference."""
+    from triage.worker.counterfactual import BUDGET_S, one_change
+
+    deadline = time.monotonic() + BUDGET_S
+    operands: dict[int, dict[int, dict[str, Any]]] = {}
+    for r in records:
+        if r["kind"] == "claim" and r.get("claim") and r["node"] is not None and r["reference"]["fingerprint"]:
+            operands.setdefault(r["claim"]["id"], {})[r["claim"]["operand"]] = r
+    for pair in operands.values():
+        if len(pair) != 2 or pair[0]["node"] == pair[1]["node"] or time.monotonic() > deadline:
+            continue
+        found = one_change(graph, pair[0]["node"], pair[1]["node"], values, deadline)
+        if found is not None:
+            changed = pair[0] if found.pop("side") == pair[0]["node"] else pair[1]
+            changed["reference"]["one_change"] = found
 
 
 def _simulated(graph: Any, records: list[dict[str, Any]], references: dict[str, Any], values: dict[str, Any],

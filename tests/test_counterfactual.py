@@ -1,0 +1,56 @@
+"""The one change to a side's recorded ops that makes two compared values one function in
+float64 (triage/worker/counterfactual.py): recorded in-process, each script with one slip."""
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from triage.worker.counterfactual import one_change
+from triage.worker.opgraph import OpRecorder
+from triage.worker.reference import replay_fp64
+
+
+def changed(ours, ref, *inputs):
+    """Record `ours(*inputs)` and `ref(*inputs)` and search: the change found, or None."""
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        a, b = ours(*inputs), ref(*inputs)
+    recording = recorder.finish()
+    na, nb = recorder.lookup(a).name, recorder.lookup(b).name
+    values = replay_fp64(recording.graph, {na, nb}, 60).values
+    found = one_change(recording.graph, na, nb, values, time.monotonic() + 10)
+    if found is not None:
+        assert found.pop("side") == na  # every slip below is on `ours`
+    return found
+
+
+torch.manual_seed(0)
+X = torch.randn(5, 5) + 2  # square: a reduction over the wrong axis keeps the shape
+
+
+@pytest.mark.parametrize("ours, ref, change", [
+    # a wrong axis
+    (lambda x: x.abs().pow(3).sum(0).pow(1 / 3), lambda x: torch.linalg.vector_norm(x, 3, dim=-1),
+     {"op": "aten.sum", "kind": "argument", "argument": "dim", "was": [0], "to": [-1]}),
+    # a constant written to five digits: 1/√2
+    (lambda x: 0.5 * x * (1 + torch.erf(x * 0.70711)), F.gelu,
+     {"op": "aten.mul", "kind": "constant", "argument": "other", "was": 0.70711, "to": 2 ** -0.5, "named": "1/√2"}),
+    # an eps the other side does not add
+    (lambda x: ((x[:, None] - x[None]) ** 2).sum(-1).add(1e-4).sqrt(), lambda x: torch.cdist(x, x),
+     {"op": "aten.add", "kind": "without", "argument": "other", "was": 1e-4, "to": 0.0}),
+    # the unbiased variance where a normalization layer takes the biased one
+    (lambda x: (x - x.mean(0)) / (x.var(0) + 1e-5).sqrt(),
+     lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
+     {"op": "aten.var", "kind": "argument", "argument": "correction", "was": 1, "to": 0}),
+])
+def test_a_single_slip_is_found(ours, ref, change):
+    found = changed(ours, ref, X)
+    assert found is not None
+    assert {k: found[k] for k in change} == pytest.approx(change), found
+
+
+def test_nothing_is_said_where_no_single_change_makes_them_one_function():
+    # Two different functions, and one formula computed twice (equal in float64): no change.
+    assert changed(lambda x: torch.sin(x) * 2.0, torch.cos, X) is None
+    assert changed(lambda x: (x * 3.0).sum(1), lambda x: x.sum(1) * 3.0, X) is None

@@ -1,0 +1,12 @@
+"""Constants a formula is written with (√2, 1/√2, π, ln 2, …), by the name a maintainer reads:
+the op graph's wording names a side's constant where it is one of these to 12 digits, and the
+worker's one-change search (triage/worker/counterfactual.py) tries one of these where a side
+writes it to fewer digits."""
+from __future__ import annotations
+
+import math
+
+NAMED_CONSTANTS = {"√2": math.sqrt(2), "1/√2": 1 / math.sqrt(2), "π": math.pi, "1/π": 1 / math.pi,
+                   "2/√π": 2 / math.sqrt(math.pi), "√(2/π)": math.sqrt(2 / math.pi), "√π": math.sqrt(math.pi),
+                   "√(2π)": math.sqrt(2 * math.pi), "1/√(2π)": 1 / math.sqrt(2 * math.pi), "e": math.e,
+                   "ln 2": math.log(2), "1/ln 2": 1 / math.log(2), "ln 10": math.log(10), "log10(e)": math.log10(math.e)}

@@ -1,0 +1,156 @@
+"""One change that makes two compared values one function: where a script's two sides differ
+in float64 too (different functions, not rounding), which single argument of one side's ops,
+changed, makes that side's float64 value equal the other's.
+
+A maintainer reading "the two sides compute different functions" next asks *where*. The op
+graphs part at the hand-written side's ops, but that list does not say which of them is the
+mistake when the other side is one library op (`F.gelu`, `torch.cdist`). Each candidate here
+is a change a typo or a slip makes, tried by replaying the changed side in float64:
+
+* a constant written to a few digits of a well-known one (0.70711 for 1/√2) → that constant;
+* a step by a constant (adding an eps, dividing by a beta) → without it;
+* a reduction's `dim` → another dimension;
+* a variance's `correction` (or `unbiased`) → the other estimate.
+
+A change is reported only where the changed side then equals the other in float64 (their gap
+falls to float64's noise, AGREE_RTOL): a fact of the recorded computation, not a guess. The search runs in the worker,
+after the float64 reference, on claims whose two float64 values differ, within BUDGET_S.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import fx
+
+from triage.numerics.constants import NAMED_CONSTANTS
+from triage.worker.reference import cone, replay_fp64
+
+# Changed, a side agrees with the other where every element is within this relative distance
+# of the other side's largest, and its gap fell by GAP_FALL at least: two formulas for one
+# function differ by a few float64 roundings (1e-15).
+AGREE_RTOL = 1e-12
+GAP_FALL = 1e-3
+# Two claimed-equal values whose float64 values are further apart than this are different
+# functions, and worth a search (a constant off in its sixth digit moves a GELU by 1e-6).
+APART_RTOL = 1e-10
+# A written constant within this relative distance of a named one is read as that one, short.
+NEAR_NAMED = 1e-3
+BUDGET_S = 1.0
+MAX_CANDIDATES = 48
+# Reductions' `dim` candidates: the dimensions of a value of at most this rank.
+MAX_RANK = 4
+SCALINGS = {"mul", "div", "add", "sub"}
+# The identity operand of a step by a constant: what it becomes without that step.
+IDENTITY = {"mul": 1.0, "div": 1.0, "add": 0.0, "sub": 0.0}
+VARIANCES = {"var", "std", "var_mean", "std_mean"}
+
+
+def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
+               deadline: float) -> dict[str, Any] | None:
+    """The first change to the ops of `a` or of `b` (those not shared with the other side)
+    whose float64 replay equals the other side's float64 value (`values`), or None. `deadline`
+    is a `time.monotonic()` instant."""
+    by_name = {n.name: n for n in graph.nodes}
+    gap = _gap(values.get(a), values.get(b))
+    if a not in by_name or b not in by_name or gap is None or gap <= APART_RTOL:
+        return None
+    cones = {side: set(cone(graph, [by_name[side]])) for side in (a, b)}
+    tried = 0
+    for side, other in ((a, b), (b, a)):
+        own = [n for n in cone(graph, [by_name[side]]) if n not in cones[other] and n.op == "call_function"
+               and isinstance(n.target, torch._ops.OpOverload)]
+        for node, change in _candidates(own):
+            if tried >= MAX_CANDIDATES or time.monotonic() > deadline:
+                return None
+            tried += 1
+            with _changed(node, change["position"], change["to"]):
+                try:
+                    replay = replay_fp64(graph, {side}, max(0.0, deadline - time.monotonic()))
+                except Exception:  # noqa: BLE001 - a change the op refuses (a dim it lacks) is no candidate
+                    continue
+            changed = _gap(replay.values.get(side), values[other])
+            if changed is not None and changed <= min(AGREE_RTOL, GAP_FALL * gap):
+                return {"side": side, "op": f"{node.target.namespace}.{node.target.overloadpacket.__name__}",
+                        "line": node.meta.get("line"), "kind": change["kind"], "argument": change["argument"],
+                        "was": change["was"], "to": change["to"], "named": change.get("named")}
+    return None
+
+
+def _gap(x: Any, y: Any) -> float | None:
+    """max |x − y| relative to max |y|, of two finite float64 values of one shape; None otherwise."""
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or x.shape != y.shape \
+            or not (x.is_floating_point() and y.is_floating_point()) or not x.numel() \
+            or not bool(torch.isfinite(x).all()) or not bool(torch.isfinite(y).all()):
+        return None
+    scale = float(y.abs().max())
+    return float((x - y).abs().max()) / scale if scale else None
+
+
+def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]]:
+    """Each change to try, the likeliest slips first: named constants, steps by a constant,
+    a variance's estimate, then reductions' dimensions."""
+    scalars, steps, estimates, dims = [], [], [], []
+    for n in nodes:
+        name = n.target.overloadpacket.__name__.rstrip("_")
+        for position, argument, value in _arguments(n):
+            if argument == "dim":
+                dims += [(n, change) for change in _dims(position, value)]
+            elif argument in ("correction", "unbiased") and name in VARIANCES:
+                flipped = (not value) if argument == "unbiased" else (0 if value not in (0, 0.0) else 1)
+                estimates.append((n, {"kind": "argument", "position": position, "argument": argument,
+                                      "was": value, "to": flipped}))
+            elif isinstance(value, float) and math.isfinite(value) and value:
+                named = next(((sign + label, sign_value) for label, c in NAMED_CONSTANTS.items()
+                              for sign, sign_value in (("", c), ("-", -c))
+                              if sign_value != value and abs(value - sign_value) <= NEAR_NAMED * c), None)
+                if named is not None:
+                    scalars.append((n, {"kind": "constant", "position": position, "argument": argument,
+                                        "was": value, "to": named[1], "named": named[0]}))
+            if name in SCALINGS and position == 1 and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and value != IDENTITY[name]:
+                steps.append((n, {"kind": "without", "position": position, "argument": argument,
+                                  "was": value, "to": IDENTITY[name]}))
+    yield from scalars + steps + estimates + dims
+
+
+def _arguments(n: fx.Node) -> Iterator[tuple[int | str, str, Any]]:
+    """(position in args, or keyword; the schema's argument name; its value) of each argument
+    the call passes that is not a tensor."""
+    schema = n.target._schema.arguments
+    for i, value in enumerate(n.args):
+        if i < len(schema) and not isinstance(value, fx.Node):
+            yield i, schema[i].name, value
+    for key, value in n.kwargs.items():
+        if not isinstance(value, fx.Node):
+            yield key, key, value
+
+
+def _dims(position: int | str, value: Any) -> Iterator[dict[str, Any]]:
+    """Another single dimension for a reduction's `dim` (one that means the same one, -1 and
+    the last, gives the value back unchanged: it does not agree, and costs a replay)."""
+    single = isinstance(value, int) and not isinstance(value, bool)
+    if not single and not (isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], int)):
+        return
+    was = value if single else list(value)
+    for d in range(-1, MAX_RANK):
+        if d != (value if single else value[0]):
+            yield {"kind": "argument", "position": position, "argument": "dim", "was": was, "to": d if single else [d]}
+
+
+@contextlib.contextmanager
+def _changed(n: fx.Node, position: int | str, value: Any) -> Iterator[None]:
+    """`n` with one argument changed, restored afterwards."""
+    args, kwargs = n.args, n.kwargs
+    if isinstance(position, int):
+        n.args = args[:position] + (value,) + args[position + 1:]
+    else:
+        n.kwargs = dict(kwargs, **{position: value})
+    try:
+        yield
+    finally:
+        n.args, n.kwargs = args, kwargs
