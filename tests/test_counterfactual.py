@@ -39,6 +39,12 @@ X = torch.randn(5, 5) + 2  # square: a reduction over the wrong axis keeps the s
     # an eps the other side does not add
     (lambda x: ((x[:, None] - x[None]) ** 2).sum(-1).add(1e-4).sqrt(), lambda x: torch.cdist(x, x),
      {"op": "aten.add", "kind": "without", "argument": "other", "was": 1e-4, "to": 0.0}),
+    # an eps added after the square root where the layer adds it under the root, and back
+    (lambda x: (x - x.mean(0)) / (x.var(0, unbiased=False).sqrt() + 1e-5),
+     lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
+     {"op": "aten.add", "kind": "moved", "argument": "before", "was": 1e-5, "around": "aten.sqrt"}),
+    (lambda x: (x.pow(2).sum(1) + 1e-3).sqrt(), lambda x: x.pow(2).sum(1).sqrt() + 1e-3,
+     {"op": "aten.add", "kind": "moved", "argument": "after", "was": 1e-3, "around": "aten.sqrt"}),
     # the unbiased variance where a normalization layer takes the biased one
     (lambda x: (x - x.mean(0)) / (x.var(0) + 1e-5).sqrt(),
      lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),

@@ -155,7 +155,8 @@ OBSERVABLE = record({
                              "A claim's operand whose float64 value differs from the other's: the one change to its "
                              "ops that makes the two equal in float64 (triage/worker/counterfactual.py).",
                              record({"op": OP, "line": integer(nullable=True),
-                                     "kind": one_of("constant", "without", "argument"), "argument": text(100),
+                                     "kind": one_of("constant", "without", "moved", "argument"),
+                                     "argument": text(100), "around": maybe(OP),
                                      "was": either(number(), boolean(), array(integer(), 8)),
                                      "to": either(number(), boolean(), array(integer(), 8)),
                                      "named": text(40, nullable=True)},

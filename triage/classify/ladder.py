@@ -658,6 +658,10 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
             digits = -math.log10(abs(was - to) / abs(to))
             return (f" {where} takes {was!r}, {change['named']} to {digits:.0f} digits: with {change['named']} "
                     f"({to!r}) there, {then} — the constant is the difference.")
+        if change["kind"] == "moved":
+            now, then_at = ("after", "before") if change["argument"] == "before" else ("before", "after")
+            return (f" {where} adds {was!r} {now} `{change.get('around')}`: added {then_at} it instead, {then} — where "
+                    f"the {was!r} goes is the difference.")
         if change["kind"] == "without":
             return (f" {where} {STEP_VERBS.get(change['op'], 'applies')} {was!r}: without that step, {then} — that "
                     "step is the difference.")

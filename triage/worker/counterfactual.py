@@ -9,6 +9,7 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
 
 * a constant written to a few digits of a well-known one (0.70711 for 1/√2) → that constant;
 * a step by a constant (adding an eps, dividing by a beta) → without it;
+* an eps added after a square root → before it, or the other way round;
 * a reduction's `dim` → another dimension;
 * a variance's `correction` (or `unbiased`) → the other estimate.
 
@@ -68,16 +69,18 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
             if tried >= MAX_CANDIDATES or time.monotonic() > deadline:
                 return None
             tried += 1
-            with _changed(node, change["position"], change["to"]):
+            with _moved(graph, node, change) if change["kind"] == "moved" else \
+                    _changed(node, change["position"], change["to"]) as stands_for:
+                target = stands_for.get(side, side)
                 try:
-                    replay = replay_fp64(graph, {side}, max(0.0, deadline - time.monotonic()))
+                    replay = replay_fp64(graph, {target}, max(0.0, deadline - time.monotonic()))
                 except Exception:  # noqa: BLE001 - a change the op refuses (a dim it lacks) is no candidate
                     continue
-            changed = _gap(replay.values.get(side), values[other])
+            changed = _gap(replay.values.get(target), values[other])
             if changed is not None and changed <= min(AGREE_RTOL, GAP_FALL * gap):
-                return {"side": side, "op": f"{node.target.namespace}.{node.target.overloadpacket.__name__}",
-                        "line": node.meta.get("line"), "kind": change["kind"], "argument": change["argument"],
-                        "was": change["was"], "to": change["to"], "named": change.get("named")}
+                return {"side": side, "op": _name(node), "line": node.meta.get("line"), "kind": change["kind"],
+                        "argument": change["argument"], "was": change["was"], "to": change["to"],
+                        "named": change.get("named"), "around": change.get("around")}
     return None
 
 
@@ -94,9 +97,14 @@ def _gap(x: Any, y: Any) -> float | None:
 def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]]:
     """Each change to try, the likeliest slips first: named constants, steps by a constant,
     a variance's estimate, then reductions' dimensions."""
-    scalars, steps, estimates, dims = [], [], [], []
+    scalars, steps, moves, estimates, dims = [], [], [], [], []
     for n in nodes:
         name = n.target.overloadpacket.__name__.rstrip("_")
+        root = _around(n)
+        if root is not None:
+            # `argument`: where the number goes, before the root (inside it) or after it.
+            moves.append((n, {"kind": "moved", "position": 1, "argument": "before" if root is n.args[0] else "after",
+                              "was": n.args[1], "to": n.args[1], "around": _name(root)}))
         for position, argument, value in _arguments(n):
             if argument == "dim":
                 dims += [(n, change) for change in _dims(position, value)]
@@ -115,7 +123,7 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                     and value != IDENTITY[name]:
                 steps.append((n, {"kind": "without", "position": position, "argument": argument,
                                   "was": value, "to": IDENTITY[name]}))
-    yield from scalars + steps + estimates + dims
+    yield from scalars + steps + moves + estimates + dims
 
 
 def _arguments(n: fx.Node) -> Iterator[tuple[int | str, str, Any]]:
@@ -142,15 +150,69 @@ def _dims(position: int | str, value: Any) -> Iterator[dict[str, Any]]:
             yield {"kind": "argument", "position": position, "argument": "dim", "was": was, "to": d if single else [d]}
 
 
+ROOTS = {"sqrt", "rsqrt"}
+
+
+def _name(n: fx.Node) -> str:
+    return f"{n.target.namespace}.{n.target.overloadpacket.__name__}"
+
+
+def _around(n: fx.Node) -> fx.Node | None:
+    """The square root an `add` of a number comes right after (`sqrt(v) + eps`) or right before
+    (`sqrt(v + eps)`, the add's one reader), or None."""
+    if n.target not in (torch.ops.aten.add.Tensor, torch.ops.aten.add.Scalar) or len(n.args) != 2 \
+            or not isinstance(n.args[0], fx.Node) or not isinstance(n.args[1], (int, float)) or n.kwargs:
+        return None
+    before = n.args[0]
+    if before.op == "call_function" and isinstance(before.target, torch._ops.OpOverload) \
+            and before.target.overloadpacket.__name__ in ROOTS and len(before.users) == 1:
+        return before
+    after = next(iter(n.users), None) if len(n.users) == 1 else None
+    if after is not None and after.op == "call_function" and isinstance(after.target, torch._ops.OpOverload) \
+            and after.target.overloadpacket.__name__ in ROOTS and after.args[0] is n:
+        return after
+    return None
+
+
 @contextlib.contextmanager
-def _changed(n: fx.Node, position: int | str, value: Any) -> Iterator[None]:
-    """`n` with one argument changed, restored afterwards."""
+def _moved(graph: fx.Graph, add: fx.Node, change: dict[str, Any]) -> Iterator[dict[str, str]]:
+    """The graph with `add`'s number moved to the other side of its square root (`_around`),
+    restored afterwards: the add itself adds 0, a new add the number. Yields {root: the new
+    add} where the root's value is now the new add's (the root being the value compared)."""
+    root = _around(add)
+    value = add.args[1]
+    outside = root is add.args[0]  # sqrt(v) + eps: the number goes inside
+    source = root.args[0] if outside else add.args[0]
+    with graph.inserting_before(root) if outside else graph.inserting_after(root):
+        moved = graph.call_function(add.target, (source if outside else root, value))
+    moved.meta = dict(add.meta)
+    saved_root, saved_add = root.args, add.args
+    readers = [u for u in root.users if u is not moved] if not outside else []
+    try:
+        if outside:
+            root.args = (moved,) + root.args[1:]
+            add.args = (root, 0)
+        else:
+            add.args = (source, 0)
+            for u in readers:
+                u.replace_input_with(root, moved)
+        yield {} if outside else {root.name: moved.name}
+    finally:
+        for u in readers:
+            u.replace_input_with(moved, root)
+        root.args, add.args = saved_root, saved_add
+        graph.erase_node(moved)
+
+
+@contextlib.contextmanager
+def _changed(n: fx.Node, position: int | str, value: Any) -> Iterator[dict[str, str]]:
+    """`n` with one argument changed, restored afterwards (every value stands for itself)."""
     args, kwargs = n.args, n.kwargs
     if isinstance(position, int):
         n.args = args[:position] + (value,) + args[position + 1:]
     else:
         n.kwargs = dict(kwargs, **{position: value})
     try:
-        yield
+        yield {}
     finally:
         n.args, n.kwargs = args, kwargs
