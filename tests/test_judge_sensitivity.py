@@ -36,8 +36,24 @@ def test_a_complex_conjugate_pair_is_not_a_close_pair():
     rotation = torch.tensor([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 3.0]])  # eigenvalues ±i and 3
     note = condition_of("linalg_eig", rotation)
     assert note.get("kind") != "close-eigenvalues", note
-    close = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0 + 1e-6, 0.0], [0.0, 0.0, 3.0]])  # 1 and 1 + 1e-6
+    close = torch.diag(torch.tensor([1.0, 1.0 + 1e-6, 3.0]))  # 1 and 1 + 1e-6, orthogonal eigenvectors
     assert condition_of("linalg_eig", close)["kind"] == "close-eigenvalues"
+
+
+def test_eigenvalues_of_a_nearly_defective_matrix_are_named_by_their_condition_numbers():
+    """A unitary similarity of a 7×7 Jordan block (a new user's complex64 `eigvals`, off by 0.11
+    from complex128's): the matrix is well conditioned for solving (cond 37), and its
+    eigenvalues keep under two digits at complex64. A normal matrix's eigenvalues are as well
+    determined as its norm: nothing noted."""
+    torch.manual_seed(18)
+    n = 7
+    jordan = torch.diag(torch.ones(n - 1), 1).to(torch.complex128) + (0.5 + 0.5j) * torch.eye(n, dtype=torch.complex128)
+    q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.complex128))
+    note = condition_of("linalg_eig", (q @ jordan @ q.mH).to(torch.complex64))
+    assert note["kind"] == "nonnormal-eigenvalues" and note["ill_conditioned"], note
+    assert 0.01 < note["sensitivity"] < 1 and "condition numbers reach" in note["figure"]
+    normal = q @ torch.diag(torch.linspace(1, 7, n).to(torch.complex128)) @ q.mH
+    assert condition_of("linalg_eig", normal.to(torch.complex64)).get("kind") != "nonnormal-eigenvalues"
 
 
 def _eigenvectors_spread(s, samples=29, seed=0):

@@ -28,6 +28,8 @@ VECTOR_OPS = {"_linalg_eigh": "eigenvalue", "linalg_eigh": "eigenvalue", "linalg
               "_linalg_svd": "singular value", "linalg_svd": "singular value"}
 # Past this error the vectors keep fewer than 3 correct digits: named as ill-conditioned.
 VECTOR_SENSITIVITY_NOTED = 1e-3
+# Past this move (relative to ‖A‖₂) a general matrix's eigenvalues keep fewer than 4 digits.
+EIGENVALUE_MOVE_NOTED = 1e-4
 MAX_ORDER = 1024
 MAX_BATCH = 256
 
@@ -57,6 +59,10 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
     worst = int(torch.argmax(torch.nan_to_num(cond, posinf=float("1e308"))))
     c = float(cond[worst])
     rank = int(ranks.min())
+    if op == "linalg_eig" and m == n:
+        note = _eigenvalue_sensitivity(wide, a.dtype, s, list(a.shape))
+        if note is not None:
+            return note
     if op in VECTOR_OPS and m == n:
         note = _vector_sensitivity(op, wide, a.dtype, s, list(a.shape))
         if note is not None:
@@ -80,6 +86,34 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
         "ill_conditioned": c * eps > 1e-2 or rank < k or bool(exact),
         "eps": eps,
     }
+
+
+def _eigenvalue_sensitivity(wide: torch.Tensor, dtype: torch.dtype, s: torch.Tensor,
+                            shape: list[int]) -> dict[str, Any] | None:
+    """A general matrix's eigenvalues are as sensitive as its eigenvectors are far from
+    orthogonal: eigenvalue i moves by about u·‖A‖₂·κᵢ, κᵢ = ‖xᵢ‖‖yᵢ‖/|yᵢᴴxᵢ| (x right, y left
+    eigenvectors; 1 for a normal matrix), and a defective (Jordan) block of size k by
+    (u·‖A‖₂)^(1/k), which first-order κ only bounds from below (Golub & Van Loan §7.2.2)."""
+    try:
+        _, vectors = torch.linalg.eig(wide)
+        left = torch.linalg.inv(vectors)
+        kappa = (torch.linalg.vector_norm(vectors, dim=-2) * torch.linalg.vector_norm(left, dim=-1)).amax(dim=-1)
+    except RuntimeError:  # an eigenvector matrix singular in float64: as defective as it gets
+        kappa = torch.full(s[:, 0].shape, math.inf, dtype=torch.float64)
+    u = torch.finfo(dtype).eps / 2
+    moved = u * kappa  # relative to ‖A‖₂
+    worst = int(torch.argmax(torch.nan_to_num(moved, nan=math.inf, posinf=1e308)))
+    relative = float(moved[worst])
+    if not relative > EIGENVALUE_MOVE_NOTED:
+        return None
+    shown = "∞" if math.isinf(float(kappa[worst])) else f"{float(kappa[worst]):.2g}"
+    name = str(dtype).replace("torch.", "")
+    return {"op": "linalg_eig", "kind": "nonnormal-eigenvalues", "shape": shape, "dtype": name,
+            "singular": False, "ill_conditioned": True, "cond": None, "rank": None, "order": shape[-1],
+            "eps": torch.finfo(dtype).eps, "sensitivity": relative,
+            "figure": f"its eigenvalues' condition numbers reach {shown} (eigenvectors far from orthogonal: a nearly "
+                      f"defective matrix), so an eigenvalue moves by about u·‖A‖₂·κ ≈ {relative:.2g}·‖A‖₂ at {name}, "
+                      "and one of a defective (Jordan) block of size k by (u·‖A‖₂)^(1/k)"}
 
 
 def _vector_sensitivity(op: str, wide: torch.Tensor, dtype: torch.dtype, s: torch.Tensor,
