@@ -305,3 +305,5 @@ def test_a_check_that_fails_on_agreeing_arms_is_said_not_hidden(triage, tmp_path
     assert "the script's own check fails on every arm (the script's own check failed at line 5 " \
            "(AssertionError: acosh overflows))" in summary, summary
     assert "every comparison the script makes holds" not in summary
+    # The progress lines say the script's check failed, not that the arm "raised" (a crash).
+    assert "arm cpu: the script's check failed after" in out and "raised after" not in out, out

@@ -169,7 +169,9 @@ def _run_arm_in(root: Path, repro: Repro, arm: ArmSpec, options: RunSettings, me
     run.wall_s = round(time.monotonic() - started, 3)
     if run.completed and options.export_graphs:
         run.graph_dir = _keep_graph(out / "graph")
-    reporter.arm_ended(arm.spec, run.status)
+    # A script's own failing check is what a report is made of, not a crash: said so.
+    reporter.arm_ended(arm.spec, "the script's check failed" if run.status == "raised" and (run.exception or {}).get("claim")
+                       else run.status)
     return run
 
 
