@@ -613,6 +613,19 @@ def test_the_first_op_to_leave_its_range_is_noted_where_a_value_is_not_finite():
     assert [s.overflow for s in spread.spreads.values()] == [None]
 
 
+def test_a_scan_errs_relative_to_each_of_its_outputs():
+    """A float16 cumprod of 40 factors in [1.5, 2) grows from 1.7 past 65504: its kernel error
+    taken relative to the output's overall scale put ±2e4 on its first elements, every sample
+    came back garbage, and the correct kernel's 2866 was 'nonfinite in every rounding'."""
+    torch.manual_seed(0)
+    growth = (1.5 + 0.5 * torch.rand(40)).half()
+    out, spread, _ = simulated_spread(lambda t: torch.cumprod(t, 0), growth)
+    finite = torch.isfinite(out).numpy()
+    assert judge_value(out.double().numpy(), spread, "cpu", 0, "y", None).zone == "inside"
+    relative = spread.sigma[finite] / np.abs(spread.reference[finite])
+    assert relative.max() < 0.01, relative.max()  # a few float16 roundings, not the scale of the largest
+
+
 def test_a_complex_product_rounds_each_product_and_sum_of_its_parts():
     """A complex64 `a * b` is (ac − bd) + (ad + bc)i, each product and sum rounded: where ac
     and bd nearly cancel, the real part keeps their rounding. Simulated as one rounding of the

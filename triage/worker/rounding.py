@@ -104,6 +104,8 @@ CORRECTLY_ROUNDED_U = 1.05
 CORRECTLY_ROUNDED = {"add", "sub", "rsub", "mul", "div", "true_divide", "sqrt", "reciprocal", "square",
                      "neg", "abs", "fmod", "_to_copy", "to", "copy", "copy_", "clone", "fill", "fill_",
                      "addcmul", "addcdiv", "lerp", "hypot", "remainder", "fma"}
+# Cumulative ops, whose outputs span the scan's growth: a kernel's error is relative to each.
+SCANS = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin", "_logcumsumexp"}
 # Copies and casts: exact when the result's dtype is at least as precise as the input's.
 COPIES = {"_to_copy", "to", "copy", "clone"}
 # One accumulation per output element: n terms summed inside the op.
@@ -2290,7 +2292,10 @@ class RoundingMode(TriageDispatchMode):
         d = out_vd[0] if out_vd else None
         fused = self.options.kernels.fused_u(name, d) if d is not None else None
         if fused and isinstance(out, torch.Tensor) and out.is_floating_point() and d in UNIT_ROUNDOFF:
-            out = self._scaled_noise(out, fused * UNIT_ROUNDOFF[d])
+            # A scan's outputs grow along it (a cumprod from 1.7 to 1e7): each errs relative to
+            # itself, not to the output's overall scale.
+            out = (self._relative_noise(out, fused * UNIT_ROUNDOFF[d]) if name.rstrip("_") in SCANS
+                   else self._scaled_noise(out, fused * UNIT_ROUNDOFF[d]))
         return self._round_all(out, out_vd, library=0.0)
 
     def _decomposition_trace(self, func: Any, call: int) -> _DecompositionTrace | None:
