@@ -115,6 +115,25 @@ def test_one_formula_but_for_a_constant_is_named_whichever_op_spells_it(tmp_path
     assert part_ways(graph, "mine", "ref") is None or not part_ways(graph, "mine", "ref")["hints"]
 
 
+def test_an_in_place_shift_is_a_shift_and_dims_that_may_be_one_are_not_called_apart(tmp_path):
+    """A hand-written RMSNorm with eps 1e-5 against `F.rms_norm`'s `add_` of 1e-6 (held in float32:
+    9.999999974752427e-07): one formula but for the constant, said as written; its `mean` over
+    dim -1 against the decomposition's dim 2 of the same 3-d value is no difference."""
+    x = {"name": "x", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"}
+    graph = _graph(tmp_path, [
+        x,
+        call("ms_a", "aten.mean.dim", [{"node": "x"}, [-1], True], 13),
+        call("eps_a", "aten.add.Tensor", [{"node": "ms_a"}, 1e-05], 14),
+        call("ours", "aten.rsqrt.default", [{"node": "eps_a"}], 14),
+        call("ms_b", "aten.mean.dim", [{"node": "x"}, [2], True], 18),
+        call("eps_b", "aten.add_.Scalar", [{"node": "ms_b"}, 9.999999974752427e-07], 18),
+        call("ref", "aten.rsqrt.default", [{"node": "eps_b"}], 18),
+    ])
+    assert part_ways(graph, "ours", "ref")["hints"] == [
+        "`aten.add.Tensor` adds 1e-05 at line 14 where `aten.add_.Scalar` adds 1e-06 at line 18: one formula but "
+        "for this constant, relatively 0.9 apart"]
+
+
 def test_two_chains_one_step_apart_name_the_step(tmp_path):
     """An eps added before `sqrt` on one side and after it on the other; a `/ beta` one side
     leaves out; a bias added on one side only: each named as the one step that parts them."""

@@ -19,6 +19,7 @@ import ast
 import hashlib
 import json
 import math
+import struct
 from typing import Any
 
 from triage.arms.graph import OpGraph
@@ -242,7 +243,7 @@ def _constants(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str
                              f"relatively {abs(cx - cy) / max(abs(cx), abs(cy)):.2g} apart")
             continue
         for k in sorted(set(cx) | set(cy)):
-            if cx.get(k) != cy.get(k):
+            if cx.get(k) != cy.get(k) and not _maybe_same_dims(cx.get(k), cy.get(k)):
                 hints.append(f"`{x['target']}` takes the constant {cx.get(k)!r} at line {x.get('line')} where the "
                              f"other side has {cy.get(k)!r} (line {y.get('line')})")
     return hints[:3]
@@ -350,6 +351,17 @@ def _steps_text(graph: OpGraph, ops: list[str]) -> str:
     return " then ".join(said)
 
 
+def _maybe_same_dims(x: Any, y: Any) -> bool:
+    """Two dimension arguments that may name the same dimensions: -1 and 2 of a 3-d value
+    (the graph does not hold the rank that would tell)."""
+    def dims(v: Any) -> list[int] | None:
+        v = [v] if isinstance(v, int) and not isinstance(v, bool) else v
+        return v if isinstance(v, list) and v and all(isinstance(d, int) and not isinstance(d, bool) for d in v) else None
+
+    dx, dy = dims(x), dims(y)
+    return dx is not None and dy is not None and len(dx) == len(dy) and any((a < 0) != (b < 0) for a, b in zip(dx, dy, strict=True))
+
+
 # The DFT ops' `normalization` argument: 0 scales by nothing, 1 by 1/√n, 2 by 1/n. A forward
 # transform's `norm=` "backward" (the default), "ortho", "forward" is 0, 1, 2; an inverse's is
 # "forward", "ortho", "backward" (the default).
@@ -384,8 +396,9 @@ SCALINGS = {"scale": "multiplies by", "shift": "adds"}
 
 def _step(node: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
     """(kind, what distinguishes it, the node): a scaling or shift by one number constant, as
-    its multiplier or addend; any other op by its name and constants."""
-    name, constants = _op_name(node), _constants_of(node)
+    its multiplier or addend (in place or not: `x.add_(eps)` is `x + eps`); any other op by its
+    name and constants."""
+    name, constants = _op_name(node).rstrip("_"), _constants_of(node)
     c = constants.get("arg1")
     plain = isinstance(c, (int, float)) and not isinstance(c, bool) and set(constants) <= {"arg1", "alpha"}
     alpha = constants.get("alpha", 1)
@@ -400,9 +413,24 @@ def _applies(node: dict[str, Any], verb: str) -> str:
     """'divides by 1.4142', 'multiplies by 0.7071067811865476 (1/√2)'."""
     c = _constants_of(node).get("arg1")
     name = next((n for n, v in NAMED_CONSTANTS.items() if math.isclose(abs(float(c)), v, rel_tol=1e-12)), None)
-    said = {"mul": "multiplies by", "div": "divides by", "add": "adds", "sub": "subtracts"}.get(_op_name(node), verb)
+    said = {"mul": "multiplies by", "div": "divides by", "add": "adds", "sub": "subtracts"}.get(_op_name(node).rstrip("_"),
+                                                                                                verb)
     sign = "-" if float(c) < 0 else ""
-    return f"{said} {c!r}" + (f" ({sign}{name})" if name else "")
+    return f"{said} {_written(c)}" + (f" ({sign}{name})" if name else "")
+
+
+def _written(c: Any) -> str:
+    """A constant as the script likely wrote it: a float32 value by its shortest float32
+    literal (an eps of 1e-6 held by a float32 op is 9.999999974752427e-07), others as they are."""
+    if isinstance(c, float) and math.isfinite(c) and c and float(struct.unpack("f", struct.pack("f", c))[0]) == c:
+        short = f"{c:.9g}"
+        for digits in range(1, 10):
+            candidate = f"{c:.{digits}g}"
+            if float(struct.unpack("f", struct.pack("f", float(candidate)))[0]) == c:
+                short = candidate
+                break
+        return repr(float(short)) if len(repr(float(short))) < len(repr(c)) else repr(c)
+    return repr(c)
 
 
 def _variance_hints(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:
