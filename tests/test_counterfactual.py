@@ -36,6 +36,9 @@ X = torch.randn(5, 5) + 2  # square: a reduction over the wrong axis keeps the s
     # a constant written to five digits: 1/√2
     (lambda x: 0.5 * x * (1 + torch.erf(x * 0.70711)), F.gelu,
      {"op": "aten.mul", "kind": "constant", "argument": "other", "was": 0.70711, "to": 2 ** -0.5, "named": "1/√2"}),
+    # a Gaussian log-density's ln √(2π) written as 0.9189
+    (lambda x: -0.5 * x * x - 0.9189, lambda x: torch.distributions.Normal(0.0, 1.0).log_prob(x),
+     {"op": "aten.sub", "kind": "constant", "was": 0.9189, "named": "ln √(2π)"}),
     # an eps the other side does not add
     (lambda x: ((x[:, None] - x[None]) ** 2).sum(-1).add(1e-4).sqrt(), lambda x: torch.cdist(x, x),
      {"op": "aten.add", "kind": "without", "argument": "other", "was": 1e-4, "to": 0.0}),

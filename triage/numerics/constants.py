@@ -9,4 +9,6 @@ import math
 NAMED_CONSTANTS = {"√2": math.sqrt(2), "1/√2": 1 / math.sqrt(2), "π": math.pi, "1/π": 1 / math.pi,
                    "2/√π": 2 / math.sqrt(math.pi), "√(2/π)": math.sqrt(2 / math.pi), "√π": math.sqrt(math.pi),
                    "√(2π)": math.sqrt(2 * math.pi), "1/√(2π)": 1 / math.sqrt(2 * math.pi), "e": math.e,
-                   "ln 2": math.log(2), "1/ln 2": 1 / math.log(2), "ln 10": math.log(10), "log10(e)": math.log10(math.e)}
+                   "ln 2": math.log(2), "1/ln 2": 1 / math.log(2), "ln 10": math.log(10), "log10(e)": math.log10(math.e),
+                   "2π": 2 * math.pi, "π/2": math.pi / 2, "ln(2π)": math.log(2 * math.pi),
+                   "ln √(2π)": 0.5 * math.log(2 * math.pi)}
