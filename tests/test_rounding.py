@@ -252,6 +252,18 @@ def test_a_subtraction_of_exact_operands_is_no_cancellation_figure():
     assert [c["op"] for s in sim.spreads.values() for c in s.cancellations] == ["aten.rsub"]
 
 
+def test_an_in_place_subtraction_that_cancels_is_a_figure_too():
+    """`F.cosine_embedding_loss` computes 1 − cos in place (`ones.sub_(cos)`): of near-parallel
+    vectors it cancels every digit. An in-place op was not read as a subtraction, and its
+    operand had already been written over by its result when the centre replay looked."""
+    torch.manual_seed(0)
+    x1 = torch.randn(8, 64)
+    x2 = x1 + 1e-4 * torch.randn(8, 64)
+    _, _, sim = simulated_spread(lambda a, b: F.cosine_embedding_loss(a, b, torch.ones(8), reduction="none"), x1, x2)
+    [site] = [c for s in sim.spreads.values() for c in s.cancellations]
+    assert site["op"] == "aten.sub_" and site["digits_lost"] > 5, site
+
+
 def test_an_addition_a_logarithm_reads_is_named_where_it_absorbs_its_operand():
     """`log(1 + x)` of a small x: the addition keeps none of x's digits (exact operands or
     not), which is the figure behind the wide spread, with log1p as the rewrite; the same

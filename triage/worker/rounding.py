@@ -1267,6 +1267,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                     # A plain dict: the output dtypes are found on stand-ins given these kwargs,
                     # whose device is set on them (fx's mapped dict is immutable).
                     kwargs = dict(fx.node.map_arg(n.kwargs, lambda a: env[a]))
+                    read = args  # what an in-place op reads, before it writes to its copy
                     try:
                         if n.target is operator.getitem:
                             env[n] = args[0][args[1]]
@@ -1309,7 +1310,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         # to amplify: their difference is rounded once, to u (the exact inputs
                         # of a manual distance, `a[:, None] - b[None]`).
                         exact = all(a in constants for a in n.args[:2] if isinstance(a, fx.Node))
-                        site = cancellation_at(n, args, out, exact_operands=exact)
+                        site = cancellation_at(n, read, out, exact_operands=exact)
                         if site is not None:
                             result.cancellations[n.name] = site
                         if mode.note_overflows:
@@ -1479,7 +1480,7 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any, exact_operands: bool = Fa
     digits of its smaller operand it absorbs where a logarithm reads the result
     (`_absorption_at`). Operands no replay changes (`exact_operands`) carry no error for a
     cancellation to amplify, but their sum still rounds the smaller one away."""
-    if not isinstance(n.target, torch._ops.OpOverload) or n.target.overloadpacket.__name__ not in CANCELLING:
+    if not isinstance(n.target, torch._ops.OpOverload) or n.target.overloadpacket.__name__.rstrip("_") not in CANCELLING:
         return None
     if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
         return None
