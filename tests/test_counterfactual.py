@@ -59,6 +59,22 @@ def test_a_single_slip_is_found(ours, ref, change):
     assert {k: found[k] for k in change} == pytest.approx(change), found
 
 
+def test_dims_several_reductions_share_are_changed_in_all_of_them():
+    """A hand-written instance norm whose mean and variance both reduce over (1, 2), channels and
+    rows, where `F.instance_norm` reduces over (2, 3): one slip, written twice."""
+    torch.manual_seed(0)
+    x = 2.0 * torch.randn(2, 4, 5, 5) + torch.arange(4.0)[None, :, None, None]
+
+    def mine(t):
+        mean = t.mean(dim=(1, 2), keepdim=True)
+        var = t.var(dim=(1, 2), keepdim=True, unbiased=False)
+        return (t - mean) / torch.sqrt(var + 1e-5)
+
+    found = changed(mine, lambda t: F.instance_norm(t, eps=1e-5), x)
+    assert (found["op"], found["argument"], found["was"], found["to"]) == ("aten.mean", "dim", [1, 2], [2, 3]), found
+    assert [o["op"] for o in found["also"]] == ["aten.var"]
+
+
 def test_nothing_is_said_where_no_single_change_makes_them_one_function():
     # Two different functions, and one formula computed twice (equal in float64): no change.
     assert changed(lambda x: torch.sin(x) * 2.0, torch.cos, X) is None

@@ -159,7 +159,10 @@ OBSERVABLE = record({
                                      "argument": text(100), "around": maybe(OP),
                                      "was": either(number(), boolean(), array(integer(), 8)),
                                      "to": either(number(), boolean(), array(integer(), 8)),
-                                     "named": text(40, nullable=True)},
+                                     "named": text(40, nullable=True),
+                                     "also": described("The other ops changed alike (dims several reductions share).",
+                                                       array(record({"op": OP, "line": integer(nullable=True)},
+                                                                    required=("op",), closed=True), 8))},
                                     required=("op", "kind", "argument", "was", "to"), closed=True))},
                         closed=True, nullable=True),
     "uninitialized": described("Whether the value reads bytes a `torch.empty` left uninitialized (a float64 replay "

@@ -666,6 +666,11 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
             return (f" {where} {STEP_VERBS.get(change['op'], 'applies')} {was!r}: without that step, {then} — that "
                     "step is the difference.")
         if change["argument"] == "dim":
+            also = "".join(f" and `{o['op']}`" + (f" at line {o['line']}" if o.get("line") is not None else "")
+                           for o in change.get("also") or [])
+            if also:
+                return (f" {where}{also} reduce over dims {was!r}: over {to!r} instead, in all of them, {then} — the "
+                        "axes are the difference.")
             return f" {where} reduces over dim {was!r}: over dim {to!r} instead, {then} — the axis is the difference."
         return (f" {where} takes `{change['argument']}={was!r}`: with `{change['argument']}={to!r}`, {then} — that "
                 "argument is the difference.")

@@ -10,7 +10,8 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
 * a constant written to a few digits of a well-known one (0.70711 for 1/√2) → that constant;
 * a step by a constant (adding an eps, dividing by a beta) → without it;
 * an eps added after a square root → before it, or the other way round;
-* a reduction's `dim` → another dimension;
+* a reduction's `dim` → another dimension; dimensions that several reductions of the side
+  share (a hand-written instance norm's mean and variance over (1, 2)) → others, in all;
 * a variance's `correction` (or `unbiased`) → the other estimate.
 
 A change is reported only where the changed side then equals the other in float64 (their gap
@@ -20,6 +21,7 @@ after the float64 reference, on claims whose two float64 values differ, within B
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 from collections.abc import Iterator
@@ -69,8 +71,9 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
             if tried >= MAX_CANDIDATES or time.monotonic() > deadline:
                 return None
             tried += 1
+            places = change["places"] if "places" in change else [(node, change["position"])]
             with _moved(graph, node, change) if change["kind"] == "moved" else \
-                    _changed(node, change["position"], change["to"]) as stands_for:
+                    _changed(places, change["to"]) as stands_for:
                 target = stands_for.get(side, side)
                 try:
                     replay = replay_fp64(graph, {target}, max(0.0, deadline - time.monotonic()))
@@ -80,7 +83,8 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
             if changed is not None and changed <= min(AGREE_RTOL, GAP_FALL * gap):
                 return {"side": side, "op": _name(node), "line": node.meta.get("line"), "kind": change["kind"],
                         "argument": change["argument"], "was": change["was"], "to": change["to"],
-                        "named": change.get("named"), "around": change.get("around")}
+                        "named": change.get("named"), "around": change.get("around"),
+                        "also": [{"op": _name(n), "line": n.meta.get("line")} for n, _ in places[1:]]}
     return None
 
 
@@ -123,7 +127,27 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                     and value != IDENTITY[name]:
                 steps.append((n, {"kind": "without", "position": position, "argument": argument,
                                   "was": value, "to": IDENTITY[name]}))
-    yield from scalars + steps + moves + estimates + dims
+    yield from scalars + steps + moves + estimates + dims + _shared_dims(nodes)
+
+
+def _shared_dims(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
+    """Dimensions of several axes that more than one op of the side reduces over: each other
+    choice of as many axes, changed in all of them at once."""
+    shared: dict[tuple[int, ...], list[tuple[fx.Node, int | str]]] = {}
+    for n in nodes:
+        for position, argument, value in _arguments(n):
+            if argument == "dim" and isinstance(value, (list, tuple)) and len(value) > 1 \
+                    and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+                shared.setdefault(tuple(value), []).append((n, position))
+    found = []
+    for was, places in shared.items():
+        if len(places) < 2:
+            continue
+        for to in itertools.combinations(range(MAX_RANK), len(was)):
+            if list(to) != sorted(d % MAX_RANK for d in was):
+                found.append((places[0][0], {"kind": "argument", "argument": "dim", "was": list(was), "to": list(to),
+                                             "places": places}))
+    return found
 
 
 def _arguments(n: fx.Node) -> Iterator[tuple[int | str, str, Any]]:
@@ -205,14 +229,17 @@ def _moved(graph: fx.Graph, add: fx.Node, change: dict[str, Any]) -> Iterator[di
 
 
 @contextlib.contextmanager
-def _changed(n: fx.Node, position: int | str, value: Any) -> Iterator[dict[str, str]]:
-    """`n` with one argument changed, restored afterwards (every value stands for itself)."""
-    args, kwargs = n.args, n.kwargs
-    if isinstance(position, int):
-        n.args = args[:position] + (value,) + args[position + 1:]
-    else:
-        n.kwargs = dict(kwargs, **{position: value})
+def _changed(places: list[tuple[fx.Node, int | str]], value: Any) -> Iterator[dict[str, str]]:
+    """Each node's argument at its position (an index into its args, or a keyword) set to
+    `value`, restored afterwards (every value stands for itself)."""
+    saved = [(n, n.args, n.kwargs) for n, _ in places]
+    for n, position in places:
+        if isinstance(position, int):
+            n.args = n.args[:position] + (value,) + n.args[position + 1:]
+        else:
+            n.kwargs = dict(n.kwargs, **{position: value})
     try:
         yield {}
     finally:
-        n.args, n.kwargs = args, kwargs
+        for n, args, kwargs in saved:
+            n.args, n.kwargs = args, kwargs
