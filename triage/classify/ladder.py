@@ -630,12 +630,16 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
                         "But the float64 reference runs the same kernels as the arm, so triage cannot tell whether "
                         "the kernel is wrong in every precision or the expected value is; a maintainer should "
                         "check the expected value.", [spreads])
+    # What "something else" may be, where the one change that explains it was not found: a
+    # custom kernel only where a side runs one.
+    custom = any("is a custom op" in h for h in paths.get("hints") or [])
+    causes = "" if change else (" (a different formula, a wrong constant or gradient"
+                                + (", a custom kernel)" if custom else ")"))
     return make_verdict("likely-bug", False, policy.NONE, ["review"],
                     f"{where_text(d)}: the two sides compute different functions, not one quantity rounded twice — "
                     f"replayed in float64 they still differ by up to {gap:.3g}{shape}, far beyond both rounding "
-                    f"spreads. Rounding does not explain it: one of the two paths computes something else "
-                    f"(a different formula, a wrong constant or gradient, a custom kernel).{change}"
-                    f"{parting_text(paths, names)}",
+                    f"spreads. Rounding does not explain it: one of the two paths computes something else"
+                    f"{causes}.{change}{parting_text(paths, names)}",
                     [spreads] + [f"only in {name}: {ops_text(paths[key], paths.get(key + '_count'))}"
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
 
