@@ -46,6 +46,10 @@ X = torch.randn(5, 5) + 2  # square: a reduction over the wrong axis keeps the s
     (lambda x: (x - x.mean(0)) / (x.var(0, unbiased=False).sqrt() + 1e-5),
      lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
      {"op": "aten.add", "kind": "moved", "argument": "before", "was": 1e-5, "around": "aten.sqrt"}),
+    # ... or after the quotient by the root: (x - m) / sqrt(v) + eps
+    (lambda x: (x - x.mean(0)) / x.var(0, unbiased=False).sqrt() + 1e-5,
+     lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
+     {"op": "aten.add", "kind": "moved", "argument": "before", "was": 1e-5, "around": "aten.sqrt"}),
     (lambda x: (x.pow(2).sum(1) + 1e-3).sqrt(), lambda x: x.pow(2).sum(1).sqrt() + 1e-3,
      {"op": "aten.add", "kind": "moved", "argument": "after", "was": 1e-3, "around": "aten.sqrt"}),
     # the unbiased variance where a normalization layer takes the biased one

@@ -9,7 +9,7 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
 
 * a constant written to a few digits of a well-known one (0.70711 for 1/√2) → that constant;
 * a step by a constant (adding an eps, dividing by a beta) → without it;
-* an eps added after a square root → before it, or the other way round;
+* an eps added after a square root → before it (under the root), or the other way round;
 * a reduction's `dim` → another dimension; dimensions that several reductions of the side
   share (a hand-written instance norm's mean and variance over (1, 2)) → others, in all;
 * a variance's `correction` (or `unbiased`) → the other estimate.
@@ -102,13 +102,17 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
     """Each change to try, the likeliest slips first: named constants, steps by a constant,
     a variance's estimate, then reductions' dimensions."""
     scalars, steps, moves, estimates, dims = [], [], [], [], []
+    roots = [n for n in nodes if n.target.overloadpacket.__name__ in ROOTS]
     for n in nodes:
         name = n.target.overloadpacket.__name__.rstrip("_")
         root = _around(n)
         if root is not None:
             # `argument`: where the number goes, before the root (inside it) or after it.
             moves.append((n, {"kind": "moved", "position": 1, "argument": "before" if root is n.args[0] else "after",
-                              "was": n.args[1], "to": n.args[1], "around": _name(root)}))
+                              "was": n.args[1], "to": n.args[1], "around": _name(root), "root": root}))
+        elif _adds_number(n):  # `(x - m) / sqrt(v) + eps`: the eps a step or more after the root
+            moves += [(n, {"kind": "moved", "position": 1, "argument": "before", "was": n.args[1], "to": n.args[1],
+                           "around": _name(r), "root": r}) for r in roots if _upstream_of(r, n)]
         for position, argument, value in _arguments(n):
             if argument == "dim":
                 dims += [(n, change) for change in _dims(position, value)]
@@ -181,11 +185,29 @@ def _name(n: fx.Node) -> str:
     return f"{n.target.namespace}.{n.target.overloadpacket.__name__}"
 
 
+def _adds_number(n: fx.Node) -> bool:
+    return n.target in (torch.ops.aten.add.Tensor, torch.ops.aten.add.Scalar) and len(n.args) == 2 \
+        and isinstance(n.args[0], fx.Node) and isinstance(n.args[1], (int, float)) \
+        and not isinstance(n.args[1], bool) and not n.kwargs
+
+
+def _upstream_of(a: fx.Node, b: fx.Node) -> bool:
+    """Whether `b` computes from `a`."""
+    seen, stack = set(), list(b.all_input_nodes)
+    while stack:
+        x = stack.pop()
+        if x is a:
+            return True
+        if x not in seen:
+            seen.add(x)
+            stack.extend(x.all_input_nodes)
+    return False
+
+
 def _around(n: fx.Node) -> fx.Node | None:
     """The square root an `add` of a number comes right after (`sqrt(v) + eps`) or right before
     (`sqrt(v + eps)`, the add's one reader), or None."""
-    if n.target not in (torch.ops.aten.add.Tensor, torch.ops.aten.add.Scalar) or len(n.args) != 2 \
-            or not isinstance(n.args[0], fx.Node) or not isinstance(n.args[1], (int, float)) or n.kwargs:
+    if not _adds_number(n):
         return None
     before = n.args[0]
     if before.op == "call_function" and isinstance(before.target, torch._ops.OpOverload) \
@@ -200,12 +222,12 @@ def _around(n: fx.Node) -> fx.Node | None:
 
 @contextlib.contextmanager
 def _moved(graph: fx.Graph, add: fx.Node, change: dict[str, Any]) -> Iterator[dict[str, str]]:
-    """The graph with `add`'s number moved to the other side of its square root (`_around`),
+    """The graph with `add`'s number moved to the other side of a square root (`change["root"]`),
     restored afterwards: the add itself adds 0, a new add the number. Yields {root: the new
     add} where the root's value is now the new add's (the root being the value compared)."""
-    root = _around(add)
+    root = change["root"]
     value = add.args[1]
-    outside = root is add.args[0]  # sqrt(v) + eps: the number goes inside
+    outside = change["argument"] == "before"  # sqrt(v) + eps, or sqrt(v) ... + eps: the number goes inside
     source = root.args[0] if outside else add.args[0]
     with graph.inserting_before(root) if outside else graph.inserting_after(root):
         moved = graph.call_function(add.target, (source if outside else root, value))
@@ -215,7 +237,7 @@ def _moved(graph: fx.Graph, add: fx.Node, change: dict[str, Any]) -> Iterator[di
     try:
         if outside:
             root.args = (moved,) + root.args[1:]
-            add.args = (root, 0)
+            add.args = (add.args[0], 0)
         else:
             add.args = (source, 0)
             for u in readers:
