@@ -52,6 +52,9 @@ X = torch.randn(5, 5) + 2  # square: a reduction over the wrong axis keeps the s
      {"op": "aten.add", "kind": "moved", "argument": "before", "was": 1e-5, "around": "aten.sqrt"}),
     (lambda x: (x.pow(2).sum(1) + 1e-3).sqrt(), lambda x: x.pow(2).sum(1).sqrt() + 1e-3,
      {"op": "aten.add", "kind": "moved", "argument": "after", "was": 1e-3, "around": "aten.sqrt"}),
+    # the unbiased deviation by default (`x.std()` passes no correction) where the layer is biased
+    (lambda x: (x - x.mean(0)) / x.std(0), lambda x: F.batch_norm(x, None, None, training=True, eps=1e-30),
+     {"op": "aten.std", "kind": "argument", "argument": "correction", "was": 1, "to": 0}),
     # the unbiased variance where a normalization layer takes the biased one
     (lambda x: (x - x.mean(0)) / (x.var(0) + 1e-5).sqrt(),
      lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
