@@ -320,7 +320,10 @@ def _note_one_changes(graph: Any, records: list[dict[str, Any]], values: dict[st
     for pair in operands.values():
         if len(pair) != 2 or pair[0]["node"] == pair[1]["node"] or time.monotonic() > deadline:
             continue
-        found = one_change(graph, pair[0]["node"], pair[1]["node"], values, deadline)
+        try:
+            found = one_change(graph, pair[0]["node"], pair[1]["node"], values, deadline)
+        except Exception:  # noqa: BLE001 - a search that fails costs its note, never the arm
+            found = None
         if found is not None:
             changed = pair[0] if found.pop("side") == pair[0]["node"] else pair[1]
             changed["reference"]["one_change"] = found
