@@ -82,6 +82,21 @@ def test_dims_several_reductions_share_are_changed_in_all_of_them():
     assert [o["op"] for o in found["also"]] == ["aten.var"]
 
 
+def test_a_side_through_a_kernel_with_no_float64_version_is_not_searched():
+    """A side that reaches a kernel the reference runs at its recorded precision (oneDNN's RNN
+    layer): a change that moves a shape upstream reaches that kernel unchecked (it corrupted the
+    heap of a bidirectional LSTM's worker), so that side is left alone."""
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        a, b = X.abs().pow(3).sum(0).pow(1 / 3), torch.linalg.vector_norm(X, 3, dim=-1)
+    recording = recorder.finish()
+    na, nb = recorder.lookup(a).name, recorder.lookup(b).name
+    values = replay_fp64(recording.graph, {na, nb}, 60).values
+    assert one_change(recording.graph, na, nb, values, time.monotonic() + 10) is not None
+    native = frozenset(n.name for n in recording.graph.nodes if n.op == "call_function" and "pow" in str(n.target))
+    assert one_change(recording.graph, na, nb, values, time.monotonic() + 10, native) is None
+
+
 def test_nothing_is_said_where_no_single_change_makes_them_one_function():
     # Two different functions, and one formula computed twice (equal in float64): no change.
     assert changed(lambda x: torch.sin(x) * 2.0, torch.cos, X) is None

@@ -219,7 +219,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
             values[f"{REFERENCE}{record['index']}"] = wide
 
     if replay is not None:
-        _note_one_changes(recording.graph, store.records, replay.values)
+        _note_one_changes(recording.graph, store.records, replay.values, frozenset(replay.approximate))
     if replay is not None and job.get("rounding"):
         emit({"phase": "rounding-start"})
         result["rounding"] = _simulated(recording.graph, store.records, replay.values, values, job, arm["device"],
@@ -306,7 +306,8 @@ def _mark_uninitialized_reads(recording: Any, records: list[dict[str, Any]], bud
             r["uninitialized"] = bool((dirty.isnan() & ~clean.isnan()).any())
 
 
-def _note_one_changes(graph: Any, records: list[dict[str, Any]], values: dict[str, Any]) -> None:
+def _note_one_changes(graph: Any, records: list[dict[str, Any]], values: dict[str, Any],
+                      native: frozenset[str]) -> None:
     """For each claim whose two float64 values differ (two functions, not rounding), the one
     change to one side's ops that makes them agree (triage/worker/counterfactual.py), noted
     in that side's reference."""
@@ -321,7 +322,7 @@ def _note_one_changes(graph: Any, records: list[dict[str, Any]], values: dict[st
         if len(pair) != 2 or pair[0]["node"] == pair[1]["node"] or time.monotonic() > deadline:
             continue
         try:
-            found = one_change(graph, pair[0]["node"], pair[1]["node"], values, deadline)
+            found = one_change(graph, pair[0]["node"], pair[1]["node"], values, deadline, native)
         except Exception:  # noqa: BLE001 - a search that fails costs its note, never the arm
             found = None
         if found is not None:
