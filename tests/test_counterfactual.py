@@ -100,6 +100,23 @@ def test_a_side_through_a_kernel_with_no_float64_version_is_not_searched():
     assert one_change(recording.graph, na, nb, values, time.monotonic() + 10, native) is None
 
 
+def test_sides_drawn_from_different_random_numbers_are_not_searched(monkeypatch):
+    """Two sides computed from their own draws differ by the draws: no change to a formula
+    makes them one, and the search (up to its budget of replays) is not run."""
+    import triage.worker.counterfactual as counterfactual
+
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        a, b = torch.randn(5) * 0.70711, torch.randn(5) * 2 ** -0.5
+    recording = recorder.finish()
+    na, nb = recorder.lookup(a).name, recorder.lookup(b).name
+    values = replay_fp64(recording.graph, {na, nb}, 60).values
+    replays = []
+    monkeypatch.setattr(counterfactual, "replay_fp64", lambda *args: replays.append(args))
+    assert one_change(recording.graph, na, nb, values, time.monotonic() + 10) is None
+    assert replays == []
+
+
 def test_nothing_is_said_where_no_single_change_makes_them_one_function():
     # Two different functions, and one formula computed twice (equal in float64): no change.
     assert changed(lambda x: torch.sin(x) * 2.0, torch.cos, X) is None

@@ -43,7 +43,7 @@ GAP_FALL = 1e-3
 APART_RTOL = 1e-10
 # A written constant within this relative distance of a named one is read as that one, short.
 NEAR_NAMED = 1e-3
-BUDGET_S = 1.0
+BUDGET_S = 0.5
 MAX_CANDIDATES = 48
 # Reductions' `dim` candidates: the dimensions of a value of at most this rank.
 MAX_RANK = 4
@@ -66,6 +66,8 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
     if a not in by_name or b not in by_name or gap is None or gap <= APART_RTOL:
         return None
     cones = {side: set(cone(graph, [by_name[side]])) for side in (a, b)}
+    if any(_random_leaf(n) for n in cones[a] ^ cones[b]):
+        return None  # random numbers drawn for one side only: the draws differ, not a formula
     tried = 0
     for side, other in ((a, b), (b, a)):
         if any(n.name in native or _unchecked(n) for n in cones[side]):
@@ -91,6 +93,11 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
                         "named": change.get("named"), "around": change.get("around"),
                         "also": [{"op": _name(n), "line": n.meta.get("line")} for n, _ in places[1:]]}
     return None
+
+
+def _random_leaf(n: fx.Node) -> bool:
+    leaf = n.meta.get("leaf") if n.op == "placeholder" else None
+    return leaf is not None and leaf.kind == "random"
 
 
 # Kernels of a backend library that trust their inputs' shapes more than ATen's own do.
