@@ -19,11 +19,11 @@ import ast
 import hashlib
 import json
 import math
-import struct
 from typing import Any
 
 from triage.arms.graph import OpGraph
 from triage.numerics.constants import NAMED_CONSTANTS
+from triage.numerics.literals import literal, to_dtype
 
 MAX_LISTED = 6
 # Normalization kernels that divide the variance by n (biased), where `x.var()`/`x.std()`
@@ -392,6 +392,8 @@ def _round_trip(graph: OpGraph, ops: list[str]) -> dict[str, Any] | None:
 
 # A scaling or a shift by a constant, whichever op spells it: its multiplier or addend.
 SCALINGS = {"scale": "multiplies by", "shift": "adds"}
+# What a step by a constant does, by the op that spells it.
+STEP_VERBS = {"mul": "multiplies by", "div": "divides by", "add": "adds", "sub": "subtracts"}
 
 
 def _step(node: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
@@ -413,8 +415,7 @@ def _applies(node: dict[str, Any], verb: str) -> str:
     """'divides by 1.4142', 'multiplies by 0.7071067811865476 (1/√2)'."""
     c = _constants_of(node).get("arg1")
     name = next((n for n, v in NAMED_CONSTANTS.items() if math.isclose(abs(float(c)), v, rel_tol=1e-12)), None)
-    said = {"mul": "multiplies by", "div": "divides by", "add": "adds", "sub": "subtracts"}.get(_op_name(node).rstrip("_"),
-                                                                                                verb)
+    said = STEP_VERBS.get(_op_name(node).rstrip("_"), verb)
     sign = "-" if float(c) < 0 else ""
     return f"{said} {_written(c)}" + (f" ({sign}{name})" if name else "")
 
@@ -422,14 +423,10 @@ def _applies(node: dict[str, Any], verb: str) -> str:
 def _written(c: Any) -> str:
     """A constant as the script likely wrote it: a float32 value by its shortest float32
     literal (an eps of 1e-6 held by a float32 op is 9.999999974752427e-07), others as they are."""
-    if isinstance(c, float) and math.isfinite(c) and c and float(struct.unpack("f", struct.pack("f", c))[0]) == c:
-        short = f"{c:.9g}"
-        for digits in range(1, 10):
-            candidate = f"{c:.{digits}g}"
-            if float(struct.unpack("f", struct.pack("f", float(candidate)))[0]) == c:
-                short = candidate
-                break
-        return repr(float(short)) if len(repr(float(short))) < len(repr(c)) else repr(c)
+    if isinstance(c, float) and c and math.isfinite(c) and to_dtype(c, "float32") == c:
+        short = repr(float(literal(c, "float32")))
+        if len(short) < len(repr(c)):
+            return short
     return repr(c)
 
 

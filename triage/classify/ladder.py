@@ -82,6 +82,7 @@ from triage.model import (
     compared_runs,
 )
 from triage.numerics.errors import ulp
+from triage.paths import STEP_VERBS
 from triage.reported import reported_judgement, reported_lines
 
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
@@ -644,9 +645,6 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
 
 
-STEP_VERBS = {"aten.mul": "multiplies by", "aten.div": "divides by", "aten.add": "adds", "aten.sub": "subtracts"}
-
-
 def _one_change_text(c: Comparison, d: Divergence) -> str:
     """The one change to a side's ops the worker found that makes the two sides one function
     in float64 (triage/worker/counterfactual.py), said as the mistake it points at."""
@@ -663,12 +661,12 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
             return (f" {where} takes {was!r}, {change['named']} to {digits:.0f} digits: with {change['named']} "
                     f"({to!r}) there, {then} — the constant is the difference.")
         if change["kind"] == "moved":
-            now, then_at = ("after", "before") if change["argument"] == "before" else ("before", "after")
-            return (f" {where} adds {was!r} {now} `{change.get('around')}`: added {then_at} it instead, {then} — where "
+            now, instead = ("after", "before") if change["argument"] == "before" else ("before", "after")
+            return (f" {where} adds {was!r} {now} `{change.get('around')}`: added {instead} it instead, {then} — where "
                     f"the {was!r} goes is the difference.")
         if change["kind"] == "without":
-            return (f" {where} {STEP_VERBS.get(change['op'], 'applies')} {was!r}: without that step, {then} — that "
-                    "step is the difference.")
+            return (f" {where} {STEP_VERBS.get(change['op'].split('.')[-1], 'applies')} {was!r}: without that step, "
+                    f"{then} — that step is the difference.")
         if change["argument"] == "dim":
             also = "".join(f" and `{o['op']}`" + (f" at line {o['line']}" if o.get("line") is not None else "")
                            for o in change.get("also") or [])
@@ -785,8 +783,7 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
         elif over:
             why = (f" The float64 value ({over[0].reference_summary}) lies beyond the largest finite {over[0].dtype}, "
                    f"so `inf` is the correctly rounded {over[0].dtype} answer: range overflow.")
-        elif _first_overflow(c, d):
-            left = _first_overflow(c, d)
+        elif (left := _first_overflow(c, d)) is not None:
             result = "±inf" if left["kind"] == "overflow" else "nan"
             why = (f" `{left['op']}`{'' if left.get('line') is None else ' at line ' + str(left['line'])} is where the "
                    f"values leave {left['dtype']}'s range: its result is {result} from finite inputs (the largest "

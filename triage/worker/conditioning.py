@@ -6,6 +6,7 @@ says results on such inputs may differ between devices; this module supplies the
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -59,12 +60,17 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
     worst = int(torch.argmax(torch.nan_to_num(cond, posinf=float("1e308"))))
     c = float(cond[worst])
     rank = int(ranks.min())
+    eig = None
     if op == "linalg_eig" and m == n:
-        note = _eigenvalue_sensitivity(wide, a.dtype, s, list(a.shape))
+        try:
+            eig = torch.linalg.eig(wide)
+        except RuntimeError:  # LAPACK did not converge: no figure from it
+            eig = None
+        note = _eigenvalue_sensitivity(eig, a.dtype, s, list(a.shape))
         if note is not None:
             return note
-    if op in VECTOR_OPS and m == n:
-        note = _vector_sensitivity(op, wide, a.dtype, s, list(a.shape))
+    if op in VECTOR_OPS and m == n and (op != "linalg_eig" or eig is not None):
+        note = _vector_sensitivity(op, wide, a.dtype, s, list(a.shape), eig[0] if eig is not None else None)
         if note is not None:
             return note
     exact = exact_singular(a) if op in DET_OPS else None
@@ -88,17 +94,19 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
     }
 
 
-def _eigenvalue_sensitivity(wide: torch.Tensor, dtype: torch.dtype, s: torch.Tensor,
+def _eigenvalue_sensitivity(eig: tuple[torch.Tensor, torch.Tensor] | None, dtype: torch.dtype, s: torch.Tensor,
                             shape: list[int]) -> dict[str, Any] | None:
     """A general matrix's eigenvalues are as sensitive as its eigenvectors are far from
     orthogonal: eigenvalue i moves by about u·‖A‖₂·κᵢ, κᵢ = ‖xᵢ‖‖yᵢ‖/|yᵢᴴxᵢ| (x right, y left
     eigenvectors; 1 for a normal matrix), and a defective (Jordan) block of size k by
     (u·‖A‖₂)^(1/k), which first-order κ only bounds from below (Golub & Van Loan §7.2.2)."""
-    try:
-        _, vectors = torch.linalg.eig(wide)
-        left = torch.linalg.inv(vectors)
-        kappa = (torch.linalg.vector_norm(vectors, dim=-2) * torch.linalg.vector_norm(left, dim=-1)).amax(dim=-1)
-    except RuntimeError:  # an eigenvector matrix singular in float64: as defective as it gets
+    kappa = None
+    if eig is not None:
+        vectors = eig[1]
+        with contextlib.suppress(RuntimeError):  # an eigenvector matrix singular in float64
+            left = torch.linalg.inv(vectors)
+            kappa = (torch.linalg.vector_norm(vectors, dim=-2) * torch.linalg.vector_norm(left, dim=-1)).amax(dim=-1)
+    if kappa is None:  # no eigenvectors, or dependent ones: as defective as it gets
         kappa = torch.full(s[:, 0].shape, math.inf, dtype=torch.float64)
     u = torch.finfo(dtype).eps / 2
     moved = u * kappa  # relative to ‖A‖₂
@@ -117,14 +125,14 @@ def _eigenvalue_sensitivity(wide: torch.Tensor, dtype: torch.dtype, s: torch.Ten
 
 
 def _vector_sensitivity(op: str, wide: torch.Tensor, dtype: torch.dtype, s: torch.Tensor,
-                        shape: list[int]) -> dict[str, Any] | None:
+                        shape: list[int], eigenvalues: torch.Tensor | None = None) -> dict[str, Any] | None:
     """The smallest gap between two of the matrix's eigenvalues (singular values), worst
     over a batch, and the vectors' error it allows, u·‖A‖₂/gap."""
     what = VECTOR_OPS[op]
     if op == "linalg_eig":
         # A real matrix's eigenvalues may be complex: the gap is the distance in the plane (a
         # conjugate pair shares its real part, and is apart by twice its imaginary one).
-        values = torch.linalg.eigvals(wide)
+        values = eigenvalues
         if values.shape[-1] < 2:
             return None
         apart = (values[:, :, None] - values[:, None, :]).abs()

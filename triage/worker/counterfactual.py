@@ -15,8 +15,9 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
 * a variance's `correction` (or `unbiased`) → the other estimate.
 
 A change is reported only where the changed side then equals the other in float64 (their gap
-falls to float64's noise, AGREE_RTOL): a fact of the recorded computation, not a guess. The search runs in the worker,
-after the float64 reference, on claims whose two float64 values differ, within BUDGET_S.
+falls to float64's noise, AGREE_RTOL): a fact of the recorded computation, not a guess. The
+search runs in the worker, after the float64 reference, on claims whose two float64 values
+differ, within BUDGET_S.
 """
 from __future__ import annotations
 
@@ -65,14 +66,15 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
     gap = _gap(values.get(a), values.get(b))
     if a not in by_name or b not in by_name or gap is None or gap <= APART_RTOL:
         return None
-    cones = {side: set(cone(graph, [by_name[side]])) for side in (a, b)}
+    orders = {side: cone(graph, [by_name[side]]) for side in (a, b)}
+    cones = {side: set(order) for side, order in orders.items()}
     if any(_random_leaf(n) for n in cones[a] ^ cones[b]):
         return None  # random numbers drawn for one side only: the draws differ, not a formula
     tried = 0
     for side, other in ((a, b), (b, a)):
         if any(n.name in native or _unchecked(n) for n in cones[side]):
             continue
-        own = [n for n in cone(graph, [by_name[side]]) if n not in cones[other] and n.op == "call_function"
+        own = [n for n in orders[side] if n not in cones[other] and n.op == "call_function"
                and isinstance(n.target, torch._ops.OpOverload)]
         for node, change in _candidates(own):
             if tried >= MAX_CANDIDATES or time.monotonic() > deadline:
@@ -121,7 +123,8 @@ def _gap(x: Any, y: Any) -> float | None:
 
 def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]]:
     """Each change to try, the likeliest slips first: named constants, steps by a constant,
-    a variance's estimate, then reductions' dimensions."""
+    an eps moved across a square root, a variance's estimate, a reduction's dimension, then
+    the dimensions several reductions share."""
     scalars, steps, moves, estimates, dims = [], [], [], [], []
     roots = [n for n in nodes if n.target.overloadpacket.__name__ in ROOTS]
     for n in nodes:

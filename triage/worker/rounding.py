@@ -3026,8 +3026,9 @@ def _cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | Non
     """ATen's CPU `_cdist_forward` op by op (Distance.cpp): for p = 2 with a matmul where it
     chooses one (`_euclidean_dist`: ‖x‖² + ‖y‖² − 2x·y in one product of padded operands,
     clamped at 0 — which cancels for near points), else the distance's own reduction of
-    |x − y| over the features, which the kernel accumulates in vector lanes. Its error grows
-    with the feature count and cancels where the matmul does, which no per-op bound holds."""
+    |x − y| over the features, which the kernel adds one term after another in a scalar loop
+    (`SEQUENTIAL_KERNELS`). Its error grows with the feature count and cancels where the matmul
+    does, which no per-op bound holds."""
     mode = compute_mode or 0
     if p == 2 and (mode == 1 or mode == 0 and (x1.shape[-2] > 25 or x2.shape[-2] > 25)):
         x1_norm = x1.pow(2).sum(-1, keepdim=True)
@@ -3115,7 +3116,8 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
     if name in CONTRACTIONS:
         # Complex factors: each part of a term's product is two real products, (ac − bd), so a
         # part adds 2n terms, none larger than the moduli's product, |x||y|.
-        squares = _same_contraction(name, func, args, kwargs, lambda x: x.abs().square())
+        squares = _same_contraction(name, func, args, kwargs,
+                                    (lambda x: x.abs().square()) if out.is_complex() else (lambda x: x * x))
         absolute = _same_contraction(name, func, args, kwargs, torch.abs)
         n = _contraction_length(name, args) * (2 if out.is_complex() else 1)
         s = out.abs() if out.is_complex() else out
@@ -3125,12 +3127,13 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         n = max(1, math.prod(x.shape[d] for d in dims) if x.dim() else 1)
         if name == "cumsum":  # of complex terms: each part's walk, bounded by the moduli's
             dim = dims[0]
-            squares = torch.cumsum(x.abs().square(), dim)
+            squares = torch.cumsum(x.abs().square() if x.is_complex() else x * x, dim)
             absolute = torch.cumsum(x.abs(), dim)
             shape = [1] * x.dim()
             shape[dim] = x.shape[dim]
             count = torch.arange(1, x.shape[dim] + 1, dtype=torch.float64).reshape(shape)
-            walk = (count / 3).sqrt() * (torch.cumsum(x, dim).abs().square() / 3 + squares / 2).sqrt()
+            total = torch.cumsum(x, dim)
+            walk = (count / 3).sqrt() * ((total.abs() if total.is_complex() else total).square() / 3 + squares / 2).sqrt()
             added = count > 1
             return walk * added, torch.ceil(torch.log2(count.clamp(min=2))) * absolute * added
         if n == 1:
