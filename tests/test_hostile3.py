@@ -381,6 +381,23 @@ def test_a_link_is_never_given_to_the_mount(tmp_path):
     assert host_directory(str(tmp_path / "link" / "sub")) == str(real / "sub")
 
 
+def test_two_runs_of_one_script_may_make_its_compile_cache_at_once(tmp_path, monkeypatch):
+    """Two triage runs of the same script (two CI workers, two sweeps) make the same folders:
+    each time another run makes the folder between our look and our mkdir."""
+    real_mkdir = os.mkdir
+
+    def another_run_first(path, mode=0o777):
+        real_mkdir(path, mode)
+        real_mkdir(path, mode)
+
+    monkeypatch.setattr(caches.os, "mkdir", another_run_first)
+    compiled = caches.compile_cache("print(5)\n", str(tmp_path / "cache"))
+    (default,) = caches.inductor_default_dir({"USER": "someone"}, compiled).values()
+    monkeypatch.undo()
+    assert os.path.isdir(compiled) and os.path.isdir(default)
+    assert compiled == caches.compile_cache("print(5)\n", str(tmp_path / "cache"))
+
+
 def test_a_compile_cache_past_its_bound_does_not_outlive_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(caches, "COMPILE_CACHE_SCRIPT_BYTES", 1 << 20)
     compiled = caches.compile_cache("print(3)\n", str(tmp_path / "cache"))

@@ -136,17 +136,21 @@ def inductor_default_dir(env: dict[str, str], compiled: str) -> dict[str, str]:
 def own_directory(path: str) -> str:
     """`path` as a directory triage made: whatever else is there (a link, a file, a socket a
     script left) is removed first.  Only for paths whose parent no arm can write, so that
-    nothing can replace it between this check and the mount."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        os.unlink(path)
-        st = None
-    if st is None:
-        os.mkdir(path, 0o700)
-    return path
+    nothing can replace it between this check and the mount.  Two triage runs of one script
+    may make it at once: the one that loses the race finds the other's directory and uses it."""
+    for _ in range(3):
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            pass
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                return path
+            os.unlink(path)
+        except FileNotFoundError:
+            pass  # removed meanwhile (another run pruned it): make it again
+    raise OSError(f"could not make the directory {path}: something else keeps taking its place")
 
 
 def trim_compile_cache(compiled: str) -> None:
