@@ -69,6 +69,14 @@ def test_usage_errors_exit_2(triage):
     assert code == 2 and "unknown knob 'bogus'" in out and report is None
 
 
+def test_an_unusable_cache_folder_is_a_usage_error_not_a_traceback(triage, tmp_path):
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    code, report, _, out = triage(FIXTURES / "matmul_chain.py", "cpu", env={"TRIAGE_CACHE_DIR": str(taken / "triage")})
+    assert code == 2 and report is None, out
+    assert f"the cache folder {taken / 'triage'} cannot be used" in out and "Traceback" not in out
+
+
 BAD = FIXTURES / "bad"
 
 

@@ -742,6 +742,7 @@ def _load_issue(ref: str | None, event_path: str | None, github: Any) -> Any:
 def _settings(run: dict[str, Any], script_args: tuple[str, ...] = ()) -> Settings:
     """The run options (`_run_options`' flags) as the run's `Settings`: the one place a flag
     becomes a setting, for `run`, `issue` and `sweep` alike."""
+    _check_cache_root()
     return Settings(
         run=RunSettings(timeout_s=run["timeout"], memory_bytes=_memory(run["memory"]), seed=run["seed"],
                         reference=not run["no_reference"], jobs=run["jobs"],
@@ -751,6 +752,21 @@ def _settings(run: dict[str, Any], script_args: tuple[str, ...] = ()) -> Setting
                                   exhaustive=run["all_ablations"]),
         minimize=MinimizeSettings(enabled=run["minimize"], budget_s=run["minimize_budget"],
                                   reduce_data=run["reduce_data"]))
+
+
+def _check_cache_root() -> None:
+    """The caches' folder (TRIAGE_CACHE_DIR, else $XDG_CACHE_HOME/triage) must be one triage can
+    make: said before any arm runs, not as a traceback once the arms are chosen."""
+    from triage.sandbox.caches import cache_root
+
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise click.UsageError(f"the cache folder {root} cannot be used ({e.strerror}); set TRIAGE_CACHE_DIR "
+                               "to a folder triage may write") from None
 
 
 def _prepare(run: dict[str, Any], source: str | None,
