@@ -625,6 +625,22 @@ def test_the_first_op_to_leave_its_range_is_noted_where_a_value_is_not_finite():
     assert [s.overflow for s in spread.spreads.values()] == [None]
 
 
+def test_an_in_place_op_that_leaves_the_range_is_noted_by_its_inputs_before_the_write():
+    """`c.pow_(3)` writes its overflow into its own input: the inputs it read were finite."""
+    torch.manual_seed(2)
+    x = (torch.randn(4096) * 20 + 3).half()
+
+    def skewness(t):
+        c = t - t.mean()
+        return c.clone().pow_(3).mean() / (c ** 2).mean() ** 1.5
+
+    graph, wanted, dtypes, out = recorded(skewness, x)
+    assert out.isnan()
+    spread = simulate_rounding(graph, wanted, SimulationOptions(samples=9), dtypes, {n: out for n in wanted})
+    (noted,) = [s.overflow for s in spread.spreads.values()]
+    assert (noted["op"], noted["dtype"], noted["kind"]) == ("aten.pow_", "float16", "overflow")
+
+
 def test_a_scan_errs_relative_to_each_of_its_outputs():
     """A float16 cumprod of 40 factors in [1.5, 2) grows from 1.7 past 65504: its kernel error
     taken relative to the output's overall scale put ±2e4 on its first elements, every sample

@@ -1314,7 +1314,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         if site is not None:
                             result.cancellations[n.name] = site
                         if mode.note_overflows:
-                            left = _leaves_range(n, args, out)
+                            left = _leaves_range(n, read, out)  # an in-place op's inputs before its write
                             if left is not None:
                                 result.overflows[n.name] = left
                         if _unchanging(n, plan.inputs[n], constants, mode) or _representable(
