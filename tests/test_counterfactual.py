@@ -121,3 +121,52 @@ def test_nothing_is_said_where_no_single_change_makes_them_one_function():
     # Two different functions, and one formula computed twice (equal in float64): no change.
     assert changed(lambda x: torch.sin(x) * 2.0, torch.cos, X) is None
     assert changed(lambda x: (x * 3.0).sum(1), lambda x: x.sum(1) * 3.0, X) is None
+
+
+W = torch.randn(5, 5)
+B = torch.randn(5)
+
+
+def _binned_mean(x, bins, off_by_one):
+    """A hand-written adaptive average pool over the last axis: bin i spans
+    [floor(i·L/bins), ceil((i+1)·L/bins)); `off_by_one` ends each bin one late (the last one's
+    end past the axis, where slicing stops anyway)."""
+    length = x.shape[-1]
+    out = []
+    for i in range(bins):
+        start = (i * length) // bins
+        end = -((-(i + 1) * length) // bins) + off_by_one
+        out.append(x[..., start:end].mean(-1))
+    return torch.stack(out, -1)
+
+
+@pytest.mark.parametrize("ours, ref, change", [
+    # a sign inside a formula: x·y added where the formula subtracts it
+    (lambda x: x * x + x * 2.0, lambda x: x * x - x * 2.0,
+     {"op": "aten.add", "kind": "sign", "was": "add", "to": "sub", "operand": {"op": "aten.mul", "line": None}}),
+    # a term the other side does not have
+    (lambda x: x.exp() + x.sin(), lambda x: x.exp(),
+     {"op": "aten.add", "kind": "dropped", "argument": "other", "operand": {"op": "aten.sin", "line": None}}),
+    # `x @ W` where `F.linear` computes `x @ W.T`
+    (lambda x: x @ W + B, lambda x: F.linear(x, W, B),
+     {"op": "aten.mm", "kind": "transposed", "argument": "mat2", "was": False, "to": True}),
+    # a causal mask one diagonal off
+    (lambda x: x.tril(-1).sum(1), lambda x: x.tril().sum(1),
+     {"op": "aten.tril", "kind": "argument", "argument": "diagonal", "was": -1, "to": 0}),
+    # a flag left at its default: scatter_reduce's include_self
+    (lambda x: torch.zeros(5).scatter_reduce(0, torch.tensor([0, 1, 1, 2, 4]), x[0], "amax"),
+     lambda x: torch.zeros(5).scatter_reduce(0, torch.tensor([0, 1, 1, 2, 4]), x[0], "amax", include_self=False),
+     {"kind": "argument", "argument": "include_self", "was": True, "to": False}),
+])
+def test_a_slip_in_the_formula_is_found(ours, ref, change):
+    found = changed(ours, ref, X - 2.5)
+    assert found is not None
+    assert {k: found[k] for k in change} == change, found
+
+
+def test_bounds_one_off_in_every_slice_are_found_together():
+    x = torch.randn(3, 56)
+    found = changed(lambda t: _binned_mean(t, 7, True), lambda t: F.adaptive_avg_pool1d(t, 7), x)
+    assert found is not None
+    assert (found["op"], found["kind"], found["argument"], found["to"] - found["was"]) == ("aten.slice", "shifted", "end", -1)
+    assert found["places"] == 7 and len(found["also"]) == 6, found

@@ -674,3 +674,33 @@ def test_a_side_nonfinite_in_every_rounding_is_no_evidence_of_another_function()
 def test_one_value_against_one_names_a_whole_factor_only(a, b, said):
     from triage.classify.wording import difference_shape
     assert difference_shape(np.array([a * 1.0]), np.array([b * 1.0]), ("`mine`", "`ref`")) == said
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"op": "aten.add", "line": 7, "kind": "sign", "argument": "other", "was": "add", "to": "sub",
+      "operand": {"op": "aten.mul", "line": 7}},
+     "`aten.add` at line 7 adds its second operand (from `aten.mul` at line 7): subtracting it instead, `a` equals "
+     "`b` in float64 — the sign is the difference."),
+    ({"op": "aten.add", "line": 3, "kind": "dropped", "argument": "other", "was": "add", "to": "without",
+      "operand": {"op": "aten.sin", "line": 3}},
+     "`aten.add` at line 3 adds a term, its second operand (from `aten.sin` at line 3): without that term, `a` "
+     "equals `b` in float64 — that term is the difference"),
+    ({"op": "aten.mm", "line": 9, "kind": "transposed", "argument": "mat2", "was": False, "to": True,
+      "operand": None},
+     "`aten.mm` at line 9 multiplies by its second operand as it is: transposed, `a` equals `b` in float64"),
+    ({"op": "aten.slice", "line": 9, "kind": "shifted", "argument": "end", "was": 9, "to": 8, "places": 7,
+      "also": [{"op": "aten.slice", "line": 9}] * 6},
+     "`aten.slice` at line 9 and the other 6 slices along the same dimension: with each `end` one less, `a` "
+     "equals `b` in float64 — an index off by one, in every slice, is the difference."),
+    ({"op": "aten.tril", "line": 4, "kind": "argument", "argument": "diagonal", "was": -1, "to": 0},
+     "`aten.tril` at line 4 takes `diagonal=-1`: with `diagonal=0`, `a` equals `b` in float64"),
+])
+def test_the_one_change_is_said_as_the_mistake_it_points_at(change, said):
+    from types import SimpleNamespace
+
+    from triage.classify.ladder import _one_change_text
+
+    a, b = SimpleNamespace(label="`a`"), SimpleNamespace(label="`b`")
+    found = {id(a): (None, SimpleNamespace(reference={"one_change": change})), id(b): None}
+    comparison = SimpleNamespace(find=lambda side: found[id(side)])
+    assert said in _one_change_text(comparison, SimpleNamespace(a=a, b=b))

@@ -155,14 +155,21 @@ OBSERVABLE = record({
                              "A claim's operand whose float64 value differs from the other's: the one change to its "
                              "ops that makes the two equal in float64 (triage/worker/counterfactual.py).",
                              record({"op": OP, "line": integer(nullable=True),
-                                     "kind": one_of("constant", "without", "moved", "argument"),
+                                     "kind": one_of("constant", "without", "moved", "argument", "sign", "dropped",
+                                                    "transposed", "shifted"),
                                      "argument": text(100), "around": maybe(OP),
-                                     "was": either(number(), boolean(), array(integer(), 8)),
-                                     "to": either(number(), boolean(), array(integer(), 8)),
+                                     "was": either(number(), boolean(), array(integer(), 8), text(20)),
+                                     "to": either(number(), boolean(), array(integer(), 8), text(20)),
                                      "named": text(40, nullable=True),
-                                     "also": described("The other ops changed alike (dims several reductions share).",
+                                     "operand": described("The op that made the operand changed (dropped, "
+                                                          "transposed); null for an input.",
+                                                          record({"op": OP, "line": integer(nullable=True)},
+                                                                 required=("op",), closed=True, nullable=True)),
+                                     "also": described("The other ops changed alike (dims several reductions "
+                                                       "share, the slices of one dimension), the first 8.",
                                                        array(record({"op": OP, "line": integer(nullable=True)},
-                                                                    required=("op",), closed=True), 8))},
+                                                                    required=("op",), closed=True), 8)),
+                                     "places": described("How many ops the change touches.", integer(nullable=True))},
                                     required=("op", "kind", "argument", "was", "to"), closed=True))},
                         closed=True, nullable=True),
     "uninitialized": described("Whether the value reads bytes a `torch.empty` left uninitialized (a float64 replay "

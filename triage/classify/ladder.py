@@ -667,6 +667,29 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
         if change["kind"] == "without":
             return (f" {where} {STEP_VERBS.get(change['op'].split('.')[-1], 'applies')} {was!r}: without that step, "
                     f"{then} — that step is the difference.")
+        operand = _made_by(change.get("operand"))
+        if change["kind"] == "sign":
+            verb, other_verb = ("adds", "subtracting") if was == "add" else ("subtracts", "adding")
+            return (f" {where} {verb} its second operand{operand}: {other_verb} it instead, {then} — the sign is the "
+                    "difference.")
+        if change["kind"] == "dropped":
+            term = "its second operand" if change["argument"] == "other" else "its first operand"
+            verb = "adds" if was == "add" else "subtracts"
+            return (f" {where} {verb} a term, {term}{operand}: without that term, {then} — that term is the "
+                    "difference (it should not be there, or the other side lacks it).")
+        if change["kind"] == "transposed":
+            nth = "first" if change["argument"] in ("self", "input", "mat1", "batch1") else "second"
+            return (f" {where} multiplies by its {nth} operand{operand} as it is: transposed, {then} — the "
+                    "operand's orientation is the difference (a weight `W` where `W.T` is meant, or the reverse).")
+        if change["kind"] == "shifted":
+            count = change.get("places") or 1
+            step = to - was
+            if count > 1:
+                return (f" {where} and the other {count - 1} slices along the same dimension: with each "
+                        f"`{change['argument']}` {'one less' if step < 0 else 'one more'}, {then} — an index off by "
+                        "one, in every slice, is the difference.")
+            return (f" {where} takes `{change['argument']}={was!r}`: with {to!r}, {then} — an index off by one is "
+                    "the difference.")
         if change["argument"] == "dim":
             also = "".join(f" and `{o['op']}`" + (f" at line {o['line']}" if o.get("line") is not None else "")
                            for o in change.get("also") or [])
@@ -677,6 +700,12 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
         return (f" {where} takes `{change['argument']}={was!r}`: with `{change['argument']}={to!r}`, {then} — that "
                 "argument is the difference.")
     return ""
+
+
+def _made_by(operand: dict[str, Any] | None) -> str:
+    if not operand:
+        return ""
+    return f" (from `{operand['op']}`" + (f" at line {operand['line']}" if operand.get("line") is not None else "") + ")"
 
 
 def _round_trip_scaled(trip: dict[str, Any] | None, computed: np.ndarray, expected: np.ndarray,

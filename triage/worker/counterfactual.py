@@ -12,7 +12,13 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
 * an eps added after a square root → before it (under the root), or the other way round;
 * a reduction's `dim` → another dimension; dimensions that several reductions of the side
   share (a hand-written instance norm's mean and variance over (1, 2)) → others, in all;
-* a variance's `correction` (or `unbiased`) → the other estimate.
+* a variance's `correction` (or `unbiased`) → the other estimate;
+* a flag (`include_self`, `align_corners`, ...) → the other value; a mask's `diagonal` → one
+  off;
+* a sum or difference of two tensors → the other sign, or without one of its terms;
+* a matrix product's operand → transposed (`x @ W` where `F.linear` takes `x @ W.T`);
+* a slice's start or end, or those of every slice of the side along one dimension (a bin's
+  bounds written once, used for each bin) → one off.
 
 A change is reported only where the changed side then equals the other in float64 (their gap
 falls to float64's noise, AGREE_RTOL): a fact of the recorded computation, not a guess. The
@@ -45,13 +51,29 @@ APART_RTOL = 1e-10
 # A written constant within this relative distance of a named one is read as that one, short.
 NEAR_NAMED = 1e-3
 BUDGET_S = 0.5
-MAX_CANDIDATES = 48
+MAX_CANDIDATES = 64
 # Reductions' `dim` candidates: the dimensions of a value of at most this rank.
 MAX_RANK = 4
 SCALINGS = {"mul", "div", "add", "sub"}
 # The identity operand of a step by a constant: what it becomes without that step.
 IDENTITY = {"mul": 1.0, "div": 1.0, "add": 0.0, "sub": 0.0}
 VARIANCES = {"var", "std", "var_mean", "std_mean"}
+# A sum or difference of two tensors, and the op that has the other sign.
+SIGNED = {torch.ops.aten.add.Tensor: torch.ops.aten.sub.Tensor, torch.ops.aten.sub.Tensor: torch.ops.aten.add.Tensor}
+# Matrix products: the operands a transposed slip can reach, and how to transpose each.
+PRODUCTS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2)}
+# Flags whose other value changes the function but not the result's shape.
+FLAG_EXCEPTIONS = {"keepdim", "inplace", "unbiased", "non_blocking", "copy", "pin_memory", "sorted",
+                   "return_inverse", "return_counts", "return_indices", "stable", "implicit"}
+# Index arguments one off of which is a slip: (op, argument) pairs.
+SHIFTABLE = {("slice", "start"), ("slice", "end"), ("select", "index"), ("narrow", "start")}
+# Ops whose `dim` arranges values rather than computes with them: another one changes the
+# shape (the replay then fails) or picks other elements, not a slip of a formula's axis.
+LAYOUT_OPS = {"unsqueeze", "squeeze", "select", "slice", "narrow", "transpose", "unbind", "split", "split_with_sizes",
+              "chunk", "stack", "cat", "expand", "flatten", "unflatten", "movedim", "diagonal", "index_select",
+              "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "roll", "flip"}
+# A slice's end past any real size ("to the end", sys.maxsize): not an index anyone wrote.
+HUGE_INDEX = 1 << 40
 
 
 def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
@@ -80,9 +102,8 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
             if tried >= MAX_CANDIDATES or time.monotonic() > deadline:
                 return None
             tried += 1
-            places = change["places"] if "places" in change else [(node, change["position"])]
-            with _moved(graph, node, change) if change["kind"] == "moved" else \
-                    _changed(places, change["to"]) as stands_for:
+            places = change["places"] if "places" in change else [(node, change.get("position"))]
+            with _applied(graph, node, change, places) as stands_for:
                 target = stands_for.get(side, side)
                 try:
                     replay = replay_fp64(graph, {target}, max(0.0, deadline - time.monotonic()))
@@ -92,8 +113,10 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
             if changed is not None and changed <= min(AGREE_RTOL, GAP_FALL * gap):
                 return {"side": side, "op": _name(node), "line": node.meta.get("line"), "kind": change["kind"],
                         "argument": change["argument"], "was": change["was"], "to": change["to"],
+                        "operand": change.get("operand"),
                         "named": change.get("named"), "around": change.get("around"),
-                        "also": [{"op": _name(n), "line": n.meta.get("line")} for n, _ in places[1:]]}
+                        "also": [{"op": _name(n), "line": n.meta.get("line")} for n, _ in places[1:9]],
+                        "places": len(places)}
     return None
 
 
@@ -125,7 +148,7 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
     """Each change to try, the likeliest slips first: named constants, steps by a constant,
     an eps moved across a square root, a variance's estimate, a reduction's dimension, then
     the dimensions several reductions share."""
-    scalars, steps, moves, estimates, dims = [], [], [], [], []
+    scalars, steps, moves, estimates, dims, flags, signs, transposes, drops, shifts = ([] for _ in range(10))
     roots = [n for n in nodes if n.target.overloadpacket.__name__ in ROOTS]
     for n in nodes:
         name = n.target.overloadpacket.__name__.rstrip("_")
@@ -139,11 +162,21 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                            "around": _name(r), "root": r}) for r in roots if _upstream_of(r, n)]
         for position, argument, value in _arguments(n):
             if argument == "dim":
-                dims += [(n, change) for change in _dims(position, value)]
+                if name not in LAYOUT_OPS:
+                    dims += [(n, change) for change in _dims(position, value)]
             elif argument in ("correction", "unbiased") and name in VARIANCES:
                 flipped = (not value) if argument == "unbiased" else (0 if value not in (0, 0.0) else 1)
                 estimates.append((n, {"kind": "argument", "position": position, "argument": argument,
                                       "was": value, "to": flipped}))
+            elif isinstance(value, bool) and argument not in FLAG_EXCEPTIONS:
+                flags.append((n, {"kind": "argument", "position": position, "argument": argument,
+                                  "was": value, "to": not value}))
+            elif argument == "diagonal" and name in ("tril", "triu") and isinstance(value, int):
+                flags += [(n, {"kind": "argument", "position": position, "argument": argument, "was": value,
+                               "to": value + step}) for step in (1, -1)]
+            elif (name, argument) in SHIFTABLE and isinstance(value, int) and abs(value) < HUGE_INDEX:
+                shifts += [(n, {"kind": "shifted", "position": position, "argument": argument, "was": value,
+                                "to": value + step}) for step in (-1, 1)]
             elif isinstance(value, float) and math.isfinite(value) and value:
                 named = next(((sign + label, sign_value) for label, c in NAMED_CONSTANTS.items()
                               for sign, sign_value in (("", c), ("-", -c))
@@ -155,7 +188,18 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                     and value != IDENTITY[name]:
                 steps.append((n, {"kind": "without", "position": position, "argument": argument,
                                   "was": value, "to": IDENTITY[name]}))
-    yield from scalars + steps + moves + estimates + dims + _shared_dims(nodes)
+        if n.target in SIGNED and _two_tensors(n):
+            signs.append((n, {"kind": "sign", "argument": "other", "was": name, "to": SIGNED[n.target].__name__
+                              .split(".")[0], "operand": _producer(n.args[1])}))
+            schema = n.target._schema.arguments
+            drops += [(n, {"kind": "dropped", "argument": schema[j].name, "was": name, "to": "without", "position": j,
+                           "operand": _producer(n.args[j])}) for j in ((1, 0) if name == "add" else (1,))]
+        for j in PRODUCTS.get(name, ()):
+            if j < len(n.args) and isinstance(n.args[j], fx.Node):
+                transposes.append((n, {"kind": "transposed", "position": j, "argument": n.target._schema.arguments[j].name,
+                                       "was": False, "to": True, "operand": _producer(n.args[j])}))
+    yield from (scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes) + flags
+                + signs + transposes + drops + shifts)
 
 
 def _shared_dims(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
@@ -178,6 +222,42 @@ def _shared_dims(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
     return found
 
 
+def _shared_shifts(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
+    """Every slice of the side along one dimension with its start (or its end) one off, at once:
+    a bound written once in a loop over bins (`floor((i + 1) * L / n) + 1`) is off in each."""
+    found = []
+    slices: dict[tuple[int, int], list[tuple[fx.Node, int, int]]] = {}
+    for n in nodes:
+        if n.target is torch.ops.aten.slice.Tensor:
+            dim = n.args[1] if len(n.args) > 1 else 0
+            for position in (2, 3):
+                if position < len(n.args) and isinstance(n.args[position], int) \
+                        and abs(n.args[position]) < HUGE_INDEX:
+                    slices.setdefault((dim, position), []).append((n, position, n.args[position]))
+    for (_, position), places in slices.items():
+        if len(places) < 2:
+            continue
+        for step in (-1, 1):
+            found.append((places[0][0], {"kind": "shifted", "argument": "start" if position == 2 else "end",
+                                         "was": places[0][2], "to": places[0][2] + step, "step": step,
+                                         "places": [(n, p) for n, p, _ in places],
+                                         "values": [v + step for _, _, v in places]}))
+    return found
+
+
+def _two_tensors(n: fx.Node) -> bool:
+    """A sum or difference of two tensors with no scale on the second (`alpha` 1)."""
+    return len(n.args) == 2 and all(isinstance(a, fx.Node) for a in n.args) \
+        and n.kwargs.get("alpha", 1) == 1 and n.args[0] is not n.args[1]
+
+
+def _producer(n: fx.Node) -> dict[str, Any] | None:
+    """The op (and its line) that made an operand, for the explanation; None for an input."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return None
+    return {"op": _name(n), "line": n.meta.get("line")}
+
+
 def _arguments(n: fx.Node) -> Iterator[tuple[int | str, str, Any]]:
     """(position in args, or keyword; the schema's argument name; its value) of each argument
     the call passes that is not a tensor."""
@@ -188,6 +268,10 @@ def _arguments(n: fx.Node) -> Iterator[tuple[int | str, str, Any]]:
     for key, value in n.kwargs.items():
         if not isinstance(value, fx.Node):
             yield key, key, value
+    # A flag the call leaves at its default (`scatter_reduce`'s include_self=True) is a choice too.
+    for argument in schema[len(n.args):]:
+        if argument.name not in n.kwargs and isinstance(argument.default_value, bool):
+            yield argument.name, argument.name, argument.default_value
 
 
 def _dims(position: int | str, value: Any) -> Iterator[dict[str, Any]]:
@@ -244,6 +328,61 @@ def _around(n: fx.Node) -> fx.Node | None:
     return None
 
 
+def _applied(graph: fx.Graph, node: fx.Node, change: dict[str, Any],
+             places: list[tuple[fx.Node, Any]]) -> contextlib.AbstractContextManager[dict[str, str]]:
+    """The graph with `change` made, restored afterwards; yields {node: the node standing for
+    it} where the changed graph computes a node's value elsewhere."""
+    kind = change["kind"]
+    if kind == "moved":
+        return _moved(graph, node, change)
+    if kind == "sign":
+        return _retargeted(node, SIGNED[node.target])
+    if kind == "dropped":
+        return _bypassed(node, node.args[1 - change["position"]])
+    if kind == "transposed":
+        return _transposed(graph, node, change["position"])
+    return _changed(places, change.get("values") or [change["to"]] * len(places))
+
+
+@contextlib.contextmanager
+def _retargeted(node: fx.Node, target: Any) -> Iterator[dict[str, str]]:
+    saved = node.target
+    node.target = target
+    try:
+        yield {}
+    finally:
+        node.target = saved
+
+
+@contextlib.contextmanager
+def _bypassed(node: fx.Node, kept: fx.Node) -> Iterator[dict[str, str]]:
+    """`node`'s readers read `kept` instead (the sum without one of its terms)."""
+    saved = [(u, u.args, u.kwargs) for u in list(node.users)]
+    for u, _, _ in saved:
+        u.replace_input_with(node, kept)
+    try:
+        yield {node.name: kept.name}
+    finally:
+        for u, args, kwargs in saved:
+            u.args, u.kwargs = args, kwargs
+
+
+@contextlib.contextmanager
+def _transposed(graph: fx.Graph, node: fx.Node, position: int) -> Iterator[dict[str, str]]:
+    """`node`'s operand at `position` transposed in its last two dimensions, by a new op."""
+    operand = node.args[position]
+    with graph.inserting_before(node):
+        flipped = graph.call_function(torch.ops.aten.transpose.int, (operand, -2, -1))
+    flipped.meta = {k: operand.meta[k] for k in ("dtype", "line") if k in operand.meta}
+    saved = node.args
+    node.args = node.args[:position] + (flipped,) + node.args[position + 1:]
+    try:
+        yield {}
+    finally:
+        node.args = saved
+        graph.erase_node(flipped)
+
+
 @contextlib.contextmanager
 def _moved(graph: fx.Graph, add: fx.Node, change: dict[str, Any]) -> Iterator[dict[str, str]]:
     """The graph with `add`'s number moved to the other side of a square root (`change["root"]`),
@@ -275,11 +414,11 @@ def _moved(graph: fx.Graph, add: fx.Node, change: dict[str, Any]) -> Iterator[di
 
 
 @contextlib.contextmanager
-def _changed(places: list[tuple[fx.Node, int | str]], value: Any) -> Iterator[dict[str, str]]:
-    """Each node's argument at its position (an index into its args, or a keyword) set to
-    `value`, restored afterwards (every value stands for itself)."""
+def _changed(places: list[tuple[fx.Node, int | str]], values: list[Any]) -> Iterator[dict[str, str]]:
+    """Each node's argument at its position (an index into its args, or a keyword) set to its
+    value, restored afterwards (every value stands for itself)."""
     saved = [(n, n.args, n.kwargs) for n, _ in places]
-    for n, position in places:
+    for (n, position), value in zip(places, values, strict=True):
         if isinstance(position, int):
             n.args = n.args[:position] + (value,) + n.args[position + 1:]
         else:
