@@ -170,3 +170,16 @@ def test_bounds_one_off_in_every_slice_are_found_together():
     assert found is not None
     assert (found["op"], found["kind"], found["argument"], found["to"] - found["was"]) == ("aten.slice", "shifted", "end", -1)
     assert found["places"] == 7 and len(found["also"]) == 6, found
+
+
+def test_a_sign_in_a_hand_written_complex_product_is_found():
+    """`(ar·br + ai·bi) + i(ar·bi + ai·br)` against complex64 `a * b`: complex values compared
+    by their moduli' gap."""
+    torch.manual_seed(1)
+    a, b = torch.randn(6, dtype=torch.complex64), torch.randn(6, dtype=torch.complex64)
+
+    def mine(a, b):
+        return torch.complex(a.real * b.real + a.imag * b.imag, a.real * b.imag + a.imag * b.real)
+
+    found = changed(mine, lambda a, b: a * b, a, b)
+    assert found is not None and (found["kind"], found["op"], found["was"]) == ("sign", "aten.add", "add"), found

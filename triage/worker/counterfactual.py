@@ -135,9 +135,10 @@ def _unchecked(n: fx.Node) -> bool:
 
 
 def _gap(x: Any, y: Any) -> float | None:
-    """max |x − y| relative to max |y|, of two finite float64 values of one shape; None otherwise."""
+    """max |x − y| relative to max |y|, of two finite float64 (or complex128) values of one
+    shape; None otherwise."""
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or x.shape != y.shape \
-            or not (x.is_floating_point() and y.is_floating_point()) or not x.numel() \
+            or not all(t.is_floating_point() or t.is_complex() for t in (x, y)) or not x.numel() \
             or not bool(torch.isfinite(x).all()) or not bool(torch.isfinite(y).all()):
         return None
     scale = float(y.abs().max())
