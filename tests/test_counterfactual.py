@@ -153,6 +153,14 @@ def _binned_mean(x, bins, off_by_one):
     # a causal mask one diagonal off
     (lambda x: x.tril(-1).sum(1), lambda x: x.tril().sum(1),
      {"op": "aten.tril", "kind": "argument", "argument": "diagonal", "was": -1, "to": 0}),
+    # the other triangle masked: `tril(-1)` where a causal mask is `triu(1)`, a fully masked row NaN
+    (lambda x: x.masked_fill(torch.ones(5, 5, dtype=torch.bool).tril(-1), float("-inf")).softmax(-1),
+     lambda x: x.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf")).softmax(-1),
+     {"op": "aten.tril", "kind": "triangle", "argument": "diagonal", "was": -1, "to": 1}),
+    # a Huber loss's linear branch without its ½: `d - delta` for `d - 0.5 * delta`
+    (lambda x: torch.where(x.abs() < 1, 0.5 * x * x, 1.0 * (x.abs() - 1.0)),
+     lambda x: F.huber_loss(x, torch.zeros_like(x), reduction="none", delta=1.0),
+     {"op": "aten.sub", "kind": "argument", "argument": "other", "was": 1.0, "to": 0.5}),
     # a flag left at its default: scatter_reduce's include_self
     (lambda x: torch.zeros(5).scatter_reduce(0, torch.tensor([0, 1, 1, 2, 4]), x[0], "amax"),
      lambda x: torch.zeros(5).scatter_reduce(0, torch.tensor([0, 1, 1, 2, 4]), x[0], "amax", include_self=False),

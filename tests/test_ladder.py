@@ -692,6 +692,9 @@ def test_one_value_against_one_names_a_whole_factor_only(a, b, said):
       "also": [{"op": "aten.slice", "line": 9}] * 6},
      "`aten.slice` at line 9 and the other 6 slices along the same dimension: with each `end` one less, `a` "
      "equals `b` in float64 — an index off by one, in every slice, is the difference."),
+    ({"op": "aten.tril", "line": 15, "kind": "triangle", "argument": "diagonal", "was": -1, "to": 1},
+     "`aten.tril` at line 15 keeps the lower triangle from diagonal -1: the upper triangle from diagonal 1 instead, "
+     "`a` equals `b` in float64 — the mask's triangle is the difference."),
     ({"op": "aten.tril", "line": 4, "kind": "argument", "argument": "diagonal", "was": -1, "to": 0},
      "`aten.tril` at line 4 takes `diagonal=-1`: with `diagonal=0`, `a` equals `b` in float64"),
 ])

@@ -681,6 +681,10 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
             nth = "first" if change["argument"] in ("self", "input", "mat1", "batch1") else "second"
             return (f" {where} multiplies by its {nth} operand{operand} as it is: transposed, {then} — the "
                     "operand's orientation is the difference (a weight `W` where `W.T` is meant, or the reverse).")
+        if change["kind"] == "triangle":
+            mine, other = ("lower", "upper") if change["op"].endswith("tril") else ("upper", "lower")
+            return (f" {where} keeps the {mine} triangle from diagonal {was!r}: the {other} triangle from diagonal "
+                    f"{to!r} instead, {then} — the mask's triangle is the difference.")
         if change["kind"] == "shifted":
             count = change.get("places") or 1
             step = to - was

@@ -14,7 +14,8 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
   share (a hand-written instance norm's mean and variance over (1, 2)) → others, in all;
 * a variance's `correction` (or `unbiased`) → the other estimate;
 * a flag (`include_self`, `align_corners`, ...) → the other value; a mask's `diagonal` → one
-  off;
+  off, or the other triangle (`tril(x, -1)` for `triu(x, 1)`);
+* a step's constant → half or twice it (a Huber loss's linear branch without its ½);
 * a sum or difference of two tensors → the other sign, or without one of its terms;
 * a matrix product's operand → transposed (`x @ W` where `F.linear` takes `x @ W.T`);
 * a slice's start or end, or those of every slice of the side along one dimension (a bin's
@@ -67,6 +68,8 @@ FLAG_EXCEPTIONS = {"keepdim", "inplace", "unbiased", "non_blocking", "copy", "pi
                    "return_inverse", "return_counts", "return_indices", "stable", "implicit"}
 # Index arguments one off of which is a slip: (op, argument) pairs.
 SHIFTABLE = {("slice", "start"), ("slice", "end"), ("select", "index"), ("narrow", "start")}
+# A mask's triangle and the other one (`tril(x, k)` keeps what `triu(x, -k)` drops, but the diagonal).
+TRIANGLES = {"tril": torch.ops.aten.triu.default, "triu": torch.ops.aten.tril.default}
 # Ops whose `dim` arranges values rather than computes with them: another one changes the
 # shape (the replay then fails) or picks other elements, not a slip of a formula's axis.
 LAYOUT_OPS = {"unsqueeze", "squeeze", "select", "slice", "narrow", "transpose", "unbind", "split", "split_with_sizes",
@@ -85,7 +88,7 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
     layer) is not searched: a changed shape upstream reaches that kernel unchecked (a
     bidirectional LSTM's `mkldnn_rnn_layer` corrupted the heap)."""
     by_name = {n.name: n for n in graph.nodes}
-    gap = _gap(values.get(a), values.get(b))
+    gap = _apart(values.get(a), values.get(b))
     if a not in by_name or b not in by_name or gap is None or gap <= APART_RTOL:
         return None
     orders = {side: cone(graph, [by_name[side]]) for side in (a, b)}
@@ -134,6 +137,17 @@ def _unchecked(n: fx.Node) -> bool:
         and n.target.overloadpacket.__name__.startswith(UNCHECKED_PREFIXES)
 
 
+def _apart(x: Any, y: Any) -> float | None:
+    """`_gap`, or infinitely apart where one of two values of one shape is finite and the other
+    is not (an anti-causal mask's fully masked row: NaN where the other side has numbers)."""
+    gap = _gap(x, y)
+    if gap is not None or not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) \
+            or x.shape != y.shape or not x.numel():
+        return gap
+    finite = [bool(torch.isfinite(t).all()) if t.is_floating_point() or t.is_complex() else None for t in (x, y)]
+    return math.inf if sorted(finite, key=str) == [False, True] else None
+
+
 def _gap(x: Any, y: Any) -> float | None:
     """max |x − y| relative to max |y|, of two finite float64 (or complex128) values of one
     shape; None otherwise."""
@@ -149,7 +163,7 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
     """Each change to try, the likeliest slips first: named constants, steps by a constant,
     an eps moved across a square root, a variance's estimate, a reduction's dimension, then
     the dimensions several reductions share."""
-    scalars, steps, moves, estimates, dims, flags, signs, transposes, drops, shifts = ([] for _ in range(10))
+    scalars, steps, moves, estimates, dims, flags, signs, transposes, drops, shifts, factors = ([] for _ in range(11))
     roots = [n for n in nodes if n.target.overloadpacket.__name__ in ROOTS]
     for n in nodes:
         name = n.target.overloadpacket.__name__.rstrip("_")
@@ -175,6 +189,8 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
             elif argument == "diagonal" and name in ("tril", "triu") and isinstance(value, int):
                 flags += [(n, {"kind": "argument", "position": position, "argument": argument, "was": value,
                                "to": value + step}) for step in (1, -1)]
+                flags.append((n, {"kind": "triangle", "position": position, "argument": argument, "was": value,
+                                  "to": -value, "triangle": TRIANGLES[name]}))
             elif (name, argument) in SHIFTABLE and isinstance(value, int) and abs(value) < HUGE_INDEX:
                 shifts += [(n, {"kind": "shifted", "position": position, "argument": argument, "was": value,
                                 "to": value + step}) for step in (-1, 1)]
@@ -189,6 +205,8 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                     and value != IDENTITY[name]:
                 steps.append((n, {"kind": "without", "position": position, "argument": argument,
                                   "was": value, "to": IDENTITY[name]}))
+                factors += [(n, {"kind": "argument", "position": position, "argument": argument, "was": value,
+                                 "to": value * factor}) for factor in (0.5, 2.0) if value]
         if n.target in SIGNED and _two_tensors(n):
             signs.append((n, {"kind": "sign", "argument": "other", "was": name, "to": SIGNED[n.target].__name__
                               .split(".")[0], "operand": _producer(n.args[1])}))
@@ -200,7 +218,7 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                 transposes.append((n, {"kind": "transposed", "position": j, "argument": n.target._schema.arguments[j].name,
                                        "was": False, "to": True, "operand": _producer(n.args[j])}))
     yield from (scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes) + flags
-                + signs + transposes + drops + shifts)
+                + signs + transposes + factors + drops + shifts)
 
 
 def _shared_dims(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
@@ -338,6 +356,8 @@ def _applied(graph: fx.Graph, node: fx.Node, change: dict[str, Any],
         return _moved(graph, node, change)
     if kind == "sign":
         return _retargeted(node, SIGNED[node.target])
+    if kind == "triangle":
+        return _retargeted(node, change["triangle"], places, [change["to"]])
     if kind == "dropped":
         return _bypassed(node, node.args[1 - change["position"]])
     if kind == "transposed":
@@ -346,11 +366,14 @@ def _applied(graph: fx.Graph, node: fx.Node, change: dict[str, Any],
 
 
 @contextlib.contextmanager
-def _retargeted(node: fx.Node, target: Any) -> Iterator[dict[str, str]]:
+def _retargeted(node: fx.Node, target: Any, places: list[tuple[fx.Node, Any]] = (),
+                values: list[Any] = ()) -> Iterator[dict[str, str]]:
+    """`node` as a call of `target`, with the arguments at `places` set to `values`."""
     saved = node.target
     node.target = target
     try:
-        yield {}
+        with _changed(list(places), list(values)):
+            yield {}
     finally:
         node.target = saved
 
