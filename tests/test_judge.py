@@ -268,6 +268,23 @@ def test_a_half_precision_overflow_names_the_op_that_leaves_the_range(triage, tm
     assert "the largest finite float16 is 65504" in v["summary"]
 
 
+def test_an_overflow_is_named_before_a_cancellation_upstream_of_it(triage, tmp_path):
+    """float16 attention scores past 65504 give inf, and softmax nan. The scores' matmul also
+    cancels (its worst element's terms sum to 1/300 of their magnitudes): the verdict named
+    that cancellation, which explains lost digits, and not the overflow, which explains the nan."""
+    report = run_source(triage, tmp_path, "attn16", (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "q, k, v = torch.randn(1, 8, 64) * 80, torch.randn(1, 8, 64) * 80, torch.randn(1, 8, 64)\n"
+        "def attn(q, k, v):\n"
+        "    return torch.softmax(q @ k.transpose(-1, -2) / 8.0, dim=-1) @ v\n"
+        "o32, o16 = attn(q, k, v), attn(q.half(), k.half(), v.half())\n"
+        "torch.testing.assert_close(o16.float(), o32, atol=1e-2, rtol=1e-2)\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nonfinite-flip", True), v["summary"]
+    assert "`aten.bmm` at line 5 is where the values leave float16's range" in v["summary"], v["summary"]
+
+
 def test_a_different_function_names_the_one_change_that_makes_it_the_other(triage, tmp_path):
     """A GELU written with 0.707 for 1/√2 against `F.gelu`: likely-bug, and the verdict names
     the constant (it listed the parting ops only: every op of the hand-written side). 0.707 is

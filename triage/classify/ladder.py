@@ -800,11 +800,9 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
         section, labels = policy.LINALG, ["nonfinite", "linalg"]
         why = (f" The matrix fed to `{note['op']}` at line {note['line']} is singular ({cond_text(note)}), so the "
                "exact answer is not finite and any finite value is rounding noise.")
-    elif note:
-        section = policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
-        labels = ["nonfinite", "numerical"]
-        why = f" At `aten.{note['op']}` (line {note['line']}) {note['figure']}."
     else:
+        # Where the values leave the range explains an inf or a nan; a cancellation upstream
+        # (the conditioning figure) explains lost digits, not a non-finite value.
         section, labels, why = policy.EXTREMAL, ["nonfinite", "numerical"], ""
         over = [s for s in (d.a, d.b) if s is not None and s.overflow_to_inf]
         written = _written_beyond_range(c, d)
@@ -821,6 +819,9 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
             why = (f" `{left['op']}`{'' if left.get('line') is None else ' at line ' + str(left['line'])} is where the "
                    f"values leave {left['dtype']}'s range: its result is {result} from finite inputs (the largest "
                    f"finite {left['dtype']} is {left['largest']:.6g}), and what is computed from it follows.")
+        elif note:
+            section = policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
+            why = f" At `aten.{note['op']}` (line {note['line']}) {note['figure']}."
     both = "Both sides are" if d.b is not None else "The value is"
     return make_verdict("nonfinite-flip", True, section, labels,
                     f"{who}{why} {both} inside the rounding spread of their own computation: replaying it with every "
