@@ -191,3 +191,26 @@ def test_a_sign_in_a_hand_written_complex_product_is_found():
 
     found = changed(mine, lambda a, b: a * b, a, b)
     assert found is not None and (found["kind"], found["op"], found["was"]) == ("sign", "aten.add", "add"), found
+
+
+def test_a_change_undoing_an_in_place_write_both_sides_read_names_that_write():
+    """A helper divides its argument in place (`logits /= t`); the inline version then reads the
+    divided logits and divides again. Dropping the inline division makes them agree, but the
+    in-place write is what the reporter did not mean."""
+    def helper(logits):
+        logits /= 2.0
+        return torch.softmax(logits, -1)
+
+    x = X.clone()
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        a = helper(x)
+        b = torch.softmax(x / 2.0, -1)
+    recording = recorder.finish()
+    na, nb = recorder.lookup(a).name, recorder.lookup(b).name
+    values = replay_fp64(recording.graph, {na, nb}, 60).values
+    found = one_change(recording.graph, na, nb, values, time.monotonic() + 10)
+    assert found is not None and (found["kind"], found["op"]) == ("without", "aten.div"), found
+    assert found["written"]["op"] == "aten.div_"
+    # A step whose input no in-place op wrote names no write.
+    assert changed(lambda t: (t * 2.0).exp(), torch.exp, X)["written"] is None

@@ -695,6 +695,11 @@ def test_one_value_against_one_names_a_whole_factor_only(a, b, said):
     ({"op": "aten.tril", "line": 15, "kind": "triangle", "argument": "diagonal", "was": -1, "to": 1},
      "`aten.tril` at line 15 keeps the lower triangle from diagonal -1: the upper triangle from diagonal 1 instead, "
      "`a` equals `b` in float64 — the mask's triangle is the difference."),
+    ({"op": "aten.div", "line": 9, "kind": "without", "argument": "other", "was": 2.0, "to": 1.0,
+      "written": {"op": "aten.div_", "line": 5}},
+     "`aten.div` at line 9 reads a value that `aten.div_` at line 5 had already changed in place, and `b` reads that "
+     "change too: without the step at line 9, `a` equals `b` in float64. The in-place `aten.div_` at line 5 is the "
+     "likelier mistake"),
     ({"op": "aten.tril", "line": 4, "kind": "argument", "argument": "diagonal", "was": -1, "to": 0},
      "`aten.tril` at line 4 takes `diagonal=-1`: with `diagonal=0`, `a` equals `b` in float64"),
 ])

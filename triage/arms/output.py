@@ -169,7 +169,11 @@ OBSERVABLE = record({
                                                        "share, the slices of one dimension), the first 8.",
                                                        array(record({"op": OP, "line": integer(nullable=True)},
                                                                     required=("op",), closed=True), 8)),
-                                     "places": described("How many ops the change touches.", integer(nullable=True))},
+                                     "places": described("How many ops the change touches.", integer(nullable=True)),
+                                     "written": described("An in-place op both sides read, which wrote the changed "
+                                                          "op's input before it read it; null: none.",
+                                                          record({"op": OP, "line": integer(nullable=True)},
+                                                                 required=("op",), closed=True, nullable=True))},
                                     required=("op", "kind", "argument", "was", "to"), closed=True))},
                         closed=True, nullable=True),
     "uninitialized": described("Whether the value reads bytes a `torch.empty` left uninitialized (a float64 replay "

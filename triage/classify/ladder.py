@@ -655,6 +655,14 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
             continue
         where = f"`{change['op']}`" + (f" at line {change['line']}" if change.get("line") is not None else "")
         then = f"{side.label} equals {other.label} in float64"
+        written = change.get("written")
+        if written:
+            at = f" at line {written['line']}" if written.get("line") is not None else ""
+            step = f"the step at line {change['line']}" if change.get("line") is not None else f"{where}'s step"
+            return (f" {where} reads a value that `{written['op']}`{at} had already changed in place, and "
+                    f"{other.label} reads that change too: without {step}, {then}. The in-place `{written['op']}`{at} "
+                    "is the likelier mistake: it changed the value both sides start from before this line read it "
+                    "(work on a copy, or use the out-of-place op).")
         was, to = change["was"], change["to"]
         if change["kind"] == "constant":
             digits = -math.log10(abs(was - to) / abs(to))

@@ -119,7 +119,20 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
                         "operand": change.get("operand"),
                         "named": change.get("named"), "around": change.get("around"),
                         "also": [{"op": _name(n), "line": n.meta.get("line")} for n, _ in places[1:9]],
-                        "places": len(places)}
+                        "places": len(places), "written": _written_before(node, cones[other])}
+    return None
+
+
+def _written_before(node: fx.Node, other: set[fx.Node]) -> dict[str, Any] | None:
+    """An input of the changed op that an in-place op (`logits /= t` inside a helper) wrote
+    before this op read it, where the other side reads that write too: the change found
+    undoes on one side what the in-place write did to both, and the write is the likelier
+    mistake (the side meant the value as it was)."""
+    for a in node.all_input_nodes:
+        if a.op == "call_function" and isinstance(a.target, torch._ops.OpOverload) \
+                and a.target.overloadpacket.__name__.endswith("_") and not a.target.overloadpacket.__name__.startswith("_") \
+                and a in other:
+            return {"op": _name(a), "line": a.meta.get("line")}
     return None
 
 
