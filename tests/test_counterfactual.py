@@ -161,6 +161,13 @@ def _binned_mean(x, bins, off_by_one):
     (lambda x: torch.where(x.abs() < 1, 0.5 * x * x, 1.0 * (x.abs() - 1.0)),
      lambda x: F.huber_loss(x, torch.zeros_like(x), reduction="none", delta=1.0),
      {"op": "aten.sub", "kind": "argument", "argument": "other", "was": 1.0, "to": 0.5}),
+    # a mean square over n - 1 where an RMS norm divides by n
+    (lambda x: x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) / 4 + 1e-6),
+     lambda x: F.rms_norm(x, (5,), eps=1e-6),
+     {"op": "aten.div", "kind": "argument", "argument": "other", "was": 4, "to": 5}),
+    # attention scores scaled by 1/d where they are scaled by 1/√d
+    (lambda x: (x @ x.T / 16.0).softmax(-1), lambda x: (x @ x.T / 4.0).softmax(-1),
+     {"op": "aten.div", "kind": "argument", "argument": "other", "was": 16.0, "to": 4.0}),
     # a flag left at its default: scatter_reduce's include_self
     (lambda x: torch.zeros(5).scatter_reduce(0, torch.tensor([0, 1, 1, 2, 4]), x[0], "amax"),
      lambda x: torch.zeros(5).scatter_reduce(0, torch.tensor([0, 1, 1, 2, 4]), x[0], "amax", include_self=False),

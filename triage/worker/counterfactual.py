@@ -15,7 +15,8 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
 * a variance's `correction` (or `unbiased`) → the other estimate;
 * a flag (`include_self`, `align_corners`, ...) → the other value; a mask's `diagonal` → one
   off, or the other triangle (`tril(x, -1)` for `triu(x, 1)`);
-* a step's constant → half or twice it (a Huber loss's linear branch without its ½);
+* a step's constant → half or twice it (a Huber loss's linear branch without its ½); a scale
+  → its square root or square (1/d for 1/√d); a divisor that counts → one more or less (n − 1);
 * a sum or difference of two tensors → the other sign, or without one of its terms;
 * a matrix product's operand → transposed (`x @ W` where `F.linear` takes `x @ W.T`);
 * a slice's start or end, or those of every slice of the side along one dimension (a bin's
@@ -219,7 +220,7 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                 steps.append((n, {"kind": "without", "position": position, "argument": argument,
                                   "was": value, "to": IDENTITY[name]}))
                 factors += [(n, {"kind": "argument", "position": position, "argument": argument, "was": value,
-                                 "to": value * factor}) for factor in (0.5, 2.0) if value]
+                                 "to": to}) for to in _slipped_numbers(name, value)]
         if n.target in SIGNED and _two_tensors(n):
             signs.append((n, {"kind": "sign", "argument": "other", "was": name, "to": SIGNED[n.target].__name__
                               .split(".")[0], "operand": _producer(n.args[1])}))
@@ -252,6 +253,18 @@ def _shared_dims(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
                 found.append((places[0][0], {"kind": "argument", "argument": "dim", "was": list(was), "to": list(to),
                                              "places": places}))
     return found
+
+
+def _slipped_numbers(name: str, value: float) -> list[float]:
+    """What a step's constant may have been meant as: half or twice it (a Huber loss's ½), and
+    for a scale, its square root or its square (1/d for 1/√d), and for a divisor that counts,
+    one more or one less (n − 1 for n)."""
+    found = [value * 0.5, value * 2.0]
+    if name in ("mul", "div") and value > 0:
+        found += [math.sqrt(value), value * value]
+    if name == "div" and float(value).is_integer() and abs(value) >= 2:
+        found += [value + 1, value - 1]
+    return [v for v in found if v != value]
 
 
 def _shared_shifts(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
