@@ -157,6 +157,10 @@ def _binned_mean(x, bins, off_by_one):
     (lambda x: x.masked_fill(torch.ones(5, 5, dtype=torch.bool).tril(-1), float("-inf")).softmax(-1),
      lambda x: x.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf")).softmax(-1),
      {"op": "aten.tril", "kind": "triangle", "argument": "diagonal", "was": -1, "to": 1}),
+    # a causal mask that blocks the diagonal too: `triu()` (its default diagonal 0) for `triu(1)`
+    (lambda x: x.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(), 0.0).sum(1),
+     lambda x: x.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), 0.0).sum(1),
+     {"op": "aten.triu", "kind": "argument", "argument": "diagonal", "was": 0, "to": 1}),
     # a Huber loss's linear branch without its ½: `d - delta` for `d - 0.5 * delta`
     (lambda x: torch.where(x.abs() < 1, 0.5 * x * x, 1.0 * (x.abs() - 1.0)),
      lambda x: F.huber_loss(x, torch.zeros_like(x), reduction="none", delta=1.0),

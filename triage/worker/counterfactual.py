@@ -313,9 +313,11 @@ def _arguments(n: fx.Node) -> Iterator[tuple[int | str, str, Any]]:
     for key, value in n.kwargs.items():
         if not isinstance(value, fx.Node):
             yield key, key, value
-    # A flag the call leaves at its default (`scatter_reduce`'s include_self=True) is a choice too.
+    # A flag or a mask's diagonal the call leaves at its default (`scatter_reduce`'s
+    # include_self=True, `triu`'s diagonal=0) is a choice too.
     for argument in schema[len(n.args):]:
-        if argument.name not in n.kwargs and isinstance(argument.default_value, bool):
+        if argument.name not in n.kwargs and (isinstance(argument.default_value, bool)
+                                              or argument.name == "diagonal" and argument.default_value == 0):
             yield argument.name, argument.name, argument.default_value
 
 
