@@ -316,6 +316,28 @@ def test_the_numpy_conditioning_of_a_small_linear_op_is_torchs_bit_for_bit(monke
     assert numpy_scale is not None and torch.equal(numpy_scale, torch_scale)
 
 
+@pytest.mark.parametrize("linear", [True, False])
+def test_a_broadcast_operand_counts_in_the_sensitivity(monkeypatch, linear):
+    """`addcdiv(x[:, None], t1[:, None], t2[None])` with x ≈ −t1/t2: every term cancels against
+    another, though no operand has the result's shape. Counted over full-size operands only,
+    there was no sensitivity at all, and the calibration scored every element as well
+    conditioned: addcdiv's cancellation became a 50 u forward error of the kernel, applied to
+    every result (an Adam step's parameters got 100 u of noise for about 1 u of error)."""
+    g = torch.Generator().manual_seed(7)
+    t1 = torch.randn(6, 1, generator=g, dtype=torch.float64)
+    t2 = 1 + 1e-4 * torch.rand(1, 5, generator=g, dtype=torch.float64)
+    x = -t1 * (1 + 1e-3)
+    if not linear:
+        monkeypatch.setattr(kernel_errors, "_linear_terms", lambda *_: None)
+        monkeypatch.setattr(kernel_errors, "NUMPY_CONDITIONING_ELEMENTS", 0)
+    op = torch.ops.aten.addcdiv.default
+    f = op(x, t1, t2).abs()
+    sensitivity = kernel_errors.input_sensitivity(op, (x, t1, t2), {}, torch.float64, f.shape)
+    assert sensitivity is not None and bool((sensitivity > 100 * f).all())
+    scale = kernel_errors.ill_conditioned_scale(op, (x, t1, t2), {})
+    assert scale is not None and bool((scale > 0).all())
+
+
 def test_a_measurement_of_some_ops_is_merged_into_the_machines_entry_not_put_in_its_place(tmp_path):
     """`triage calibrate --op NAME` replaced this CPU's 256-op entry with the four ops named
     (a new user's run): the simulation then had no measurement for the rest. A partial

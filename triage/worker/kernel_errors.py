@@ -488,7 +488,7 @@ def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: to
         if not isinstance(a, torch.Tensor) or a.dtype != torch.float64:
             continue
         magnitude = magnitude + spread(np.abs(x))
-        if x.shape == shape:
+        if _broadcasts_to(x.shape, shape):
             term = spread(np.abs(linear[j]))
             term = np.where(np.isfinite(term), term, math.inf)
             sens = term if sens is None else sens + term
@@ -507,17 +507,25 @@ def _in_float64(a: Any, dtype: Any) -> Any:
     return torch.float64 if a is dtype else a
 
 
+def _broadcasts_to(shape: Any, result: Any) -> bool:
+    try:
+        return tuple(torch.broadcast_shapes(tuple(shape), tuple(result))) == tuple(result)
+    except RuntimeError:
+        return False
+
+
 def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: Any) -> Any:
     """Σ|xᵢ·∂f/∂xᵢ| per element of a pointwise op's result, by central differences in
-    float64 over each input of the result's shape (None where there is none); exactly for
-    an op whose terms are each linear in one input (`_linear_terms`)."""
+    float64 over each tensor input (broadcast to the result: `addcdiv(x, t1[:, None], t2[None])`'s
+    quotient term cancels against x as much as a full-size one; None where there is none);
+    exactly for an op whose terms are each linear in one input (`_linear_terms`)."""
     wide = [_in_float64(a, dtype) for a in args]
     wide_kwargs = {k: _in_float64(v, dtype) for k, v in kwargs.items()}
     name = func.overloadpacket.__name__.rstrip("_")
     linear = _linear_terms(name, tuple(wide), wide_kwargs) or _analytic_terms(name, tuple(wide), wide_kwargs)
     total = None
     for j, a in enumerate(wide):
-        if not isinstance(a, torch.Tensor) or a.dtype != torch.float64 or a.shape != shape:
+        if not isinstance(a, torch.Tensor) or a.dtype != torch.float64 or not _broadcasts_to(a.shape, shape):
             continue
         if linear is not None and j < len(linear):
             term = torch.as_tensor(linear[j], dtype=torch.float64).abs().expand(shape)
@@ -529,7 +537,7 @@ def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: A
             moved = [list(wide), list(wide)]
             moved[0][j], moved[1][j] = a + h, a - h
             slope = (func(*moved[0], **wide_kwargs) - func(*moved[1], **wide_kwargs)) / (2 * h)
-            term = (a * slope).abs()
+            term = (a * slope).abs().expand(shape)
         term = torch.where(torch.isfinite(term), term, math.inf)
         total = term if total is None else total + term
     return total
