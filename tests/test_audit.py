@@ -166,7 +166,7 @@ def test_outside_a_spread_without_digits_or_margin_is_no_finding():
 
 def test_every_invariant_is_listed_once():
     names = [f.__name__ for f in audit.INVARIANTS]
-    assert len(names) == len(set(names)) == 8
+    assert len(names) == len(set(names)) == 9
 
 
 def test_a_divergence_the_replayed_graph_does_not_show_is_not_blamed_on_an_arm():
@@ -213,3 +213,25 @@ def test_rounding_beyond_tolerance_needs_the_sides_computation_replayed():
     assert found.startswith("`cpu/compile` .item() is called rounding of its own computation, but it continues from 1")
     c.divergence.within_tolerance = True  # the agreement itself then supports it
     assert audit.rounding_covers_the_computation(plain("expected-rounding"), Evidence(c)) == []
+
+
+def test_a_compiled_side_within_dynamos_rule_is_no_compiler_bug_on_triages_model_alone():
+    """A compiled Simpson integral 37.5σ outside triage's model of its compiled computation
+    (inductor's `linspace` is 1 ulp off eager's at 1,170 of 20,001 points, and sin at 200 rad
+    amplifies it), while within dynamo's float64 rule: the two measures disagree."""
+    eager = arm("cpu", [obs(0, [1.0, 2.0], [1.0, 2.0])])
+    compiled = arm("cpu/compile", [obs(0, [1.5, 2.0], [1.0, 2.0])], mode="compile")
+    c = compare([eager, compiled])
+    c.divergence.judgements = [_judged(arm="cpu", zone="inside"),
+                               _judged(arm="cpu/compile", zone="outside", statistic=37.5, max_sample_stat=3.75)]
+    c.divergence.fp64_rule = "pass: RMSE(cpu/compile .item(), fp64) = 1.86e-06 ≤ 3·RMSE(cpu .item(), fp64) + 0.001/10"
+    [found] = audit.compiled_blame_meets_pytorchs_rule(plain("likely-bug", False), Evidence(c))
+    assert "outside triage's model of its compiled computation (37.5σ)" in found and "dynamo's float64 rule" in found
+    # Past dynamo's rule, or on an eager arm, or through the script's own backend: no conflict.
+    c.divergence.fp64_rule = "fail: RMSE(cpu/compile .item(), fp64) = 0.5 > 3·RMSE(cpu .item(), fp64) + 0.001/10"
+    assert audit.compiled_blame_meets_pytorchs_rule(plain("likely-bug", False), Evidence(c)) == []
+    c.divergence.fp64_rule = "pass: ..."
+    compiled.mode = "eager"
+    assert audit.compiled_blame_meets_pytorchs_rule(plain("likely-bug", False), Evidence(c)) == []
+    compiled.mode, compiled.graph = "compile", {"backends": [{"name": "my_backend", "line": 3}]}
+    assert audit.compiled_blame_meets_pytorchs_rule(plain("likely-bug", False), Evidence(c)) == []

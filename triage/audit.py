@@ -259,9 +259,38 @@ def rounding_covers_the_computation(verdict: Verdict, e: Evidence) -> list[str]:
     return out
 
 
+def compiled_blame_meets_pytorchs_rule(verdict: Verdict, e: Evidence) -> list[str]:
+    """A bug blamed on inductor-compiled code needs more than triage's own model of that code:
+    its generated kernels add a reduction's terms lane by lane, call their own vectorized
+    transcendental functions and lower factories (`linspace`) their own way, each rounding
+    validly but otherwise than the eager kernels triage models. Where the compiled side also
+    passes PyTorch's own accuracy rule for compiled code (dynamo's float64 rule, which its
+    accuracy minifier applies), the two measures disagree. (Not for the script's own backend:
+    that is the script's code.)"""
+    c = e.comparison
+    d = c.divergence
+    if d is None or verdict.expected is not False or verdict.kind != "likely-bug" \
+            or not (d.fp64_rule or "").startswith("pass"):
+        return []
+    out = []
+    for j in d.judgements:
+        run = next((r for r in c.arms if r.spec == j.arm), None)
+        if j.zone != "outside" or j.nonfinite or run is None or run.mode != "compile" \
+                or any(b.get("name") for b in ((run.graph or {}).get("backends") or [])):
+            continue
+        far = f"{j.statistic:.3g}σ" if j.statistic is not None and j.statistic != float("inf") else "far"
+        out.append(f"`{j.arm}` {j.label} lies outside triage's model of its compiled computation ({far}), yet it "
+                   f"passes PyTorch's own accuracy rule for compiled code (dynamo's float64 rule: {d.fp64_rule}); "
+                   "inductor's kernels round otherwise than the eager ones triage models (reductions added lane by "
+                   "lane, their own vectorized transcendental functions, their own lowering of factories such as "
+                   "`linspace`), so this does not show a compiler bug")
+    return out
+
+
 INVARIANTS: tuple[Callable[[Verdict, Evidence], list[str]], ...] = (
     printed_differences_accounted, failed_check_reported, rounding_explains_difference, finite_claim_consistent,
-    outside_is_meaningful, replay_shows_the_divergence, blame_rests_on_a_measurement, rounding_covers_the_computation)
+    outside_is_meaningful, replay_shows_the_divergence, blame_rests_on_a_measurement, rounding_covers_the_computation,
+    compiled_blame_meets_pytorchs_rule)
 
 
 # -- helpers ------------------------------------------------------------------------------
