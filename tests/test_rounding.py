@@ -641,6 +641,24 @@ def test_an_in_place_op_that_leaves_the_range_is_noted_by_its_inputs_before_the_
     assert (noted["op"], noted["dtype"], noted["kind"]) == ("aten.pow_", "float16", "overflow")
 
 
+def test_a_write_through_a_view_reaches_every_stacked_replay():
+    """`total = terms[0]; total += terms[i]` writes into `terms` through a view (the graph's
+    `as_strided_scatter`), so `terms.sum()` afterwards sums the accumulated first element. The
+    stacked replays' samples are slices of the stack, and that write missed every sample but
+    the first: a float64 sum of 200 terms had a spread of ±0.39."""
+    def aliased(terms):
+        total = terms[0]
+        for i in range(1, terms.numel()):
+            total += terms[i]
+        return terms.sum()
+
+    k = torch.arange(1, 41, dtype=torch.float64)
+    out, spread, _ = simulated_spread(aliased, (1.0 / (k * k)).clone(), samples=9)
+    assert float(out) == pytest.approx(float(spread.reference), rel=1e-14)
+    assert float(np.abs(spread.mean - spread.reference).max()) < 1e-13
+    assert float(spread.sigma.max()) < 1e-13
+
+
 def test_a_scan_errs_relative_to_each_of_its_outputs():
     """A float16 cumprod of 40 factors in [1.5, 2) grows from 1.7 past 65504: its kernel error
     taken relative to the output's overall scale put ±2e4 on its first elements, every sample

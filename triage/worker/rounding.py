@@ -1875,8 +1875,9 @@ class RoundingMode(TriageDispatchMode):
         once (functorch's batching rules, through a vmap level: the op sees one sample's
         shapes), once and repeated for every sample where no argument is stacked, and one
         sample at a time where the op has no batching rule or draws random numbers."""
+        offset_free = func is torch.ops.aten.as_strided_scatter.default
         if not self.samples:
-            return func(*args, **kwargs)
+            return func(*(_scatter_from_offset_zero(args) if offset_free else args), **kwargs)
         if torch.Tag.nondeterministic_seeded not in func.tags:
             flat = _flat(args) + _flat(tuple(kwargs.values()))
             if not any(_is_stacked(a) for a in flat):
@@ -1890,7 +1891,10 @@ class RoundingMode(TriageDispatchMode):
             batched, out = _vmapped(func, args, kwargs, self.samples)
             if batched:
                 return out
-        return _stack_samples([func(*_sample_args(args, k), **_sample_kwargs(kwargs, k)) for k in range(self.samples)])
+        samples = [_sample_args(args, k) for k in range(self.samples)]
+        if offset_free:
+            samples = [_scatter_from_offset_zero(sample) for sample in samples]
+        return _stack_samples([func(*sample, **_sample_kwargs(kwargs, k)) for k, sample in enumerate(samples)])
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         return self.round_op(func, args, kwargs or {})
@@ -3491,6 +3495,22 @@ def _sample_of(a: Any, k: int) -> Any:
     out = a[k]
     out._arm_dtype = getattr(a, "_arm_dtype", a.dtype)
     return out
+
+
+def _scatter_from_offset_zero(args: tuple) -> tuple:
+    """`as_strided_scatter`'s arguments with its input at storage offset 0: the op places its
+    storage offset relative to where its input's storage starts, and the arm's input was its
+    base tensor (offset 0). A stacked replay's sample is a slice of the stack, at offset k·n,
+    which sent every sample's write but the first's nowhere (`total = terms[0]; total += t` in
+    a loop updated `terms[0]` in one replay of eleven: a float64 sum's spread was ±0.39 and
+    hid two different values). A copy of the input is at offset 0 again; the stack runs this
+    op one sample at a time (it has no batching rule)."""
+    x = args[0]
+    if not isinstance(x, torch.Tensor) or _is_stacked(x) or x.storage_offset() == 0:
+        return args
+    copy = x.clone()
+    copy._arm_dtype = getattr(x, "_arm_dtype", x.dtype)
+    return (copy,) + tuple(args[1:])
 
 
 def _sample_args(args: tuple, k: int) -> tuple:
