@@ -225,3 +225,22 @@ def test_a_change_undoing_an_in_place_write_both_sides_read_names_that_write():
     assert found["written"]["op"] == "aten.div_"
     # A step whose input no in-place op wrote names no write.
     assert changed(lambda t: (t * 2.0).exp(), torch.exp, X)["written"] is None
+
+
+def test_a_slip_is_found_where_the_sides_read_float32_inputs_differently():
+    """A trapezoid rule written with h = 0.01 and `y[-2]` for `y[-1]`, against
+    `torch.trapezoid(y, x)` over a float32 `linspace`: corrected, the two still differ by the
+    float32 rounding of x's spacing (1e-9), far below the slip's 5e-5, and are one function."""
+    x = torch.linspace(0.0, 1.0, 101)
+
+    def mine(x):
+        y = torch.exp(-x * x)
+        return 0.01 * (y.sum() - 0.5 * y[0] - 0.5 * y[-2])
+
+    found = changed(mine, lambda x: torch.trapezoid(torch.exp(-x * x), x), x)
+    assert found is not None and (found["kind"], found["op"], found["was"], found["to"]) == \
+        ("shifted", "aten.select", -2, -1), found
+    assert 0 < found["residual"] < 1e-8
+    # The same slip read from float64 inputs leaves float64's noise only.
+    x64 = torch.linspace(0.0, 1.0, 101, dtype=torch.float64)
+    assert changed(mine, lambda x: torch.trapezoid(torch.exp(-x * x), x), x64)["residual"] is None

@@ -170,6 +170,9 @@ OBSERVABLE = record({
                                                        array(record({"op": OP, "line": integer(nullable=True)},
                                                                     required=("op",), closed=True), 8)),
                                      "places": described("How many ops the change touches.", integer(nullable=True)),
+                                     "residual": described("The changed side's remaining relative gap where it is "
+                                                           "above float64's noise (inputs held at a narrower "
+                                                           "dtype); null: none.", number(nullable=True)),
                                      "written": described("An in-place op both sides read, which wrote the changed "
                                                           "op's input before it read it; null: none.",
                                                           record({"op": OP, "line": integer(nullable=True)},

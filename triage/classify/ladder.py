@@ -655,6 +655,9 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
             continue
         where = f"`{change['op']}`" + (f" at line {change['line']}" if change.get("line") is not None else "")
         then = f"{side.label} equals {other.label} in float64"
+        if change.get("residual"):
+            then = (f"{side.label} agrees with {other.label} to {change['residual']:.1g} in float64 (the rounding of "
+                    "the narrower inputs they read)")
         written = change.get("written")
         if written:
             at = f" at line {written['line']}" if written.get("line") is not None else ""

@@ -23,7 +23,8 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
   bounds written once, used for each bin) → one off.
 
 A change is reported only where the changed side then equals the other in float64 (their gap
-falls to float64's noise, AGREE_RTOL): a fact of the recorded computation, not a guess. The
+falls to float64's noise, AGREE_RTOL, or where the sides read float32 inputs, to a few of their
+roundings, and by a thousandfold at least): a fact of the recorded computation, not a guess. The
 search runs in the worker, after the float64 reference, on claims whose two float64 values
 differ, within BUDGET_S.
 """
@@ -47,6 +48,9 @@ from triage.worker.reference import cone, replay_fp64
 # function differ by a few float64 roundings (1e-15).
 AGREE_RTOL = 1e-12
 GAP_FALL = 1e-3
+# Where the sides read inputs held at a narrower dtype, the changed side may differ from the
+# other by this many of that dtype's roundings (relative), and still after a GAP_FALL fall.
+INPUT_ROUNDINGS = 8
 # Two claimed-equal values whose float64 values are further apart than this are different
 # functions, and worth a search (a constant off in its sixth digit moves a GELU by 1e-6).
 APART_RTOL = 1e-10
@@ -96,6 +100,7 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
     cones = {side: set(order) for side, order in orders.items()}
     if any(_random_leaf(n) for n in cones[a] ^ cones[b]):
         return None  # random numbers drawn for one side only: the draws differ, not a formula
+    agree = _agreement(cones[a] | cones[b])
     tried = 0
     for side, other in ((a, b), (b, a)):
         if any(n.name in native or _unchecked(n) for n in cones[side]):
@@ -114,14 +119,29 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
                 except Exception:  # noqa: BLE001 - a change the op refuses (a dim it lacks) is no candidate
                     continue
             changed = _gap(replay.values.get(target), values[other])
-            if changed is not None and changed <= min(AGREE_RTOL, GAP_FALL * gap):
+            if changed is not None and changed <= min(agree, GAP_FALL * gap):
                 return {"side": side, "op": _name(node), "line": node.meta.get("line"), "kind": change["kind"],
                         "argument": change["argument"], "was": change["was"], "to": change["to"],
                         "operand": change.get("operand"),
                         "named": change.get("named"), "around": change.get("around"),
                         "also": [{"op": _name(n), "line": n.meta.get("line")} for n, _ in places[1:9]],
-                        "places": len(places), "written": _written_before(node, cones[other])}
+                        "places": len(places), "written": _written_before(node, cones[other]),
+                        "residual": float(f"{changed:.2g}") if changed > AGREE_RTOL else None}
     return None
+
+
+def _agreement(nodes: set[fx.Node]) -> float:
+    """How close a changed side must come to the other: float64's noise (AGREE_RTOL), or where
+    the two sides read inputs held at a narrower dtype, a few of its roundings (INPUT_ROUNDINGS):
+    a trapezoid rule written with h = 0.01 and `torch.trapezoid` over a float32 `linspace`
+    read the same points through two representations that differ by float32's rounding."""
+    narrowest = AGREE_RTOL
+    for n in nodes:
+        leaf = n.meta.get("leaf") if n.op == "placeholder" else None
+        value = getattr(leaf, "value", None)
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64:
+            narrowest = max(narrowest, INPUT_ROUNDINGS * torch.finfo(value.dtype).eps / 2)
+    return narrowest
 
 
 def _written_before(node: fx.Node, other: set[fx.Node]) -> dict[str, Any] | None:
