@@ -244,3 +244,15 @@ def test_a_slip_is_found_where_the_sides_read_float32_inputs_differently():
     # The same slip read from float64 inputs leaves float64's noise only.
     x64 = torch.linspace(0.0, 1.0, 101, dtype=torch.float64)
     assert changed(mine, lambda x: torch.trapezoid(torch.exp(-x * x), x), x64)["residual"] is None
+
+
+def test_a_forgotten_conjugate_and_an_untransposed_solve_are_found():
+    torch.manual_seed(3)
+    z = torch.randn(8, dtype=torch.complex128)
+    found = changed(lambda z: (z * z).real.sum(), lambda z: (z * z.conj()).real.sum(), z)
+    assert found is not None and (found["kind"], found["op"]) == ("conjugated", "aten.mul"), found
+    L = torch.randn(4, 4, dtype=torch.float64).tril() + 4 * torch.eye(4, dtype=torch.float64)
+    b = torch.randn(4, 1, dtype=torch.float64)
+    found = changed(lambda L, b: torch.linalg.solve_triangular(L, b, upper=True),
+                    lambda L, b: torch.linalg.solve_triangular(L.T, b, upper=True), L, b)
+    assert found is not None and (found["kind"], found["argument"]) == ("transposed", "self"), found

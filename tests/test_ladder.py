@@ -687,7 +687,7 @@ def test_one_value_against_one_names_a_whole_factor_only(a, b, said):
      "equals `b` in float64 — that term is the difference"),
     ({"op": "aten.mm", "line": 9, "kind": "transposed", "argument": "mat2", "was": False, "to": True,
       "operand": None},
-     "`aten.mm` at line 9 multiplies by its second operand as it is: transposed, `a` equals `b` in float64"),
+     "`aten.mm` at line 9 takes its `mat2` operand as it is: transposed, `a` equals `b` in float64"),
     ({"op": "aten.slice", "line": 9, "kind": "shifted", "argument": "end", "was": 9, "to": 8, "places": 7,
       "also": [{"op": "aten.slice", "line": 9}] * 6},
      "`aten.slice` at line 9 and the other 6 slices along the same dimension: with each `end` one less, `a` "

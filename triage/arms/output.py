@@ -156,7 +156,7 @@ OBSERVABLE = record({
                              "ops that makes the two equal in float64 (triage/worker/counterfactual.py).",
                              record({"op": OP, "line": integer(nullable=True),
                                      "kind": one_of("constant", "without", "moved", "argument", "sign", "dropped",
-                                                    "transposed", "shifted", "triangle"),
+                                                    "transposed", "shifted", "triangle", "conjugated"),
                                      "argument": text(100), "around": maybe(OP),
                                      "was": either(number(), boolean(), array(integer(), 8), text(20)),
                                      "to": either(number(), boolean(), array(integer(), 8), text(20)),

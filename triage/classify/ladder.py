@@ -688,10 +688,12 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
             verb = "adds" if was == "add" else "subtracts"
             return (f" {where} {verb} a term, {term}{operand}: without that term, {then} — that term is the "
                     "difference (it should not be there, or the other side lacks it).")
-        if change["kind"] == "transposed":
-            nth = "first" if change["argument"] in ("self", "input", "mat1", "batch1") else "second"
-            return (f" {where} multiplies by its {nth} operand{operand} as it is: transposed, {then} — the "
-                    "operand's orientation is the difference (a weight `W` where `W.T` is meant, or the reverse).")
+        if change["kind"] in ("transposed", "conjugated"):
+            nth = f"`{change['argument']}` operand"
+            done, what = (("transposed", "the operand's orientation is the difference (a matrix `W` where `W.T` is "
+                           "meant, or the reverse)") if change["kind"] == "transposed" else
+                          ("conjugated", "the conjugate is the difference (`X * X` where `X * X.conj()` is meant)"))
+            return f" {where} takes its {nth}{operand} as it is: {done}, {then} — {what}."
         if change["kind"] == "triangle":
             mine, other = ("lower", "upper") if change["op"].endswith("tril") else ("upper", "lower")
             return (f" {where} keeps the {mine} triangle from diagonal {was!r}: the {other} triangle from diagonal "

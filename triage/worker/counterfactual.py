@@ -18,7 +18,8 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
 * a step's constant → half or twice it (a Huber loss's linear branch without its ½); a scale
   → its square root or square (1/d for 1/√d); a divisor that counts → one more or less (n − 1);
 * a sum or difference of two tensors → the other sign, or without one of its terms;
-* a matrix product's operand → transposed (`x @ W` where `F.linear` takes `x @ W.T`);
+* a matrix product's or a solver's operand → transposed (`x @ W` where `F.linear` takes
+  `x @ W.T`); a complex product's operand → conjugated (`X * X` for `X * X.conj()`);
 * a slice's start or end, or those of every slice of the side along one dimension (a bin's
   bounds written once, used for each bin) → one off.
 
@@ -66,8 +67,12 @@ IDENTITY = {"mul": 1.0, "div": 1.0, "add": 0.0, "sub": 0.0}
 VARIANCES = {"var", "std", "var_mean", "std_mean"}
 # A sum or difference of two tensors, and the op that has the other sign.
 SIGNED = {torch.ops.aten.add.Tensor: torch.ops.aten.sub.Tensor, torch.ops.aten.sub.Tensor: torch.ops.aten.add.Tensor}
-# Matrix products: the operands a transposed slip can reach, and how to transpose each.
-PRODUCTS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2)}
+# Matrix products and solvers: the operands a transposed slip can reach (`L` where `L.T` is
+# meant in a back substitution).
+PRODUCTS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "linalg_solve_triangular": (0,),
+            "triangular_solve": (1,), "_linalg_solve_ex": (0,), "linalg_solve": (0,), "cholesky_solve": (1,)}
+# Products of complex values: an operand the slip left unconjugated (`X * X` for `X * X.conj()`).
+CONJUGABLE = {"mul": (0, 1), "mm": (0, 1), "bmm": (0, 1), "dot": (0, 1), "mv": (0, 1)}
 # Flags whose other value changes the function but not the result's shape.
 FLAG_EXCEPTIONS = {"keepdim", "inplace", "unbiased", "non_blocking", "copy", "pin_memory", "sorted",
                    "return_inverse", "return_counts", "return_indices", "stable", "implicit"}
@@ -247,6 +252,10 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
             schema = n.target._schema.arguments
             drops += [(n, {"kind": "dropped", "argument": schema[j].name, "was": name, "to": "without", "position": j,
                            "operand": _producer(n.args[j])}) for j in ((1, 0) if name == "add" else (1,))]
+        for j in CONJUGABLE.get(name, ()):
+            if j < len(n.args) and isinstance(n.args[j], fx.Node) and _complex(n.args[j]):
+                transposes.append((n, {"kind": "conjugated", "position": j, "argument": n.target._schema.arguments[j].name,
+                                       "was": False, "to": True, "operand": _producer(n.args[j])}))
         for j in PRODUCTS.get(name, ()):
             if j < len(n.args) and isinstance(n.args[j], fx.Node):
                 transposes.append((n, {"kind": "transposed", "position": j, "argument": n.target._schema.arguments[j].name,
@@ -308,6 +317,13 @@ def _shared_shifts(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]
                                          "places": [(n, p) for n, p, _ in places],
                                          "values": [v + step for _, _, v in places]}))
     return found
+
+
+def _complex(n: fx.Node) -> bool:
+    dtype = n.meta.get("dtype")
+    if dtype is None and n.op == "placeholder":
+        dtype = getattr(getattr(n.meta.get("leaf"), "value", None), "dtype", None)
+    return isinstance(dtype, torch.dtype) and dtype.is_complex
 
 
 def _two_tensors(n: fx.Node) -> bool:
@@ -410,6 +426,8 @@ def _applied(graph: fx.Graph, node: fx.Node, change: dict[str, Any],
         return _bypassed(node, node.args[1 - change["position"]])
     if kind == "transposed":
         return _transposed(graph, node, change["position"])
+    if kind == "conjugated":
+        return _transposed(graph, node, change["position"], conjugate=True)
     return _changed(places, change.get("values") or [change["to"]] * len(places))
 
 
@@ -440,11 +458,13 @@ def _bypassed(node: fx.Node, kept: fx.Node) -> Iterator[dict[str, str]]:
 
 
 @contextlib.contextmanager
-def _transposed(graph: fx.Graph, node: fx.Node, position: int) -> Iterator[dict[str, str]]:
-    """`node`'s operand at `position` transposed in its last two dimensions, by a new op."""
+def _transposed(graph: fx.Graph, node: fx.Node, position: int, conjugate: bool = False) -> Iterator[dict[str, str]]:
+    """`node`'s operand at `position` transposed in its last two dimensions (or conjugated),
+    by a new op."""
     operand = node.args[position]
     with graph.inserting_before(node):
-        flipped = graph.call_function(torch.ops.aten.transpose.int, (operand, -2, -1))
+        flipped = graph.call_function(torch.ops.aten.conj_physical.default, (operand,)) if conjugate else \
+            graph.call_function(torch.ops.aten.transpose.int, (operand, -2, -1))
     flipped.meta = {k: operand.meta[k] for k in ("dtype", "line") if k in operand.meta}
     saved = node.args
     node.args = node.args[:position] + (flipped,) + node.args[position + 1:]
