@@ -712,3 +712,26 @@ def test_the_one_change_is_said_as_the_mistake_it_points_at(change, said):
     found = {id(a): (None, SimpleNamespace(reference={"one_change": change})), id(b): None}
     comparison = SimpleNamespace(find=lambda side: found[id(side)])
     assert said in _one_change_text(comparison, SimpleNamespace(a=a, b=b))
+
+
+def test_a_compiled_models_dropout_in_training_mode_is_named_with_the_eval_fix():
+    """A model left in training mode compiled and compared with its eager call: its Dropout
+    draws a mask on every call, eager or compiled; the fix is `model.eval()`, which
+    `fallback_random` alone is not (two eager calls differ too)."""
+    dropout = {"path": "2", "type": "Dropout", "effect": "zeroes a random 0.1 of its inputs on every call"}
+
+    def model_call(i, value):
+        o = obs(i, value, [1, 2])
+        o.module = {"variable": "model", "training": True, "train_layers": [dropout]}
+        return o
+
+    eager = arm("cpu", [model_call(0, [1.0, 2.0])])
+    compiled = arm("cpu/compile", [model_call(0, [1.5, 2.0])], mode="compile")
+    compiled.compiled_random_ops = ["dropout"]
+    v = verdict(eager, compiled)
+    assert (v.kind, v.expected) == ("nondeterministic", True), v.summary
+    assert "because `model` is in training mode: `model.2` (Dropout)" in v.summary
+    assert "Fix: call `model.eval()`" in v.summary
+    # The same draws with no module in training mode: inductor's generator, as before.
+    compiled.observables[0].module, eager.observables[0].module = {}, {}
+    assert "inductor's generator differs from eager's. Compare with" in verdict(eager, compiled).summary

@@ -1000,11 +1000,38 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
     compile_runs = [r for r in c.arms if r.mode == "compile" and r.compiled_random_ops]
     if d.source == "arms" and compile_runs:
         ops = ", ".join(sorted(set(compile_runs[0].compiled_random_ops)))
+        training = _random_layers_in_training(compile_runs[0])
+        if training is not None:
+            name, layers = training
+            listing = "; ".join(f"`{name}.{x['path']}` ({x['type']}) {x['effect']}" for x in layers[:4])
+            return make_verdict("nondeterministic", True, policy.GENERAL, ["random", "compile"],
+                            f"{where_text(d)} differs between eager and compiled runs because `{name}` is in training "
+                            f"mode: {listing}, so every call draws its own numbers ({ops}), eager or compiled — two "
+                            "eager calls differ too, and inductor's generator differs from eager's besides. This is "
+                            f"the model's mode, not numerics. Fix: call `{name}.eval()` before comparing outputs "
+                            "(`torch._inductor.config.fallback_random = True` makes a compiled call draw as an eager "
+                            "one, but two calls still draw differently).",
+                            evidence_lines(d) + [f"train-mode layer `{x['path']}`: {x['type']}" for x in layers[:8]])
         return make_verdict("nondeterministic", True, policy.GENERAL, ["random", "compile"],
                         f"{where_text(d)} differs between eager and compiled runs, and the compiled region draws "
                         f"random numbers ({ops}): inductor's generator differs from eager's. Compare with "
                         "`torch._inductor.config.fallback_random = True`, or move random draws out of the compiled function.",
                         evidence_lines(d))
+    return None
+
+
+# Layers that draw random numbers on every call in training mode.
+RANDOM_LAYERS = {"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "RReLU"}
+
+
+def _random_layers_in_training(run: ArmRun) -> tuple[str, list[dict[str, Any]]] | None:
+    """A module the arm called in training mode whose layers draw random numbers on every call
+    (dropout): its variable name and those layers."""
+    for o in run.observables:
+        m = o.module or {}
+        layers = [x for x in m.get("train_layers") or [] if x.get("type") in RANDOM_LAYERS]
+        if m.get("training") and layers:
+            return m.get("variable") or "the model", layers
     return None
 
 
