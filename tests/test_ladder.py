@@ -735,3 +735,18 @@ def test_a_compiled_models_dropout_in_training_mode_is_named_with_the_eval_fix()
     # The same draws with no module in training mode: inductor's generator, as before.
     compiled.observables[0].module, eager.observables[0].module = {}, {}
     assert "inductor's generator differs from eager's. Compare with" in verdict(eager, compiled).summary
+
+
+def test_the_indices_a_check_compares_head_the_verdict_before_the_scores_behind_them():
+    """`torch.equal(idx32, idx16)` of two top-k results: the check is about the indices, not
+    the float16 scores they come from (which also differ from float64, at exit)."""
+    scores = obs(0, [1.5, 2.25], [1.51, 2.26], kind="final", label="`scores16` at exit", dtype="float16")
+    a = obs(1, [3, 1], [3, 1], kind="claim", label="`idx32`", dtype="int64",
+            claim={"id": 0, "func": "torch.equal", "operand": 0, "holds": False})
+    b = obs(2, [1, 3], [3, 1], kind="claim", label="`idx16`", dtype="int64",
+            claim={"id": 0, "func": "torch.equal", "operand": 1, "holds": False})
+    c = compare([arm("cpu", [scores, a, b])])
+    assert c.divergence.source == "claim" and {c.divergence.a.label, c.divergence.b.label} == {"`idx32`", "`idx16`"}
+    # A boolean the script derives still ranks below the floating value it summarizes.
+    a.fingerprint["dtype"] = b.fingerprint["dtype"] = "bool"
+    assert compare([arm("cpu", [scores, a, b])]).divergence.a.label == "`scores16` at exit"

@@ -183,8 +183,11 @@ def _headline_rank(d: Divergence, order: int) -> tuple:
     decisive = any(not j.outside_without_digits for j in outside)
     kind = min(KIND_RANK.get(s.kind or "", 4) for s in (d.a, d.b) if s is not None)
     # A boolean or integer the script derives (`torch.isnan(out).any().item()`) says less than
-    # the floating values it summarizes.
-    floating = any(_is_float(s.dtype or "") for s in (d.a, d.b) if s is not None)
+    # the floating values it summarizes; but integers the script's own check compares
+    # (`torch.equal(pred32, pred16)` of two argmaxes, top-k indices) are what it is about.
+    sides = [s for s in (d.a, d.b) if s is not None]
+    floating = any(_is_float(s.dtype or "") for s in sides) or kind == KIND_RANK["claim"] and all(
+        _is_index(s.dtype or "") for s in sides)
     return (not outside, not decisive, not floating, kind, order)
 
 
@@ -693,6 +696,10 @@ def _distinct_draws(run: ArmRun, x: Observable, y: Observable) -> list[dict[str,
             out.append({"index": leaf["index"], "kind": leaf["kind"], "op": leaf.get("op"),
                         "line": leaf.get("line"), "shape": shape, "differs": True})
     return out
+
+
+def _is_index(dtype: str) -> bool:
+    return dtype in ("int64", "int32", "int16", "int8", "uint8")
 
 
 def _is_float(dtype: str) -> bool:

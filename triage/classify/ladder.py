@@ -892,8 +892,8 @@ def _decided_by_rounding(d: Divergence, js: list, evidence: list[str]) -> Verdic
     return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
                         f"{where_text(d)} {difference_text(d)}. It is {_article(sides[0].dtype)} {sides[0].dtype} value "
                         f"decided by comparing floating-point values, and rounding alone decides those comparisons "
-                        f"(replayed with random rounding at the arm's precision, {flips[0]}); {inside} is inside the "
-                        "spread they give. "
+                        f"(replayed with random rounding at the arm's precision, {flips[0]}); {inside} "
+                        f"{'are' if len(js) > 1 else 'is'} inside the spread they give. "
                         "Its float64 value is one outcome of many, not the answer: ordinary floating-point rounding, "
                         "which the accuracy note does not guarantee bitwise.", evidence)
 

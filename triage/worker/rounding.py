@@ -1078,7 +1078,9 @@ def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -
         changed = sum(1 for r in runs if name in r.discrete and not torch.equal(r.discrete[name], base))
         if changed:
             node = center.nodes[name]
-            out.append({"node": name, "op": _op_name(node.target), "line": node.meta.get("line"),
+            # One output of a multi-output op (`topk(...).indices`): the op decides.
+            deciding = node.args[0] if node.target is operator.getitem and isinstance(node.args[0], fx.Node) else node
+            out.append({"node": name, "op": _op_name(deciding.target), "line": node.meta.get("line"),
                         "replays": changed, "of": len(runs)})
     return out[:8]
 
