@@ -1045,3 +1045,28 @@ def test_a_scripts_custom_op_is_replayed_through_its_own_code(capsys):
     j = judge(out.float(), spread)
     assert j.zone == "inside" and j.digits > 1.5, (j.zone, j.digits)
     assert judge(out.float() * 1.02, spread).zone == "outside"
+
+
+def test_more_samples_near_the_floor_stop_at_the_budget_by_their_own_cost(monkeypatch):
+    """Sampling past K where a value sits near the Monte Carlo floor is bounded by the time
+    budget, at what the samples cost: a compiled graph's samples cost more than its centre
+    replay, and 199 of them ran 78 s of a 60 s budget. On a clock where the centre replay takes
+    1 s and each sample 1.5 s, no more samples are taken than fit."""
+    import triage.worker.rounding as rounding
+
+    clock = [0.0]
+    monkeypatch.setattr(rounding.time, "monotonic", lambda: clock[0])
+    replay = rounding._replay
+
+    def timed(plan, wanted, mode, *args, **kwargs):
+        centre = mode.generator is None and not mode.directed
+        clock[0] += 1.0 if centre else 1.5 * max(1, mode.samples)
+        return replay(plan, wanted, mode, *args, **kwargs)
+
+    monkeypatch.setattr(rounding, "_replay", timed)
+    monkeypatch.setattr(rounding, "_near_floor", lambda *args: True)  # every check asks for more
+    graph, wanted, dtypes, out = recorded(lambda x: (x * 1.1).sum(), torch.linspace(0, 1, 64))
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29, budget_s=60.0), dtypes,
+                            {n: out * 1.001 for n in wanted})
+    assert sim.samples >= 29
+    assert clock[0] <= 60.0, (sim.samples, clock[0])
