@@ -30,6 +30,29 @@ def test_close_eigenvalues_are_named_with_the_gap_not_the_condition_number():
     assert well_separated.get("kind") != "close-eigenvalues"
 
 
+def test_eigenvalues_alone_are_not_named_by_their_vectors_gap():
+    """`eigvalsh` returns no vectors (under a dispatch mode its `_linalg_eigh` computes them
+    anyway): a close pair's figure would be about values the script never reads. Where an
+    observed value reads the vectors, the figure stays."""
+    from triage.worker.session import _ancestry, _values_only_notes
+
+    a = _close_pair()
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        values = torch.linalg.eigvalsh(a)
+        vectors = torch.linalg.eigh(a).eigenvectors
+    recording = recorder.finish()
+    assert [n.get("kind") for n in recording.conditioning] == ["close-eigenvalues"] * 2
+    notes = {c["node"]: i for i, c in enumerate(recording.conditioning)}
+    read: set[str] = set()
+    for observed in (values, vectors):
+        _ancestry(recorder.lookup(observed), {}, notes, read)
+    _values_only_notes(recording, read)
+    kinds = [n.get("kind") for n in recording.conditioning]
+    assert kinds == [None, "close-eigenvalues"], kinds
+    assert recording.conditioning[0]["cond"] > 1 and "figure" not in recording.conditioning[0]
+
+
 def test_a_complex_conjugate_pair_is_not_a_close_pair():
     """A real matrix's complex eigenvalues λ and λ̄ share their real part and lie 2·|Im λ| apart:
     a general eigensolver's vectors are then as well determined as any."""

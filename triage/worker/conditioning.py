@@ -36,7 +36,10 @@ MAX_BATCH = 256
 
 
 def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
-    """Condition number and numerical rank of the matrix (worst over a batch)."""
+    """Condition number and numerical rank of the matrix (worst over a batch); for an eigen-
+    or singular-vector op, the vectors' figure, carrying the matrix's own note for a script
+    that reads the values alone (`VALUES_ONLY`: eigenvalues err by u·‖A‖₂ each, which the
+    condition number says relative to the smallest)."""
     if a.dim() < 2 or not (a.is_floating_point() or a.is_complex()) or a.numel() == 0:
         return None
     m, n = a.shape[-2], a.shape[-1]
@@ -69,15 +72,14 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
         note = _eigenvalue_sensitivity(eig, a.dtype, s, list(a.shape))
         if note is not None:
             return note
+    vector_note = None
     if op in VECTOR_OPS and m == n and (op != "linalg_eig" or eig is not None):
-        note = _vector_sensitivity(op, wide, a.dtype, s, list(a.shape), eig[0] if eig is not None else None)
-        if note is not None:
-            return note
+        vector_note = _vector_sensitivity(op, wide, a.dtype, s, list(a.shape), eig[0] if eig is not None else None)
     exact = exact_singular(a) if op in DET_OPS else None
     exact_rank_ = exact_rank(a) if op in SVD_OPS else None
     if exact_rank_ is not None:
         exact = exact_rank_ < k
-    return {
+    note = {
         "op": op,
         "exact_singular": exact,
         "shape": list(a.shape),
@@ -92,6 +94,18 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
         "ill_conditioned": c * eps > 1e-2 or rank < k or bool(exact),
         "eps": eps,
     }
+    if vector_note is not None:
+        # What to say instead where the script reads only the values (the recorder decides,
+        # once it knows whether the vectors are read: `values_only`).
+        vector_note[VALUES_ONLY] = note
+        return vector_note
+    return note
+
+
+# The key under which a vector note carries the note for the values alone (never reported),
+# and the vector note's own figures, which that note replaces.
+VALUES_ONLY = "values_only"
+VECTOR_NOTE_KEYS = {"kind", "gap", "sensitivity", "figure"}
 
 
 def _eigenvalue_sensitivity(eig: tuple[torch.Tensor, torch.Tensor] | None, dtype: torch.dtype, s: torch.Tensor,

@@ -56,7 +56,13 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from triage.worker import arm_choices
-from triage.worker.conditioning import LINALG_OPS, SENSITIVE_OPS, condition_of, sensitivity_of
+from triage.worker.conditioning import (
+    LINALG_OPS,
+    SENSITIVE_OPS,
+    VALUES_ONLY,
+    condition_of,
+    sensitivity_of,
+)
 from triage.worker.independent import Budget, note_fields
 from triage.worker.modes import TriageDispatchMode
 
@@ -150,6 +156,9 @@ class Recording:
     random_before_seed: dict[str, Any] | None
     compiled_graphs: int
     compiled_random_ops: list[str] = field(default_factory=list)
+    # A vector note's index -> the note for its matrix's values alone, for a run whose observed
+    # values read none of that op's vectors (the session decides, from their cones).
+    values_only: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 class OpRecorder(TriageDispatchMode):
@@ -176,6 +185,7 @@ class OpRecorder(TriageDispatchMode):
         self.paused = 0
         self.stopped: str | None = None
         self.conditioning: list[dict[str, Any]] = []
+        self.values_only: dict[int, dict[str, Any]] = {}  # a vector note's index -> the values' own note
         self.answer_budget = Budget()
         # Cancellation/overflow/domain checks so far: each costs a float64 pass over the op's
         # input, so a training loop's thousandth matmul is not checked again.
@@ -332,8 +342,11 @@ class OpRecorder(TriageDispatchMode):
             finally:
                 self.paused -= 1
             if note is not None:
+                values_only = note.pop(VALUES_ONLY, None)
                 note["node"] = node.name
                 note["line"] = node.meta["line"]
+                if values_only is not None:
+                    self.values_only[len(self.conditioning)] = dict(values_only, node=node.name, line=node.meta["line"])
                 if linalg:
                     self._answer(name, args, kwargs, out, note)
                 self.conditioning.append(note)
@@ -657,6 +670,7 @@ class OpRecorder(TriageDispatchMode):
             random_before_seed=self.random_before_seed,
             compiled_graphs=self.compiled_graphs,
             compiled_random_ops=self.compiled_random_ops,
+            values_only=self.values_only,
         )
 
 

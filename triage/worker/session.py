@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import operator
 import os
 import sys
 import time
@@ -157,9 +158,11 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
         )
     leaf_index = {leaf.node.name: leaf.index for leaf in recording.leaves}
     conditioning_nodes = {c["node"]: i for i, c in enumerate(recording.conditioning)}
+    vectors_read: set[str] = set()
     for record in store.records:
         record["ancestors"], record["conditioning"], record["compiled_line"] = _ancestry(
-            by_name.get(record["node"]), leaf_index, conditioning_nodes)
+            by_name.get(record["node"]), leaf_index, conditioning_nodes, vectors_read)
+    _values_only_notes(recording, vectors_read)
     if replay is not None:
         _mark_uninitialized_reads(recording, store.records, job["reference_budget_s"])
     # Within result.json's limits: the leaves (and conditioning notes) the observed values read
@@ -428,10 +431,24 @@ def _cuda_init_error(torch: Any) -> str:
     return ""
 
 
+def _values_only_notes(recording: Any, vectors_read: set[str]) -> None:
+    """An eigen- or singular-vector op whose vectors no observed value reads (`eigvalsh`, which
+    under a dispatch mode computes them anyway) gets its matrix's own note, not the vectors'
+    figure (the gap between two eigenvalues says nothing of the eigenvalues)."""
+    from triage.worker.conditioning import VECTOR_NOTE_KEYS
+
+    for i, values_only in recording.values_only.items():
+        if values_only["node"] not in vectors_read:
+            recording.conditioning[i] = dict(values_only, **{k: v for k, v in recording.conditioning[i].items()
+                                                            if k not in values_only and k not in VECTOR_NOTE_KEYS})
+
+
 def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[str, int],
-              limit: int = 20000) -> tuple[list[int], list[int], int | None]:
+              vectors_read: set[str] | None = None, limit: int = 20000) -> tuple[list[int], list[int], int | None]:
     """The leaves and the conditioning-checked ops an observable's value depends on, and the
-    script line of a compiled region it comes through (the nearest; None where none)."""
+    script line of a compiled region it comes through (the nearest; None where none).
+    `vectors_read` collects the ops whose outputs past the first (an eigensolver's vectors) the
+    value reads."""
     from triage.worker.opgraph import CompiledRegion, value_inputs
 
     if node is None:
@@ -446,6 +463,9 @@ def _ancestry(node: Any, leaf_index: dict[str, int], conditioning_nodes: dict[st
             leaves.append(leaf_index[n.name])
         if n.name in conditioning_nodes:
             conditioned.append(conditioning_nodes[n.name])
+        if vectors_read is not None and n.target is operator.getitem and n.args[1] != 0 \
+                and n.args[0].name in conditioning_nodes:
+            vectors_read.add(n.args[0].name)
         if compiled is None and isinstance(n.target, CompiledRegion):
             compiled = n.meta.get("call_line") or n.meta.get("line")
         stack.extend(value_inputs(n))
