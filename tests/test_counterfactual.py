@@ -256,3 +256,30 @@ def test_a_forgotten_conjugate_and_an_untransposed_solve_are_found():
     found = changed(lambda L, b: torch.linalg.solve_triangular(L, b, upper=True),
                     lambda L, b: torch.linalg.solve_triangular(L.T, b, upper=True), L, b)
     assert found is not None and (found["kind"], found["argument"]) == ("transposed", "self"), found
+
+
+def test_one_dim_that_two_reductions_share_is_changed_in_both():
+    """An instance norm over the channels (dim 1) where `F.instance_norm` normalizes over the
+    length (dim 2): the mean and the variance both slipped."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 50) * 2 + 1
+
+    def mine(t):
+        return (t - t.mean(dim=1, keepdim=True)) / torch.sqrt(t.var(dim=1, keepdim=True, unbiased=False) + 1e-5)
+
+    found = changed(mine, lambda t: F.instance_norm(t, eps=1e-5), x)
+    assert found is not None and (found["argument"], found["was"], found["to"], found["places"]) == ("dim", [1], [2], 2)
+
+
+def test_flags_a_kernel_does_not_check_are_never_tried():
+    """`instance_norm`'s use_input_stats=False with no running statistics reached a native
+    kernel that does not check them, and the worker died of SIGSEGV mid-search."""
+    from triage.worker.counterfactual import _candidates
+
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        F.instance_norm(torch.randn(2, 3, 8), eps=1e-5)
+    nodes = [n for n in recorder.finish().graph.nodes if n.op == "call_function"
+             and isinstance(n.target, torch._ops.OpOverload)]
+    tried = {c["argument"] for _, c in _candidates(nodes)}
+    assert not tried & {"use_input_stats", "cudnn_enabled", "training"}, tried

@@ -73,9 +73,12 @@ PRODUCTS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "li
             "triangular_solve": (1,), "_linalg_solve_ex": (0,), "linalg_solve": (0,), "cholesky_solve": (1,)}
 # Products of complex values: an operand the slip left unconjugated (`X * X` for `X * X.conj()`).
 CONJUGABLE = {"mul": (0, 1), "mm": (0, 1), "bmm": (0, 1), "dot": (0, 1), "mv": (0, 1)}
-# Flags whose other value changes the function but not the result's shape.
-FLAG_EXCEPTIONS = {"keepdim", "inplace", "unbiased", "non_blocking", "copy", "pin_memory", "sorted",
-                   "return_inverse", "return_counts", "return_indices", "stable", "implicit"}
+# Flags a script sets that change the function, not the result's shape, and that every kernel
+# checks either way. Others are not tried: `instance_norm`'s use_input_stats=False without
+# running statistics reached a native kernel that does not check, and the worker died of SIGSEGV.
+FLAGS = {"include_self", "align_corners", "ceil_mode", "count_include_pad", "largest", "upper", "left", "transpose",
+         "unitriangular", "log_target", "full", "center", "normalized", "onesided", "descending", "is_causal",
+         "forward", "antialias", "accumulate"}
 # Index arguments one off of which is a slip: (op, argument) pairs.
 SHIFTABLE = {("slice", "start"), ("slice", "end"), ("select", "index"), ("narrow", "start")}
 # A mask's triangle and the other one (`tril(x, k)` keeps what `triu(x, -k)` drops, but the diagonal).
@@ -222,7 +225,7 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                 flipped = (not value) if argument == "unbiased" else (0 if value not in (0, 0.0) else 1)
                 estimates.append((n, {"kind": "argument", "position": position, "argument": argument,
                                       "was": value, "to": flipped}))
-            elif isinstance(value, bool) and argument not in FLAG_EXCEPTIONS:
+            elif isinstance(value, bool) and argument in FLAGS:
                 flags.append((n, {"kind": "argument", "position": position, "argument": argument,
                                   "was": value, "to": not value}))
             elif argument == "diagonal" and name in ("tril", "triu") and isinstance(value, int):
@@ -265,12 +268,15 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
 
 
 def _shared_dims(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
-    """Dimensions of several axes that more than one op of the side reduces over: each other
-    choice of as many axes, changed in all of them at once."""
+    """Dimensions that more than one op of the side reduces over (a hand-written instance
+    norm's mean and variance, both over dim 1): each other choice of as many axes, changed in
+    all of them at once."""
     shared: dict[tuple[int, ...], list[tuple[fx.Node, int | str]]] = {}
     for n in nodes:
+        if n.target.overloadpacket.__name__ in LAYOUT_OPS:
+            continue
         for position, argument, value in _arguments(n):
-            if argument == "dim" and isinstance(value, (list, tuple)) and len(value) > 1 \
+            if argument == "dim" and isinstance(value, (list, tuple)) and value \
                     and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
                 shared.setdefault(tuple(value), []).append((n, position))
     found = []
