@@ -283,3 +283,17 @@ def test_flags_a_kernel_does_not_check_are_never_tried():
              and isinstance(n.target, torch._ops.OpOverload)]
     tried = {c["argument"] for _, c in _candidates(nodes)}
     assert not tried & {"use_input_stats", "cudnn_enabled", "training"}, tried
+
+
+def test_the_search_runs_in_a_child_whose_crash_costs_only_its_answer():
+    """A replay with arguments the script never gave may crash a native kernel: the search runs
+    in a forked child, and a child that dies, overruns or raises answers None."""
+    import os
+    import signal
+
+    from triage.worker.session import _in_a_child
+
+    assert _in_a_child(lambda: {"1": {"kind": "sign"}}, 10) == {"1": {"kind": "sign"}}
+    assert _in_a_child(lambda: os.kill(os.getpid(), signal.SIGSEGV), 10) is None
+    assert _in_a_child(lambda: time.sleep(30), 0.5) is None
+    assert _in_a_child(lambda: 1 / 0, 10) is None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import operator
 import os
@@ -313,24 +314,80 @@ def _note_one_changes(graph: Any, records: list[dict[str, Any]], values: dict[st
                       native: frozenset[str]) -> None:
     """For each claim whose two float64 values differ (two functions, not rounding), the one
     change to one side's ops that makes them agree (triage/worker/counterfactual.py), noted
-    in that side's reference."""
+    in that side's reference. The search replays ops with arguments the script never gave
+    them, and a native kernel that trusts its arguments may crash the process (oneDNN's RNN
+    layer, `instance_norm` without running statistics): it runs in a forked child, and a
+    child that dies, overruns or raises costs the notes, never the arm."""
     from triage.worker.counterfactual import BUDGET_S, one_change
 
-    deadline = time.monotonic() + BUDGET_S
     operands: dict[int, dict[int, dict[str, Any]]] = {}
     for r in records:
         if r["kind"] == "claim" and r.get("claim") and r["node"] is not None and r["reference"]["fingerprint"]:
             operands.setdefault(r["claim"]["id"], {})[r["claim"]["operand"]] = r
-    for pair in operands.values():
-        if len(pair) != 2 or pair[0]["node"] == pair[1]["node"] or time.monotonic() > deadline:
-            continue
+    pairs = {claim: pair for claim, pair in operands.items() if len(pair) == 2 and pair[0]["node"] != pair[1]["node"]}
+    if not pairs:
+        return
+
+    def search() -> dict[str, Any]:
+        deadline = time.monotonic() + BUDGET_S
+        found = {}
+        for claim, pair in pairs.items():
+            if time.monotonic() > deadline:
+                break
+            change = one_change(graph, pair[0]["node"], pair[1]["node"], values, deadline, native)
+            if change is not None:
+                found[str(claim)] = change
+        return found
+
+    for claim, change in (_in_a_child(search, BUDGET_S + ONE_CHANGE_GRACE_S) or {}).items():
+        pair = pairs.get(int(claim))
+        if pair is not None and isinstance(change, dict):
+            changed = pair[0] if change.pop("side", None) == pair[0]["node"] else pair[1]
+            changed["reference"]["one_change"] = change
+
+
+# What a forked search may take past its own budget (the fork and its answer's way back).
+ONE_CHANGE_GRACE_S = 2.0
+
+
+def _in_a_child(work: Callable[[], Any], timeout_s: float) -> Any:
+    """`work()` run in a forked child on one thread, its JSON result read back through a pipe;
+    None where the child dies (a signal), overruns `timeout_s`, raises or answers nothing."""
+    import json
+    import select
+    import signal
+
+    import torch
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: whatever happens, it ends here
         try:
-            found = one_change(graph, pair[0]["node"], pair[1]["node"], values, deadline, native)
-        except Exception:  # noqa: BLE001 - a search that fails costs its note, never the arm
-            found = None
-        if found is not None:
-            changed = pair[0] if found.pop("side") == pair[0]["node"] else pair[1]
-            changed["reference"]["one_change"] = found
+            os.close(read)
+            torch.set_num_threads(1)  # no thread pool the fork did not copy
+            data = json.dumps(work()).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write, view):]
+        finally:
+            os._exit(0)
+    os.close(write)
+    chunks, deadline = [], time.monotonic() + timeout_s
+    try:
+        while (left := deadline - time.monotonic()) > 0 and select.select([read], [], [], left)[0]:
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    try:
+        return json.loads(b"".join(chunks)) if chunks else None
+    except ValueError:  # cut short: the child overran
+        return None
 
 
 def _simulated(graph: Any, records: list[dict[str, Any]], references: dict[str, Any], values: dict[str, Any],
