@@ -474,3 +474,18 @@ def test_the_warm_up_cache_is_copied_as_plain_files_only(tmp_path):
     assert (target / "ab" / "probe.so").read_bytes() == b"kept"
     caches.copy_plain_tree(str(source), str(tmp_path / "fresh"))
     assert (tmp_path / "fresh" / "ab" / "probe.so").read_bytes() == b"\x7fELF"
+
+
+def test_two_runs_of_one_script_at_once_compile_in_two_caches(tmp_path):
+    """A second triage run of a script whose compile cache another run holds compiles in a
+    private cache, removed at its end (one run loaded a kernel library the other was writing:
+    "file too short"); once the first lets go, the next run takes the shared one again."""
+    first = caches.claim_compile_cache("print(6)\n", str(tmp_path / "cache"))
+    second = caches.claim_compile_cache("print(6)\n", str(tmp_path / "cache"))
+    assert second != first and os.path.isdir(second)
+    caches.release_compile_cache(second)
+    assert not os.path.exists(os.path.dirname(second))
+    caches.release_compile_cache(first)
+    assert os.path.isdir(first)  # kept for later runs of the script
+    assert caches.claim_compile_cache("print(6)\n", str(tmp_path / "cache")) == first
+    caches.release_compile_cache(first)

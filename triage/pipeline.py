@@ -30,7 +30,7 @@ from triage.model import (
 from triage.reported import judge_reported, reporter_device
 from triage.reporter import QUIET, Reporter
 from triage.sandbox import isolation
-from triage.sandbox.caches import compile_cache, trim_compile_cache
+from triage.sandbox.caches import claim_compile_cache, release_compile_cache, trim_compile_cache
 from triage.settings import AblationSettings, MinimizeSettings, RunSettings, Settings
 from triage.untrusted import remove_tree
 from triage.worker.knob_calls import SETTERS, knob_call_note, overrides, recordable
@@ -51,8 +51,9 @@ def triage_script(path: str, arms: list[ArmSpec], settings: Settings, reporter: 
     if repro.problem is None:
         # One compile cache for the whole run: what the arms compiled warms the ablations, the
         # minimizer's workers and the verification of the minimal script.
+        claimed = options.compile_cache is None
         options = dataclasses.replace(options, compile_cache=options.compile_cache
-                                      or compile_cache(repro.source, options.cache_dir))
+                                      or claim_compile_cache(repro.source, options.cache_dir))
         try:
             with forking_workers(repro, arms, options):
                 runs, reported = _run_with_reported(repro, arms, options, reporter, posted)
@@ -65,7 +66,10 @@ def triage_script(path: str, arms: list[ArmSpec], settings: Settings, reporter: 
                         if run.graph_dir:
                             remove_tree(os.path.dirname(run.graph_dir))
         finally:
-            trim_compile_cache(options.compile_cache)
+            if claimed:
+                release_compile_cache(options.compile_cache)
+            else:
+                trim_compile_cache(options.compile_cache)
     try:
         ablations = ablations + reduced.ablations
         verdict = classify(repro, comparison, ablations, reduced.replay, reported)

@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -118,6 +119,43 @@ def compile_cache(source: str, directory: str | None = None) -> str:
     os.utime(holder)
     _prune(base, keep=holder)
     return own_directory(str(holder / "inductor"))
+
+
+# A run's claim on its script's compile cache: the cache path -> the open lock it holds.
+_CLAIMS: dict[str, int] = {}
+PRIVATE_PREFIX = "run-"
+
+
+def claim_compile_cache(source: str, directory: str | None = None) -> str:
+    """The script's compile cache for one triage run, held for it until `release_compile_cache`.
+    Two runs of one script at once (two sweeps, two CI workers) would compile into one folder,
+    and one loaded a kernel library the other was still writing ("file too short"): a run that
+    finds the cache held compiles in a private one, removed at its end."""
+    shared = compile_cache(source, directory)
+    locks = cache_root(directory) / "compile-locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    lock = os.open(str(locks / (Path(shared).parent.name + ".lock")), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock)
+        private = tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=str(cache_root(directory) / "compile"))
+        return own_directory(os.path.join(private, "inductor"))
+    _CLAIMS[shared] = lock
+    return shared
+
+
+def release_compile_cache(compiled: str) -> None:
+    """The end of a run's claim: a private cache removed, the shared one trimmed and let go."""
+    if os.path.basename(os.path.dirname(compiled)).startswith(PRIVATE_PREFIX):
+        remove_tree(os.path.dirname(compiled))
+        return
+    try:
+        trim_compile_cache(compiled)
+    finally:
+        lock = _CLAIMS.pop(compiled, None)
+        if lock is not None:
+            os.close(lock)
 
 
 def inductor_default_dir(env: dict[str, str], compiled: str) -> dict[str, str]:
