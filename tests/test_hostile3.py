@@ -489,3 +489,23 @@ def test_two_runs_of_one_script_at_once_compile_in_two_caches(tmp_path):
     assert os.path.isdir(first)  # kept for later runs of the script
     assert caches.claim_compile_cache("print(6)\n", str(tmp_path / "cache")) == first
     caches.release_compile_cache(first)
+
+
+def test_a_kernel_library_cut_short_in_the_cache_is_compiled_again(tmp_path):
+    """A run killed while its compiler wrote a `.so` leaves it empty, and every later run of
+    the script loaded it and crashed its compile arm ("file too short"): the run that claims
+    the cache removes such libraries and keeps whole ones."""
+    import glob
+
+    import numpy
+
+    first = caches.claim_compile_cache("print(7)\n", str(tmp_path / "cache"))
+    caches.release_compile_cache(first)
+    whole = Path(sorted(glob.glob(numpy.__path__[0] + "/**/*.so", recursive=True))[0])
+    Path(first, "ae").mkdir()
+    Path(first, "ae", "whole.main.so").write_bytes(whole.read_bytes())
+    Path(first, "ae", "cut.main.so").write_bytes(b"")
+    Path(first, "ae", "half.main.so").write_bytes(whole.read_bytes()[:200])
+    assert caches.claim_compile_cache("print(7)\n", str(tmp_path / "cache")) == first
+    assert sorted(p.name for p in Path(first, "ae").iterdir()) == ["whole.main.so"]
+    caches.release_compile_cache(first)

@@ -16,12 +16,14 @@
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import re
 import shutil
 import stat
+import struct
 import sys
 import tempfile
 import time
@@ -142,7 +144,39 @@ def claim_compile_cache(source: str, directory: str | None = None) -> str:
         private = tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=str(cache_root(directory) / "compile"))
         return own_directory(os.path.join(private, "inductor"))
     _CLAIMS[shared] = lock
+    _drop_cut_libraries(shared)
     return shared
+
+
+def _drop_cut_libraries(folder: str) -> None:
+    """Kernel libraries cut short in the cache (a run killed while its compiler wrote a `.so`
+    leaves it empty), which inductor finds and fails to load in every later run of the script
+    (`ImportError: … main.so: file too short`, the compile arm a crash): removed, so they are
+    compiled again. Only under the run's claim: no other run is writing them."""
+    for path in Path(folder).rglob("*.so"):
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink() and not _whole_elf(path):
+                path.unlink()
+
+
+def _whole_elf(path: Path) -> bool:
+    """An ELF file as long as its own header says: the header whole, and the section table
+    (which the loader reads) within the file."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = f.read(64)
+    if len(header) < 52 or header[:4] != b"\x7fELF" or header[4] not in (1, 2) or header[5] not in (1, 2):
+        return False
+    order = "<" if header[5] == 1 else ">"
+    if header[4] == 2:
+        if len(header) < 64:
+            return False
+        offset, = struct.unpack_from(order + "Q", header, 0x28)
+        entry, count = struct.unpack_from(order + "HH", header, 0x3A)
+    else:
+        offset, = struct.unpack_from(order + "I", header, 0x20)
+        entry, count = struct.unpack_from(order + "HH", header, 0x2E)
+    return offset + entry * count <= size
 
 
 def release_compile_cache(compiled: str) -> None:
