@@ -360,7 +360,12 @@ def _in_a_child(work: Callable[[], Any], timeout_s: float) -> Any:
     import torch
 
     read, write = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no process to spare (the arm's task limit): no search, no note
+        os.close(read)
+        os.close(write)
+        return None
     if pid == 0:  # the child: whatever happens, it ends here
         try:
             os.close(read)
