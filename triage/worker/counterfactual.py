@@ -187,7 +187,7 @@ def _apart(x: Any, y: Any) -> float | None:
             or x.shape != y.shape or not x.numel():
         return gap
     finite = [bool(torch.isfinite(t).all()) if t.is_floating_point() or t.is_complex() else None for t in (x, y)]
-    return math.inf if sorted(finite, key=str) == [False, True] else None
+    return math.inf if True in finite and False in finite else None
 
 
 def _gap(x: Any, y: Any) -> float | None:
@@ -299,7 +299,7 @@ def _slipped_numbers(name: str, value: float) -> list[float]:
         found += [math.sqrt(value), value * value]
     if name == "div" and float(value).is_integer() and abs(value) >= 2:
         found += [value + 1, value - 1]
-    return [v for v in found if v != value]
+    return [v for v in dict.fromkeys(found) if v != value]  # 4: half and root are both 2, one replay
 
 
 def _shared_shifts(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:

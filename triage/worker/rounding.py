@@ -1883,9 +1883,9 @@ class RoundingMode(TriageDispatchMode):
         once (functorch's batching rules, through a vmap level: the op sees one sample's
         shapes), once and repeated for every sample where no argument is stacked, and one
         sample at a time where the op has no batching rule or draws random numbers."""
-        offset_free = func is torch.ops.aten.as_strided_scatter.default
+        scatters_at_offset = func is torch.ops.aten.as_strided_scatter.default
         if not self.samples:
-            return func(*(_scatter_from_offset_zero(args) if offset_free else args), **kwargs)
+            return func(*(_scatter_from_offset_zero(args) if scatters_at_offset else args), **kwargs)
         if torch.Tag.nondeterministic_seeded not in func.tags:
             flat = _flat(args) + _flat(tuple(kwargs.values()))
             if not any(_is_stacked(a) for a in flat):
@@ -1900,7 +1900,7 @@ class RoundingMode(TriageDispatchMode):
             if batched:
                 return out
         samples = [_sample_args(args, k) for k in range(self.samples)]
-        if offset_free:
+        if scatters_at_offset:
             samples = [_scatter_from_offset_zero(sample) for sample in samples]
         return _stack_samples([func(*sample, **_sample_kwargs(kwargs, k)) for k, sample in enumerate(samples)])
 
