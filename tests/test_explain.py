@@ -96,6 +96,21 @@ def test_intermediate_overflow_domain_edges_and_signed_zero():
     assert sensitivity_of("sum", (torch.full((10,), 6e4, dtype=torch.float16),), None) is None  # float32 holds 6e5
 
 
+def test_a_probability_loss_reading_probabilities_at_its_edges_is_noted():
+    """`binary_cross_entropy` of float32 sigmoid outputs that are exactly 1 where the target is
+    0 reads log(1 − p) of no digit (PyTorch clamps it at −100): the figure names the edge and
+    the rewrite; probabilities away from 0 and 1, or whose log the target does not weigh, none."""
+    p = torch.sigmoid(torch.tensor([2.0, 20.0, 25.0, 30.0]))
+    note = sensitivity_of("binary_cross_entropy", (p, torch.tensor([0.0, 0.0, 0.0, 1.0])), None)
+    assert note["kind"] == "probability-edge" and note["ill_conditioned"], note
+    assert note["figure"].startswith("2 of its probabilities lie within 4 roundings of 1"), note["figure"]
+    assert "`F.binary_cross_entropy_with_logits`" in note["figure"]
+    under = sensitivity_of("binary_cross_entropy", (torch.tensor([0.0, 0.5]), torch.tensor([1.0, 1.0])), None)
+    assert under["kind"] == "probability-edge" and "1 of its probabilities lies within 4 roundings of 0" in under["figure"]
+    assert sensitivity_of("binary_cross_entropy", (p, torch.ones(4)), None) is None
+    assert sensitivity_of("binary_cross_entropy", (torch.tensor([0.3, 0.9]), torch.zeros(2)), None) is None
+
+
 # -- end to end --------------------------------------------------------------------------------
 
 

@@ -555,3 +555,46 @@ def test_a_float32_matmul_precision_of_medium_is_a_precision_mode_not_a_bug(tria
     if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
         assert (v["kind"], v["expected"]) == ("expected-precision-mode", True), v["summary"]
         assert "bfloat16 inputs" in v["summary"] and "module: tf32" not in v["labels"]
+
+
+def test_a_check_failing_on_a_nan_gradient_the_exact_arithmetic_gives_is_expected(triage, tmp_path):
+    """`torch.where(x > 0, torch.log(x), 0)` at x = 0.0: the gradient is 0 · (1/0) = nan, in
+    float64 too, because log reads its domain's edge exactly. The script's finiteness check
+    fails on values that agree with float64, which was `inconclusive` ("the check failed
+    although every value agrees with its float64 reference"); it is the exact arithmetic's
+    answer, with the masking pitfall named for a gradient."""
+    report = run_source(triage, tmp_path, "where_grad", (
+        "import sys\n"
+        "import torch\n"
+        "x = torch.tensor([0.0, 0.5, 1.0, 2.0], requires_grad=True)\n"
+        "y = torch.where(x > 0, torch.log(x), torch.zeros_like(x))\n"
+        "y.sum().backward()\n"
+        "print(x.grad)\n"
+        "if not torch.isfinite(x.grad).all():\n"
+        "    sys.exit(1)\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nonfinite-flip", True), v["summary"]
+    assert "`x.grad`" in v["summary"] and "At `aten.log` (line 4)" in v["summary"], v["summary"]
+    assert "0 · ∞ is nan" in v["summary"]
+    assert len(v["evidence"]) == len(set(v["evidence"]))
+
+
+def test_a_loss_of_sigmoid_probabilities_that_round_to_one_is_ill_conditioned_and_named(triage, tmp_path):
+    """`F.binary_cross_entropy(torch.sigmoid(z), 0)` against `binary_cross_entropy_with_logits`
+    for z up to 25: float32's sigmoid is exactly 1 there and the clamped log gives 100 for 20.
+    It was `expected-rounding`, "addition is not associative", and the simulation's noise
+    carried sigmoid past 1 (nan losses no kernel gives); it is ill-conditioned at the edge
+    of the probability, with the rewrite named."""
+    report = run_source(triage, tmp_path, "bce_sigmoid", (
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "z = torch.tensor([2.0, 8.0, 15.0, 20.0, 25.0])\n"
+        "y = torch.zeros(5)\n"
+        "two_step = F.binary_cross_entropy(torch.sigmoid(z), y, reduction='none')\n"
+        "fused = F.binary_cross_entropy_with_logits(z, y, reduction='none')\n"
+        "torch.testing.assert_close(two_step, fused)\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
+    assert "`aten.binary_cross_entropy` at line 5" in v["summary"], v["summary"]
+    assert "`F.binary_cross_entropy_with_logits`" in v["summary"]
+    assert not any("finite under some roundings" in e for e in v["evidence"]), v["evidence"]

@@ -670,8 +670,11 @@ def test_a_side_nonfinite_in_every_rounding_is_no_evidence_of_another_function()
     (1.5, 0.5, ", by a factor of exactly 3: `mine` = 3 × `ref`"),
     (0.07248, 0.7249, ""),  # a ratio near 10 is no whole factor
     (2.156, 2.543, ""),
+    # A loss averaged over all 32 targets against the 21 not ignored: a ratio of small numbers.
+    (1.7320508 * 21 / 32, 1.7320508, ", by a factor of exactly 21/32: `mine` = 21/32 × `ref`"),
+    (1.7320508 * 0.6562, 1.7320508, ""),  # a ratio near 21/32 is none
 ])
-def test_one_value_against_one_names_a_whole_factor_only(a, b, said):
+def test_one_value_against_one_names_a_whole_factor_or_a_ratio_of_small_numbers(a, b, said):
     from triage.classify.wording import difference_shape
     assert difference_shape(np.array([a * 1.0]), np.array([b * 1.0]), ("`mine`", "`ref`")) == said
 

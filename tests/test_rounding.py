@@ -1070,3 +1070,48 @@ def test_more_samples_near_the_floor_stop_at_the_budget_by_their_own_cost(monkey
                             {n: out * 1.001 for n in wanted})
     assert sim.samples >= 29
     assert clock[0] <= 60.0, (sim.samples, clock[0])
+
+
+@pytest.mark.parametrize(("fn", "low", "high"), [(torch.sigmoid, 0, 1), (torch.tanh, -1, 1), (torch.erf, -1, 1),
+                                                 (torch.sin, -1, 1), (torch.cos, -1, 1), (torch.exp, 0, math.inf)])
+def test_a_bounded_function_s_noise_stays_within_its_image(fn, low, high):
+    """A library function's simulated error never carries its value out of the function's
+    image: a noisy float32 sigmoid of 25 was 1 + 2⁻²³ in some replays, no kernel's value, and
+    `binary_cross_entropy` of it nan (a "finite under some roundings" note and the wrong
+    verdict on a correct BCE of sigmoid outputs); sigmoid and exp of −40, ill-conditioned
+    there, were negative."""
+    x = torch.tensor([25.0, 40.0, -40.0, 1e-3, 1.5707964, 3.1415927, 0.0])
+    graph, wanted, dtypes, out = recorded(fn, x)
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29), dtypes)
+    (name, reference), = wanted.items()
+    spread = sim.spreads[name]
+    assert spread.status == "judged"
+    for values in (spread.up, spread.down, spread.mean):
+        assert bool(((values >= low) & (values <= high)).all()), values
+
+
+def test_a_loss_of_sigmoid_probabilities_that_round_to_one_is_finite_in_every_replay():
+    """`F.binary_cross_entropy(torch.sigmoid(z), 0)` at z = 20, 25: the float32 probability is
+    exactly 1, and PyTorch clamps log(1 − p) at −100, so the loss is 100 in float32 (20 in
+    exact arithmetic): no digit, but never inf or nan."""
+    z = torch.tensor([2.0, 15.0, 20.0, 25.0])
+    graph, wanted, dtypes, out = recorded(lambda t: F.binary_cross_entropy(torch.sigmoid(t), torch.zeros(4),
+                                                                           reduction="none"), z)
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29), dtypes)
+    (name, _), = wanted.items()
+    spread = sim.spreads[name]
+    assert spread.status == "judged"
+    assert bool((spread.nonfinite == 1).all()), spread.nonfinite
+    assert bool(torch.isfinite(spread.up).all()) and bool(torch.isfinite(spread.down).all())
+
+
+def test_an_exact_infinity_stays_itself_in_the_directed_replays():
+    """log1p(−1) is −inf exactly, and a loss clamps it at −100 next: the directed replays moved
+    it by b·|x| (−inf + inf, nan), and the clamp passed the nan on."""
+    p = torch.tensor([0.5, 1.0, 1.0])
+    graph, wanted, dtypes, out = recorded(lambda t: torch.clamp(torch.log1p(-t), min=-100.0), p)
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=9), dtypes)
+    (name, _), = wanted.items()
+    spread = sim.spreads[name]
+    assert torch.equal(spread.up[1:], torch.tensor([-100.0, -100.0], dtype=torch.float64)), spread.up
+    assert torch.equal(spread.down[1:], torch.tensor([-100.0, -100.0], dtype=torch.float64)), spread.down

@@ -75,7 +75,7 @@ def inconclusive(verdict: Verdict, conflicts: list[Conflict]) -> Verdict:
                    labels=[policy.LABELS["review"]],
                    summary=(f"triage is not sure, and says so rather than guess: the evidence conflicts — {said}. "
                             f"What the verdict ladder alone would say ({verdict.kind}): {verdict.summary}"),
-                   evidence=[f"conflict: {c.statement}" for c in conflicts] + verdict.evidence,
+                   evidence=list(dict.fromkeys([f"conflict: {c.statement}" for c in conflicts] + verdict.evidence)),
                    conflicts=[c.statement for c in conflicts], withdrawn=verdict.kind)
 
 

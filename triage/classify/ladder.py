@@ -85,6 +85,8 @@ from triage.numerics.errors import ulp
 from triage.paths import STEP_VERBS
 from triage.reported import reported_judgement, reported_lines
 
+# A fingerprint's counts of non-finite elements.
+NONFINITE_COUNTS = ("nan", "posinf", "neginf")
 KINDS = ("could-not-run", "crash-one-arm", "nondeterministic", "not-reproduced", "nonfinite-flip",
          "expected-rounding", "expected-precision-mode", "expected-ill-conditioned", "likely-bug", "inconclusive")
 
@@ -1353,6 +1355,9 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
                         f"with the float64 reference: the matrix fed to `{note['op']}` at line {note['line']} is singular "
                         f"({cond_text(note)}). A finite value from another device is rounding noise.",
                         [cond_text(note, full=True)])
+    exact = _nonfinite_in_exact_arithmetic(completed)
+    if exact is not None:
+        return exact
     same = identical_copies(completed[0])
     # An observed value from an ill-conditioned matrix agrees here, but may not on the
     # reporter's machine: said, with the accuracy note's linear-algebra section.
@@ -1377,6 +1382,47 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
                     f"The arms agree bitwise on all {c.aligned} aligned observables, but the script's own check "
                     f"fails on {which} ({check_note(checks[0])}): what it asserts holds for neither arm's values here. "
                     "Where it asserts the reported wrong result, the reported divergence does not reproduce here.")
+
+
+def _nonfinite_in_exact_arithmetic(completed: list[ArmRun]) -> Verdict | None:
+    """The script's own check fails on arms whose values agree with float64, and one of them
+    is inf/nan in its float64 replay too, at as many elements, downstream of an op that reads
+    its domain's edge exactly there (log of 0.0, whose -inf is the exact answer and mpmath's):
+    the nonfinite values are what the program's operations give in exact arithmetic, which the
+    check expects otherwise. A gradient gets the masking pitfall: autograd multiplies the
+    branch a `torch.where` did not take by 0, and 0 · ∞ is nan."""
+    failed = [r for r in completed if r.exception and r.exception.get("claim")]
+    for run in failed:
+        # The values the check reads, where it names them (an `assert`'s operands); else any.
+        claimed = [o for o in run.observables if o.kind == "claim"]
+        for o in claimed or run.observables:
+            counts = [(o.fingerprint or {}).get(k, 0) for k in NONFINITE_COUNTS]
+            reference = ((o.reference or {}).get("fingerprint") or {})
+            if not any(counts) or counts != [reference.get(k, 0) for k in NONFINITE_COUNTS]:
+                continue
+            edge = next((run.conditioning[i] for i in o.conditioning if 0 <= i < len(run.conditioning)
+                         and run.conditioning[i].get("kind") == "domain" and run.conditioning[i].get("exact_edge")
+                         and not run.conditioning[i].get("float64_disagrees")), None)
+            if edge is None:
+                continue
+            which = " and ".join(f"{n} {k.replace('posinf', '+inf').replace('neginf', '-inf')}"
+                                 for k, n in zip(NONFINITE_COUNTS, counts, strict=True) if n)
+            gradient = (o.name or "").rstrip("`").endswith(".grad")
+            pitfall = (" It is a gradient: where a `torch.where` (or a mask) drops a branch, autograd still "
+                       "differentiates that branch and multiplies its gradient by 0, and 0 · ∞ is nan. Give the "
+                       "function an input it is finite at instead, `torch.log(torch.where(x > 0, x, 1))`, "
+                       "then select." if gradient else "")
+            return make_verdict(
+                "nonfinite-flip", True, policy.GENERAL, ["nonfinite", "numerical"],
+                f"On `{run.spec}` {check_note(run)}, where its {o.shown} (line {o.line}) has {which} — and so does "
+                f"the float64 replay of the same computation, at as many elements. At `aten.{edge['op']}` (line "
+                f"{edge['line']}), {edge['figure']}. The non-finite values are what the program's own operations give "
+                "in exact arithmetic, not rounding and not a kernel's error; the check expects what they do not "
+                f"give.{pitfall}",
+                [cond_text(edge, full=True),
+                 f"`{run.spec}` {o.shown} (line {o.line}): {summarize(o.fingerprint)}; float64 replay: "
+                 f"{summarize(reference)}"])
+    return None
 
 
 def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:

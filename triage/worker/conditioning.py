@@ -265,7 +265,13 @@ UNBOUNDED_AT_EDGE = {"acosh", "atanh", "asin", "acos", "log1p"}
 SIGNED_ZERO_OPS = {"reciprocal", "div", "atan2", "log", "rsqrt", "pow", "copysign"}
 # What the sign of a zero input decides, where it is not ±inf or ±0 (atan2(±0, -1) = ±π).
 SIGN_OF_ZERO_DECIDES = {"atan2": "±π or ±0", "copysign": "the result's sign"}
-SENSITIVE_OPS = REDUCTIONS | MATMULS | SQUARING | set(DOMAINS) | SIGNED_ZERO_OPS | {"exp", "expm1"}
+# Losses that take the log of a probability and of its complement: a probability within a
+# few roundings of 1 (a float32 `sigmoid(z)` for z ≳ 17 is exactly 1) leaves 1 − p no digit,
+# and PyTorch clamps the log at −100 (and a probability that underflows to 0, log p).
+PROBABILITY_LOGS = {"binary_cross_entropy"}
+PROBABILITY_ROUNDINGS = 4
+SENSITIVE_OPS = (REDUCTIONS | MATMULS | SQUARING | set(DOMAINS) | SIGNED_ZERO_OPS | PROBABILITY_LOGS
+                 | {"exp", "expm1"})
 MAX_ELEMENTS = 1 << 22
 MAX_MATMUL_FLOPS = 1 << 27
 
@@ -330,6 +336,8 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
         note = _domain(op, wide, base)
         if note:
             return note
+    if op in PROBABILITY_LOGS:
+        return _probability_edge(wide, args, base)
     if op in SIGNED_ZERO_OPS:
         negative_zero = int(((wide == 0) & torch.signbit(wide)).sum())
         if negative_zero:
@@ -352,6 +360,32 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
         return _cancellation(base, magnitude.flatten()[worst], value.flatten()[worst], finfo.eps,
                              "Σ|aᵢbᵢ| / |Σaᵢbᵢ| (worst output element)")
     return None
+
+
+def _probability_edge(p: torch.Tensor, args: tuple, base: dict[str, Any]) -> dict[str, Any] | None:
+    """A probability loss (`PROBABILITY_LOGS`) reading probabilities within a few roundings
+    of 1 where its target weighs log(1 − p), or of 0 where it weighs log p: there the log
+    reads a difference or a value that rounding has left no digit of."""
+    target = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) else None
+    if target is None or target.shape != p.shape:
+        return None
+    y = target.detach().to("cpu", torch.float64)
+    eps = base["eps"]
+    near_one = int(((1 - p <= PROBABILITY_ROUNDINGS * eps) & (y < 1)).sum())
+    near_zero = int(((p <= PROBABILITY_ROUNDINGS * torch.finfo(getattr(torch, base["dtype"])).tiny) & (y > 0)).sum())
+    if not near_one and not near_zero:
+        return None
+    parts = []
+    if near_one:
+        parts.append(f"{near_one} of its probabilities {'lies' if near_one == 1 else 'lie'} within {PROBABILITY_ROUNDINGS} roundings of 1 and it "
+                     f"reads log(1 − p) of them: {base['dtype']} keeps no digit of 1 − p there (a sigmoid of "
+                     "z ≳ 17 is exactly 1 in float32)")
+    if near_zero:
+        parts.append(f"{near_zero} of its probabilities {'lies' if near_zero == 1 else 'lie'} within {PROBABILITY_ROUNDINGS} roundings of 0 and it "
+                     f"reads log p of them: {base['dtype']} keeps no digit of p there")
+    return dict(base, kind="probability-edge", ill_conditioned=True,
+                figure="; ".join(parts) + ", and PyTorch clamps the log at −100; "
+                "`F.binary_cross_entropy_with_logits` computes the loss from the logits, without the probability")
 
 
 def domain_counts(op: str, wide: torch.Tensor) -> tuple[int, int]:

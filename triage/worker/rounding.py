@@ -104,6 +104,16 @@ CORRECTLY_ROUNDED_U = 1.05
 CORRECTLY_ROUNDED = {"add", "sub", "rsub", "mul", "div", "true_divide", "sqrt", "reciprocal", "square",
                      "neg", "abs", "fmod", "_to_copy", "to", "copy", "copy_", "clone", "fill", "fill_",
                      "addcmul", "addcdiv", "lerp", "hypot", "remainder", "fma"}
+# Library functions whose values lie in an interval with ends every dtype holds exactly: a
+# correct kernel's result never leaves it (a rounding of a real number within [a, b] is within
+# it, and sigmoid's 1/(1 + e^−x) is at most 1 in any precision), so the noise that stands for
+# its error does not either: neither its forward error nor its backward error, f(x + δx), a
+# value of f too. Past the end, a noisy sigmoid of 25 was 1 + 2⁻²³ in float32, and
+# `binary_cross_entropy` of it nan (a nonfinite loss no kernel gives); a noisy exp of −40,
+# ill-conditioned there, was negative.
+BOUNDED = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "erf": (-1.0, 1.0), "sin": (-1.0, 1.0), "cos": (-1.0, 1.0),
+           "erfc": (0.0, 2.0), "exp": (0.0, math.inf), "exp2": (0.0, math.inf), "expm1": (-1.0, math.inf),
+           "sqrt": (0.0, math.inf), "rsqrt": (0.0, math.inf), "cosh": (1.0, math.inf), "softplus": (0.0, math.inf)}
 # Cumulative ops, whose outputs span the scan's growth: a kernel's error is relative to each.
 SCANS = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin", "_logcumsumexp"}
 # Copies and casts: exact when the result's dtype is at least as precise as the input's.
@@ -1791,6 +1801,8 @@ class RoundingMode(TriageDispatchMode):
         # The node being replayed ran with the script's flush-to-zero on (opgraph's
         # `flush_denormal`): its results below the smallest normal value are 0, as the CPU made them.
         self.flush = False
+        # The image of the library function being rounded (`BOUNDED`), or None.
+        self.bound: tuple[float, float] | None = None
         # The node being replayed is a contraction the CPU's oneDNN computed from inputs of
         # this format (opgraph's `matmul_inputs`: "bf16"), or None.
         self.matmul_inputs: str | None = None
@@ -2115,10 +2127,17 @@ class RoundingMode(TriageDispatchMode):
             if noisy:  # before the op: an in-place one writes over an input
                 self._find_ill_conditioned(call, func, args, kwargs)
             out = self._evaluate(func, args, kwargs)
+            bound = BOUNDED.get(name.rstrip("_"))
             if noisy and isinstance(out, torch.Tensor):
                 out = self._noise_where_ill_conditioned(call, out, backward * UNIT_ROUNDOFF.get(out_vd[0], 2.0 ** -53))
+                if bound is not None and out.is_floating_point():  # f(x + δx) is a value of f too
+                    out = out.clamp(*bound)
             if torch.Tag.pointwise in func.tags or not isinstance(out, torch.Tensor) or not out.is_floating_point():
-                out = self._round_all(out, out_vd, library=self._library_u(name, out_vd))
+                self.bound = bound
+                try:
+                    out = self._round_all(out, out_vd, library=self._library_u(name, out_vd))
+                finally:
+                    self.bound = None
             else:
                 # A non-pointwise kernel (pooling, interpolation, grid sampling) errs relative to
                 # its output's scale, max(|y|, rms y), as it was measured, not to each element:
@@ -2505,6 +2524,8 @@ class RoundingMode(TriageDispatchMode):
             # cost of a dozen small torch ops.
             signs = self._sign_views(t.dim())[1] if isinstance(self.direction, torch.Tensor) else self.direction
             noisy = _relative_noise_numpy(t.detach().contiguous().numpy(), library * u, signs, self.generator)
+            if library and self.bound is not None:  # a real function's (a complex one's parts have no bound)
+                noisy = np.clip(noisy, *self.bound)
             rounded = _round_array(noisy, *FORMATS[dtype], signs, self.generator)
             if rounded is not None:
                 return torch.from_numpy(rounded)
@@ -2512,6 +2533,8 @@ class RoundingMode(TriageDispatchMode):
             return round_to(torch.from_numpy(noisy), dtype, self._signs(t), self.generator)
         if library:
             t = self._relative_noise(t, library * u)
+            if self.bound is not None:
+                t = t.clamp(*self.bound)
         if dtype == torch.float64:
             # Rounding float64 results to float64: a relative perturbation of one unit roundoff.
             return t if library else self._relative_noise(t, u)
@@ -2524,6 +2547,8 @@ class RoundingMode(TriageDispatchMode):
 
     def _relative_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
         directed = t + self._signs(t) * bound * t.abs() if self.directed else None
+        if directed is not None and not bool(torch.isfinite(t).all()):
+            directed = torch.where(torch.isinf(t), t, directed)  # ±inf is exact: −inf + b·inf was nan
         if self.generator is None:
             return t if directed is None else directed
         delta = self.generator.signed(t.shape) * bound
@@ -2818,6 +2843,9 @@ def _relative_noise_numpy(a: np.ndarray, bound: float, signs: int | np.ndarray,
     if not bound:
         return a
     directed = a + (signs * bound) * np.abs(a) if isinstance(signs, np.ndarray) or signs else None
+    if directed is not None and not np.isfinite(a).all():
+        # ±inf is exact (log1p(−1) in a loss that clamps it next): −inf + b·inf was nan.
+        directed = np.where(np.isinf(a), a, directed)
     if generator is None:
         return a if directed is None else directed
     delta = (generator.uniform(a.shape) * 2 - 1) * bound

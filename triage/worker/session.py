@@ -441,8 +441,11 @@ def _note_domains(recording: Any, inputs: dict[int, str], values: dict[str, Any]
     for i, name in inputs.items():
         note, value = recording.conditioning[i], values.get(name)
         if isinstance(value, torch.Tensor) and value.is_floating_point() and "outside" in note:
-            note["figure"] = domain_figure(note["op"], note["outside"], note["at_edge"],
-                                           domain_counts(note["op"], value))
+            float64 = domain_counts(note["op"], value)
+            note["figure"] = domain_figure(note["op"], note["outside"], note["at_edge"], float64)
+            # The float64 replay puts as many inputs outside or on the edge: its nan/inf are the
+            # exact answers there, not rounding's doing.
+            note["exact_edge"] = sum(float64) >= note["outside"] + note["at_edge"]
 
 
 def _note_checks(recording: Any, by_name: dict[str, Any], checked: dict[str, Any]) -> None:
