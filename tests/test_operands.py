@@ -224,6 +224,17 @@ def test_the_same_ops_at_two_precisions_are_named_as_such(tmp_path):
                   {"name": f"idx{suffix}", "op": "getitem", "of": f"top{suffix}", "index": 1, "line": line,
                    "dtype": "int64"}]
     assert part_ways(_graph(tmp_path, nodes), "idx32", "idx16")["precisions"] == {"a": "float32", "b": "float16"}
+    # A mask the steps make along the way (quantile's `isnan`) is a bool on both sides: still
+    # one floating dtype per side (a new user's float32 quantile against its float64 one).
+    masked = []
+    for suffix, dtype, line in (("32", "float32", 4), ("64", "float64", 5)):
+        nodes = side(suffix, dtype, line)
+        nan = call(f"nan{suffix}", "aten.isnan.default", [{"node": f"log{suffix}"}], line)
+        nan["dtype"] = "bool"
+        nodes[1]["args"][1] = {"node": f"nan{suffix}"}  # the product reads the mask
+        masked += [nodes[0], nan, nodes[1]]
+    graph = _graph(tmp_path, [x, plain, wide, *masked, narrow])
+    assert part_ways(graph, "out32", "back")["precisions"] == {"a": "float32", "b": "float64"}
 
 
 def test_a_hand_written_backward_that_runs_parting_ops_is_named(tmp_path):

@@ -26,6 +26,7 @@ from triage.numerics.constants import NAMED_CONSTANTS
 from triage.numerics.literals import literal, to_dtype
 
 MAX_LISTED = 6
+FLOATING = ("float", "bfloat", "complex")  # the dtype names of floating values
 # Normalization kernels that divide the variance by n (biased), where `x.var()`/`x.std()`
 # divide by n - 1 unless told otherwise.
 BIASED_NORMS = ("native_layer_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -304,10 +305,14 @@ def _precisions(graph: OpGraph, only_a: list[str], only_b: list[str]) -> dict[st
     dtypes apart (`f(x)` against `f(x.double()).float()`): {"a": a's dtype, "b": b's}."""
     if not only_a or [_step_key(graph.by_name[x]) for x in only_a] != [_step_key(graph.by_name[x]) for x in only_b]:
         return None
-    (da, *more_a), (db, *more_b) = ({_dtype_of(graph, x) for x in side} for side in (only_a, only_b))
-    if more_a or more_b or da == db or not isinstance(da, str) or not isinstance(db, str):
+    # The floating steps' dtypes: a mask or an index the steps make along the way (quantile's
+    # `isnan`, `sort`'s indices) is a bool or an integer on both sides.
+    floating = [{d for d in (_dtype_of(graph, x) for x in side) if isinstance(d, str) and d.startswith(FLOATING)}
+                for side in (only_a, only_b)]
+    if any(len(dtypes) != 1 for dtypes in floating):
         return None
-    return {"a": da, "b": db}
+    (da,), (db,) = floating
+    return {"a": da, "b": db} if da != db else None
 
 
 def _dtype_of(graph: OpGraph, op: str) -> str | None:
@@ -317,7 +322,7 @@ def _dtype_of(graph: OpGraph, op: str) -> str | None:
     if own is not None:
         return own
     return next((d for d in (graph.by_name[i].get("dtype") for i in graph.items.get(op, []))
-                 if isinstance(d, str) and d.startswith(("float", "bfloat", "complex"))), None)
+                 if isinstance(d, str) and d.startswith(FLOATING)), None)
 
 
 def _computed_from(graph: OpGraph, op: str) -> set[str]:
