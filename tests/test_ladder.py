@@ -197,6 +197,23 @@ def call(i, value, training=True, layers=(), settings=SETTINGS, weights=0, refer
 DROPOUT = {"path": "block.drop", "type": "Dropout", "effect": "zeroes a random 0.5 of its inputs on every call"}
 
 
+def test_claim_operands_a_module_in_training_mode_drew_apart_name_its_layer_and_fix():
+    """Two losses of one module called twice under `no_grad`, its dropout in training mode: the
+    differing leaf is dropout's `bernoulli_`, and the verdict names the layer by path and the
+    `.eval()` of the module's variable (it said "call model.eval()" and named no module)."""
+    leaves = [dict(LEAF), {"index": 1, "kind": "random", "op": "bernoulli_", "line": 12, "fingerprint": {"shape": [64, 32], "sha256": "b"}},
+              {"index": 2, "kind": "random", "op": "bernoulli_", "line": 13, "fingerprint": {"shape": [64, 32], "sha256": "c"}}]
+    first, second = call(2, [0.5], layers=[DROPOUT]), call(3, [0.5], layers=[DROPOUT])
+    a = obs(0, [1.1], [1.1], kind="claim", label="torch.equal operand 1", ancestors=(0, 1),
+            claim={"id": 0, "func": "torch.equal", "operand": 0, "holds": False})
+    b = obs(1, [1.2], [1.2], kind="claim", label="torch.equal operand 2", ancestors=(0, 2),
+            claim={"id": 0, "func": "torch.equal", "operand": 1, "holds": False})
+    v = verdict(arm("cpu", [first, second, a, b], leaves=leaves))
+    assert (v.kind, v.expected) == ("nondeterministic", True), v.summary
+    assert "`net` is in training mode, and `net.block.drop` (Dropout) draws new numbers on every call" in v.summary
+    assert "call `net.eval()` before comparing" in v.summary
+
+
 def test_train_mode_layer_between_two_calls_is_nondeterministic_with_the_fix():
     v = verdict(arm("cpu", [call(0, [1.0, 0.0], layers=[DROPOUT]), call(1, [0.5, 0.5], training=False)]))
     assert (v.kind, v.expected) == ("nondeterministic", True)

@@ -989,10 +989,21 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
             fixes.append("initialize the tensor (torch.zeros/torch.randn under a seed) instead of torch.empty")
         if drawn:
             leaf = drawn[0]
-            causes.append(f"the random op `aten.{leaf['op']}` at line {leaf['line']} draws new numbers for each side")
-            fixes.append("create modules and random inputs once, outside the compared computation, under "
-                         "torch.manual_seed(…)" + (", and call model.eval() before comparing"
-                                                   if str(leaf["op"]).rstrip("_") in TRAINING_MODE_DRAWS else ""))
+            cause = f"the random op `aten.{leaf['op']}` at line {leaf['line']} draws new numbers for each side"
+            fix = "create modules and random inputs once, outside the compared computation, under torch.manual_seed(…)"
+            if str(leaf["op"]).rstrip("_") in TRAINING_MODE_DRAWS:
+                # The module in training mode that draws it, by path, where the arm called one.
+                training = next((t for t in map(_random_layers_in_training, c.arms) if t is not None), None)
+                if training is not None:
+                    name, layers = training
+                    cause += (": `" + name + "` is in training mode, and "
+                              + ", ".join(f"`{name}.{x['path']}` ({x['type']})" for x in layers[:3])
+                              + " draw" + ("s" if len(layers) == 1 else "") + " new numbers on every call")
+                    fix += f", and call `{name}.eval()` before comparing"
+                else:
+                    fix += ", and call model.eval() before comparing"
+            causes.append(cause)
+            fixes.append(fix)
         named = (uninitialized[:1] + drawn[:1]) or differing[:1]
         return make_verdict("nondeterministic", True, policy.GENERAL, ["random"],
                         f"The two sides of {where_text(d)} start from different values: {'; and '.join(causes)}. "
