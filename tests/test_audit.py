@@ -235,3 +235,20 @@ def test_a_compiled_side_within_dynamos_rule_is_no_compiler_bug_on_triages_model
     assert audit.compiled_blame_meets_pytorchs_rule(plain("likely-bug", False), Evidence(c)) == []
     compiled.mode, compiled.graph = "compile", {"backends": [{"name": "my_backend", "line": 3}]}
     assert audit.compiled_blame_meets_pytorchs_rule(plain("likely-bug", False), Evidence(c)) == []
+
+
+def test_a_failing_dynamo_rule_beside_two_sides_inside_their_rounding_says_why_it_fails():
+    """An eager/compiled sum 1 ulp apart at 6e5, both inside their own rounding: the evidence
+    line read "dynamo float64 rule … fail" with nothing reconciling it with `expected-rounding`."""
+    from triage.classify.wording import evidence_lines
+
+    eager = arm("cpu", [obs(0, [1.0, 2.0], [1.0, 2.0])])
+    compiled = arm("cpu/compile", [obs(0, [1.5, 2.0], [1.0, 2.0])], mode="compile")
+    c = compare([eager, compiled])
+    c.divergence.judgements = [_judged(arm="cpu", zone="inside"), _judged(arm="cpu/compile", zone="inside")]
+    c.divergence.fp64_rule = "fail: RMSE(cpu/compile .item(), fp64) = 0.214 > 3·RMSE(cpu .item(), fp64) + 0.001/10"
+    [line] = [x for x in evidence_lines(c.divergence) if x.startswith("dynamo float64 rule")]
+    assert "fails where the other lands much nearer float64 than its rounding need" in line, line
+    c.divergence.judgements[1] = _judged(arm="cpu/compile", zone="outside", statistic=9.0, max_sample_stat=3.0)
+    [line] = [x for x in evidence_lines(c.divergence) if x.startswith("dynamo float64 rule")]
+    assert "lands much nearer" not in line and "the verdict rests on each side's own rounding" in line

@@ -557,7 +557,11 @@ def evidence_lines(d: Divergence, sides: bool = True) -> list[str]:
         # Dynamo's rule compares the two sides' distances from float64 with each other; where
         # the rounding simulation judged both, that judgement decides, and the line says so
         # (a "fail" under an expected verdict read as a contradiction).
-        judged = len([j for j in d.judgements if j.status == "judged"]) == 2
-        aside = " (for comparison: the verdict rests on each side's own rounding)" if judged else ""
+        judged = [j for j in d.judgements if j.status == "judged"]
+        aside = " (for comparison: the verdict rests on each side's own rounding)" if len(judged) == 2 else ""
+        if aside and d.fp64_rule.startswith("fail") and all(j.zone in ("inside", "envelope") for j in judged):
+            aside = (" (for comparison: it weighs one side's distance from float64 against three times the "
+                     "other's, and fails where the other lands much nearer float64 than its rounding need; both "
+                     "sides are inside their own rounding, on which the verdict rests)")
         out.append(f"dynamo float64 rule{aside}: {d.fp64_rule}")
     return out
