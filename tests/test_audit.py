@@ -136,7 +136,7 @@ def test_finite_where_every_rounding_is_not_contradicts_an_unstable_decision():
 def test_an_inf_no_rounding_gives_is_no_finite_claim_to_contradict():
     # A faulted logdet of a singular matrix: +inf on the arm, where the replays give -inf or a
     # finite value (their sign's `eq` flips): still a value no rounding gives, no conflict.
-    unstable = ["`aten.eq` (line 20) decides differently in 16 of 31 replays",
+    unstable = ["`aten.eq` (line 20) decides otherwise than the replay rounded to nearest in 16 of 31 replays",
                 "1 element(s) are finite under some roundings and not under others"]
     j = _judged(zone="outside", nonfinite="outside: 1 element(s) +inf where no rounding of this computation gives +inf",
                 unstable=unstable)

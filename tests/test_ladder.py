@@ -108,7 +108,7 @@ def test_a_count_rounding_decides_is_expected_rounding_and_one_it_does_not_is_a_
     ne = [{"node": "ne", "op": "aten.ne", "line": 13, "replays": 11, "of": 11}]
     v = verdict(arm("cpu", [_count(33419, 195, 33200.0, ne)]))
     assert (v.kind, v.expected) == ("expected-rounding", True), v.summary
-    assert "`aten.ne` (line 13) decides differently in 11 of 11" in v.summary and "one outcome of many" in v.summary
+    assert "`aten.ne` (line 13) decides otherwise than the replay rounded to nearest in 11 of 11" in v.summary and "one outcome of many" in v.summary
     # The same count where no rounding moves it (every replay gives float64's): outside, a bug.
     v = verdict(arm("cpu", [_count(33419, 195, 0.0, [])]))
     assert (v.kind, v.expected) == ("likely-bug", False), v.summary

@@ -216,19 +216,19 @@ def test_other_judged_values_are_listed_once_and_capped():
 
 
 def test_unstable_decisions_and_cancellation_hints_are_shown_once():
-    unstable = "`aten.gt` (line 5) decides differently in 3 of 31 replays"
+    unstable = "`aten.gt` (line 5) decides otherwise than the replay rounded to nearest in 3 of 31 replays"
     hint = "`E[x²] − E[x]²` cancels: use `torch.var`"
     site = {"op": "aten.sub", "line": 4, "digits_lost": 7.4, "hint": hint, "node": "sub"}
     everywhere = {"op": "aten.sub", "line": 9, "digits_lost": "all", "hint": "another rewrite", "node": "sub_1"}
     report = _judged_report([_judgement("cpu", 0, unstable=[unstable])], cancellations=[site, everywhere])
     text = render_comment(report_json(report))
-    assert text.count("decides differently in 3 of 31 replays") == 1
+    assert text.count("decides otherwise than the replay rounded to nearest in 3 of 31 replays") == 1
     assert "cancellation at <code>aten.sub</code> (line 4) loses 7.4 digits" in text
     assert "(line 9) loses every digit: another rewrite" in text
     quoted = _judged_report([_judgement("cpu", 0, unstable=[unstable])], cancellations=[site],
                             evidence=[f"decision unstable under rounding (`cpu` x): {unstable}", f"hint: {hint}"])
     text = render_comment(report_json(quoted))
-    assert text.count("decides differently in 3 of 31 replays") == 1 and "cancellation at" not in text
+    assert text.count("decides otherwise than the replay rounded to nearest in 3 of 31 replays") == 1 and "cancellation at" not in text
 
 
 def test_digest_follows_the_judgement_but_not_its_timings():

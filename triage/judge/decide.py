@@ -178,8 +178,8 @@ FINITE_UNDER_SOME = "element(s) are finite under some roundings and not under ot
 
 
 def _unstable(spread: RoundingSpread) -> list[str]:
-    out = [f"`{f['op']}` (line {f['line']}) decides differently in {f['replays']} of {f['of']} replays"
-           for f in spread.flips]
+    out = [f"`{f['op']}` (line {f['line']}) decides otherwise than the replay rounded to nearest in "
+           f"{f['replays']} of {f['of']} replays" for f in spread.flips]
     n = spread.unstable_nonfinite()
     if n:
         out.append(f"{n} {FINITE_UNDER_SOME}")
