@@ -704,7 +704,13 @@ def test_one_value_against_one_names_a_whole_factor_or_a_ratio_of_small_numbers(
     ({"op": "aten.add", "line": 3, "kind": "dropped", "argument": "other", "was": "add", "to": "without",
       "operand": {"op": "aten.sin", "line": 3}},
      "`aten.add` at line 3 adds a term, its second operand (from `aten.sin` at line 3): without that term, `a` "
-     "equals `b` in float64 — that term is the difference"),
+     "equals `b` in float64 on this input — that term is where they part: it should not be there, the other side "
+     "lacks it, or what it is made of differs"),
+    # A step taken away agrees on this input: the other side may undo it there (0.5·d² against
+    # 0.5·d²/β at β = 0.5), so the text does not call the step the mistake.
+    ({"op": "aten.mul", "line": 13, "kind": "without", "argument": "other", "was": 0.5, "to": None},
+     "`aten.mul` at line 13 multiplies by 0.5: without that step, `a` equals `b` in float64 on this input — that step "
+     "is where they part: it should not be there, or the other side has a step that undoes it here."),
     ({"op": "aten.mm", "line": 9, "kind": "transposed", "argument": "mat2", "was": False, "to": True,
       "operand": None},
      "`aten.mm` at line 9 takes its `mat2` operand as it is: transposed, `a` equals `b` in float64"),

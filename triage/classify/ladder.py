@@ -678,8 +678,11 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
             return (f" {where} adds {was!r} {now} `{change.get('around')}`: added {instead} it instead, {then} — where "
                     f"the {was!r} goes is the difference.")
         if change["kind"] == "without":
+            # Taking a step away agrees on this input, which does not say the step is the mistake:
+            # the other side may undo it (0.5·d² against 0.5·d²/β with β = 0.5).
             return (f" {where} {STEP_VERBS.get(change['op'].split('.')[-1], 'applies')} {was!r}: without that step, "
-                    f"{then} — that step is the difference.")
+                    f"{then} on this input — that step is where they part: it should not be there, or the other side "
+                    "has a step that undoes it here.")
         operand = _made_by(change.get("operand"))
         if change["kind"] == "sign":
             verb, other_verb = ("adds", "subtracting") if was == "add" else ("subtracts", "adding")
@@ -688,8 +691,9 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
         if change["kind"] == "dropped":
             term = "its second operand" if change["argument"] == "other" else "its first operand"
             verb = "adds" if was == "add" else "subtracts"
-            return (f" {where} {verb} a term, {term}{operand}: without that term, {then} — that term is the "
-                    "difference (it should not be there, or the other side lacks it).")
+            return (f" {where} {verb} a term, {term}{operand}: without that term, {then} on this input — that term "
+                    "is where they part: it should not be there, the other side lacks it, or what it is made of differs "
+                    "(a weight or an index computed otherwise, which is zero on the other side here).")
         if change["kind"] in ("transposed", "conjugated"):
             nth = f"`{change['argument']}` operand"
             done, what = (("transposed", "the operand's orientation is the difference (a matrix `W` where `W.T` is "
