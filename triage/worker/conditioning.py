@@ -378,11 +378,11 @@ def _probability_edge(p: torch.Tensor, args: tuple, base: dict[str, Any]) -> dic
     parts = []
     if near_one:
         parts.append(f"{near_one} of its probabilities {'lies' if near_one == 1 else 'lie'} within {PROBABILITY_ROUNDINGS} roundings of 1 and it "
-                     f"reads log(1 − p) of them: {base['dtype']} keeps no digit of 1 − p there (a sigmoid of "
+                     f"reads log(1 − p) of them: {base['dtype']} keeps less than one digit of 1 − p there (a sigmoid of "
                      "z ≳ 17 is exactly 1 in float32)")
     if near_zero:
         parts.append(f"{near_zero} of its probabilities {'lies' if near_zero == 1 else 'lie'} within {PROBABILITY_ROUNDINGS} roundings of 0 and it "
-                     f"reads log p of them: {base['dtype']} keeps no digit of p there")
+                     f"reads log p of them: {base['dtype']} keeps less than one digit of p there")
     return dict(base, kind="probability-edge", ill_conditioned=True,
                 figure="; ".join(parts) + ", and PyTorch clamps the log at −100; "
                 "`F.binary_cross_entropy_with_logits` computes the loss from the logits, without the probability")
