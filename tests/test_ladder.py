@@ -776,3 +776,30 @@ def test_the_indices_a_check_compares_head_the_verdict_before_the_scores_behind_
     # A boolean the script derives still ranks below the floating value it summarizes.
     a.fingerprint["dtype"] = b.fingerprint["dtype"] = "bool"
     assert compare([arm("cpu", [scores, a, b])]).divergence.a.label == "`scores16` at exit"
+
+
+def test_a_check_asking_for_less_than_its_dtype_holds_says_so():
+    """`assert_close(q32, q64.float(), rtol=1e-8, atol=0)` on float32 values: the difference is
+    within float32's tolerance, and the summary says the check's own rtol is below float32's
+    unit roundoff (a new user's quantile: the verdict never said the tolerance was the issue)."""
+    import torch
+
+    from triage.classify.wording import difference_text
+    from triage.worker.observe import _tolerance_of
+
+    def pair(tolerance):
+        claim = {"id": 0, "func": "torch.testing.assert_close", "holds": False, "tolerance": tolerance}
+        a = obs(0, [1.0, 2.0], [1.0, 2.0], kind="claim", label="operand 1", claim=claim | {"operand": 0})
+        b = obs(1, [1.0, 2.0000002], [1.0, 2.0000002], kind="claim", label="operand 2", claim=claim | {"operand": 1})
+        return compare([arm("cpu", [a, b])]).divergence
+
+    text = difference_text(pair({"rtol": 1e-8, "atol": 0.0}))
+    assert "not within the script's own rtol=1e-08, atol=0: that rtol is below float32's unit roundoff" in text, text
+    assert "the script's own" not in difference_text(pair({"rtol": 1e-5, "atol": 1e-8}))
+    assert "the script's own" not in difference_text(pair(None))
+    # What an allclose call asks for: positional, by keyword, or its defaults; equal asks for none.
+    x = torch.ones(2)
+    assert _tolerance_of(torch.allclose, (x, x, 1e-9, 0.0), {}) == {"rtol": 1e-9, "atol": 0.0}
+    assert _tolerance_of(torch.isclose, (x, x), {"atol": 1e-3}) == {"rtol": 1e-5, "atol": 1e-3}
+    assert _tolerance_of(torch.allclose, (x, x), {}) == {"rtol": 1e-5, "atol": 1e-8}
+    assert _tolerance_of(torch.equal, (x, x), {}) is None

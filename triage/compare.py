@@ -49,6 +49,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
         for x, y, how in pairs + _printed_side_by_side(run, pairs):
             d = pair_divergence("claim", run, x, run, y)
             d.how = how
+            d.claim_tolerance = (x.claim or {}).get("tolerance")
             d.distinct_draws = _distinct_draws(run, x, y)
             if x.name and y.name and how not in ("implicit", "repeat", "rerun", "printed"):
                 d.observable_label = f"{x.name} vs {y.name} (`{how}`)"

@@ -311,6 +311,7 @@ class Divergence:
     # or "rerun" (one function of the script called twice from the top level, compare._reruns)
     how: str | None = None
     bit_difference: str | None = None  # equal values, different bits: "signed-zero" or "nan-bits"
+    claim_tolerance: dict[str, float] | None = None  # the rtol and atol the script's check asked for
     differing: int | None = None  # two values of one shape: the elements that differ
     judgements: list[Judgement] = field(default_factory=list)  # each side against its own rounding
     # Two values of one arm: the ops of each side's computation with no counterpart in the

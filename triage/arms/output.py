@@ -140,7 +140,11 @@ OBSERVABLE = record({
                            "twice: two call lines).", LINE),
     "claim": record({"id": COUNT, "func": text(300), "operand": one_of(0, 1), "holds": boolean(nullable=True),
                      "measure": described("The readback of the script's own error measure of the two operands.",
-                                          COUNT)},
+                                          COUNT),
+                     "tolerance": described("The rtol and atol the check asked for (allclose, isclose; "
+                                            "assert_close given both).",
+                                            record({"rtol": number(), "atol": number()}, required=("rtol", "atol"),
+                                                   closed=True))},
                     required=("id", "func", "operand"), closed=True, nullable=True),
     "module": MODULE,
     "expression": described("A readback's call as the script's source spells it (`a.item()`): the worker's "

@@ -268,7 +268,21 @@ def difference_text(d: Divergence) -> str:
     if narrower and not d.within_tolerance:
         tol += (f", the dtype both are held in; {narrower[0].label} was computed at {narrower[0].dtype}"
                 if len({j.label for j in d.judgements}) > 1 else f"; it was computed at {narrower[0].dtype}")
-    return f"differs between {pair_text(d)} by {d.max_abs_diff:.3g} ({tol})"
+    return f"differs between {pair_text(d)} by {d.max_abs_diff:.3g} ({tol}{asked_text(d)})"
+
+
+def asked_text(d: Divergence) -> str:
+    """Where the script's check asks for a relative tolerance below what the values' dtype
+    can hold (rtol=1e-8 of float32 values, whose unit roundoff is 6e-8) and fails: said, since
+    no computation at that precision is promised to meet it."""
+    asked = d.claim_tolerance
+    if not asked or not d.within_tolerance or policy.discrete(d.dtype) or d.max_abs_diff is None:
+        return ""
+    u = policy.unit_roundoff(d.dtype)
+    if asked["rtol"] >= u:
+        return ""
+    return (f"; not within the script's own rtol={asked['rtol']:g}, atol={asked['atol']:g}: that rtol is below "
+            f"{d.dtype}'s unit roundoff, {u:.2g}, which no {d.dtype} result is promised to meet")
 
 SETTING_NAMES = {"num_threads": "torch.set_num_threads({})", "deterministic": "torch.use_deterministic_algorithms({})",
                  "mkldnn": "torch.backends.mkldnn.enabled = {}",

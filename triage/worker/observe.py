@@ -229,7 +229,8 @@ class Observer(TorchFunctionMode):
                 # `print(a == b)`: what the script looks at is the comparison of a and b.
                 self._record_checked(args[0])
         elif func in CLAIMS and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
-            record_claim(self.store, CLAIMS[func], args[0], args[1], _claim_result(out))
+            record_claim(self.store, CLAIMS[func], args[0], args[1], _claim_result(out),
+                         tolerance=_tolerance_of(func, args, kwargs))
         if func in COMPARISONS or func in CHECK_FOLDS:
             self._track_comparison(func, args, out)
         if func in DIFFERENCE_STEPS:
@@ -387,6 +388,23 @@ def _inexact(t: torch.Tensor) -> bool:
     return t.dtype.is_floating_point or t.dtype.is_complex
 
 
+# Checks with a tolerance, and the tolerance they apply where the call names none.
+CLOSE_DEFAULTS = {torch.allclose: (1e-5, 1e-8), torch.isclose: (1e-5, 1e-8), torch.Tensor.allclose: (1e-5, 1e-8),
+                  torch.Tensor.isclose: (1e-5, 1e-8)}
+
+
+def _tolerance_of(func: Any, args: tuple, kwargs: dict) -> dict[str, float] | None:
+    """The rtol and atol an `allclose`/`isclose` call applies (positional, by keyword, or its
+    defaults); None for a check without one (`equal`)."""
+    if func not in CLOSE_DEFAULTS:
+        return None
+    given = [args[2] if len(args) > 2 else kwargs.get("rtol"), args[3] if len(args) > 3 else kwargs.get("atol")]
+    tolerance = {name: float(value if value is not None else default)
+                 for name, value, default in zip(("rtol", "atol"), given, CLOSE_DEFAULTS[func], strict=True)
+                 if isinstance(value, (int, float)) or value is None}
+    return tolerance if len(tolerance) == 2 else None
+
+
 def _claim_result(out: Any) -> Any:
     if isinstance(out, bool):
         return out
@@ -416,11 +434,14 @@ def _plain_numbers(data: Any) -> bool:
 
 
 def record_claim(store: ObservationStore, func: str, a: torch.Tensor, b: torch.Tensor, holds: Any,
-                 line: int | None = None, measure: int | None = None) -> None:
-    """`measure`: the observable that read back the script's own error measure of `a` and `b`."""
+                 line: int | None = None, measure: int | None = None,
+                 tolerance: dict[str, float] | None = None) -> None:
+    """`measure`: the observable that read back the script's own error measure of `a` and `b`;
+    `tolerance`: the rtol and atol the check asked for."""
     claim_id = next(store.claims)
     line = store.site() if line is None else line
-    claim = {"id": claim_id, "func": func, "holds": holds} | ({"measure": measure} if measure is not None else {})
+    claim = {"id": claim_id, "func": func, "holds": holds} | ({"measure": measure} if measure is not None else {}) \
+        | ({"tolerance": tolerance} if tolerance else {})
     for operand, t in enumerate((a, b)):
         store.add("claim", f"{func} operand {operand + 1}", t, line, claim=claim | {"operand": operand})
 
@@ -665,7 +686,10 @@ def install_assert_close(store: ObservationStore) -> None:
         finally:
             store.muted -= 1
             if isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor):
-                record_claim(store, "torch.testing.assert_close", actual, expected, holds)
+                # The tolerance asked for; assert_close's own dtype defaults where it asks for none.
+                given = {k: float(kwargs[k]) for k in ("rtol", "atol") if isinstance(kwargs.get(k), (int, float))}
+                record_claim(store, "torch.testing.assert_close", actual, expected, holds,
+                             tolerance=given if len(given) == 2 else None)
 
     torch.testing.assert_close = assert_close
 
