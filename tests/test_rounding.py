@@ -1115,3 +1115,15 @@ def test_an_exact_infinity_stays_itself_in_the_directed_replays():
     spread = sim.spreads[name]
     assert torch.equal(spread.up[1:], torch.tensor([-100.0, -100.0], dtype=torch.float64)), spread.up
     assert torch.equal(spread.down[1:], torch.tensor([-100.0, -100.0], dtype=torch.float64)), spread.down
+
+
+def test_a_nansum_s_nan_terms_add_no_rounding():
+    """`torch.nanmean` is `nansum` over a count: the walk of its sum read the nan terms, so every
+    replay of a row with a nan was nan, and a correct float32 nanmean was "finite where every
+    rounding of this computation is not" (a new user's: `nonfinite-flip`, NOT expected)."""
+    torch.manual_seed(0)
+    data = torch.randn(20, 50)
+    data[torch.rand(20, 50) < 0.2] = float("nan")
+    out, spread = spread_of(lambda t: torch.nanmean(t, dim=1), data)
+    assert bool(np.isfinite(spread.sigma).all()) and bool((spread.nonfinite == 1).all()), spread.nonfinite
+    assert judge(out, spread).zone == "inside"

@@ -3163,6 +3163,8 @@ def _magnitudes(name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tens
         s = out.abs() if out.is_complex() else out
     else:
         x = args[0]
+        if name == "nansum":  # its nan terms add nothing (`torch.nanmean`: nansum over a count)
+            x = torch.where(torch.isnan(x), 0.0, x)
         dims, keepdim = reduced_dims(name, args, kwargs, x)
         n = max(1, math.prod(x.shape[d] for d in dims) if x.dim() else 1)
         if name == "cumsum":  # of complex terms: each part's walk, bounded by the moduli's
