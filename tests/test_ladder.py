@@ -803,3 +803,26 @@ def test_a_check_asking_for_less_than_its_dtype_holds_says_so():
     assert _tolerance_of(torch.isclose, (x, x), {"atol": 1e-3}) == {"rtol": 1e-5, "atol": 1e-3}
     assert _tolerance_of(torch.allclose, (x, x), {}) == {"rtol": 1e-5, "atol": 1e-8}
     assert _tolerance_of(torch.equal, (x, x), {}) is None
+
+
+def test_two_exact_sides_whose_float64_values_differ_say_so_without_a_warning():
+    """An int8 accumulator that wraps against `sum()`: both sides exact (spreads of no width),
+    their float64 values apart. The evidence read "inf× their combined width", and NumPy's
+    overflow warning leaked from the division."""
+    import warnings
+
+    def side(i, values, operand):
+        claim = {"id": 0, "func": "torch.equal", "holds": False, "operand": operand}
+        o = obs(i, values, values, kind="claim", label=f"operand {operand + 1}", claim=claim)
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": [0.0] * 29, "flips": [],
+                      "precision": "int64", "unmeasured": []}
+        o.spread = {"sig": np.zeros(2), "up": np.array(values, dtype=np.float64), "dn": np.array(values, dtype=np.float64),
+                    "mu": np.array(values, dtype=np.float64), "sd": np.zeros(2), "nf": np.ones(2, np.uint8)}
+        return o
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = verdict(arm("cpu", [side(0, [-24.0, 100.0], 0), side(1, [1000.0, 100.0], 1)]))
+    assert v.kind == "likely-bug", v.summary
+    line = next(e for e in v.evidence if "their rounding" in e)
+    assert "values no rounding moves" in line and "inf" not in line, line

@@ -559,11 +559,17 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
         return None
     # Quoted where the difference is widest against the spreads there (the largest spreads sit
     # elsewhere, and quoted beside the largest difference they read as its match).
-    at = int(np.argmax(gap / np.maximum(width[both], np.finfo(np.float64).tiny)))
+    # (A spread of no width: an exact value, integer arithmetic; the gap there is infinitely wide.)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        against = np.where(gap > 0, gap / width[both], 0.0)
+    at = int(np.argmax(against))
     sig_a, sig_b = (float(np.asarray(o.spread["sig"], dtype=np.float64)[both][at]) for o in (oa, ob))
+    combined = float(width[both][at])
+    times = (f"{float(gap[at]) / combined:.3g}× their combined width" if combined > 0 else
+             "values no rounding moves")
     spreads = (f"float64 values of the two sides differ by up to {float(gap.max()):.3g}; where they differ most "
                f"against their rounding, by {float(gap[at]):.3g} against spreads ±{sig_a:.2g} and ±{sig_b:.2g} "
-               f"({float(gap[at] / max(width[both][at], np.finfo(np.float64).tiny)):.3g}× their combined width)")
+               f"({times})")
     if d.source == "arms":
         return _arms_differ(run_a, run_b, d, float(gap.max()), spreads)
     ancestors = set(oa.ancestors) | set(ob.ancestors)
