@@ -1127,3 +1127,20 @@ def test_a_nansum_s_nan_terms_add_no_rounding():
     out, spread = spread_of(lambda t: torch.nanmean(t, dim=1), data)
     assert bool(np.isfinite(spread.sigma).all()) and bool((spread.nonfinite == 1).all()), spread.nonfinite
     assert judge(out, spread).zone == "inside"
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.logspace(0, 4, steps=9, dtype=torch.float16),
+    lambda: torch.linspace(0, 3, 10, dtype=torch.bfloat16),
+    lambda: torch.linspace(-7.3, 123.1, 12345),  # near 0 its kernel errs 7,800 ulp of the element
+    lambda: torch.arange(0.1, 100.3, 0.1, dtype=torch.float16),
+])
+def test_a_factory_in_a_narrow_dtype_is_the_rounding_of_its_float64_call(make):
+    """`torch.logspace(0, 4, 9, dtype=torch.float16)` against the same call in float64: the
+    float16 values were their own float64 reference with a spread of 0, and a correctly rounded
+    logspace was "a different function" (a new user's false `likely-bug`). The float64 call is
+    the reference, and the arm's values are inside the spread of the kernel's rounding of it."""
+    out, spread = spread_of(lambda: make().double())
+    reference = torch.from_numpy(spread.reference)
+    assert not torch.equal(reference, out), "the reference is the float64 call, not the arm's values"
+    assert judge(out, spread).zone == "inside"

@@ -104,6 +104,22 @@ class Leaf:
     # from them, and each simulated replay rounds them to the leaf's dtype: the script wrote
     # π/2, and float32's nearest value is part of the arm's rounding.
     literal: torch.Tensor | None = None
+    # A factory kernel's error beyond the rounding of `literal`, per element, absolute
+    # (`linspace`'s start + i·step errs by the step's rounding times i, near 0 as far as at its
+    # ends): each simulated replay moves the numbers by up to it before rounding them.
+    literal_error: torch.Tensor | None = None
+
+
+# Factory ops whose values are a function of Python numbers, and their kernels' error beyond
+# the rounding to their dtype, in units of the dtype's unit roundoff: (relative to each value,
+# absolute times the largest value). `linspace` computes start + i·step (from both ends) and
+# `arange` start + i·step at its dtype's opmath: a rounding of the step, times i, is an error of
+# the largest value's size anywhere, 7,800 ulp of an element near 0 of a float32 linspace from
+# −7.3 to 123.1; `logspace` raises the base to a linspace (`_note_factory`); `full` rounds its
+# value once.
+FACTORY_ERRORS = {"linspace": (0.0, 2.0), "arange": (0.0, 2.0), "logspace": (2.0, 0.0), "full": (0.0, 0.0),
+                  "scalar_tensor": (0.0, 0.0)}
+MAX_FACTORY_ELEMENTS = 1 << 22
 
 
 @dataclass
@@ -209,6 +225,8 @@ class OpRecorder(TriageDispatchMode):
         self.storage_origin: dict[int, tuple[str, str]] = {}
         # tensor -> the float64 numbers the script built it from, until its leaf is made (`note_literal`).
         self.literals: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        # tensor -> the absolute error bound of a factory kernel's values (`Leaf.literal_error`).
+        self.literal_errors: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self.seeded = False
         self.random_before_seed: dict[str, Any] | None = None
         self.seed_state: dict[str, Any] = {"line": None, "value": None, "draws": 0}
@@ -289,6 +307,8 @@ class OpRecorder(TriageDispatchMode):
                     else "storage" if beyond else "input" if stored else "factory")
             if is_random and not self.seeded and self.random_before_seed is None:
                 self.random_before_seed = {"op": name, "line": self.site()}
+            if kind == "factory" and name in FACTORY_ERRORS:
+                self._note_factory(func, name, args, kwargs, out)
             self._paused_register_leaves(out, kind, name)
             if is_random:
                 self.seed_state["draws"] += 1
@@ -510,7 +530,8 @@ class OpRecorder(TriageDispatchMode):
     def _new_leaf(self, t: torch.Tensor, kind: str, op: str | None, in_flight: bool = False) -> fx.Node:
         node = self.graph.placeholder(f"leaf{len(self.leaves)}")
         value = t.detach().clone()
-        leaf = Leaf(len(self.leaves), node, value, kind, op, self.site(), literal=self.literals.pop(t, None))
+        leaf = Leaf(len(self.leaves), node, value, kind, op, self.site(), literal=self.literals.pop(t, None),
+                    literal_error=self.literal_errors.pop(t, None))
         if kind == "random":
             leaf.seed = dict(self.seed_state)
             leaf.call_line = self.outer_site()
@@ -540,6 +561,38 @@ class OpRecorder(TriageDispatchMode):
             node = node.args[0]
         if node.op == "placeholder" and node.meta["leaf"].value.shape == literal.shape:
             node.meta["leaf"].literal = literal
+
+    def _note_factory(self, func: Any, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """A factory op's values in a floating dtype narrower than float64 (`torch.logspace(0, 4,
+        9, dtype=torch.float16)`): the same call in float64 is what the script asked for, and the
+        arm's values are its kernel's rounding of that (`Leaf.literal`, with the kernel's error
+        bound, `FACTORY_ERRORS`). Without it the arm's float16 values were the float64 reference
+        of themselves, with a spread of 0: a correctly rounded `logspace` was "a different
+        function" from the float64 one."""
+        if not isinstance(out, torch.Tensor) or out.dtype not in (torch.float32, torch.float16, torch.bfloat16) \
+                or not 0 < out.numel() <= MAX_FACTORY_ELEMENTS:
+            return
+        self.paused += 1
+        try:
+            with torch.no_grad():
+                wide = func(*args, **{**kwargs, "dtype": torch.float64, "device": "cpu"})
+        except Exception:  # noqa: BLE001 - no float64 version: the values as they are
+            return
+        finally:
+            self.paused -= 1
+        if not isinstance(wide, torch.Tensor) or wide.shape != out.shape or torch.equal(wide, out.detach().cpu().double()):
+            return
+        self.literals[out] = wide
+        u = torch.finfo(out.dtype).eps / 2
+        relative, absolute = FACTORY_ERRORS[name]
+        error = wide.abs() * (relative * u)
+        if absolute:
+            error = error + absolute * u * float(wide.abs().max())
+        if name == "logspace":  # base ** x: the exponent's rounding, ln(base)·|x|·u relative
+            base = float(kwargs.get("base", args[3] if len(args) > 3 else 10.0))
+            exponent = torch.log(wide) / math.log(base) if base > 0 and base != 1 else torch.zeros_like(wide)
+            error = error + wide.abs() * (abs(math.log(base)) * exponent.abs() * u)
+        self.literal_errors[out] = error
 
     def _paused_register_leaves(self, out: Any, kind: str, op: str) -> None:
         self.paused += 1

@@ -1265,7 +1265,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                 elif n.op == "placeholder":
                     leaf = n.meta["leaf"]
                     if leaf.literal is not None and not center:
-                        env[n] = mode.literal(leaf.literal, leaf.value.dtype)
+                        env[n] = mode.literal(leaf.literal, leaf.value.dtype, leaf.literal_error)
                     else:  # the centre's rounding of a literal, to nearest, is the arm's value
                         env[n] = widen(leaf.value)
                     env[n]._arm_dtype = leaf.value.dtype
@@ -1862,14 +1862,18 @@ class RoundingMode(TriageDispatchMode):
             self.direction, self.generator, self.draws = directions, generator, draws
         return _stack_samples(outs)
 
-    def literal(self, numbers: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def literal(self, numbers: torch.Tensor, dtype: torch.dtype, error: torch.Tensor | None = None) -> torch.Tensor:
         """A leaf the script wrote as float64 numbers (`Leaf.literal`), rounded to its dtype as
-        this replay rounds: exact in the exact replay, one rounding per stacked sample."""
+        this replay rounds: exact in the exact replay, one rounding per stacked sample, after
+        moving each number by up to `error` where a factory kernel computed them (`linspace`)."""
         if self.exact:
             return numbers.clone()
         if self.samples:
-            stacked = numbers.unsqueeze(0).expand(self.samples, *numbers.shape).contiguous()
-            return _mark_stacked(round_to(stacked, dtype, self._signs(stacked), self.generator))
+            numbers = numbers.unsqueeze(0).expand(self.samples, *numbers.shape).contiguous()
+        if error is not None and (self.generator is not None or self.directed):
+            numbers = self._absolute_noise(numbers, error, 1.0)
+        if self.samples:
+            return _mark_stacked(round_to(numbers, dtype, self._signs(numbers), self.generator))
         return round_to(numbers, dtype, self.direction, self.generator)
 
     def _stacked_written(self, func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
