@@ -826,3 +826,18 @@ def test_two_exact_sides_whose_float64_values_differ_say_so_without_a_warning():
     assert v.kind == "likely-bug", v.summary
     line = next(e for e in v.evidence if "their rounding" in e)
     assert "values no rounding moves" in line and "inf" not in line, line
+
+
+def test_other_operations_round_apart_by_the_order_of_additions_only_where_they_add():
+    """`torch.round(x, decimals=2)` against Python's `round`, or an angle through `polar`: no
+    addition among the parting ops, where the summary said "floating-point addition is not
+    associative" all the same (a new user's two correct scripts)."""
+    from triage.classify.wording import _why_orders_differ
+
+    rounding = {"only_a": [{"op": "aten.mul.Tensor"}, {"op": "aten.round.decimals"}], "only_a_count": 2,
+                "only_b": [{"op": "aten.div.Tensor"}], "only_b_count": 1}
+    assert _why_orders_differ(rounding) == "each operation rounds its own result, and the two sides round at different steps"
+    assert _why_orders_differ(dict(rounding, only_b=[{"op": "aten.sum.dim_IntList"}])) \
+        == "floating-point addition is not associative"
+    # Ops left unlisted may add: the order of additions stays the likely reason.
+    assert _why_orders_differ(dict(rounding, only_a_count=12)) == "floating-point addition is not associative"

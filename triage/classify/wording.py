@@ -379,6 +379,25 @@ ORDER_FLAGS = {"num_threads": "num_threads", "mkldnn_enabled": "mkldnn", "determ
                "cudnn_allow_tf32": "cudnn_tf32"}
 
 
+# Op names (as a substring of `aten.NAME`) whose kernels add terms: where the parting ops
+# include one, the order of additions is the likely reason two computations round apart.
+ADDING_OPS = ("add", "sub", "sum", "mean", "mm", "matmul", "dot", "conv", "var", "std", "norm", "softmax",
+              "logsumexp", "linear", "einsum", "lerp", "cumsum", "cumprod", "prod", "bincount", "histc",
+              "quantile", "median", "trapz", "trapezoid", "scatter", "index_add", "embedding_bag", "loss")
+
+
+def _why_orders_differ(paths: dict[str, Any]) -> str:
+    """Why other operations round apart: additions in another order where either side adds
+    terms, else each op's own rounding, made in other places (a round-half of a product, a
+    branch cut's side): "addition is not associative" read as a stock phrase there."""
+    listed = (paths.get("only_a") or []) + (paths.get("only_b") or [])
+    complete = len(listed) >= (paths.get("only_a_count") or 0) + (paths.get("only_b_count") or 0)
+    if not complete or any(word in str(o.get("op", "")).split(".")[1 if "." in str(o.get("op", "")) else 0]
+                           for o in listed for word in ADDING_OPS):
+        return "floating-point addition is not associative"
+    return "each operation rounds its own result, and the two sides round at different steps"
+
+
 def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
     """Why two values the script compares, both rounding of their own computation, round
     apart: another precision, other operations for one value (where the op graphs part), or
@@ -408,7 +427,7 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
                 "a different formula.")
     if paths.get("only_a") or paths.get("only_b"):
         return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
-                "different operations, which round differently (floating-point addition is not associative)."
+                f"different operations, which round differently ({_why_orders_differ(paths)})."
                 + parting_text(paths, (a.label, b.label)))
     compiled = [(s, o.compiled_line) for s in (a, b) if run is not None
                 for o in run.observables if o.index == s.observable and o.compiled_line is not None]
