@@ -1144,3 +1144,10 @@ def test_a_factory_in_a_narrow_dtype_is_the_rounding_of_its_float64_call(make):
     reference = torch.from_numpy(spread.reference)
     assert not torch.equal(reference, out), "the reference is the float64 call, not the arm's values"
     assert judge(out, spread).zone == "inside"
+
+
+def test_a_factory_whose_float64_call_leaves_every_range_keeps_its_values():
+    """`torch.logspace(-400, 0, 5, dtype=torch.float16)`: its float64 call underflows to 0, whose
+    exponent is -inf; no error bound follows from it, and the values stay as recorded."""
+    out, spread = spread_of(lambda: torch.logspace(-400, 0, 5, dtype=torch.float16).double())
+    assert judge(out, spread).zone == "inside"

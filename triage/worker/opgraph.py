@@ -582,7 +582,6 @@ class OpRecorder(TriageDispatchMode):
             self.paused -= 1
         if not isinstance(wide, torch.Tensor) or wide.shape != out.shape or torch.equal(wide, out.detach().cpu().double()):
             return
-        self.literals[out] = wide
         u = torch.finfo(out.dtype).eps / 2
         relative, absolute = FACTORY_ERRORS[name]
         error = wide.abs() * (relative * u)
@@ -592,6 +591,9 @@ class OpRecorder(TriageDispatchMode):
             base = float(kwargs.get("base", args[3] if len(args) > 3 else 10.0))
             exponent = torch.log(wide) / math.log(base) if base > 0 and base != 1 else torch.zeros_like(wide)
             error = error + wide.abs() * (abs(math.log(base)) * exponent.abs() * u)
+        if not bool(torch.isfinite(error).all()):  # numbers past any range (an underflowed power): as recorded
+            return
+        self.literals[out] = wide
         self.literal_errors[out] = error
 
     def _paused_register_leaves(self, out: Any, kind: str, op: str) -> None:
