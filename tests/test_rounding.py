@@ -1151,3 +1151,33 @@ def test_a_factory_whose_float64_call_leaves_every_range_keeps_its_values():
     exponent is -inf; no error bound follows from it, and the values stay as recorded."""
     out, spread = spread_of(lambda: torch.logspace(-400, 0, 5, dtype=torch.float16).double())
     assert judge(out, spread).zone == "inside"
+
+
+def test_the_fewest_samples_are_taken_where_only_the_clock_is_slow(monkeypatch):
+    """On a machine busy with other jobs a centre replay's clock time ran 10× its work (5.9 s
+    for 25 ops), one replay short of "9 samples", and the value went unjudged: the fewest
+    samples are decided by the replay's own CPU time where the clock says more, within a
+    quarter past the budget. Where the work itself is that slow, the budget still says no."""
+    import triage.worker.rounding as rounding
+
+    clock, cpu = [0.0], [0.0]
+    monkeypatch.setattr(rounding.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(rounding.time, "process_time", lambda: cpu[0])
+    replay = rounding._replay
+
+    def slow_clock(plan, wanted, mode, *args, **kwargs):
+        clock[0] += busy[0]  # at 6 s: 60 / 6 − 2 = 8 replays by the clock, one short
+        cpu[0] += working[0]
+        return replay(plan, wanted, mode, *args, **kwargs)
+
+    monkeypatch.setattr(rounding, "_replay", slow_clock)
+    graph, wanted, dtypes, out = recorded(lambda x: (x * 1.1).sum(), torch.linspace(0, 1, 64))
+    busy, working = [6.0], [0.5]
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29, budget_s=60.0), dtypes)
+    assert sim.samples >= 9 and all(s.status == "judged" for s in sim.spreads.values()), sim.note
+    # The work itself that slow, or the clock so slow that 9 samples overrun the budget by more
+    # than a quarter: not judged, as before.
+    for busy[0], working[0] in ((6.0, 6.0), (12.0, 0.5)):
+        clock[0] = cpu[0] = 0.0
+        sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29, budget_s=60.0), dtypes)
+        assert sim.samples == 0 and "do not fit the 60 s budget" in sim.note
