@@ -392,8 +392,8 @@ def _why_orders_differ(paths: dict[str, Any]) -> str:
     branch cut's side): "addition is not associative" read as a stock phrase there."""
     listed = (paths.get("only_a") or []) + (paths.get("only_b") or [])
     complete = len(listed) >= (paths.get("only_a_count") or 0) + (paths.get("only_b_count") or 0)
-    if not complete or any(word in str(o.get("op", "")).split(".")[1 if "." in str(o.get("op", "")) else 0]
-                           for o in listed for word in ADDING_OPS):
+    names = [str(o.get("op", "")).split(".")[1 if "." in str(o.get("op", "")) else 0] for o in listed]  # aten.NAME.overload
+    if not complete or any(word in name for name in names for word in ADDING_OPS):
         return "floating-point addition is not associative"
     return "each operation rounds its own result, and the two sides round at different steps"
 

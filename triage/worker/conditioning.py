@@ -396,6 +396,12 @@ def domain_counts(op: str, wide: torch.Tensor) -> tuple[int, int]:
     return outside, at_edge
 
 
+def exact_at_edge(outside: int, at_edge: int, float64: tuple[int, int] | None) -> bool:
+    """Whether the float64 replay puts as many inputs outside the domain or on its edge (or
+    there is none): the nan/inf there are the exact answers, not rounding's doing."""
+    return float64 is None or sum(float64) >= outside + at_edge
+
+
 def domain_figure(op: str, outside: int, at_edge: int, float64: tuple[int, int] | None = None) -> str:
     """The domain note's figure; with the float64 replay's counts (`float64`) where they are
     fewer: rounding upstream put the rest there (`1 - sigmoid(30)` is 0 in float32, 9.4e-14 in
@@ -403,7 +409,7 @@ def domain_figure(op: str, outside: int, at_edge: int, float64: tuple[int, int] 
     low, high = DOMAINS[op]
     counts = (f"{outside} input(s) outside {op}'s domain and {at_edge} exactly on its edge "
               f"({low}{', ' + str(high) if high is not None else ''})")
-    if float64 is None or sum(float64) >= outside + at_edge:
+    if exact_at_edge(outside, at_edge, float64):
         return f"{counts}: nan/inf are the exact answers there"
     return (f"{counts}, where the float64 replay of the same computation has {float64[0]} outside and {float64[1]} "
             "on the edge: rounding "

@@ -388,21 +388,21 @@ def _inexact(t: torch.Tensor) -> bool:
     return t.dtype.is_floating_point or t.dtype.is_complex
 
 
-# Checks with a tolerance, and the tolerance they apply where the call names none.
-CLOSE_DEFAULTS = {torch.allclose: (1e-5, 1e-8), torch.isclose: (1e-5, 1e-8), torch.Tensor.allclose: (1e-5, 1e-8),
-                  torch.Tensor.isclose: (1e-5, 1e-8)}
+# Checks with a tolerance, and the (rtol, atol) they apply where the call names none.
+CLOSE_CHECKS = {torch.allclose, torch.isclose, torch.Tensor.allclose, torch.Tensor.isclose}
+CLOSE_DEFAULT = (1e-5, 1e-8)
 
 
 def _tolerance_of(func: Any, args: tuple, kwargs: dict) -> dict[str, float] | None:
     """The rtol and atol an `allclose`/`isclose` call applies (positional, by keyword, or its
-    defaults); None for a check without one (`equal`)."""
-    if func not in CLOSE_DEFAULTS:
+    defaults); None for a check without one (`equal`), or one given as something else."""
+    if func not in CLOSE_CHECKS:
         return None
-    given = [args[2] if len(args) > 2 else kwargs.get("rtol"), args[3] if len(args) > 3 else kwargs.get("atol")]
-    tolerance = {name: float(value if value is not None else default)
-                 for name, value, default in zip(("rtol", "atol"), given, CLOSE_DEFAULTS[func], strict=True)
-                 if isinstance(value, (int, float)) or value is None}
-    return tolerance if len(tolerance) == 2 else None
+    rtol = args[2] if len(args) > 2 else kwargs.get("rtol", CLOSE_DEFAULT[0])
+    atol = args[3] if len(args) > 3 else kwargs.get("atol", CLOSE_DEFAULT[1])
+    if not all(isinstance(x, (int, float)) for x in (rtol, atol)):
+        return None
+    return {"rtol": float(rtol), "atol": float(atol)}
 
 
 def _claim_result(out: Any) -> Any:

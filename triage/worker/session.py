@@ -436,16 +436,14 @@ def _note_domains(recording: Any, inputs: dict[int, str], values: dict[str, Any]
     did says so: rounding upstream, not the exact answer, gave the arm's nan/inf."""
     import torch
 
-    from triage.worker.conditioning import domain_counts, domain_figure
+    from triage.worker.conditioning import domain_counts, domain_figure, exact_at_edge
 
     for i, name in inputs.items():
         note, value = recording.conditioning[i], values.get(name)
         if isinstance(value, torch.Tensor) and value.is_floating_point() and "outside" in note:
             float64 = domain_counts(note["op"], value)
             note["figure"] = domain_figure(note["op"], note["outside"], note["at_edge"], float64)
-            # The float64 replay puts as many inputs outside or on the edge: its nan/inf are the
-            # exact answers there, not rounding's doing.
-            note["exact_edge"] = sum(float64) >= note["outside"] + note["at_edge"]
+            note["exact_edge"] = exact_at_edge(note["outside"], note["at_edge"], float64)
 
 
 def _note_checks(recording: Any, by_name: dict[str, Any], checked: dict[str, Any]) -> None:
