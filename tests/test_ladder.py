@@ -841,3 +841,40 @@ def test_other_operations_round_apart_by_the_order_of_additions_only_where_they_
         == "floating-point addition is not associative"
     # Ops left unlisted may add: the order of additions stays the likely reason.
     assert _why_orders_differ(dict(rounding, only_a_count=12)) == "floating-point addition is not associative"
+
+
+def _arange_length_run(exception, label="`grid` at exit"):
+    """One arm whose `grid` comes from `torch.arange(0.1, 0.4, 0.1)` at line 2, which the worker
+    noted: rounding put 4 elements where exact arithmetic gives 3."""
+    import torch
+
+    from triage.worker.conditioning import range_length
+
+    note = dict(range_length("arange", 0.1, 0.4, 0.1, 4, torch.float32), node="leaf0", line=2)
+    grid = np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32)
+    o = dataclasses.replace(obs(0, grid, grid.astype(np.float64), kind="final", label=label, cond=[0]), line=None)
+    return arm("cpu", [o], status="raised", exception=exception, conditioning=[note])
+
+
+def test_a_check_of_an_arange_length_that_rounding_decided_is_expected_rounding():
+    source = "import torch\ngrid = torch.arange(0.1, 0.4, 0.1)\nn = len(grid)\nassert n == 3\n"
+    exc = {"type": "AssertionError", "message": "", "claim": True, "line": 4, "traceback": ""}
+    v = classify(Repro(path="/x/r.py", name="r.py", source=source), compare([_arange_length_run(exc)], source))
+    assert (v.kind, v.expected) == ("expected-rounding", True), v.summary
+    assert "3.0000000000000004" in v.summary and "`torch.linspace(0.1, 0.3, 3)`" in v.summary
+    # A check of the values, not of the length, is not this rule's (the conflict stays said).
+    source = "import torch\ngrid = torch.arange(0.1, 0.4, 0.1)\nn = grid.sum()\nassert n == 3\n"
+    v = classify(Repro(path="/x/r.py", name="r.py", source=source), compare([_arange_length_run(exc)], source))
+    assert v.kind == "inconclusive", v.summary
+
+
+def test_a_size_mismatch_at_a_line_reading_such_an_arange_is_expected_rounding():
+    source = "import torch\ngrid = torch.arange(0.1, 0.4, 0.1)\nok = torch.allclose(grid, torch.ones(3))\n"
+    exc = {"type": "RuntimeError", "claim": False, "line": 3, "traceback": "",
+           "message": "The size of tensor a (4) must match the size of tensor b (3) at non-singleton dimension 0"}
+    v = classify(Repro(path="/x/r.py", name="r.py", source=source), compare([_arange_length_run(exc)], source))
+    assert (v.kind, v.expected) == ("expected-rounding", True) and "torch stopped the script at line 3" in v.summary
+    # Another error at that line is the script's failure to run, as before.
+    other = dict(exc, message="expected scalar type Float but found Double")
+    v = classify(Repro(path="/x/r.py", name="r.py", source=source), compare([_arange_length_run(other)], source))
+    assert v.kind == "could-not-run"

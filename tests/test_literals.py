@@ -113,3 +113,40 @@ def test_a_number_written_beyond_the_dtypes_range_is_named_as_the_overflow(triag
     assert (verdict["kind"], verdict["expected"]) == ("nonfinite-flip", True), verdict["summary"]
     assert "The number written at line 2 (1e+40) lies beyond the largest finite float32" in verdict["summary"]
     assert report["arms"][0]["leaves"][0]["literal_beyond_range"] == 1e40
+
+
+@pytest.mark.parametrize("call, noted", [
+    ("torch.arange(0.1, 0.4, 0.1)", (4, 3)),  # (0.4 - 0.1)/0.1 = 3.0000000000000004: the end is in
+    ("torch.arange(start=0.2, end=0.8, step=0.2, dtype=torch.float64)", (4, 3)),
+    ("torch.arange(0, 0.3, 0.1)", None),  # 2.9999999999999996: three elements, as written
+    ("torch.arange(0.0, 1.0, 1 / 3)", None),  # exactly 3.0
+    ("torch.arange(0, 10, 3)", None),  # whole numbers: no rounding decides anything
+    ("torch.arange(0.0, 1.0000001, 0.1)", None),  # 10.000001: the end is in by the numbers written
+])
+def test_an_arange_whose_length_rounding_decided_is_noted(call, noted, tmp_path):
+    recording, recorder, ns = recorded_script(f"""\
+        import torch
+        x = {call}
+        y = x * 2
+    """, tmp_path)
+    notes = [c for c in recording.conditioning if c["kind"] == "range-length"]
+    assert len(ns["x"]) == (noted[0] if noted else len(ns["x"]))
+    if noted is None:
+        assert not notes
+    else:
+        (note,) = notes
+        assert (note["length"], note["exact_length"]) == noted and note["node"] == recorder.lookup(ns["x"]).name
+
+
+def test_a_comparison_an_arange_longer_than_written_breaks_is_expected_rounding(triage, tmp_path):
+    """A new user's `torch.arange(0.1, 0.4, 0.1)` has four elements, and `allclose` against the
+    three they expected raises: torch's error, caused by the range's rounding, not a crash to
+    report (it was `could-not-run`)."""
+    report = run_source(triage, tmp_path, "arange", textwrap.dedent("""\
+        import torch
+        grid = torch.arange(0.1, 0.4, 0.1)
+        print(torch.allclose(grid, torch.tensor([0.1, 0.2, 0.3])))
+    """))
+    verdict = report["verdict"]
+    assert (verdict["kind"], verdict["expected"]) == ("expected-rounding", True), verdict["summary"]
+    assert "(0.4 − 0.1)/0.1 is 3.0000000000000004" in verdict["summary"]

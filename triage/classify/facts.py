@@ -103,6 +103,64 @@ def assigned_at(source: str, name: str, line: int) -> int | None:
     return max(lines, default=None)
 
 
+# How a script reads a tensor's length: `len(x)`, `x.numel()`, `x.nelement()`, `x.shape`,
+# `x.size()` (and an index or a comparison of either).
+LENGTH_METHODS = {"numel", "nelement", "size", "dim"}
+
+
+def length_checks(source: str, line: int) -> list[str]:
+    """The expressions whose length (or shape) the script's check at `line` reads: the
+    assert's test there, or the `if` test around a `sys.exit`/`raise` there, or the plain
+    assignment a name in either comes from (`n = len(grid)` before `assert n == 3`)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    tests = [node.test for node in ast.walk(tree) if isinstance(node, ast.Assert) and node.lineno == line]
+    tests += [node.test for node in ast.walk(tree) if isinstance(node, ast.If)
+              and any(stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno) for stmt in node.body)]
+    found: list[str] = []
+    for test in tests:
+        found += _lengths_read(source, test)
+        for name in {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}:
+            at = assigned_at(source, name, line)
+            assigned = next((node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                             and node.lineno == at), None) if at is not None else None
+            if assigned is not None:
+                found += _lengths_read(source, assigned)
+    return list(dict.fromkeys(found))
+
+
+def names_at(source: str, line: int) -> list[str]:
+    """The plain names the statement at `line` reads."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    statements = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)
+                  and node.lineno <= line <= (node.end_lineno or node.lineno)
+                  and not isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef,
+                                            ast.ClassDef, ast.AsyncFunctionDef))]
+    return list(dict.fromkeys(n.id for stmt in statements for n in ast.walk(stmt)
+                              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)))
+
+
+def _lengths_read(source: str, expr: ast.AST) -> list[str]:
+    out = []
+    for node in ast.walk(expr):
+        of = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and node.args:
+            of = node.args[0]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LENGTH_METHODS:
+            of = node.func.value
+        elif isinstance(node, ast.Attribute) and node.attr == "shape":
+            of = node.value
+        text = ast.get_source_segment(source, of) if of is not None else None
+        if text:
+            out.append(text)
+    return out
+
+
 def _number(node: ast.AST) -> float | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = _number(node.operand)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,11 @@ from triage.classify.facts import (
     equality_checks,
     flush_notes,
     lacks_device,
+    length_checks,
     matrix_upstream,
+    names_at,
     nonfinite_side,
+    notes_upstream,
     precision_of,
     reduced_matmul_notes,
     singular_upstream,
@@ -63,6 +67,7 @@ from triage.classify.wording import (
     unstable_lines,
     where_text,
     who_is_right,
+    wraparound_sentence,
     wrong_kernel_text,
 )
 from triage.compare import side_of, summarize, unrecorded_inputs
@@ -312,7 +317,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     completed = compared_runs(runs)
     failed = [r for r in runs if r not in completed]
     if not completed:
-        return _could_not_run(failed)
+        return _length_by_rounding(failed, repro.source) or _could_not_run(failed)
     if failed:
         return _crash_one_arm(completed, failed)
     d = comparison.divergence
@@ -334,7 +339,8 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
         return wrong
     if d is None:
         return (_uninitialized_reads(completed) or _unseeded_runs(completed, repro.source)
-                or _exact_equality(completed, repro.source) or _not_reproduced(comparison, completed))
+                or _exact_equality(completed, repro.source) or _length_by_rounding(completed, repro.source)
+                or _not_reproduced(comparison, completed))
     if d.bit_difference is not None:
         return _rounding(d)
     sides = [s for s in (d.a, d.b) if s is not None]
@@ -576,7 +582,7 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     draws = [leaf for leaf in run_a.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors]
     calls = sorted({leaf.get("call_line") for leaf in draws if leaf.get("call_line") is not None})
     if not draws or len(calls) < 2:
-        return _different_functions(d, ra, rb, both, spreads, _one_change_text(c, d))
+        return _different_functions(d, ra, rb, both, spreads, _one_change_text(c, d) + _wraparound_text(c, d))
     first = next((leaf for leaf in draws if leaf.get("op") == "randperm"), draws[0])
     how = (" — a `DataLoader(shuffle=True)` draws it for every pass over the data" if first.get("op") == "randperm"
            else "")
@@ -651,6 +657,13 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
                     f"{causes}.{change}{parting_text(paths, names)}",
                     [spreads] + [f"only in {name}: {ops_text(paths[key], paths.get(key + '_count'))}"
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
+
+
+def _wraparound_text(c: Comparison, d: Divergence) -> str:
+    """Where a side's integer arithmetic wrapped around (the worker's `integer-wraparound`
+    note upstream): the op, and the fix, said as the difference."""
+    note = next((n for n in notes_upstream(c, d) if n.get("kind") == "integer-wraparound"), None)
+    return f" {wraparound_sentence(note)}" if note else ""
 
 
 def _one_change_text(c: Comparison, d: Divergence) -> str:
@@ -970,6 +983,11 @@ def _crash_one_arm(completed: list[ArmRun], failed: list[ArmRun]) -> Verdict:
                     f"`{bad.spec}` fails ({bad.failure}) while {good} runs the same program to the end. "
                     "The accuracy note allows different numbers, not a failure on one configuration.",
                     [f"`{r.spec}`: {r.failure}" for r in failed])
+
+
+# torch's messages for operands whose sizes do not fit together.
+SIZE_MISMATCH = re.compile(r"must match the size of tensor|size mismatch|shapes cannot be multiplied|"
+                           r"Sizes of tensors must match|inconsistent tensor size|expected .*size", re.IGNORECASE)
 
 
 # Random ops a module draws in its forward only in train mode (dropout's masks, rrelu's
@@ -1358,6 +1376,48 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
     return None
 
 
+def _length_by_rounding(runs: list[ArmRun], source: str) -> Verdict | None:
+    """The script's failing check reads the length (or shape) of a value made by an `arange`
+    whose length rounding decided (`torch.arange(0.1, 0.4, 0.1)` has 4 elements: the worker's
+    `range-length` note), or torch stops the script on a size mismatch at a line reading such a
+    value: the script expects the length of exact arithmetic, which a floating step does not
+    promise, as `torch.arange`'s documentation warns."""
+    for run in runs:
+        e = run.exception or {}
+        if e.get("line") is None:
+            continue
+        if e.get("claim"):
+            read = {f"`{text}`" for text in length_checks(source, int(e["line"]))}
+            how, stop = "reads the length of", check_note(run)
+        elif SIZE_MISMATCH.search(e.get("message") or ""):
+            read = {f"`{name}`" for name in names_at(source, int(e["line"]))}
+            how, stop = "reads", f"torch stopped the script at line {e['line']} ({e.get('type')}: {e.get('message')})"
+        else:
+            continue
+        for o in run.observables:
+            # A value at exit is its global's name (the arms that failed were not named by compare).
+            name = o.name or (o.label.removesuffix(" at exit") if o.kind == "final" else None)
+            note = next((run.conditioning[i] for i in o.conditioning if 0 <= i < len(run.conditioning)
+                         and run.conditioning[i].get("kind") == "range-length"), None) if name in read else None
+            if note is None:
+                continue
+            n, start, step = (note.get(k) for k in ("exact_length", "start", "step"))
+            if not (isinstance(n, int) and all(isinstance(x, (int, float)) for x in (start, step))):
+                continue  # the worker's note is untrusted output: its numbers are checked before use
+            call = code_at(source, note["line"]) if note.get("line") else ""
+            last = start + (n - 1) * step
+            return make_verdict(
+                "expected-rounding", True, policy.GENERAL, ["numerical"],
+                f"On `{run.spec}` {stop}: it {how} {name}, which comes from `aten.arange` at line "
+                f"{note['line']}{call}. {note['figure'][0].upper()}{note['figure'][1:]}. That is the rounding of "
+                "the range's arguments, not a kernel's error: `torch.arange`'s documentation warns that a "
+                "non-integer step may give such a length. For a fixed number of points use `torch.linspace`, "
+                f"here `torch.linspace({start:.6g}, {last:.6g}, {n})`, or a whole-number range scaled, "
+                f"`torch.arange({n}) * {step:.6g} + {start:.6g}`.",
+                [cond_text(note, full=True), f"line {e['line']} {how} {name}"])
+    return None
+
+
 def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
     n = sum(len(r.observables) for r in completed)
     if n == 0:
@@ -1376,7 +1436,7 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
                         f"with the float64 reference: the matrix fed to `{note['op']}` at line {note['line']} is singular "
                         f"({cond_text(note)}). A finite value from another device is rounding noise.",
                         [cond_text(note, full=True)])
-    exact = _nonfinite_in_exact_arithmetic(completed)
+    exact = _nonfinite_in_exact_arithmetic(completed) or _wrapped_check(completed)
     if exact is not None:
         return exact
     same = identical_copies(completed[0])
@@ -1385,6 +1445,10 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
     feeding = [r.conditioning[i] for r in completed for o in r.observables for i in o.conditioning
                if 0 <= i < len(r.conditioning)]
     caveat, section = conditioning_caveat(feeding)
+    # Integer arithmetic that wrapped agrees with its replay, which wraps alike: said, since a
+    # report of such a value is usually about the wrap.
+    wrapped = next((note for note in feeding if note.get("kind") == "integer-wraparound"), None)
+    caveat += f" An observed value reads integer arithmetic that wrapped: {wraparound_sentence(wrapped)}" if wrapped else ""
     evidence = [cond_text(note, full=True) for note in feeding if note.get("singular") or note.get("ill_conditioned")]
     if len(completed) == 1:
         return make_verdict("not-reproduced", None, section, ["repro"],
@@ -1403,6 +1467,28 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
                     f"The arms agree bitwise on all {c.aligned} aligned observables, but the script's own check "
                     f"fails on {which} ({check_note(checks[0])}): what it asserts holds for neither arm's values here. "
                     "Where it asserts the reported wrong result, the reported divergence does not reproduce here.")
+
+
+def _wrapped_check(completed: list[ArmRun]) -> Verdict | None:
+    """The script's own check fails on values that agree with their replay, and a value it
+    reads comes from integer arithmetic that wrapped around (`integer-wraparound`: an int64
+    cumprod of 1..21 goes negative): the check expects the exact result, which the script's
+    dtype cannot hold. The script's computation overflows; no kernel is wrong."""
+    for run in [r for r in completed if r.exception and r.exception.get("claim")]:
+        claimed = [o for o in run.observables if o.kind == "claim"]
+        for o in claimed or run.observables:
+            note = next((run.conditioning[i] for i in o.conditioning if 0 <= i < len(run.conditioning)
+                         and run.conditioning[i].get("kind") == "integer-wraparound"), None)
+            if note is None:
+                continue
+            return make_verdict(
+                "likely-bug", False, policy.NONE, ["review"],
+                f"On `{run.spec}` {check_note(run)}, and its {o.shown} (line {o.line}) comes from integer arithmetic "
+                f"that wrapped: {wraparound_sentence(note)} The values are what the script's dtypes compute, so the "
+                "check fails on the script's own overflow, not on a kernel's error: torch's integer arithmetic is "
+                "modular by design.",
+                [cond_text(note, full=True), f"`{run.spec}` {o.shown} (line {o.line}): {summarize(o.fingerprint)}"])
+    return None
 
 
 def _nonfinite_in_exact_arithmetic(completed: list[ArmRun]) -> Verdict | None:

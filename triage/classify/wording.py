@@ -322,6 +322,15 @@ def printed_mix(run: ArmRun, usual: set[int], odd: set[int]) -> str:
     return ""
 
 
+def wraparound_sentence(note: dict[str, Any]) -> str:
+    """An integer op that wrapped around (`integer-wraparound` note), with the fix."""
+    fix = ("Compute in floating point (`x.double()`), which holds such magnitudes to 16 digits, or in Python "
+           "integers, which do not overflow" if note["dtype"] == "int64" else
+           "Compute in a dtype wide enough for the exact result before that op (`x.to(torch.int64)`, "
+           "`x.sum(dtype=torch.int64)`)")
+    return f"`aten.{note['op']}` at line {note['line']} overflows {note['dtype']}: {note['figure']}. {fix}."
+
+
 def check_note(run: ArmRun) -> str:
     e = run.exception or {}
     return run.exit_note or f"{e.get('type')} at line {e.get('line')}"

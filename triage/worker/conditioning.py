@@ -458,3 +458,84 @@ def _cancellation(base: dict[str, Any], magnitude: torch.Tensor, value: torch.Te
     return dict(base, kind="cancellation", ill_conditioned=True, cond=ratio,
                 figure=f"{formula} = {ratio:.3g}: the terms cancel, so {base['dtype']}'s "
                        f"{-math.log10(eps):.0f} digits leave about {max(0.0, -math.log10(ratio * eps)):.0f} correct")
+
+
+# How many roundings of the quotient's size (end − start)/step may carry: the subtraction's
+# (relative to |start| + |end|, more where the two cancel) and the division's, with room.
+LENGTH_ROUNDINGS = 4
+
+
+def range_length(op: str, start: float, end: float, step: float, length: int, dtype: torch.dtype
+                 ) -> dict[str, Any] | None:
+    """The note where rounding decided a range's length: `torch.arange(0.1, 0.4, 0.1)` has
+    ⌈(end − start)/step⌉ elements, the quotient computed in double (ATen's
+    `compute_arange_size`), and (0.4 − 0.1)/0.1 is 3.0000000000000004 there, a rounding above
+    the whole number 3, so the element ≈ end that the exclusive end leaves out is in: 4 elements
+    where exact arithmetic gives 3. None where the quotient is no rounding away from a whole
+    number below it (the length is the arguments' own), or the arguments are whole numbers."""
+    if all(float(x).is_integer() for x in (start, end, step)) or step == 0 or not all(
+            math.isfinite(x) for x in (start, end, step)):
+        return None
+    quotient = (end - start) / step
+    whole = math.floor(quotient)
+    if quotient == whole or length != whole + 1:
+        return None
+    u = 2.0 ** -53
+    reach = LENGTH_ROUNDINGS * quotient * u * (1 + (abs(start) + abs(end)) / max(abs(end - start), math.ulp(0.0)))
+    if quotient - whole > reach:
+        return None
+    last = start + whole * step
+    return {"op": op, "kind": "range-length", "shape": [length], "dtype": str(dtype).replace("torch.", ""),
+            "singular": False, "ill_conditioned": False, "length": length, "exact_length": whole,
+            "quotient": quotient, "last": last, "start": start, "step": step,
+            "figure": (f"its length is ⌈(end − start)/step⌉, the quotient computed in double precision, and "
+                       f"({end!r} − {start!r})/{step!r} is {quotient!r} there — a rounding above {whole} — so the "
+                       f"element {last:.6g}, which equals the excluded end in exact arithmetic, is included: {length} "
+                       f"elements where exact arithmetic gives {whole}")}
+
+
+# Integer ops whose exact result may leave their dtype's range. torch's integer arithmetic
+# wraps around there (two's complement, as C's and NumPy's does) and says nothing: a uint8
+# 200 + 100 is 44, an int64 cumprod of 1..21 goes negative.
+WRAPPING_OPS = {"add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "neg", "neg_", "abs", "abs_", "pow", "pow_",
+                "square", "sum", "prod", "cumsum", "cumsum_", "cumprod", "cumprod_", "mm", "bmm", "matmul", "dot",
+                "mv", "addmm", "_to_copy"}
+INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def integer_wraparound(func: Any, name: str, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] | None:
+    """The note where an integer op's exact result (the op on the same values in float64, or
+    a cast's input) leaves its output dtype's range, which the arm's integer arithmetic wrapped
+    around; None where every element fits, or the op is no integer arithmetic."""
+    if not isinstance(out, torch.Tensor) or out.dtype not in INTEGER_DTYPES or not 0 < out.numel() <= MAX_ELEMENTS:
+        return None
+    if name == "_to_copy":
+        exact = args[0].detach().to("cpu", torch.float64) if isinstance(args[0], torch.Tensor) else None
+    else:
+        def wide(a: Any) -> Any:
+            if isinstance(a, torch.Tensor) and not a.is_floating_point() and not a.is_complex():
+                return a.detach().to("cpu", torch.float64)
+            return a.detach().cpu() if isinstance(a, torch.Tensor) else a
+
+        if not any(isinstance(a, torch.Tensor) and a.dtype in INTEGER_DTYPES for a in args):
+            return None
+        with torch.no_grad():
+            exact = func(*[wide(a) for a in args], **{k: torch.float64 if k == "dtype" else wide(v)
+                                                       for k, v in kwargs.items() if k != "out"})
+    if not isinstance(exact, torch.Tensor) or exact.shape != out.shape or not exact.is_floating_point():
+        return None
+    info = torch.iinfo(out.dtype)
+    wrapped = torch.isfinite(exact) & ((exact < info.min) | (exact > info.max))
+    count = int(wrapped.sum())
+    if not count:
+        return None
+    i = int(wrapped.reshape(-1).nonzero()[0])
+    was, got = float(exact.reshape(-1)[i]), int(out.detach().reshape(-1)[i].cpu())
+    dtype = str(out.dtype).replace("torch.", "")
+    was_text = f"{was:.0f}" if abs(was) < 2 ** 53 else f"{was:.4g}"
+    span = f"{info.min} to {info.max}" if info.bits <= 16 else f"−2^{info.bits - 1} to 2^{info.bits - 1} − 1"
+    return {"op": name, "kind": "integer-wraparound", "shape": list(out.shape), "dtype": dtype, "singular": False,
+            "ill_conditioned": False, "exact": was, "got": got, "wrapped": count, "numel": out.numel(),
+            "figure": (f"its exact result {was_text} does not fit {dtype} ({span}): integer arithmetic is modular "
+                       f"(modulo 2^{info.bits}, as in C and NumPy, with no warning) and gives {got}"
+                       + (f", at {count} of {out.numel()} elements" if out.numel() > 1 else ""))}

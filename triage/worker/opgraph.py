@@ -60,7 +60,10 @@ from triage.worker.conditioning import (
     LINALG_OPS,
     SENSITIVE_OPS,
     VALUES_ONLY,
+    WRAPPING_OPS,
     condition_of,
+    integer_wraparound,
+    range_length,
     sensitivity_of,
 )
 from triage.worker.independent import Budget, note_fields
@@ -206,6 +209,7 @@ class OpRecorder(TriageDispatchMode):
         # Cancellation/overflow/domain checks so far: each costs a float64 pass over the op's
         # input, so a training loop's thousandth matmul is not checked again.
         self.hazard_checks = 0
+        self.wrap_checks = 0  # integer ops checked for a result past their dtype's range
         # tensor -> (node, version, memory, recorded writes to its storage): see _set/_holds.
         self.producers: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         # Recorded writes per storage, and for each exact memory the node whose value it held
@@ -310,6 +314,8 @@ class OpRecorder(TriageDispatchMode):
             if kind == "factory" and name in FACTORY_ERRORS:
                 self._note_factory(func, name, args, kwargs, out)
             self._paused_register_leaves(out, kind, name)
+            if kind == "factory" and name == "arange":
+                self._note_length(func, args, kwargs, out)
             if is_random:
                 self.seed_state["draws"] += 1
             return out
@@ -350,6 +356,8 @@ class OpRecorder(TriageDispatchMode):
                 # No functional form to replay: the written tensors re-anchor at their next use.
                 for t in written:
                     self.producers[t] = (node, -1, None, 0)
+        if name in WRAPPING_OPS and self.wrap_checks < MAX_HAZARD_CHECKS:
+            self._note_wraparound(func, name, args, kwargs, out, node)
         linalg = name in LINALG_OPS and isinstance(args[0], torch.Tensor)
         checked = not linalg and name in SENSITIVE_OPS and self.hazard_checks < MAX_HAZARD_CHECKS
         if linalg or checked:
@@ -372,6 +380,22 @@ class OpRecorder(TriageDispatchMode):
                 self.conditioning.append(note)
         self._count()
         return out
+
+    def _note_wraparound(self, func: Any, name: str, args: tuple, kwargs: dict, out: Any, node: fx.Node) -> None:
+        """Note an integer op whose exact result left its dtype's range (`integer_wraparound`)."""
+        if not isinstance(out, torch.Tensor) or out.dtype.is_floating_point or out.dtype.is_complex \
+                or out.dtype == torch.bool:
+            return
+        self.wrap_checks += 1
+        self.paused += 1
+        try:
+            note = integer_wraparound(func, name, args, kwargs, out)
+        except Exception:  # noqa: BLE001 - a check that cannot recompute the op only loses a note
+            note = None
+        finally:
+            self.paused -= 1
+        if note is not None:
+            self.conditioning.append(dict(note, node=node.name, line=node.meta["line"]))
 
     def _answer(self, name: str, args: tuple, kwargs: dict[str, Any], out: Any, note: dict[str, Any]) -> None:
         """Check the arm's own output of a small linalg call against its independent answer
@@ -595,6 +619,18 @@ class OpRecorder(TriageDispatchMode):
             return
         self.literals[out] = wide
         self.literal_errors[out] = error
+
+    def _note_length(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        """Note an `arange` whose length rounding decided (`conditioning.range_length`), on
+        its leaf: a check of its length downstream reads it (`classify.ladder`)."""
+        named = {a.name: v for a, v in zip(func._schema.arguments, args, strict=False)} | kwargs
+        numbers = [named.get("start", 0), named.get("end"), named.get("step", 1)]
+        if not isinstance(out, torch.Tensor) or not all(isinstance(x, (int, float)) for x in numbers):
+            return
+        note = range_length("arange", *(float(x) for x in numbers), out.numel(), out.dtype)
+        node = self.lookup(out)
+        if note is not None and node is not None:
+            self.conditioning.append(dict(note, node=node.name, line=node.meta.get("line")))
 
     def _paused_register_leaves(self, out: Any, kind: str, op: str) -> None:
         self.paused += 1
