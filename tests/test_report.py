@@ -181,6 +181,11 @@ def test_one_side_from_a_compiled_call_is_the_cause_named_for_a_difference_insid
                    max_abs_diff=6e-8, nonfinite_mismatch=0, numel=4, judgements=[])
     d.a.label, d.b.label = "`eager`", "`compiled`"
     assert rounding_cause(d, run).startswith(" `compiled` comes through the `torch.compile`d call at line 18")
+    assert "order a reduction" in rounding_cause(d, run) and "float32 and round" not in rounding_cause(d, run)
+    # A float16 value: inductor's fused chain computes in float32 and rounds once, which eager
+    # does op by op (a new user's compiled fp16 GELU had "order a reduction" alone, and none).
+    d.a.dtype = d.b.dtype = "float16"
+    assert "compute a float16 chain in float32 and round to float16 once" in rounding_cause(d, run)
     run.observables[0].compiled_line = 18  # both compiled: nothing told apart
     assert "torch.compile" not in rounding_cause(d, run)
 

@@ -444,8 +444,8 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
         side, line = compiled[0]
         other = b if side is a else a
         return (f" {side.label} comes through the `torch.compile`d call at line {line}, which runs the captured graph "
-                "as its backend compiled it (inductor, the default, generates kernels that fuse operations and can "
-                f"order a reduction differently from eager's); {other.label} is computed by eager operations.")
+                f"as its backend compiled it ({_fused_rounding(_computed_at(d, side))}); {other.label} is computed by "
+                "eager operations.")
     between = settings_between(run, d)
     if between is not None:
         calls, line_a, line_b = between
@@ -466,6 +466,18 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
     return ""
 
 
+def _fused_rounding(dtype: str) -> str:
+    """How inductor's kernels round otherwise than eager's, at the compiled value's precision:
+    in float16 and bfloat16 a fused chain computes in float32 and rounds once, where eager
+    rounds each op's result (a chain of pointwise ops has no reduction to reorder)."""
+    if dtype in ("float16", "bfloat16"):
+        return (f"inductor, the default, fuses operations into generated kernels that compute a {dtype} chain in "
+                f"float32 and round to {dtype} once, at the kernel's output, where eager rounds every operation's "
+                "result; and it may order a reduction differently from eager's")
+    return ("inductor, the default, fuses operations into generated kernels that may evaluate a chain's "
+            "expressions in other steps and order a reduction differently from eager's")
+
+
 def _computed_at(d: Divergence, side: Side) -> str:
     """The precision a side was computed at: its judgement's (the least precise dtype of its
     computation), not the dtype it was read back in (`out16.float()` is bfloat16's rounding)."""
@@ -484,8 +496,10 @@ def _arms_cause(a: str, b: str) -> str:
             texts.append(f"`{arm}` runs torch {own.torch}, whose kernels need not round as this release's do")
         if own.mode == "compile" and other.mode != "compile":
             texts.append(f"`{arm}` runs {own.backend or 'inductor'}'s compiled graph"
-                         + (", whose generated kernels fuse operations and can order a reduction differently from "
-                            "eager's" if (own.backend or "inductor") == "inductor" else ""))
+                         + (", whose generated kernels fuse operations: they compute a fused chain in other steps "
+                            "than eager's (in float32 for float16 and bfloat16 values, rounded once at the kernel's "
+                            "output) and may order a reduction differently" if (own.backend or "inductor") == "inductor"
+                            else ""))
         for knob, value in own.knobs:
             if (knob, value) not in other.knobs and knob in CAUSES:
                 texts.append(f"`{arm}` changes {CAUSES[knob]}")
