@@ -224,6 +224,33 @@ def test_a_relative_error_over_the_absolute_value_of_one_side_is_a_measure_too(t
                        (".item()", 5)]
 
 
+def test_a_stencil_or_a_difference_a_function_returns_is_no_error_measure(tmp_path):
+    """A new user's image gradient, `img[..., 1:] - img[..., :-1]`, whose maximum they printed,
+    was "two values off by one index" (a `likely-bug`); a difference of Gaussians returned by
+    their `dog()` and printed as `d.abs().max()` was "two different functions". A finite
+    difference reads shifted windows of one tensor, and a function's returned difference is a
+    quantity the script computes. Two rows of one batch, a matrix against its transpose, or
+    a helper taking the measure, are measures as before."""
+    assert observed_checks("""\
+        import torch
+        img = torch.rand(1, 1, 6, 6)
+        print((img[..., :, 1:] - img[..., :, :-1]).abs().max().item())
+        def dog(x):
+            return torch.sin(x) - torch.cos(x)
+        print(dog(img).abs().max().item())
+        y = torch.rand(2, 3)
+        print((y[0] - y[1]).abs().max().item())
+        m = torch.rand(3, 3)
+        print((m - m.T).abs().max().item())
+        def worst(e):
+            return e.abs().max().item()
+        print(worst(torch.sin(y) - torch.cos(y)))
+    """, tmp_path) == [(".item()", 3), (".item()", 6), (".item()", 8), ("max abs(a - b) operand 1", 8),
+                       ("max abs(a - b) operand 2", 8), (".item()", 10), ("max abs(a - b) operand 1", 10),
+                       ("max abs(a - b) operand 2", 10), (".item()", 12), ("max abs(a - b) operand 1", 13),
+                       ("max abs(a - b) operand 2", 13)]
+
+
 def test_a_value_read_back_already_is_not_recorded_again_by_its_check(tmp_path):
     assert observed_checks("""\
         import torch

@@ -217,6 +217,9 @@ class Observer(TorchFunctionMode):
         # An absolute value -> (a weak reference to) what it is the absolute value of: a relative
         # error may divide by `b.abs()`.
         self.moduli = WeakTensorKeyDictionary()
+        # A difference of two values -> how many of the script's frames were on the stack where
+        # it was made.
+        self.difference_depths = WeakTensorKeyDictionary()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -282,6 +285,14 @@ class Observer(TorchFunctionMode):
         names = {w for w in IDENTIFIER.findall(span) if (local[w] if w in local else glob.get(w)) is tensor}
         return names.pop() if len(names) == 1 else None
 
+    def _script_depth(self) -> int:
+        """How many of the script's own frames are on the stack now."""
+        frame, depth = sys._getframe(1), 0
+        while frame is not None:
+            depth += frame.f_code.co_filename == self.script
+            frame = frame.f_back
+        return depth
+
     def _script_frame(self) -> Any:
         frame = sys._getframe(3)
         while frame is not None and frame.f_code.co_filename != self.script:
@@ -317,13 +328,21 @@ class Observer(TorchFunctionMode):
         if not isinstance(out, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
             return
         if func in DIFFERENCES:
-            if len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs and _same_shape(*args):
+            if len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs and _same_shape(*args) \
+                    and not _stencil(args[0], args[1]):
                 # The claim's line is the subtraction's, which spells the two values.
                 self.differences[out] = (args[0], args[1], "difference", self.store.site(), DIFFERENCE_CLAIM)
+                self.difference_depths[out] = self._script_depth()
             return
         if func in ABSOLUTES and len(args) == 1:
             self.moduli[out] = weakref.ref(args[0])
         a, b, which, line, label = self.differences.get(args[0], (None, None, None, None, None))
+        if which == "difference" and self._script_depth() < self.difference_depths.get(args[0], 0):
+            # A difference a function of the script returned (`return a - b` in a difference of
+            # Gaussians, whose magnitude the caller prints) is a quantity it computes, not its
+            # error measure of two values: a measure is taken where the difference is made, or
+            # in a helper it calls.
+            return
         # Over one of the two, or its absolute value: `(a - b) / b`, `(a - b).abs() / b.abs()`.
         divisor = args[1] if len(args) == 2 and isinstance(args[1], torch.Tensor) and not kwargs else None
         if divisor is not None and divisor in self.moduli:
@@ -382,6 +401,24 @@ def _buffer_digest(t: torch.Tensor) -> str:
 def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Two floating or complex values of one shape: a difference of them measures error."""
     return a.shape == b.shape and _inexact(a) and _inexact(b)
+
+
+def _stencil(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two shifted windows of one tensor's memory (`img[..., 1:] - img[..., :-1]`, a finite
+    difference): a stencil, not two versions of one quantity. Two slices apart (a batch's rows
+    `y[0] - y[1]`) or one memory in two layouts (`A - A.T`, a symmetry check) are versions."""
+    try:
+        if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.storage_offset() == b.storage_offset():
+            return False
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (a fake or sparse one)
+        return False
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        reach = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True) if n > 0)
+        return t.storage_offset(), t.storage_offset() + reach
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 <= b1 and b0 <= a1
 
 
 def _inexact(t: torch.Tensor) -> bool:
