@@ -878,3 +878,25 @@ def test_a_size_mismatch_at_a_line_reading_such_an_arange_is_expected_rounding()
     other = dict(exc, message="expected scalar type Float but found Double")
     v = classify(Repro(path="/x/r.py", name="r.py", source=source), compare([_arange_length_run(other)], source))
     assert v.kind == "could-not-run"
+
+
+@pytest.mark.parametrize("sd, kind", [
+    (0.025, "expected-ill-conditioned"),  # 1.6 digits of float32's 7.2: no accumulation loses that many
+    (1e-4, "expected-rounding"),  # 4 digits: what a long accumulation keeps (250,000 terms a bin)
+])
+def test_a_float32_value_keeping_under_two_digits_is_ill_conditioned_without_a_recorded_figure(sd, kind):
+    """A new user's naive inverse filter (an FFT deconvolution dividing by a frequency response
+    down to 1.5e-5) kept 1.6 digits at float32 and was "float32's rounding (24-bit
+    significand)": with no cancellation or matrix recorded, a wide spread was read as a long
+    accumulation's."""
+    c = _printed((("rec32", 9), ("rec64", 10)), values=((1.0,), (1.02,)), refs=((1.02,), (1.02,)),
+                 dtypes=("float32", "float64"))
+    for o, sig in zip(c.arms[0].observables, (sd, 1e-15), strict=True):
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": [0.5] * 29}
+        ref = np.array([1.02])
+        o.spread = {"sig": np.array([max(sig, 0.02)]), "up": ref + 3 * max(sig, 0.02), "dn": ref - 3 * max(sig, 0.02),
+                    "mu": ref, "sd": np.array([sig]), "nf": np.array([1], np.uint8)}
+    v = classify(REPRO, compare(c.arms))
+    assert (v.kind, v.expected) == (kind, True), v.summary
+    if kind == "expected-ill-conditioned":
+        assert "No single op recorded explains it" in v.summary
