@@ -900,3 +900,13 @@ def test_a_float32_value_keeping_under_two_digits_is_ill_conditioned_without_a_r
     assert (v.kind, v.expected) == (kind, True), v.summary
     if kind == "expected-ill-conditioned":
         assert "No single op recorded explains it" in v.summary
+
+
+def test_one_arm_run_without_a_reference_does_not_claim_it_agrees_with_one():
+    """`--no-reference` on one arm: "every observed value agrees with the float64 reference"
+    was said of values no reference was computed for."""
+    run = arm("cpu", [obs(0, [1.0], [1.0])])
+    run.reference = {"status": "off", "seconds": 0.0, "note": None}
+    v = classify(REPRO, compare([run]))
+    assert v.kind == "not-reproduced" and "without a float64 reference" in v.summary, v.summary
+    assert "agrees with the float64" not in v.summary

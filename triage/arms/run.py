@@ -232,10 +232,16 @@ def _inputs_file(repro: Repro) -> list[str]:
     return []
 
 
+# What the worker may take after its script besides the reference and the simulation: the
+# recording's last steps and writing its result (a loop of 100,001 `torch.tensor([x])`: 3 s).
+# A script that forges the worker's "script-done" gets it too, once: kept short.
+AFTER_SCRIPT_S = 20.0
+
+
 def _after_script_s(options: RunSettings) -> float:
     """What the worker may take after the script: the float64 reference and the rounding
     simulation when asked for, and writing its result."""
-    budget = 30.0
+    budget = AFTER_SCRIPT_S
     if options.reference:
         budget += options.reference_budget_s + (options.rounding_budget_s if options.rounding_samples else 0)
     return budget
@@ -272,7 +278,8 @@ def _arm_run(arm: ArmSpec, outcome: ProcessOutcome, out: Path, options: RunSetti
         elif options.reference:
             where, limit = "while computing the float64 reference", options.reference_budget_s
         else:
-            where, limit = "after the script had finished", _after_script_s(options)
+            # The worker said the script was done; the script can say so too (its control pipe).
+            where, limit = "after the worker reported the script done", _after_script_s(options)
         if outcome.idle_s >= max(IDLE_NOTED_S, outcome.elapsed_s / 2):
             # Asleep, not slow: a longer limit ends nothing that waits for good.
             run.failure = (f"killed after running past the {limit:.0f} s limit {where}; its processes had used "

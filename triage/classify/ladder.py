@@ -1462,10 +1462,12 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
     caveat += f" An observed value reads integer arithmetic that wrapped: {wraparound_sentence(wrapped)}" if wrapped else ""
     evidence = [cond_text(note, full=True) for note in feeding if note.get("singular") or note.get("ill_conditioned")]
     if len(completed) == 1:
+        off = (completed[0].reference or {}).get("status") == "off"
+        agrees = (f"It ran without a float64 reference (--no-reference): its {n} observed values were not checked "
+                  "against one" if off else f"Every one of its {n} observed values agrees with the float64 reference")
         return make_verdict("not-reproduced", None, section, ["repro"],
-                        f"Only `{completed[0].spec}` ran. Every one of its {n} observed values agrees with the float64 "
-                        f"reference and no comparison the script makes fails: nothing diverges here.{same}{caveat}",
-                        evidence[:3])
+                        f"Only `{completed[0].spec}` ran. {agrees} and no comparison the script makes fails: nothing "
+                        f"diverges here.{same}{caveat}", evidence[:3])
     checks = [r for r in completed if r.exception and r.exception.get("claim")]
     if not checks:
         return make_verdict("not-reproduced", None, section, ["repro"],

@@ -8,5 +8,5 @@ This module imports nothing: triage's process imports it without torch.
 # copies them; templates/report.schema.json says the same). A script can create more leaf
 # tensors than this (a loop of `torch.tensor([x])`): the worker keeps the ones the observed
 # values read first, then the earliest, and says how many it left out.
-MAX_LEAVES = 100_000
+MAX_LEAVES = 20_000
 MAX_CONDITIONING = 100_000

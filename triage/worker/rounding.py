@@ -341,10 +341,10 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     _set_vmap_fallback_warning_enabled(False)
     # The objects that exist already (torch's, the script's, the recording's) are not the
     # simulation's: a full collection its allocations trigger would walk them all (0.1 s of a
-    # 0.14 s simulation). Frozen, collections see only what the simulation makes.
+    # 0.14 s simulation). Frozen, collections see only what the simulation makes. (The worker
+    # froze the script's at its end, and thaws nothing: it exits after.)
     freezing = gc.get_freeze_count() == 0
-    if freezing:
-        gc.freeze()
+    gc.freeze()
     try:
         # The replays compute with infinities and nans on purpose (overflow, inf - inf), as
         # torch's ops do without a warning; NumPy's small-value paths stay as quiet.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import gc
 import operator
 import os
 import sys
@@ -133,6 +134,10 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     result["elapsed_s"] = round(time.monotonic() - start, 3)
     result["knob_calls"] = list(knob_calls)  # the script's calls only: triage's own come next
     emit({"phase": "script-done", "status": status})
+    # What the script made (its tensors, the recording's graph: a loop of 100,001
+    # `torch.tensor([x])` makes 200,000 nodes) is not garbage the analysis makes: frozen, the
+    # collections the analysis's allocations trigger skip it (each walked it, 2 s a time).
+    gc.freeze()
 
     for name, t in final_tensors(module.__dict__):
         store.add("final", f"`{name}` at exit", t, line=None)
