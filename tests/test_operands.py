@@ -342,3 +342,24 @@ def test_a_lines_python_comparisons_are_read_with_their_two_sides():
     source = "x = 1\nprint(a.item() == b.item(), c < d(1), e == f == g)\n"
     assert compared_expressions(source, 2) == [("a.item()", "b.item()", "=="), ("c", "d(1)", "<")]
     assert compared_expressions(source, 1) == [] and compared_expressions("(", 1) == []
+
+
+def test_the_same_ops_on_a_copy_in_another_memory_format_name_the_layout(tmp_path):
+    """A new user's conv2d on a channels_last input against the contiguous one: "where they
+    part" listed `aten.convolution` on both sides "with no counterpart", the copy that made
+    them differ (a bookkeeping op) left out. The same step with other constants is no layout."""
+    x = {"name": "x", "op": "leaf", "line": 7, "dtype": "float32", "kind": "random"}
+    w = {"name": "w", "op": "leaf", "line": 6, "dtype": "float32", "kind": "input"}
+    conv = [{"node": "w"}, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1]
+    graph = _graph(tmp_path, [
+        x, w,
+        call("y", "aten.convolution.default", [{"node": "x"}] + conv, 10),
+        call("x_cl", "aten._to_copy.default", [{"node": "x"}], 12, memory_format={"memory_format": "channels_last"}),
+        call("y_cl", "aten.convolution.default", [{"node": "x_cl"}] + conv, 12),
+        call("y_s", "aten.convolution.default", [{"node": "x_cl"}, {"node": "w"}, None, [2, 2], [1, 1], [1, 1], False,
+                                                 [0, 0], 1], 13),
+    ])
+    hints = part_ways(graph, "y", "y_cl")["hints"]
+    assert ("Both sides run the same ops (`aten.convolution.default`), but one side's inputs come through a copy into "
+            "torch.channels_last memory format (`aten._to_copy.default` at line 12)") in hints[-1], hints
+    assert not any("memory format" in h for h in part_ways(graph, "y", "y_s")["hints"])

@@ -61,9 +61,32 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
             "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
             "precisions": _precisions(graph, only_a, only_b),
             "hints": (_constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)
-                      + _variance_hints(graph, only_a, only_b)
+                      + _variance_hints(graph, only_a, only_b) + _layout_hint(graph, cone_a, cone_b, only_a, only_b)
                       + batched
                       + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))[:4]}
+
+
+def _layout_hint(graph: OpGraph, cone_a: frozenset[str], cone_b: frozenset[str], only_a: list[str],
+                 only_b: list[str]) -> list[str]:
+    """The same ops, with the same constants, on both sides, where one side's inputs come
+    through a copy into another memory format (`x.to(memory_format=torch.channels_last)`):
+    the layout picks the kernel, and with it the order of its additions."""
+    if not only_a or [_step_key(graph.by_name[o]) for o in only_a] != [_step_key(graph.by_name[o]) for o in only_b]:
+        return []
+    copies = [op for cone, other in ((cone_a, cone_b), (cone_b, cone_a)) for op in graph.ordered(cone - other)
+              if _memory_format(graph.by_name[op]) not in (None, "preserve_format", "contiguous_format")]
+    if not copies:
+        return []
+    node = graph.by_name[copies[0]]
+    ops = ", ".join(dict.fromkeys(f"`{graph.by_name[o].get('target')}`" for o in only_a))
+    return [f"Both sides run the same ops ({ops}), but one side's inputs come through a copy into "
+            f"torch.{_memory_format(node)} memory format (`{node.get('target')}` at line {node.get('line')}): the "
+            "layout selects the kernel, and with it the order of its additions"]
+
+
+def _memory_format(node: dict[str, Any]) -> str | None:
+    value = ((node.get("kwargs") or {}).get("dict") or {}).get("memory_format")
+    return value.get("memory_format") if isinstance(value, dict) else None
 
 
 # What takes a batch apart and puts it back together around a per-slice computation.
