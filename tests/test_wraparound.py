@@ -1,4 +1,4 @@
-"""Integer arithmetic that wraps around (two's complement, as C's and NumPy's does): the
+"""Integer arithmetic that wraps around (two's complement, as NumPy's does): the
 worker notes an integer op whose exact result leaves its dtype's range, and a verdict on a
 value it feeds names the op and the fix. Before, a uint8 `a + b` against `a.int() + b.int()`
 was "different functions" that listed where the two parted, and an int64 cumprod's failing
@@ -47,7 +47,7 @@ def _wrapped_run(exception):
     note = {"op": "cumprod", "kind": "integer-wraparound", "shape": [22], "dtype": "int64", "singular": False,
             "ill_conditioned": False, "node": "n1", "line": 3, "exact": 5.1e19, "got": -4249290049419214848,
             "figure": "its exact result 5.109e+19 does not fit int64 (−2^63 to 2^63 − 1): integer arithmetic is "
-                      "modular (modulo 2^64, as in C and NumPy, with no warning) and gives -4249290049419214848"}
+                      "modular (modulo 2^64, as NumPy's, with no warning) and gives -4249290049419214848"}
     fact = np.array([1.0, 2.0, -4.0], dtype=np.float32)
     return arm("cpu", [obs(0, fact, fact.astype(np.float64), kind="readback", label="print/repr", cond=[0])],
                status="raised" if exception else "ok", exception=exception, conditioning=[note])

@@ -105,7 +105,7 @@ def assigned_at(source: str, name: str, line: int) -> int | None:
 
 # How a script reads a tensor's length: `len(x)`, `x.numel()`, `x.nelement()`, `x.shape`,
 # `x.size()` (and an index or a comparison of either).
-LENGTH_METHODS = {"numel", "nelement", "size", "dim"}
+LENGTH_METHODS = {"numel", "nelement", "size"}
 
 
 def length_checks(source: str, line: int) -> list[str]:

@@ -495,7 +495,7 @@ def range_length(op: str, start: float, end: float, step: float, length: int, dt
 
 
 # Integer ops whose exact result may leave their dtype's range. torch's integer arithmetic
-# wraps around there (two's complement, as C's and NumPy's does) and says nothing: a uint8
+# wraps around there (two's complement, as NumPy's does) and says nothing: a uint8
 # 200 + 100 is 44, an int64 cumprod of 1..21 goes negative.
 WRAPPING_OPS = {"add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "neg", "neg_", "abs", "abs_", "pow", "pow_",
                 "square", "sum", "prod", "cumsum", "cumsum_", "cumprod", "cumprod_", "mm", "bmm", "matmul", "dot",
@@ -537,5 +537,5 @@ def integer_wraparound(func: Any, name: str, args: tuple, kwargs: dict, out: Any
     return {"op": name, "kind": "integer-wraparound", "shape": list(out.shape), "dtype": dtype, "singular": False,
             "ill_conditioned": False, "exact": was, "got": got, "wrapped": count, "numel": out.numel(),
             "figure": (f"its exact result {was_text} does not fit {dtype} ({span}): integer arithmetic is modular "
-                       f"(modulo 2^{info.bits}, as in C and NumPy, with no warning) and gives {got}"
+                       f"(modulo 2^{info.bits}, as NumPy's, with no warning) and gives {got}"
                        + (f", at {count} of {out.numel()} elements" if out.numel() > 1 else ""))}

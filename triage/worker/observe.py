@@ -410,7 +410,7 @@ def _stencil(a: torch.Tensor, b: torch.Tensor) -> bool:
     try:
         if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.storage_offset() == b.storage_offset():
             return False
-    except (RuntimeError, NotImplementedError):  # a tensor without storage (a fake or sparse one)
+    except Exception:  # noqa: BLE001 - a tensor without storage (a fake, sparse or batched one) is no window
         return False
 
     def span(t: torch.Tensor) -> tuple[int, int]:
