@@ -77,3 +77,21 @@ def test_two_values_apart_by_a_wrapped_sum_name_the_overflow(triage, tmp_path):
     verdict = report["verdict"]
     assert (verdict["kind"], verdict["labels"]) == ("likely-bug", ["triage review"]), verdict["summary"]
     assert "`aten.add` at line 4 overflows uint8: its exact result 300" in verdict["summary"]
+
+
+def test_a_forged_note_missing_its_fields_is_read_without_a_traceback():
+    """The notes are the arm's output, which the script can rewrite: a wraparound note with no
+    figure or line (the parent's check lets one through) and a length note with no numbers are
+    not read, and the verdict is what it was without them."""
+    from tests.test_ladder import _arange_length_run
+
+    run = _wrapped_run({"type": "AssertionError", "message": "", "claim": True, "line": 5, "traceback": ""})
+    run.conditioning = [{"kind": "integer-wraparound", "op": "cumprod", "shape": [22], "dtype": "int64"}]
+    v = classify(Repro(path="/x/r.py", name="r.py", source=""), compare([run]))
+    assert v.kind == "inconclusive" and "overflows" not in v.summary
+    exc = {"type": "AssertionError", "message": "", "claim": True, "line": 4, "traceback": ""}
+    run = _arange_length_run(exc)
+    run.conditioning = [{"kind": "range-length", "op": "arange", "shape": [4], "dtype": "float32", "line": 2,
+                         "exact_length": "three", "start": 0.1, "step": 0.1, "figure": ""}]
+    source = "import torch\ngrid = torch.arange(0.1, 0.4, 0.1)\nn = len(grid)\nassert n == 3\n"
+    assert classify(Repro(path="/x/r.py", name="r.py", source=source), compare([run], source)).kind == "inconclusive"

@@ -668,10 +668,16 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
 
 
+def _wrapped(note: dict[str, Any]) -> bool:
+    """An `integer-wraparound` note with its figure (the arm's output: a note without one
+    carries no line or figure to cite, and is not read)."""
+    return note.get("kind") == "integer-wraparound" and isinstance(note.get("figure"), str)
+
+
 def _wraparound_text(c: Comparison, d: Divergence) -> str:
     """Where a side's integer arithmetic wrapped around (the worker's `integer-wraparound`
     note upstream): the op, and the fix, said as the difference."""
-    note = next((n for n in notes_upstream(c, d) if n.get("kind") == "integer-wraparound"), None)
+    note = next((n for n in notes_upstream(c, d) if _wrapped(n)), None)
     return f" {wraparound_sentence(note)}" if note else ""
 
 
@@ -1412,15 +1418,16 @@ def _length_by_rounding(runs: list[ArmRun], source: str) -> Verdict | None:
                          and run.conditioning[i].get("kind") == "range-length"), None) if name in read else None
             if note is None:
                 continue
-            n, start, step = (note.get(k) for k in ("exact_length", "start", "step"))
-            if not (isinstance(n, int) and all(isinstance(x, (int, float)) for x in (start, step))):
-                continue  # the worker's note is untrusted output: its numbers are checked before use
+            n, start, step, figure = (note.get(k) for k in ("exact_length", "start", "step", "figure"))
+            if not (isinstance(n, int) and all(isinstance(x, (int, float)) for x in (start, step))
+                    and isinstance(figure, str) and figure):
+                continue  # the worker's note is untrusted output: its fields are checked before use
             call = code_at(source, note["line"]) if note.get("line") else ""
             last = start + (n - 1) * step
             return make_verdict(
                 "expected-rounding", True, policy.GENERAL, ["numerical"],
                 f"On `{run.spec}` {stop}: it {how} {name}, which comes from `aten.arange` at line "
-                f"{note['line']}{call}. {note['figure'][0].upper()}{note['figure'][1:]}. That is the rounding of "
+                f"{note['line']}{call}. {figure[0].upper()}{figure[1:]}. That is the rounding of "
                 "the range's arguments, not a kernel's error: `torch.arange`'s documentation warns that a "
                 "non-integer step may give such a length. For a fixed number of points use `torch.linspace`, "
                 f"here `torch.linspace({start:.6g}, {last:.6g}, {n})`, or a whole-number range scaled, "
@@ -1458,7 +1465,7 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
     caveat, section = conditioning_caveat(feeding)
     # Integer arithmetic that wrapped agrees with its replay, which wraps alike: said, since a
     # report of such a value is usually about the wrap.
-    wrapped = next((note for note in feeding if note.get("kind") == "integer-wraparound"), None)
+    wrapped = next((note for note in feeding if _wrapped(note)), None)
     caveat += f" An observed value reads integer arithmetic that wrapped: {wraparound_sentence(wrapped)}" if wrapped else ""
     evidence = [cond_text(note, full=True) for note in feeding if note.get("singular") or note.get("ill_conditioned")]
     if len(completed) == 1:
@@ -1491,7 +1498,7 @@ def _wrapped_check(completed: list[ArmRun]) -> Verdict | None:
         claimed = [o for o in run.observables if o.kind == "claim"]
         for o in claimed or run.observables:
             note = next((run.conditioning[i] for i in o.conditioning if 0 <= i < len(run.conditioning)
-                         and run.conditioning[i].get("kind") == "integer-wraparound"), None)
+                         and _wrapped(run.conditioning[i])), None)
             if note is None:
                 continue
             return make_verdict(

@@ -323,12 +323,14 @@ def printed_mix(run: ArmRun, usual: set[int], odd: set[int]) -> str:
 
 
 def wraparound_sentence(note: dict[str, Any]) -> str:
-    """An integer op that wrapped around (`integer-wraparound` note), with the fix."""
+    """An integer op that wrapped around (`integer-wraparound` note: the arm's output, read
+    with `.get`, as a forged note may lack a field), with the fix."""
     fix = ("Compute in floating point (`x.double()`), which holds such magnitudes to 16 digits, or in Python "
-           "integers, which do not overflow" if note["dtype"] == "int64" else
+           "integers, which do not overflow" if note.get("dtype") == "int64" else
            "Compute in a dtype wide enough for the exact result before that op (`x.to(torch.int64)`, "
            "`x.sum(dtype=torch.int64)`)")
-    return f"`aten.{note['op']}` at line {note['line']} overflows {note['dtype']}: {note['figure']}. {fix}."
+    return (f"`aten.{note.get('op')}` at line {note.get('line')} overflows {note.get('dtype')}: {note.get('figure')}. "
+            f"{fix}.")
 
 
 def check_note(run: ArmRun) -> str:
