@@ -58,10 +58,10 @@ def test_the_buckets_twin_of_explains_agrees_with_the_property(outcome, supports
                                  and inside is not False)
 
 
-def _claim_runs(second_leaf_shape):
+def _claim_runs(second_leaf_shape, second_kind="random", second_op="uniform_"):
     leaves = [dict(LEAF), {"index": 1, "kind": "random", "op": "uniform_", "line": 5,
                            "fingerprint": {"shape": [2, 4], "sha256": "b"}},
-              {"index": 2, "kind": "random", "op": "uniform_", "line": 6,
+              {"index": 2, "kind": second_kind, "op": second_op, "line": 6,
                "fingerprint": {"shape": second_leaf_shape, "sha256": "c"}}]
     a = obs(0, [0.3], [0.3], kind="claim", label="torch.allclose operand 1", ancestors=(0, 1),
             claim={"id": 0, "func": "torch.allclose", "operand": 0, "holds": False})
@@ -89,3 +89,9 @@ def test_a_comparison_resolves_a_side_to_its_run_and_observable():
     assert c.find(missing) is None
     with pytest.raises(LookupError):
         c.resolve(missing)
+
+
+def test_a_drawn_value_against_a_deterministic_one_of_its_shape_is_no_second_draw():
+    """`(X @ A - torch.eye(64))` with A drawn: the identity is made, not drawn again."""
+    assert compare(_claim_runs([2, 4], "factory", "eye")).divergence.distinct_draws == []
+    assert compare(_claim_runs([2, 4], "uninitialized", "empty")).divergence.distinct_draws != []
