@@ -171,6 +171,22 @@ def test_a_script_that_raises_after_producing_values_is_judged_on_them(triage, t
     assert "did not finish" in v["summary"] and "NameError" in v["summary"]
 
 
+def test_a_bound_below_the_dtypes_rounding_is_said_to_ask_for_less_than_it_leaves(triage, tmp_path):
+    # bfloat16 keeps 8 bits: rounding x in [1, 2] moves it by up to 2^-9 ≈ 0.002 on any
+    # machine, and the float64 replay of the same cast gives 0 (a cast is exact there).
+    script = write(tmp_path, """\
+        import torch
+        x = torch.linspace(1, 2, 1000)
+        y = x.bfloat16().float()
+        diff = (y - x).abs().max()
+        assert diff < 1e-4, f"bf16 too coarse: {diff}"
+    """)
+    _, v = judged(triage, script)
+    assert (v["kind"], v["expected"]) == ("expected-rounding", True), v["summary"]
+    assert "check at line 5 (`diff < 0.0001`) asks for less than this computation's rounding leaves" in v["summary"]
+    assert "float64 replay gives 0" in v["summary"]
+
+
 @pytest.mark.parametrize("literal, rounding", [("0.3", True), ("0.31", False)])
 def test_an_exact_equality_fails_by_rounding_only_against_the_true_answer(triage, tmp_path, literal, rounding):
     # float32(0.1)·3 is 0.30000001192 under IEEE rounding on any machine; float64 of the same

@@ -167,6 +167,19 @@ def test_equality_checks_are_read_off_the_failing_line():
     assert equality_checks("def (:\n", 1) == []
 
 
+def test_threshold_checks_are_read_off_the_failing_line_as_the_sense_that_passes():
+    from triage.classify.facts import threshold_checks
+
+    source = ("import torch\ntol = 1e-6\nassert diff < 1e-3, 'x'\nif err > tol:\n    raise SystemExit('no')\n"
+              "assert 0.999 < cos and n == 3\nassert a < b\nif -1e-5 >= gap:\n    sys.exit(1)\n")
+    assert threshold_checks(source, 3) == [("diff", 1e-3, "<")]
+    assert threshold_checks(source, 5) == [("err", 1e-6, "<=")]  # the `if` names the failure
+    assert threshold_checks(source, 6) == [("cos", 0.999, ">")]
+    assert threshold_checks(source, 7) == []  # no number to bound by
+    assert threshold_checks(source, 9) == [("gap", -1e-5, ">")]
+    assert threshold_checks("def (:\n", 1) == []
+
+
 def _judged(fn, *inputs, dtype=torch.float32):
     recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
     with torch.no_grad(), recorder:

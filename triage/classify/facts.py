@@ -91,6 +91,52 @@ def equality_checks(source: str, line: int) -> list[tuple[str, float, bool]]:
     return out
 
 
+# A comparison's sense with its operands swapped (`1e-3 > err` is `err < 1e-3`), and negated
+# (an `if err > tol: raise` passes where `err <= tol`).
+SWAPPED = {ast.Lt: ">", ast.LtE: ">=", ast.Gt: "<", ast.GtE: "<="}
+SENSE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+def threshold_checks(source: str, line: int) -> list[tuple[str, float, str]]:
+    """(measure, bound, the sense that passes) of each `measure < bound` (<=, >, >=, either
+    way round) the script's check at `line` tests: the assert's test there (each part of an
+    `and`), or the `if` test around a `raise`/`sys.exit` there, negated (the `if` names the
+    failure). A bound is a number, or a name last assigned a number before the check
+    (`tol = 1e-6`)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    tests: list[tuple[ast.AST, bool]] = [(node.test, False) for node in ast.walk(tree)
+                                         if isinstance(node, ast.Assert) and node.lineno == line]
+    tests += [(node.test, True) for node in ast.walk(tree) if isinstance(node, ast.If)
+              and any(stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno) for stmt in node.body)]
+    out = []
+    for test, negated in tests:
+        parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated \
+            else [test]
+        for node in parts:
+            if not isinstance(node, ast.Compare) or len(node.ops) != 1 or type(node.ops[0]) not in SENSE:
+                continue
+            op, left, right = type(node.ops[0]), node.left, node.comparators[0]
+            for measure, other, sense in ((left, right, SENSE[op]), (right, left, SWAPPED[op])):
+                bound = _number(other)
+                if bound is None and isinstance(other, ast.Name):
+                    at = assigned_at(source, other.id, line)
+                    bound = next((_number(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                                  and n.lineno == at), None) if at is not None else None
+                text = ast.get_source_segment(source, measure)
+                if bound is not None and text and _number(measure) is None:
+                    out.append((text, bound, NEGATED[sense] if negated else sense))
+    return out
+
+
+def holds(value: float, sense: str, bound: float) -> bool:
+    """Whether `value sense bound` (a `threshold_checks` comparison) holds."""
+    return {"<": value < bound, "<=": value <= bound, ">": value > bound, ">=": value >= bound}[sense]
+
+
 def assigned_at(source: str, name: str, line: int) -> int | None:
     """The line of the last plain assignment `name = ...` before `line` (`re = z.item()`
     before `assert re == 0.0`), or None."""

@@ -22,6 +22,7 @@ from triage.classify.facts import (
     compiled_nothing,
     equality_checks,
     flush_notes,
+    holds,
     lacks_device,
     length_checks,
     matrix_upstream,
@@ -33,6 +34,7 @@ from triage.classify.facts import (
     singular_upstream,
     site_key,
     state_key,
+    threshold_checks,
 )
 from triage.classify.wording import (
     CAUSES,
@@ -107,8 +109,10 @@ def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablati
     upcast = [f"with `aten.{a.switch.partition('=')[2]}` alone computed in float64 on both arms the divergence "
               f"disappears ({a.detail}): it starts in that op's {precision_of(comparison)} arithmetic"
               for a in ablations if a.supports == "evidence" and a.outcome in AGREEING_OUTCOMES]
+    bound = threshold_by_rounding(comparison.arms, repro.source) \
+        if comparison is not None and verdict.kind.startswith("expected-") else ""
     verdict = dataclasses.replace(verdict, evidence=verdict.evidence + upcast,
-                                  summary=verdict.summary + stopped_sentence(comparison)
+                                  summary=verdict.summary + bound + stopped_sentence(comparison)
                                   + releases_sentence(comparison))
     conflicts = audit(verdict, Evidence(comparison, replay)) if comparison is not None else []
     return inconclusive(verdict, conflicts) if conflicts else verdict
@@ -1344,12 +1348,7 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
         if not e.get("claim") or e.get("line") is None:
             continue
         for text, literal, equal in equality_checks(source, int(e["line"])):
-            o = next((o for o in run.observables if o.line == e["line"] and o.name == f"`{text}`"
-                      and o.value is not None and np.asarray(o.value).size == 1), None)
-            # `re = z[0].real.item()`, then `assert re == 0.0`: the readback that name holds.
-            at = assigned_at(source, text, int(e["line"])) if o is None and text.isidentifier() else None
-            o = o or next((o for o in run.observables if at is not None and o.line == at and o.kind == "readback"
-                           and o.value is not None and np.asarray(o.value).size == 1), None)
+            o = _checked_value(run, source, int(e["line"]), text)
             if o is None:
                 continue
             j = judge_observable(run, o)
@@ -1391,6 +1390,49 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
                  f"±{sigma:.3g} at {j.precision_text} ({j.samples} samples)", f"the check: `{text} {op} {literal!r}`"]
                 + ([cond_text(singular, full=True)] if singular else []))
     return None
+
+
+def _checked_value(run: ArmRun, source: str, line: int, text: str) -> Observable | None:
+    """The one-element value the script's check at `line` reads as `text`: observed there
+    under that expression, or (`re = z[0].real.item()`, then `assert re == 0.0`) the readback
+    assigned to that name."""
+    o = next((o for o in run.observables if o.line == line and o.name == f"`{text}`"
+              and o.value is not None and np.asarray(o.value).size == 1), None)
+    at = assigned_at(source, text, line) if o is None and text.isidentifier() else None
+    return o or next((o for o in run.observables if at is not None and o.line == at and o.kind == "readback"
+                      and o.value is not None and np.asarray(o.value).size == 1), None)
+
+
+def threshold_by_rounding(runs: list[ArmRun], source: str) -> str:
+    """Where the script's failing check bounds a measure (`assert err < 1e-6`, `if err > tol:
+    raise`) that its float64 replay keeps within the bound, while the arm's value is inside
+    its own rounding spread and the bound lies within that spread's reach of the float64
+    value: the check asks for less than this computation's rounding leaves, and a sentence
+    says so (why the reporter's assert fails, which the verdict's comparison alone does not)."""
+    from triage.judge import judge_observable
+
+    for run in runs:
+        e = run.exception or {}
+        if not e.get("claim") or e.get("line") is None:
+            continue
+        line = int(e["line"])
+        for text, bound, sense in threshold_checks(source, line):
+            o = _checked_value(run, source, line, text)
+            if o is None:
+                continue
+            j = judge_observable(run, o)
+            if j.status != "judged" or j.zone not in ("inside", "envelope") or j.reference is None or not j.sigma:
+                continue
+            value = float(np.asarray(o.value, dtype=np.float64).reshape(-1)[0])
+            if not math.isfinite(value) or holds(value, sense, bound) or not holds(j.reference, sense, bound) \
+                    or abs(bound - j.reference) > policy.FRAGILE_MARGIN * j.sigma:
+                continue
+            return (f" The script's check at line {line} (`{text} {sense} {bound:g}`) asks for less than this "
+                    f"computation's rounding leaves: the float64 replay gives {j.reference:.3g}, rounding at "
+                    f"{j.precision_text} moves it by ±{j.sigma:.2g} (σ of the replays), and the bound {bound:g} lies "
+                    f"within that spread, as does the value here ({value:.3g}). A bound for this computation has to "
+                    "allow its rounding.")
+    return ""
 
 
 def _length_by_rounding(runs: list[ArmRun], source: str) -> Verdict | None:
