@@ -187,6 +187,21 @@ def test_a_bound_below_the_dtypes_rounding_is_said_to_ask_for_less_than_it_leave
     assert "float64 replay gives 0" in v["summary"]
 
 
+def test_log_of_a_softmax_that_underflows_is_the_dtypes_range_and_names_log_softmax(triage, tmp_path):
+    # exp(-200) and exp(-400) are below float32's smallest positive value on any machine.
+    script = write(tmp_path, """\
+        import torch
+        logits = torch.tensor([[0.0, 200.0, -200.0]])
+        manual = torch.log(torch.softmax(logits, dim=1))
+        builtin = torch.log_softmax(logits, dim=1)
+        torch.testing.assert_close(manual, builtin)
+    """)
+    _, v = judged(triage, script)
+    assert (v["kind"], v["expected"]) == ("nonfinite-flip", True), v["summary"]
+    assert "`aten._softmax` at line 3 underflows" in v["summary"] and "`torch.log_softmax`" in v["summary"]
+    assert "module: correctness (silent)" not in v["labels"]
+
+
 @pytest.mark.parametrize("literal, rounding", [("0.3", True), ("0.31", False)])
 def test_an_exact_equality_fails_by_rounding_only_against_the_true_answer(triage, tmp_path, literal, rounding):
     # float32(0.1)·3 is 0.30000001192 under IEEE rounding on any machine; float64 of the same

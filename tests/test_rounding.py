@@ -1181,3 +1181,62 @@ def test_the_fewest_samples_are_taken_where_only_the_clock_is_slow(monkeypatch):
         clock[0] = cpu[0] = 0.0
         sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29, budget_s=60.0), dtypes)
         assert sim.samples == 0 and "do not fit the 60 s budget" in sim.note
+
+
+def test_a_softmax_errs_relative_to_each_probability_so_an_underflow_stays_zero_and_is_named():
+    """exp(-200) is 1.4e-87, below float32's smallest positive value: the kernel gives 0, and
+    log of it −inf. At the output scale's error (±2e-7) the replays gave negative and finite
+    probabilities, never 0, and the arm's −inf was "no rounding gives it"."""
+    logits = torch.tensor([[0.0, 200.0, -200.0]])
+    graph, wanted, dtypes, out = recorded(lambda x: torch.log(torch.softmax(x, dim=1)), logits)
+    (name, reference), = wanted.items()
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29), dtypes, {name: out.double()})
+    spread = sim.spreads[name]
+    assert spread.status == "judged", spread.reason
+    assert out[0, 0] == -math.inf and math.isfinite(float(reference[0, 0]))
+    # Every random replay gives −inf there (bit 4), as every float32 softmax does.
+    assert spread.nonfinite[0, 0] == 4 and spread.nonfinite[0, 2] == 4 and spread.nonfinite[0, 1] == 1
+    assert spread.overflow["op"] == "aten.log" and spread.overflow["underflow"]["op"] == "aten._softmax"
+    assert spread.overflow["underflow"]["smallest"] == pytest.approx(1.4e-45, rel=0.01)
+
+
+def test_a_softmax_replay_never_gives_a_negative_probability():
+    x = torch.tensor([[0.0, 30.0, -30.0, 5.0]])
+    out, spread, _ = simulated_spread(lambda t: torch.softmax(t, dim=1), x)
+    assert (spread.down >= 0).all() and (spread.mean >= 0).all()
+
+
+def _rk4(y0, h, steps=200):
+    """Classical RK4 for dy/dt = -2ty + sin t, its time kept as `t = t + h` (float32 drops the
+    same part of an ulp of h at every step: 13 ulps in 200, all one way)."""
+    def f(t, y):
+        return -2.0 * t * y + torch.sin(t)
+
+    t = torch.zeros((), dtype=y0.dtype)
+    y = y0
+    for _ in range(steps):
+        k1 = f(t, y)
+        k2 = f(t + h / 2, y + h / 2 * k1)
+        k3 = f(t + h / 2, y + h / 2 * k2)
+        k4 = f(t + h, y + h * k3)
+        y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        t = t + h
+    return y
+
+
+def test_a_value_the_replay_rounding_to_nearest_reproduces_is_biased_rounding_not_another_computation():
+    """Random rounding walks the loop's time unbiased (about 4 ulps in 200 steps); the arm's
+    round to nearest drifts 13 ulps one way, and its y lands beyond the random replays. The
+    replay that rounds every op to nearest lands where the arm does; an error of 1e-5 in the
+    arm's value is not there."""
+    y0, h = torch.linspace(-1.0, 1.0, 8), torch.tensor(0.01)
+    graph, wanted, dtypes, out = recorded(_rk4, y0, h)
+    (name, reference), = wanted.items()
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29), dtypes, {name: out.double()})
+    spread = RoundingSpread.of_simulation(sim.spreads[name], reference.numpy(), "float32")
+    j = judge(out, spread)
+    assert j.zone == "inside" or (j.zone, j.nearest) == ("envelope", True), (j.zone, j.p)
+    # The replay rounding to nearest is the arm's arithmetic: nearer the arm than float64 is, by far.
+    arm = out.double().numpy()
+    assert np.abs(arm - spread.centre).max() < np.abs(arm - reference.numpy()).max() / 10
+    assert judge(out.double() * (1 + 1e-5), spread).zone == "outside"

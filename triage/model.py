@@ -243,6 +243,9 @@ class Judgement:
     reference: float | None = None
     sigma: float | None = None
     envelope: list[float] | None = None  # directed replays at that element
+    # In the envelope zone: by the replay rounding every op to nearest (a biased rounding
+    # the arm reproduces), not by the directed replays.
+    nearest: bool = False
     digits: float | None = None  # significant digits of a typical element at the arm's precision
     fewest_digits: float | None = None  # of the element with the fewest
     computational_zero: bool = False

@@ -100,7 +100,13 @@ OBSERVABLE_ROUNDING = record({
     "overflow": described("The first op upstream whose replay leaves its dtype's range (±inf or nan from finite"
                           " inputs), where the value is not finite.",
                           record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True), "dtype": DTYPE,
-                                  "largest": number(), "kind": one_of("overflow", "nan")},
+                                  "largest": number(), "kind": one_of("overflow", "nan"),
+                                  "underflow": described(
+                                      "The op upstream that rounded a nonzero value to 0, where the op leaving the "
+                                      "range read zeros (log(0) after an exp underflowed).",
+                                      record({"op": OP, "line": integer(nullable=True),
+                                              "smallest": number(nullable=True)},
+                                             required=("op",), closed=True, nullable=True))},
                                  required=("op", "dtype", "largest", "kind"), closed=True, nullable=True)),
     "precision": text(40, nullable=True),
     "unmeasured": array(OP, 64),

@@ -496,7 +496,13 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     inside = " and ".join(f"`{j.arm}` {j.label}" if d.source == "claim" else f"`{j.arm}`" for j in js)
     digits = digits_text(js)
     how = difference_text(d)
-    if envelope:
+    if envelope and envelope[0].nearest:
+        e = envelope[0]
+        summary = (f"{where_text(d)} {how}. `{e.arm}` lies outside the unbiased rounding spread of its computation, "
+                   "and where a replay that rounds every operation to nearest, as the arm does, lands: rounding to "
+                   "nearest is biased here (a step that drops the same part of an ulp each time, such as `t = t + h` "
+                   f"in a loop), which random rounding does not model and floating point allows.{digits}")
+    elif envelope:
         e = envelope[0]
         summary = (f"{where_text(d)} {how}. `{e.arm}` lies outside the unbiased rounding spread of its computation but "
                    "inside the envelope of rounding every operation the same way (all up or all down): an "
@@ -873,9 +879,22 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
                    f"so `inf` is the correctly rounded {over[0].dtype} answer: range overflow.")
         elif (left := _first_overflow(c, d)) is not None:
             result = "±inf" if left["kind"] == "overflow" else "nan"
-            why = (f" `{left['op']}`{'' if left.get('line') is None else ' at line ' + str(left['line'])} is where the "
-                   f"values leave {left['dtype']}'s range: its result is {result} from finite inputs (the largest "
-                   f"finite {left['dtype']} is {left['largest']:.6g}), and what is computed from it follows.")
+            at = '' if left.get('line') is None else ' at line ' + str(left['line'])
+            under = left.get("underflow")
+            if under:
+                # An exp(-200) that float32 rounds to 0, then its log: the inf comes from below.
+                smallest = f" ({under['smallest']:.3g})" if under.get("smallest") is not None else ""
+                where = '' if under.get('line') is None else ' at line ' + str(under['line'])
+                why = (f" `{under['op']}`{where} underflows: values below {left['dtype']}'s smallest positive "
+                       f"value{smallest} round to 0, and `{left['op']}`{at} turns the 0 into {result}; what is "
+                       "computed from it follows.")
+                if under["op"] in ("aten._softmax", "aten.softmax") and left["op"] == "aten.log":
+                    why += (" `torch.log_softmax` computes the logarithm as x − max − log Σ exp, without forming the "
+                            "probabilities that underflow.")
+            else:
+                why = (f" `{left['op']}`{at} is where the values leave {left['dtype']}'s range: its result is "
+                       f"{result} from finite inputs (the largest finite {left['dtype']} is {left['largest']:.6g}), "
+                       "and what is computed from it follows.")
         elif note:
             section = policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
             why = f" At `aten.{note['op']}` (line {note['line']}) {note['figure']}."

@@ -81,6 +81,8 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
         j.zone = "inside"
     elif inside_envelope:
         j.zone = "envelope"
+    elif _at_nearest(v, spread, zeros if zeros_exempt else None):
+        j.zone, j.nearest = "envelope", True
     else:
         j.zone = "outside"
     j.unstable = _unstable(spread)
@@ -131,6 +133,22 @@ def _why_not(run: ArmRun, o: Observable) -> str:
     if not (run.rounding or {}).get("samples"):
         return (run.rounding or {}).get("note") or "the rounding simulation did not run"
     return "not simulated"
+
+
+def _at_nearest(v: np.ndarray, spread: RoundingSpread, exempt: np.ndarray | None) -> bool:
+    """The value lies within the random replays' spread taken around the replay that rounds
+    every op to nearest, as the arm does: its distance from that replay, in σ, is one the
+    samples reach from float64. Rounding to nearest can be biased where random rounding is
+    not (a loop's `t = t + h` drops the same part of an ulp at every step: 13 ulps in 200,
+    all one way, where random rounding walks 4), and a value that replay reproduces is that
+    bias, not another computation: a wrong formula or kernel misses it as far as float64."""
+    centre = spread.centre
+    # A count or mask of comparisons is no arithmetic to be biased (`_rounded_alike`).
+    if centre is None or np.shape(centre) != np.shape(v) or not np.isfinite(centre).all() \
+            or not spread.dtype.startswith(("float", "bfloat", "complex")):
+        return False
+    t, _ = deviation_stat(v, centre, spread.sigma, exempt)
+    return (1 + int((spread.sample_stats >= t).sum())) / (spread.samples + 1) > ALPHA
 
 
 def _nonfinite(v: np.ndarray, spread: RoundingSpread) -> tuple[str | None, int | None]:

@@ -46,6 +46,7 @@ class RoundingSpread:
     flips: list[dict[str, Any]] = field(default_factory=list)
     precision: str | None = None  # the least precise dtype the computation ran in
     unmeasured: list[str] = field(default_factory=list)  # library ops modelled by the conservative bound
+    centre: np.ndarray | None = None  # the replay rounding every op to nearest, as the arm does
     # Per-element figures, each a few passes over the arrays (a million-element value: tens of
     # ms each), computed once: the judge and the ladder ask for them many times.
     _figures: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -77,7 +78,8 @@ class RoundingSpread:
         return cls(dtype=(o.fingerprint or {}).get("dtype", "float32"), samples=int(r.get("samples", 0)),
                    sample_stats=stats, reference=ref, sigma=s["sig"], up=s["up"], down=s["dn"], mean=s["mu"],
                    sd=s["sd"], nonfinite=s["nf"], flips=list(r.get("flips") or []),
-                   precision=r.get("precision") or None, unmeasured=list(r.get("unmeasured") or []))
+                   precision=r.get("precision") or None, unmeasured=list(r.get("unmeasured") or []),
+                   centre=s["ct"])
 
     @classmethod
     def of_simulation(cls, spread: Any, reference: np.ndarray, dtype: str) -> RoundingSpread:
@@ -86,7 +88,8 @@ class RoundingSpread:
         return cls(dtype=dtype, samples=spread.samples, sample_stats=np.array(spread.sample_stats, dtype=np.float64),
                    reference=np.asarray(reference, dtype=np.float64), sigma=arrays["sigma"], up=arrays["up"],
                    down=arrays["down"], mean=arrays["mean"], sd=arrays["sd"], nonfinite=arrays["nonfinite"],
-                   flips=list(spread.flips), precision=spread.precision)
+                   flips=list(spread.flips), precision=spread.precision,
+                   centre=spread.centre.numpy() if spread.centre is not None else None)
 
     @property
     def dtype_digits(self) -> float:

@@ -160,6 +160,8 @@ def _zone_text(j: dict[str, Any]) -> str:
     zone = j.get("zone")
     if zone == "inside":
         return "inside its own rounding spread"
+    if zone == "envelope" and j.get("nearest") is True:
+        return "rounding to nearest: outside the unbiased spread, where a replay rounding every op to nearest lands"
     if zone == "envelope":
         return "directed envelope: outside the unbiased spread, inside rounding all up / all down"
     statistic, reach = real(j.get("statistic")), real(j.get("max_sample_stat"))

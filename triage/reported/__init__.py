@@ -240,8 +240,8 @@ def reported_judgement(j: Judgement) -> str:
         return j.nonfinite
     if j.reference is not None and not np.isfinite(j.reference):
         return f"the float64 value is {j.reference:g}"
-    where = {"inside": "inside", "envelope": "inside the directed envelope",
-             "outside": "outside"}.get(j.zone or "", j.zone or "?")
+    where = {"inside": "inside", "envelope": "where rounding every op to nearest lands" if j.nearest
+             else "inside the directed envelope", "outside": "outside"}.get(j.zone or "", j.zone or "?")
     figures = (f", {j.statistic:.3g} σ from float64 {j.reference:.8g} where the samples reach "
                f"{j.max_sample_stat:.3g} σ" if j.statistic is not None and j.reference is not None
                and j.max_sample_stat is not None else "")

@@ -22,9 +22,10 @@ DIFFERENCE_CLAIMS = (DIFFERENCE_CLAIM,) + RELATIVE_DIFFERENCE_CLAIMS
 
 # values.npz: one array per observable index i, named PREFIX + str(i): the observed value, its
 # float64 reference, and the rounding simulation's per-element spread (σ, the directed
-# replays up and down, the samples' mean and sd, the nonfinite bits), in that order.
+# replays up and down, the samples' mean and sd, the nonfinite bits, the replay rounding to
+# nearest), in that order.
 OBSERVED, REFERENCE = "obs", "ref"
-SPREAD_ARRAYS = ("sig", "up", "dn", "mu", "sd", "nf")
+SPREAD_ARRAYS = ("sig", "up", "dn", "mu", "sd", "nf", "ct")
 VALUE_ARRAYS = (OBSERVED, REFERENCE) + SPREAD_ARRAYS
 
 # The fork server (sandbox/zygote.py starts it, worker/zygote.py is it): the modules a job may

@@ -116,6 +116,11 @@ BOUNDED = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "erf": (-1.0, 1.0), "sin"
            "sqrt": (0.0, math.inf), "rsqrt": (0.0, math.inf), "cosh": (1.0, math.inf), "softplus": (0.0, math.inf)}
 # Cumulative ops, whose outputs span the scan's growth: a kernel's error is relative to each.
 SCANS = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin", "_logcumsumexp"}
+# Fused kernels whose every output errs relative to itself, not to the output's scale: a
+# softmax is exp(xᵢ − max)/Σ, each factor's error relative. At the scale's error a probability
+# of 1e-87 (a logit 200 below the largest) moved by ±2e-7: negative in half the replays, and
+# never the 0 float32 underflows it to, so log(softmax(x)) was "−inf no rounding gives".
+RELATIVE_KERNELS = SCANS | {"_softmax", "softmax"}
 # Copies and casts: exact when the result's dtype is at least as precise as the input's.
 COPIES = {"_to_copy", "to", "copy", "clone"}
 # One accumulation per output element: n terms summed inside the op.
@@ -310,6 +315,7 @@ class NodeSpread:
     overflow: dict[str, Any] | None = None
     precision: str | None = None  # the least precise dtype any op of the cone computed in
     unmeasured: list[str] = field(default_factory=list)  # library ops given the conservative bound
+    centre: torch.Tensor | None = None  # the replay rounding every op to nearest, as the arm's dtype stores it
 
 
 @dataclass
@@ -596,6 +602,8 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         else:
             spreads[w] = _spread(ref, [s.values[w] for s in samples], up, down, stored=dtype)
         dtypes, above = upstream[by_name[w]]
+        centre = _stored(center.values[w], dtype)  # a complex one as its real pairs, as σ is
+        spreads[w].centre = torch.view_as_real(centre.resolve_conj()) if centre.is_complex() else centre
         spreads[w].flips = _flips(center, samples + [directed[1], directed[-1]], above)
         spreads[w].precision = working_precision(dtypes, dtype)
         spreads[w].unmeasured = sorted(set().union(*(center.unmeasured.get(x, set()) for x in above)))
@@ -1256,6 +1264,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
     constants = mode.cache.constants
     env: dict[fx.Node, Any] = {}
     result = _Replayed(values={}, discrete={}, nodes={})
+    underflows: dict[fx.Node, dict[str, Any]] = {}  # the centre's nodes that rounded a nonzero value to 0
     # The centre replay notes; the exact one (`_exact_terms`, its own cache) only computes.
     center = mode.generator is None and not mode.directed and not mode.exact
     previous = torch.get_default_dtype()
@@ -1288,6 +1297,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                 elif n.op == "call_function":
                     mode.unmeasured = set()
                     mode.rounded = False
+                    mode.underflowed = False
                     mode.flush = bool(n.meta.get("flush_denormal"))
                     mode.matmul_inputs = n.meta.get("matmul_inputs")
                     first_call = mode.calls
@@ -1342,7 +1352,11 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         if site is not None:
                             result.cancellations[n.name] = site
                         if mode.note_overflows:
-                            left = _leaves_range(n, read, out)  # an in-place op's inputs before its write
+                            if mode.underflowed:
+                                underflows[n] = {"op": _op_name(n.target), "line": n.meta.get("line"),
+                                                 "smallest": _smallest_positive(out)}
+                            # An in-place op's inputs before its write.
+                            left = _leaves_range(n, read, out, [underflows.get(a) for a in plan.inputs[n]])
                             if left is not None:
                                 result.overflows[n.name] = left
                         if _unchanging(n, plan.inputs[n], constants, mode) or _representable(
@@ -1361,9 +1375,12 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
     return result
 
 
-def _leaves_range(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
+def _leaves_range(n: fx.Node, args: tuple, out: Any, underflows: list[dict[str, Any] | None]
+                  ) -> dict[str, Any] | None:
     """Where an op's rounded result is ±inf or nan although every floating input is finite:
-    the op, its line, its dtype and that dtype's largest finite value."""
+    the op, its line, its dtype and that dtype's largest finite value; with the input op that
+    rounded a nonzero value to 0 (`underflows`, by input node), where an input holds zeros
+    (log(0), x/0: an inf from an underflow, not from a value past the largest)."""
     if not isinstance(out, torch.Tensor) or not out.is_floating_point() or bool(torch.isfinite(out).all()):
         return None
     if not all(bool(torch.isfinite(a).all()) for a in _flat(args)
@@ -1372,8 +1389,18 @@ def _leaves_range(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
     dtype = getattr(out, "_arm_dtype", out.dtype)
     if not dtype.is_floating_point:
         return None
+    zeros = any(isinstance(a, torch.Tensor) and a.is_floating_point() and bool((a == 0).any()) for a in _flat(args))
+    underflow = next((u for u in underflows if u is not None), None) if zeros else None
     return {"op": _op_name(n.target), "line": n.meta.get("line"), "dtype": str(dtype).replace("torch.", ""),
-            "largest": torch.finfo(dtype).max, "kind": "overflow" if bool(torch.isinf(out).any()) else "nan"}
+            "largest": torch.finfo(dtype).max, "kind": "overflow" if bool(torch.isinf(out).any()) else "nan",
+            "underflow": underflow}
+
+
+def _smallest_positive(t: Any) -> float | None:
+    """The smallest positive value of the arm dtype `t` holds (its smallest subnormal)."""
+    dtype = getattr(t, "_arm_dtype", getattr(t, "dtype", None))
+    return float(torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps) \
+        if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
 
 
 def _rounds_alike_when_repeated(target: Any) -> bool:
@@ -1790,6 +1817,9 @@ class RoundingMode(TriageDispatchMode):
         self.collapsed = collapsed or {}
         self.cache = cache
         self.note_overflows = False  # the centre replay notes where values leave their range (`_replay`)
+        # With `note_overflows`: whether the current node's ops rounded a nonzero value to 0 (an
+        # exp(-200) in float32), which a later op may turn into ±inf (its log).
+        self.underflowed = False
         # +1 up, -1 down, 0 to nearest or at random; with stacked samples, one sign per sample
         # (a float64 tensor: the directed replays as one stack).
         self.direction = direction
@@ -2338,9 +2368,9 @@ class RoundingMode(TriageDispatchMode):
         d = out_vd[0] if out_vd else None
         fused = self.options.kernels.fused_u(name, d) if d is not None else None
         if fused and isinstance(out, torch.Tensor) and out.is_floating_point() and d in UNIT_ROUNDOFF:
-            # A scan's outputs grow along it (a cumprod from 1.7 to 1e7): each errs relative to
-            # itself, not to the output's overall scale.
-            out = (self._relative_noise(out, fused * UNIT_ROUNDOFF[d]) if name.rstrip("_") in SCANS
+            # A scan's outputs grow along it (a cumprod from 1.7 to 1e7), a softmax's span many
+            # orders: each errs relative to itself, not to the output's overall scale.
+            out = (self._relative_noise(out, fused * UNIT_ROUNDOFF[d]) if name.rstrip("_") in RELATIVE_KERNELS
                    else self._scaled_noise(out, fused * UNIT_ROUNDOFF[d]))
         return self._round_all(out, out_vd, library=0.0)
 
@@ -2516,7 +2546,10 @@ class RoundingMode(TriageDispatchMode):
         contiguous copies, and a compiled region's graph decides by the layout whether
         `reshape` copies (one more op in one replay than in another shifts every later call's
         index, under which the centre noted each call's figures)."""
-        return _laid_out_as(self._rounded(t, dtype, library), t)
+        out = _laid_out_as(self._rounded(t, dtype, library), t)
+        if self.note_overflows and not self.samples and t.is_floating_point() and out.shape == t.shape:
+            self.underflowed = self.underflowed or bool(((out == 0) & (t != 0)).any())
+        return out
 
     def _rounded(self, t: torch.Tensor, dtype: torch.dtype, library: float) -> torch.Tensor:
         if t.is_complex():
@@ -3778,9 +3811,10 @@ def _spread_arrays(spread: NodeSpread, dtype: torch.dtype) -> dict[str, np.ndarr
     dtype as the arm stores it, are exact in float32 where that dtype is; the mean keeps float64,
     to a fraction of an ulp of the value (a million-element float32 value: 25 MiB, not 41)."""
     narrow = _held_in_float32(dtype)
+    centre = spread.centre if spread.centre is not None else spread.mean
     arrays = {"sig": spread.sigma.float(), "up": spread.up.float() if narrow else spread.up,
               "dn": spread.down.float() if narrow else spread.down, "mu": spread.mean, "sd": spread.sd.float(),
-              "nf": spread.nonfinite}
+              "nf": spread.nonfinite, "ct": centre.float() if narrow else centre}
     return {key: arrays[key].numpy() for key in SPREAD_ARRAYS}
 
 
