@@ -684,15 +684,19 @@ def _ancestors(ra: ArmRun, x: Observable, rb: ArmRun | None, y: Observable | Non
     return out
 
 
+# Leaf kinds (worker/opgraph.py) whose values the script determines: a factory's output, data.
+DETERMINISTIC_LEAVES = ("factory", "input")
+
+
 def _distinct_draws(run: ArmRun, x: Observable, y: Observable) -> list[dict[str, Any]]:
     """Within one arm, the random/uninitialized leaves only `x` depends on that have the shape
-    of a random/uninitialized leaf only `y` depends on: two draws of one thing
-    (`Divergence.distinct_draws`). A leaf the other side made deterministically is no second
-    draw: `X @ A` against `torch.eye(64)`, A drawn, compares a product with the identity."""
+    of a leaf only `y` depends on that may be a draw too: two draws of one thing
+    (`Divergence.distinct_draws`). A leaf the other side made deterministically (a factory's,
+    the script's data) is no second draw: `X @ A` against `torch.eye(64)`, A drawn, compares a
+    product with the identity. A compiled region's own leaves may be (its `torch.empty`)."""
     only_a = [run.leaves[i] for i in x.ancestors if i not in y.ancestors and i < len(run.leaves)]
     only_b = [run.leaves[i] for i in y.ancestors if i not in x.ancestors and i < len(run.leaves)]
-    shapes_b = [(leaf["fingerprint"] or {}).get("shape") for leaf in only_b
-                if leaf["kind"] in ("random", "uninitialized")]
+    shapes_b = [(leaf["fingerprint"] or {}).get("shape") for leaf in only_b if leaf["kind"] not in DETERMINISTIC_LEAVES]
     out = []
     for leaf in only_a:
         shape = (leaf["fingerprint"] or {}).get("shape")

@@ -67,7 +67,9 @@ class RoundingSpread:
     @classmethod
     def _read(cls, o: Observable) -> RoundingSpread | None:
         r, s = o.rounding or {}, o.spread or {}
-        if r.get("status") != "judged" or o.reference_value is None or not all(k in s for k in SPREAD_ARRAYS):
+        # The to-nearest replay ("ct") is optional: a spread without it is judged as before it was kept.
+        if r.get("status") != "judged" or o.reference_value is None \
+                or not all(k in s for k in SPREAD_ARRAYS if k != "ct"):
             return None
         ref = np.asarray(o.reference_value, dtype=np.complex128 if np.iscomplexobj(o.reference_value) else np.float64)
         if np.iscomplexobj(ref):
@@ -79,7 +81,7 @@ class RoundingSpread:
                    sample_stats=stats, reference=ref, sigma=s["sig"], up=s["up"], down=s["dn"], mean=s["mu"],
                    sd=s["sd"], nonfinite=s["nf"], flips=list(r.get("flips") or []),
                    precision=r.get("precision") or None, unmeasured=list(r.get("unmeasured") or []),
-                   centre=s["ct"])
+                   centre=s.get("ct"))
 
     @classmethod
     def of_simulation(cls, spread: Any, reference: np.ndarray, dtype: str) -> RoundingSpread:
