@@ -3811,11 +3811,11 @@ def _spread_arrays(spread: NodeSpread, dtype: torch.dtype) -> dict[str, np.ndarr
     dtype as the arm stores it, are exact in float32 where that dtype is; the mean keeps float64,
     to a fraction of an ulp of the value (a million-element float32 value: 25 MiB, not 41)."""
     narrow = _held_in_float32(dtype)
-    centre = spread.centre if spread.centre is not None else spread.mean
+    centre = spread.centre
     arrays = {"sig": spread.sigma.float(), "up": spread.up.float() if narrow else spread.up,
               "dn": spread.down.float() if narrow else spread.down, "mu": spread.mean, "sd": spread.sd.float(),
-              "nf": spread.nonfinite, "ct": centre.float() if narrow else centre}
-    return {key: arrays[key].numpy() for key in SPREAD_ARRAYS}
+              "nf": spread.nonfinite, "ct": None if centre is None else centre.float() if narrow else centre}
+    return {key: arrays[key].numpy() for key in SPREAD_ARRAYS if arrays[key] is not None}
 
 
 # Elements above which a value observed only at exit is not simulated beside others the
