@@ -108,12 +108,8 @@ def threshold_checks(source: str, line: int) -> list[tuple[str, float, str]]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
-    tests: list[tuple[ast.AST, bool]] = [(node.test, False) for node in ast.walk(tree)
-                                         if isinstance(node, ast.Assert) and node.lineno == line]
-    tests += [(node.test, True) for node in ast.walk(tree) if isinstance(node, ast.If)
-              and any(stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno) for stmt in node.body)]
     out = []
-    for test, negated in tests:
+    for test, negated in _check_tests(tree, line):
         parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated \
             else [test]
         for node in parts:
@@ -130,6 +126,14 @@ def threshold_checks(source: str, line: int) -> list[tuple[str, float, str]]:
                 if bound is not None and text and _number(measure) is None:
                     out.append((text, bound, NEGATED[sense] if negated else sense))
     return out
+
+
+def _check_tests(tree: ast.AST, line: int) -> list[tuple[ast.AST, bool]]:
+    """The tests of the script's check at `line`: an assert's there (False), or the `if`'s
+    around a `raise`/`sys.exit` there (True: the `if` names the failure, not what passes)."""
+    tests = [(node.test, False) for node in ast.walk(tree) if isinstance(node, ast.Assert) and node.lineno == line]
+    return tests + [(node.test, True) for node in ast.walk(tree) if isinstance(node, ast.If)
+                    and any(stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno) for stmt in node.body)]
 
 
 def holds(value: float, sense: str, bound: float) -> bool:
@@ -162,11 +166,8 @@ def length_checks(source: str, line: int) -> list[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
-    tests = [node.test for node in ast.walk(tree) if isinstance(node, ast.Assert) and node.lineno == line]
-    tests += [node.test for node in ast.walk(tree) if isinstance(node, ast.If)
-              and any(stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno) for stmt in node.body)]
     found: list[str] = []
-    for test in tests:
+    for test, _ in _check_tests(tree, line):
         found += _lengths_read(source, test)
         for name in {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}:
             at = assigned_at(source, name, line)
