@@ -39,6 +39,7 @@ RESULT_FIELDS_ELSEWHERE = {
     "observables_truncated": "said in the report's notes",
     "left_out": "said in the report's notes",
     "knob_calls": "said in the report's notes",
+    "check_operands": "read by the ladder only (a failing check's operands, which the verdict quotes)",
 }
 
 

@@ -145,7 +145,7 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
     # clamped where a cancellation's sign falls (sqrt(max(0, ‖a‖² + ‖b‖² − 2a·b)) at points far
     # from the origin) keeps most samples at 0 and a σ of its distance to it, while its
     # roundings give anything from 0 to several units.
-    reach = _directed_reach(oa.spread, va.shape) + _directed_reach(ob.spread, va.shape)
+    reach = directed_reach(oa.spread, va.shape) + directed_reach(ob.spread, va.shape)
     beyond = both & (gap > SPREAD_MULTIPLE * width + 2 * u * np.abs(va)) & (gap > reach)
     if not beyond.any():
         return []
@@ -155,7 +155,7 @@ def rounding_explains_difference(verdict: Verdict, e: Evidence) -> list[str]:
             "does not give a difference this large"]
 
 
-def _directed_reach(spread: dict, shape: tuple) -> np.ndarray:
+def directed_reach(spread: dict, shape: tuple) -> np.ndarray:
     """Per element, how far apart the directed replays (all up, all down) land; 0 where not
     recorded."""
     up, down = spread.get("up"), spread.get("dn")

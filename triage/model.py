@@ -169,6 +169,9 @@ class ArmRun:
     rounding: dict[str, Any] | None = None  # the simulation's cost and sample count
     # The script's own calls that set what the arm's knobs set (said in the report's notes).
     knob_calls: list[dict[str, Any]] = field(default_factory=list, metadata={"json": False})
+    # The floats the script's failing check read by name (worker/claims.py), each {name, dtype,
+    # value: an array of that shape}: what a check compared recorded values with (a NumPy result).
+    check_operands: list[dict[str, Any]] = field(default_factory=list, metadata={"json": False})
     torch_import_s: float | None = None
     graph_dir: str | None = field(default=None, metadata={"json": False})  # exported op graph
     # The arm as parsed (`spec` is its text, which report.json keeps): ablations and the

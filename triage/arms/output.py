@@ -37,6 +37,7 @@ from triage.untrusted import (
     record,
     text,
 )
+from triage.worker.claims import MAX_OPERAND_ELEMENTS, MAX_OPERANDS
 from triage.worker.knob_calls import MATMUL_PRECISIONS, MAX_KNOB_CALLS, MAX_THREADS, SETTERS
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 from triage.worker.protocol import OBSERVED, REFERENCE, SPREAD_ARRAYS, VALUE_ARRAYS
@@ -243,6 +244,12 @@ RESULT = record({
                         "kernels": text(300, nullable=True), "reductions_drawn_whole": integer(0, nullable=True)},
                        closed=True, nullable=True),
     "exception": EXCEPTION,
+    "check_operands": array(record({
+        "name": text(200, pattern=r"[A-Za-z_][A-Za-z0-9_]*"),
+        "dtype": one_of("float16", "float32", "float64", "float128", "longdouble"),
+        "shape": array(COUNT, 64),
+        "values": array(either(number(), NONFINITE), MAX_OPERAND_ELEMENTS),
+    }, required=("name", "dtype", "shape", "values"), closed=True), MAX_OPERANDS),
     "exit_note": text(2000, nullable=True),
     "observables": array(OBSERVABLE, MAX_OBSERVABLES),
     "observables_truncated": boolean(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -361,6 +362,16 @@ def _crashed_frame(stderr: str) -> str | None:
     return None
 
 
+def _operand(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A check operand as the worker wrote it (checked by `read_result`), its values an array;
+    None where its values do not fill its shape."""
+    values = np.array([float(v) for v in record["values"]], dtype=np.float64)
+    shape = tuple(record["shape"])
+    if math.prod(shape) != values.size:
+        return None
+    return {"name": record["name"], "dtype": record["dtype"], "value": values.reshape(shape)}
+
+
 def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.ndarray]) -> None:
     """`result` and `values` as `read_result`/`read_values` checked them."""
     run.status = result["status"]
@@ -381,6 +392,8 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
     run.compiled_random_ops = result.get("compiled_random_ops", [])
     run.rounding = result.get("rounding")
     run.knob_calls = result.get("knob_calls", [])
+    run.check_operands = [_operand(x) for x in result.get("check_operands", [])]
+    run.check_operands = [x for x in run.check_operands if x is not None]
     if run.status == "unavailable":
         run.failure = result.get("unavailable")
         return

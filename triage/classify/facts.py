@@ -1,6 +1,6 @@
 """Stage 5's readings of the comparison that both the ladder and its wording need: which torch
 an arm ran, the arms' working precision, cancellation sites and conditioning notes upstream of a
-divergence, the script's own exact-equality checks.
+divergence, the script's own exact-equality checks, which recorded value a check's operand is.
 """
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import ast
 import re
 from typing import Any
 
+import numpy as np
+
 from triage.model import (
     ArmRun,
     Comparison,
     Divergence,
+    Observable,
 )
 
 
@@ -282,3 +285,33 @@ def settings_between(run: ArmRun | None, d: Divergence) -> tuple[list[dict[str, 
         if first < call["line"] <= last:
             calls.setdefault((call["setter"], call["line"]), call)
     return (list(calls.values()), line_a, line_b) if calls else None
+
+
+def recorded_operand(run: ArmRun, value: np.ndarray) -> Observable | None:
+    """The recorded floating value a failing check's operand is (`ArmRun.check_operands`): the
+    last observable holding the same numbers bit for bit (`t = x.sum().item()`, `t = (a @
+    b).numpy()`; the script stopped at the check, so every one was made before it), with a
+    float64 reference and a spread; None for a value the script made outside torch (NumPy,
+    Python arithmetic on read-back numbers)."""
+    for o in reversed(run.observables):
+        if o.value is None or o.reference_value is None or not o.spread:
+            continue
+        held = np.asarray(o.value)
+        if held.dtype.kind == "f" and held.shape == value.shape \
+                and np.array_equal(held.astype(np.float64), value, equal_nan=True):
+            return o
+    return None
+
+
+def reduced_counts(run: ArmRun, o: Observable) -> set[int]:
+    """How many elements a reduction of one of `o`'s inputs may have reduced: each input's
+    element count, each dimension, each run of adjacent dimensions."""
+    counts = set()
+    for leaf in run.leaves:
+        shape = (leaf.get("fingerprint") or {}).get("shape") if leaf.get("index") in o.ancestors else None
+        if not isinstance(shape, list) or not all(isinstance(n, int) for n in shape):
+            continue
+        for i in range(len(shape)):
+            for j in range(i + 1, len(shape) + 1):
+                counts.add(int(np.prod(shape[i:j])))
+    return counts

@@ -30,6 +30,8 @@ from triage.classify.facts import (
     nonfinite_side,
     notes_upstream,
     precision_of,
+    recorded_operand,
+    reduced_counts,
     reduced_matmul_notes,
     singular_upstream,
     site_key,
@@ -344,7 +346,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     if d is None:
         return (_uninitialized_reads(completed) or _unseeded_runs(completed, repro.source)
                 or _exact_equality(completed, repro.source) or _length_by_rounding(completed, repro.source)
-                or _not_reproduced(comparison, completed))
+                or _outside_value(completed, repro.source) or _not_reproduced(comparison, completed))
     if d.bit_difference is not None:
         return _rounding(d)
     sides = [s for s in (d.a, d.b) if s is not None]
@@ -1409,6 +1411,170 @@ def _exact_equality(completed: list[ArmRun], source: str) -> Verdict | None:
                  f"±{sigma:.3g} at {j.precision_text} ({j.samples} samples)", f"the check: `{text} {op} {literal!r}`"]
                 + ([cond_text(singular, full=True)] if singular else []))
     return None
+
+
+def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
+    """The script's failing check compares a recorded value with one the script computed
+    outside torch (`n = np.var(x.numpy())`, `p = sum(x.tolist())`, a float64 NumPy matmul):
+    a value by other code, so the one check of the float64 replay that does not run the same
+    kernels. Where it lies within the recorded value's rounding reach of that replay, and the
+    recorded value is inside its own spread, the two are one quantity and the check fails by
+    rounding. Where it lies beyond, the two sides compute different quantities, or torch's
+    kernel is wrong in every precision: said, not decided (Bessel's correction named where the
+    two variances' ratio is exactly N/(N − 1) for a count the value reduces)."""
+    from triage.audit import SPREAD_MULTIPLE, directed_reach
+    from triage.judge import judge_observable
+
+    for run in completed:
+        e = run.exception or {}
+        if not e.get("claim") or e.get("line") is None or not run.check_operands:
+            continue
+        line = int(e["line"])
+        found = [(x, recorded_operand(run, x["value"])) for x in run.check_operands]
+        outside = [x for x, o in found if o is None]
+        for x, o in found:
+            if o is None or not outside:
+                continue
+            j = judge_observable(run, o)
+            ref = np.asarray(o.reference_value, dtype=np.float64)
+            sig = np.asarray(o.spread.get("sig"), dtype=np.float64)
+            if j.status != "judged" or j.zone not in ("inside", "envelope") or sig.shape != ref.shape:
+                continue
+            reach = (SPREAD_MULTIPLE * sig + directed_reach(o.spread, ref.shape)
+                     + 2 * policy.unit_roundoff(j.dtype) * np.abs(ref))
+            for y in outside:
+                other = y["value"]
+                finite = np.isfinite(ref)
+                if other.shape != ref.shape or not finite.any() \
+                        or not np.array_equal(other[~finite], ref[~finite], equal_nan=True) \
+                        or not np.isfinite(other[finite]).all() or not (x["value"] != other)[finite].any():
+                    continue
+                gap = np.where(finite, np.abs(other - ref), 0.0)
+                sides = _operand_text(x, o, j, source, line), _operand_text(y, None, j, source, line)
+                if (gap <= reach).all():
+                    return _outside_agrees(run, line, x, y, o, j, gap, sides)
+                return _outside_differs(run, line, x, y, o, j, gap, reach, sides)
+    return None
+
+
+def _operand_text(x: dict[str, Any], o: Observable | None, j: Judgement, source: str, line: int) -> str:
+    """A check operand as the summary names it: torch's value, or one made outside torch."""
+    if o is not None:
+        return f"`{x['name']}` (torch's {o.shown}, line {o.line}, {j.precision_text})"
+    at = assigned_at(source, x["name"], line)
+    code = code_at(source, at).strip().removeprefix("(").removesuffix(")") if at is not None else ""
+    return (f"`{x['name']}`, which the script computes outside torch"
+            + (f" (line {at}: {code})" if code else f" (line {at})" if at is not None else ""))
+
+
+def _outside_agrees(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any], o: Observable, j: Judgement,
+                    gap: np.ndarray, sides: tuple[str, str]) -> Verdict:
+    ref = np.asarray(o.reference_value, dtype=np.float64)
+    apart = np.abs(x["value"] - y["value"])
+    i = int(np.nanargmax(np.where(np.isfinite(apart), apart, -1.0)))
+    at = f" (element {i})" if apart.size > 1 else ""
+    rtol, atol = policy.tolerance(j.dtype)
+    wider = not _held_in(y["value"], j.dtype)
+    advice = ("compute the torch side in float64 (`.double()`) where agreement with a float64 result is what "
+              "matters" if wider else
+              f"both sides hold {j.dtype} numbers: two {j.dtype} computations of one value, their roundings taken "
+              "in different orders, differ by this much")
+    return make_verdict(
+        "expected-rounding", True, policy.GENERAL, ["numerical"],
+        f"The script's own check fails on `{run.spec}` at line {line}: it compares {sides[0]} with {sides[1]}. "
+        f"`{y['name']}` agrees with triage's float64 replay of torch's computation "
+        + ("bit for bit" if not gap.any() else f"to within {float(gap.max()):.2g}") + f" — computed by other code, so here the replay is not vouching for its own kernels — and `{x['name']}` is "
+        f"inside its own {j.precision_text} rounding spread around that replay (±{j.sigma or 0:.2g}, "
+        f"p = {j.p or 0:.2f}). The two differ by {float(apart.flat[i]):.3g}{at}: {j.dtype} rounding of one "
+        f"quantity, and the check asks for closer agreement than {j.dtype} holds. Compare with a tolerance at "
+        f"{j.dtype}'s precision (`torch.testing.assert_close` uses rtol {_short(rtol)}, atol {_short(atol)} for "
+        f"{j.dtype}); "
+        f"{advice}.",
+        [f"`{run.spec}` {o.shown} (line {o.line}): {summarize(o.fingerprint)}; float64 replay: "
+         f"{_first(ref)!r}{' (first element)' if ref.size > 1 else ''}; rounding spread ±{j.sigma or 0:.3g} at "
+         f"{j.precision_text} ({j.samples} samples)",
+         f"`{y['name']}` (outside torch): largest distance from the float64 replay {float(gap.max()):.3g}"])
+
+
+def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any], o: Observable, j: Judgement,
+                     gap: np.ndarray, reach: np.ndarray, sides: tuple[str, str]) -> Verdict:
+    ref = np.asarray(o.reference_value, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beyond = np.where(reach > 0, gap / reach, np.inf)
+    i = int(np.argmax(beyond))
+    relative = float(gap.flat[i] / abs(ref.flat[i])) if ref.flat[i] else None
+    bessel = _bessel_text(run, o, ref, y["value"], j)
+    held = "" if bessel else (f" `{y['name']}` holds only {j.dtype} numbers, so it was computed at {j.dtype} or coarser by code "
+            "triage does not replay: its own rounding may account for part of the gap."
+            if _held_in(y["value"], j.dtype) else "")
+    return make_verdict(
+        "inconclusive", None, policy.NONE, ["review"],
+        f"The script's own check fails on `{run.spec}` at line {line}: it compares {sides[0]} with {sides[1]}. "
+        f"`{x['name']}` is inside its own {j.precision_text} rounding spread around triage's float64 replay "
+        f"({_first(ref.flat[i:i + 1])!r}{f' at element {i}' if ref.size > 1 else ''}); `{y['name']}` differs from "
+        f"that replay by {float(gap.flat[i]):.3g}" + (f" ({relative:.2g} relative)" if relative is not None else "")
+        + f", where rounding of this computation at {j.dtype} reaches ±{float(reach.flat[i]):.2g}: not one quantity "
+        "rounded twice. Either the two sides compute different things, or torch's kernel is wrong in every "
+        "precision — the float64 replay runs the same kernels, so it cannot tell which; a maintainer should check "
+        f"what `{y['name']}` computes.{bessel}{held}",
+        [f"`{run.spec}` {o.shown} (line {o.line}): {summarize(o.fingerprint)}; rounding spread ±{j.sigma or 0:.3g} "
+         f"at {j.precision_text} ({j.samples} samples)",
+         f"`{y['name']}` (outside torch): {float(gap.flat[i]):.3g} from the float64 replay at element {i}"])
+
+
+def _short(x: float) -> str:
+    """1.3e-6, not 1.3e-06."""
+    return f"{x:g}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def _first(a: np.ndarray) -> float:
+    return float(np.asarray(a, dtype=np.float64).reshape(-1)[0])
+
+
+def _held_in(value: np.ndarray, dtype: str) -> bool:
+    """Every element of `value` is a number of `dtype` (a float32 result read into a float64)."""
+    narrow = {"float32": np.float32, "float16": np.float16}.get(dtype)
+    finite = value[np.isfinite(value)]
+    if narrow is None or not finite.size:
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.array_equal(finite.astype(narrow).astype(np.float64), finite))
+
+
+# Variances and deviations: torch's default divides by N − 1 (`correction=1`), NumPy's by N.
+MOMENT_NODES = {"var": 1, "std": 2}  # the power of N/(N − 1) between the two definitions
+
+
+def _bessel_text(run: ArmRun, o: Observable, ref: np.ndarray, other: np.ndarray, j: Judgement) -> str:
+    """Where torch's value is a variance or deviation and the other side's ratio to it is
+    exactly (N/(N − 1))^(1 or 1/2) for a count N of elements the value reduces, within the
+    two sides' rounding: Bessel's correction, the usual difference between torch's `var`/`std`
+    and NumPy's."""
+    op = (o.node or "").split("_")[0]
+    power = MOMENT_NODES.get(op)
+    both = (ref != 0) & (other != 0) & np.isfinite(ref) & np.isfinite(other)
+    if power is None or not both.any():
+        return ""
+    ratios = (ref[both] / other[both]) ** power
+    r = float(np.median(ratios))
+    if r == 1 or not np.allclose(ratios, r, rtol=8 * policy.unit_roundoff(j.dtype), atol=0):
+        return ""
+    torch_larger = r > 1
+    n = r / (r - 1) if torch_larger else 1 / (1 - r)
+    # The ratio is known to the two sides' rounding (a few units of the dtype): N = r/(r − 1)
+    # to that times N².
+    slack = 8 * policy.unit_roundoff(j.dtype) * n * n
+    whole = round(n)
+    if whole < 2 or slack >= 0.5 or abs(n - whole) > max(slack, 1e-6 * n) or whole not in reduced_counts(run, o):
+        return ""
+    how = ("torch's `{op}` divides by N − 1 by default (`correction=1`, Bessel's correction) and the other side by "
+           "N, as NumPy's `np.{op}` does by default (`ddof=0`)" if torch_larger else
+           "torch's `{op}` here divides by N (`correction=0`) and the other side by N − 1 (Bessel's correction: "
+           "NumPy's `ddof=1`, pandas' default)").format(op=op)
+    return (f" The {'two variances' if power == 1 else 'squares of the two deviations'} differ by exactly N/(N − 1) "
+            f"for N = "
+            f"{whole}, a count of elements the value reduces: {how}. That is most likely the whole difference; "
+            "for one definition on both sides pass the same `correction` (torch) and `ddof` (NumPy).")
 
 
 def _checked_value(run: ArmRun, source: str, line: int, text: str) -> Observable | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from triage.worker.claims import claim_summary, is_claim
+from triage.worker.claims import check_operands, claim_summary, is_claim
 from triage.worker.hooks import ScriptHooks, run_script
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 from triage.worker.process import open_file, replace_file, to_json
@@ -124,6 +124,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
             if exception["claim"]:
                 # The script's own check failing: its values are compared, and the note says so.
                 exit_notes.append(claim_summary(e, exception["line"]))
+                result["check_operands"] = check_operands(e, script, Path(script).read_bytes())
     finally:
         hooks.remove()
         roots.remove()

@@ -1,0 +1,167 @@
+"""A failing check that compares a recorded value with one the script computed outside torch
+(NumPy, plain Python): the worker keeps the check's float operands, the ladder weighs the
+outside value against the recorded value's float64 replay and rounding spread."""
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_ladder import REPRO, arm, fp
+from triage.arms.output import read_result
+from triage.arms.run import _operand
+from triage.classify.ladder import classify
+from triage.compare import compare
+from triage.model import Observable
+from triage.untrusted import UntrustedOutput
+from triage.worker.claims import MAX_OPERAND_ELEMENTS, check_operands
+
+
+# -- the worker: what the failing check read ------------------------------------------------
+def _failed(tmp_path: Path, source: str) -> list[dict]:
+    path = tmp_path / "repro.py"
+    path.write_text(textwrap.dedent(source))
+    try:
+        exec(compile(path.read_bytes(), str(path), "exec"), {"__name__": "__main__"})
+    except BaseException as e:  # noqa: BLE001 - the script's check
+        return check_operands(e, str(path), path.read_bytes())
+    raise AssertionError("the script did not fail")
+
+
+def test_an_asserts_float_operands_are_kept_and_nothing_else(tmp_path):
+    ops = _failed(tmp_path, """\
+        import numpy as np
+        class Sneaky(float):
+            def __float__(self):
+                raise RuntimeError("read")
+        t = 1.5
+        n = np.float32(1.25)
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        k = 3
+        s = Sneaky(2.0)
+        big = np.zeros(MAX + 1)
+        assert t == n and a.sum() == k and s == big.sum() and flag, "no"
+    """.replace("MAX", str(MAX_OPERAND_ELEMENTS)))
+    assert [(o["name"], o["dtype"], o["shape"]) for o in ops] == [
+        ("t", "float64", []), ("n", "float32", []), ("a", "float32", [2, 3])]
+    assert ops[0]["values"] == [1.5] and ops[2]["values"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_operands_are_read_in_the_helper_that_raised_and_of_a_testing_call(tmp_path):
+    ops = _failed(tmp_path, """\
+        import math
+        def check(a, b):
+            if not abs(a - b) <= 1e-9:
+                raise ValueError("apart")
+        x = 0.1 * 3
+        check(x, math.nan)
+    """)
+    assert [(o["name"], o["values"]) for o in ops] == [("a", [0.1 * 3]), ("b", ["nan"])]
+    ops = _failed(tmp_path, """\
+        import numpy as np
+        t = np.array([1.0, np.inf], dtype=np.float32)
+        n = np.array([1.0, 2.0])
+        np.testing.assert_allclose(t, n, rtol=1e-7)
+    """)
+    assert [(o["name"], o["values"]) for o in ops] == [("t", [1.0, "inf"]), ("n", [1.0, 2.0])]
+
+
+def test_the_parent_holds_operands_to_their_schema(tmp_path):
+    result = {"status": "raised", "exception": {"type": "AssertionError", "message": "", "line": 4, "claim": True},
+              "check_operands": [{"name": "t", "dtype": "float32", "shape": [2], "values": [1.0, "inf"]}]}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(result))
+    read = read_result(path, script_started=True)
+    held = _operand(read["check_operands"][0])
+    assert held["value"].shape == (2,) and math.isinf(held["value"][1])
+    assert _operand({"name": "t", "dtype": "float32", "shape": [3], "values": [1.0]}) is None  # does not fill it
+    for bad in ({"name": "t; rm", "dtype": "float32", "shape": [], "values": [1.0]},
+                {"name": "t", "dtype": "object", "shape": [], "values": [1.0]},
+                {"name": "t", "dtype": "float32", "shape": [], "values": ["1.0"]}):
+        path.write_text(json.dumps(dict(result, check_operands=[bad])))
+        with pytest.raises(UntrustedOutput):
+            read_result(path, script_started=True)
+
+
+# -- the ladder, on hand-built runs -----------------------------------------------------------
+SOURCE = "import numpy as np\nimport torch\nx = torch.randn(1000)\nt = x.var().item()\nn = other()\nassert t == n\n"
+
+
+def _recorded(value, reference, sigma, node="sum_default"):
+    value = np.asarray(value, dtype=np.float32)
+    o = Observable(index=0, kind="readback", label=".item()", line=4, fingerprint=fp(value),
+                   reference={"fingerprint": fp(np.asarray(reference), "float64"), "note": None, "approximate": False},
+                   ancestors=[0], node=node, name="`x.var().item()`", value=value,
+                   reference_value=np.asarray(reference, dtype=np.float64))
+    o.rounding = {"status": "judged", "samples": 29, "sample_stats": list(np.linspace(0.2, 2.0, 29)),
+                  "precision": "float32", "unmeasured": []}
+    o.spread = {"sig": np.full(value.shape, sigma), "up": o.reference_value + sigma, "dn": o.reference_value - sigma,
+                "mu": o.reference_value.copy(), "sd": np.full(value.shape, sigma / 10),
+                "nf": np.ones(value.shape, np.uint8)}
+    return o
+
+
+LEAF = {"index": 0, "kind": "random", "op": "randn", "line": 3,
+        "fingerprint": {"shape": [1000], "dtype": "float32", "sha256": "aa"}}
+
+
+def _verdict(o, outside, line=6):
+    run = arm("cpu", [o], status="raised", leaves=(LEAF,),
+              exception={"type": "AssertionError", "message": "", "line": line, "claim": True})
+    run.check_operands = [{"name": "t", "dtype": "float64", "value": np.asarray(o.value, dtype=np.float64)},
+                          {"name": "n", "dtype": "float64", "value": np.asarray(outside, dtype=np.float64)}]
+    return classify(REPRO.__class__(path=REPRO.path, name=REPRO.name, source=SOURCE), compare([run]))
+
+
+def test_an_outside_value_at_the_float64_value_makes_the_failed_check_rounding():
+    ref = 50027.62224692106
+    v = _verdict(_recorded([50027.625], [ref], 2.7e-3), [ref])
+    assert (v.kind, v.expected) == ("expected-rounding", True), v.summary
+    assert "`n`, which the script computes outside torch (line 5: `n = other()`)" in v.summary
+    assert "bit for bit" in v.summary and "rtol 1.3e-6, atol 1e-5" in v.summary
+
+
+def test_an_outside_value_beyond_the_rounding_reach_is_not_decided():
+    v = _verdict(_recorded([2.0], [2.0], 1e-7), [1.5])
+    assert v.kind == "inconclusive" and "not one quantity rounded twice" in v.summary, v.summary
+    assert "Bessel" not in v.summary and "module: correctness (silent)" not in v.labels
+
+
+def test_variances_a_bessel_factor_apart_are_named():
+    ref = 1.0582143695037352
+    v = _verdict(_recorded([1.0582144], [ref], 1.3e-7, node="var_correction"), [ref * 999 / 1000])
+    assert v.kind == "inconclusive", v.summary
+    assert "exactly N/(N − 1) for N = 1000" in v.summary and "`ddof=0`" in v.summary
+    # Not for a ratio that is no count the value reduces, nor for an op that is no variance.
+    assert "Bessel" not in _verdict(_recorded([1.0582144], [ref], 1.3e-7, node="var_correction"),
+                                    [ref * 998 / 999]).summary
+    assert "Bessel" not in _verdict(_recorded([1.0582144], [ref], 1.3e-7), [ref * 999 / 1000]).summary
+
+
+def test_a_recorded_value_outside_its_own_spread_is_not_excused_by_an_outside_value():
+    o = _recorded([2.0], [2.5], 1e-7)
+    o.rounding["sample_stats"] = [0.5] * 29
+    assert _verdict(o, [2.5]).kind != "expected-rounding"
+
+
+# -- end to end: the worker's operands reach the verdict ----------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("body, kind, said", [
+    # A float32 sum against Python's float64 sum of the same numbers: 50027.625 against
+    # 50027.6222…, float32's rounding on any machine (its spacing there is 0.0039).
+    ("x = torch.rand(100000)\ns = x.sum().item()\np = sum(x.tolist())\nassert s == p, (s, p)\n",
+     "expected-rounding", "`p` agrees with triage's float64 replay"),
+    # torch's unbiased variance against NumPy's biased one: a ratio of 1000/999 on any machine.
+    ("x = torch.randn(1000)\nt = x.var().item()\nn = float(np.var(x.numpy()))\nassert abs(t - n) < 1e-5\n",
+     "inconclusive", "exactly N/(N − 1) for N = 1000"),
+])
+def test_a_check_against_numpy_or_python_is_judged_end_to_end(triage, tmp_path, body, kind, said):
+    script = tmp_path / "repro.py"
+    script.write_text("import numpy as np\nimport torch\ntorch.manual_seed(0)\n" + body)
+    code, report, _, out = triage(script, "cpu", "--no-minimize", "--no-ablate")
+    assert report is not None, out
+    v = report["verdict"]
+    assert v["kind"] == kind and said in v["summary"], v["summary"]
+    assert "check_operands" not in report["arms"][0]
