@@ -245,7 +245,8 @@ RESULT = record({
                        closed=True, nullable=True),
     "exception": EXCEPTION,
     "check_operands": array(record({
-        "name": text(200, pattern=r"[A-Za-z_][A-Za-z0-9_]*"),
+        "name": described("The operand as the script's source spells it: a name (`n`) or an expression "
+                          "(`sum(x.tolist())`).", text(200, pattern=r"[^\r\n]+")),
         "dtype": one_of("float16", "float32", "float64", "float128", "longdouble"),
         "shape": array(COUNT, 64),
         "values": array(either(number(), NONFINITE), MAX_OPERAND_ELEMENTS),

@@ -93,6 +93,7 @@ from triage.model import (
 from triage.numerics.errors import ulp
 from triage.paths import STEP_VERBS
 from triage.reported import reported_judgement, reported_lines
+from triage.worker.claims import equated_pairs
 
 # A fingerprint's counts of non-finite elements.
 NONFINITE_COUNTS = ("nan", "posinf", "neginf")
@@ -1430,8 +1431,14 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
         if not e.get("claim") or e.get("line") is None or not run.check_operands:
             continue
         line = int(e["line"])
-        found = [(x, recorded_operand(run, x["value"])) for x in run.check_operands]
+        # An operand's name is the worker's word: quoted only as the script's source spells it.
+        spelled = " ".join(source.split())
+        found = [(x, recorded_operand(run, x["value"])) for x in run.check_operands
+                 if "`" not in x["name"] and x["name"] in spelled]
         outside = [x for x, o in found if o is None]
+        # Only two sides the check expects equal (`t == n`, `abs(t - n) < 1e-5`,
+        # `assert_allclose(t, n)`), never a measure and its bound (`err < tol`).
+        equated = equated_pairs(source, line)
         for x, o in found:
             if o is None or not outside:
                 continue
@@ -1444,6 +1451,8 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
                      + 2 * policy.unit_roundoff(j.dtype) * np.abs(ref))
             for y in outside:
                 other = y["value"]
+                if frozenset((x["name"], y["name"])) not in equated:
+                    continue
                 finite = np.isfinite(ref)
                 if other.shape != ref.shape or not finite.any() \
                         or not np.array_equal(other[~finite], ref[~finite], equal_nan=True) \
@@ -1460,6 +1469,8 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
 def _operand_text(x: dict[str, Any], o: Observable | None, j: Judgement, source: str, line: int) -> str:
     """A check operand as the summary names it: torch's value, or one made outside torch."""
     if o is not None:
+        if o.shown == f"`{x['name']}`":
+            return f"torch's {o.shown} (line {o.line}, {j.precision_text})"
         return f"`{x['name']}` (torch's {o.shown}, line {o.line}, {j.precision_text})"
     at = assigned_at(source, x["name"], line)
     code = code_at(source, at).strip().removeprefix("(").removesuffix(")") if at is not None else ""

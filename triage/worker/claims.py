@@ -33,6 +33,15 @@ TESTING_HELPERS = ("torch/testing/", "numpy/testing/")
 # many elements (a 256×256 result; larger arrays are left out, not cut).
 MAX_OPERANDS = 8
 MAX_OPERAND_ELEMENTS = 1 << 16
+# Calls and methods whose arguments (receiver) are what a check compares, not one operand: a
+# difference's magnitude, its largest element, a closeness test.
+COMBINING_CALLS = {"abs", "fabs", "max", "min", "amax", "amin", "all", "any", "allclose", "isclose", "array_equal"}
+# Calls that compare their first two arguments (`np.testing.assert_allclose(t, n)`).
+TESTING_CALLS = {"assert_allclose", "assert_array_almost_equal", "assert_almost_equal", "assert_array_equal",
+                 "assert_equal", "assert_close", "assertEqual", "assertAlmostEqual", "isclose", "allclose",
+                 "array_equal"}
+MAX_OPERAND_TEXT = 120
+EXIT_CALLS = {"exit", "quit", "_exit"}  # `sys.exit(1)` in an `if` is a check, as a `raise` is
 # Floating values kept, by their exact type (a subclass of the script's may compute anything
 # when read): Python floats and NumPy's float scalars and arrays.
 FLOAT_SCALARS = (float, np.float16, np.float32, np.float64)
@@ -104,13 +113,16 @@ def _filename(tb: TracebackType) -> str:
     return tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
 
 
-def check_operands(e: BaseException, script: str, source: str | bytes) -> list[dict[str, Any]]:
-    """The floating-point numbers the script's failing check read by name, from the frame
-    it failed in: the test of an ``assert`` (or of the ``if`` around a ``raise``), or the
-    positional arguments of a testing helper's call (``np.testing.assert_allclose(t, n)``).
-    Each as {name, dtype, shape, values}; values flattened, nonfinite ones as "nan", "inf",
-    "-inf". Only values of the exact float types (`FLOAT_SCALARS`, ``np.ndarray``) are read,
-    so nothing of the script's runs here; tensors are left out (the recording has them)."""
+def check_operands(e: BaseException, script: str, source: str | bytes,
+                   kept: dict[tuple[int, str], Any] | None = None) -> list[dict[str, Any]]:
+    """The floating-point numbers the script's failing check compared: the operands of a
+    top-level check as the rewritten script kept them (`kept`, by check line and source text:
+    worker/expressions.py), and the names the check reads, from the frame it failed in (the
+    test of an ``assert`` or of the ``if`` around a ``raise``, or the positional arguments of
+    a call such as ``np.testing.assert_allclose(t, n)``). Each as {name (the source text),
+    dtype, shape, values}; values flattened, nonfinite ones as "nan", "inf", "-inf". Only
+    values of the exact float types (`FLOAT_SCALARS`, ``np.ndarray``) are read, so nothing of
+    the script's runs here; tensors are left out (the recording has them)."""
     frame, line = _check_frame(e, script)
     if frame is None or line is None:
         return []
@@ -118,14 +130,18 @@ def check_operands(e: BaseException, script: str, source: str | bytes) -> list[d
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
+    starts = {node.lineno for node in ast.walk(tree)
+              if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno)}
     found: list[dict[str, Any]] = []
+    read = [(text, value) for (at, text), value in (kept or {}).items() if at in starts]
     for name in _names_read(tree, line):
         scope = frame.f_locals if name in frame.f_locals else frame.f_globals
-        if name not in scope:
-            continue
-        kept = _floats(scope[name])
-        if kept is not None:
-            found.append({"name": name, **kept})
+        if name in scope:
+            read.append((name, scope[name]))
+    for name, value in read:
+        held = _floats(value)
+        if held is not None and all(x["name"] != name for x in found):
+            found.append({"name": name, **held})
         if len(found) == MAX_OPERANDS:
             break
     return found
@@ -141,18 +157,18 @@ def _check_frame(e: BaseException, script: str) -> tuple[FrameType | None, int |
 
 
 def _names_read(tree: ast.AST, line: int) -> list[str]:
-    """The names the check at `line` compares, in source order, each once."""
+    """The names the check at `line` compares (`operands`), in source order, each once."""
     parts: list[ast.AST] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assert) and node.lineno <= line <= (node.end_lineno or node.lineno):
             parts.append(node.test)
-        elif isinstance(node, ast.If) and any(isinstance(stmt, ast.Raise) and stmt.lineno <= line
+        elif isinstance(node, ast.If) and any(stops(stmt) and stmt.lineno <= line
                                               <= (stmt.end_lineno or stmt.lineno) for stmt in node.body):
             parts.append(node.test)
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
                 and node.lineno <= line <= (node.end_lineno or node.lineno):
-            parts.extend(node.value.args)
-    names = [n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+            parts.extend(a for a in node.value.args[:2] if not isinstance(a, ast.Starred))
+    names = [n.id for part in parts for n in operands(part) if isinstance(n, ast.Name)]
     return list(dict.fromkeys(names))
 
 
@@ -169,3 +185,82 @@ def _floats(value: Any) -> dict[str, Any] | None:
     return {"dtype": "float64" if type(value) is float else str(array.dtype), "shape": list(array.shape),
             "values": [x if math.isfinite(x) else "nan" if math.isnan(x) else "inf" if x > 0 else "-inf"
                        for x in flat]}
+
+
+def operands(e: ast.expr) -> list[ast.expr]:
+    """The values `e` compares: the sides of a comparison or of arithmetic between them, down
+    through magnitudes and closeness tests, each a name or a computed value (a call, an
+    attribute, an index); constants are known."""
+    if isinstance(e, ast.Compare):
+        return [x for side in (e.left, *e.comparators) for x in operands(side)]
+    if isinstance(e, ast.BoolOp):
+        return [x for v in e.values for x in operands(v)]
+    if isinstance(e, ast.UnaryOp):
+        return operands(e.operand)
+    if isinstance(e, ast.BinOp):
+        return operands(e.left) + operands(e.right)
+    if isinstance(e, ast.Call) and callee(e) in COMBINING_CALLS:
+        inner = [a for a in e.args if not isinstance(a, ast.Starred)]
+        if isinstance(e.func, ast.Attribute) and not isinstance(e.func.value, ast.Name):
+            inner.insert(0, e.func.value)  # `(a - b).abs().max()`: the receiver
+        return [x for a in inner for x in operands(a)]
+    if isinstance(e, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)):
+        return [e]
+    return []
+
+
+def stops(statement: ast.stmt) -> bool:
+    """A `raise`, or a call of `sys.exit` (`exit`, `quit`, `os._exit`): how an `if` fails a check."""
+    return isinstance(statement, ast.Raise) or (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+                                                and callee(statement.value) in EXIT_CALLS)
+
+
+def callee(call: ast.Call) -> str | None:
+    """The called function's or method's own name."""
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+def operand_text(source: str, node: ast.expr) -> str:
+    """An operand as the source spells it, on one line (cut at MAX_OPERAND_TEXT)."""
+    text = " ".join((ast.get_source_segment(source, node) or ast.unparse(node)).split())
+    return text if len(text) <= MAX_OPERAND_TEXT else text[:MAX_OPERAND_TEXT - 1] + "…"
+
+
+def equated_pairs(source: str, line: int) -> set[frozenset[str]]:
+    """The pairs of operands (`operand_text`) the check at `line` expects to be equal or
+    close: the two sides of ``==``/``!=``, the two arguments of a closeness test or a testing
+    call, the two sides of a difference or a ratio (``abs(t - n) < 1e-5``) — not a measure and
+    its bound (``err < tol``)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    pairs: set[frozenset[str]] = set()
+
+    def pair(a: ast.expr, b: ast.expr) -> None:
+        for x in operands(a):
+            for y in operands(b):
+                pairs.add(frozenset((operand_text(source, x), operand_text(source, y))))
+
+    def walk(e: ast.AST) -> None:
+        for node in ast.walk(e):
+            if isinstance(node, ast.Compare):
+                for left, op, right in zip((node.left, *node.comparators), node.ops, node.comparators, strict=False):
+                    if isinstance(op, (ast.Eq, ast.NotEq)):
+                        pair(left, right)
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Sub, ast.Div)):
+                pair(node.left, node.right)
+            elif isinstance(node, ast.Call) and callee(node) in TESTING_CALLS and len(node.args) >= 2:
+                pair(node.args[0], node.args[1])
+
+    for node in ast.walk(tree):
+        spans = isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno)
+        if isinstance(node, ast.Assert) and spans:
+            walk(node.test)
+        elif isinstance(node, ast.If) and any(stops(s) and s.lineno <= line <= (s.end_lineno or s.lineno)
+                                              for s in node.body):
+            walk(node.test)
+        elif isinstance(node, ast.Expr) and spans and isinstance(node.value, ast.Call):
+            walk(node.value)
+    return pairs

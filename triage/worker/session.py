@@ -31,7 +31,13 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
     from triage.worker import envinfo
     from triage.worker.collapse import DeviceCollapse, install_cuda_shims
-    from triage.worker.expressions import EXPRESSION_HOOK, ExpressionObserver, compile_observing_expressions
+    from triage.worker.expressions import (
+        CHECK_HOOK,
+        EXPRESSION_HOOK,
+        CheckOperands,
+        ExpressionObserver,
+        compile_observing_expressions,
+    )
     from triage.worker.fingerprint import readable_fingerprint, to_numpy
     from triage.worker.modes import ModeStacks
     from triage.worker.observe import (
@@ -96,6 +102,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     module = types.ModuleType("__main__")
     module.__dict__.update(__file__=script, __builtins__=builtins, __cached__=None)
     module.__dict__[EXPRESSION_HOOK] = ExpressionObserver(store)
+    module.__dict__[CHECK_HOOK] = checked = CheckOperands()
     saved_main = sys.modules.get("__main__")
     sys.modules["__main__"] = module
     sys.argv = [script, *job["script_args"]]
@@ -124,7 +131,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
             if exception["claim"]:
                 # The script's own check failing: its values are compared, and the note says so.
                 exit_notes.append(claim_summary(e, exception["line"]))
-                result["check_operands"] = check_operands(e, script, Path(script).read_bytes())
+                result["check_operands"] = check_operands(e, script, Path(script).read_bytes(), checked.values)
     finally:
         hooks.remove()
         roots.remove()
