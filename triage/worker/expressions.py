@@ -34,9 +34,10 @@ import importlib.util
 from types import CodeType
 from typing import Any
 
+import numpy as np
 import torch
 
-from triage.worker.claims import TESTING_CALLS, callee, operand_text, operands, stops
+from triage.worker.claims import FLOAT_SCALARS, TESTING_CALLS, callee, operand_text, operands, stops
 from triage.worker.observe import MAX_TENSORS_PER_CALL, ObservationStore
 
 # The name the hook is bound to in the script's namespace: not one a script would use.
@@ -91,14 +92,16 @@ def wrap_check_operands(tree: ast.Module, source: str) -> ast.Module:
 
 
 class CheckOperands:
-    """The hook: the last value each check operand took, by (check line, source text). A
-    reference only, read where the check fails (worker/claims.py)."""
+    """The hook: the last value each check operand took, by (check line, source text), where
+    it is a float or a NumPy array (worker/claims.py reads it only where the check fails; a
+    tensor, the recording has, is not held on to)."""
 
     def __init__(self) -> None:
         self.values: dict[tuple[int, str], Any] = {}
 
     def __call__(self, value: Any, line: int, text: str) -> Any:
-        self.values[(line, text)] = value
+        if type(value) in FLOAT_SCALARS or type(value) is np.ndarray:
+            self.values[(line, text)] = value
         return value
 
 
