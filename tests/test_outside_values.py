@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.test_ladder import REPRO, arm, fp
-from triage.arms.output import read_result
+from triage.arms.output import read_result, read_values
 from triage.arms.run import _operand
 from triage.classify.ladder import classify
 from triage.compare import compare
@@ -20,13 +20,13 @@ from triage.worker.claims import MAX_OPERAND_ELEMENTS, check_operands
 
 
 # -- the worker: what the failing check read ------------------------------------------------
-def _failed(tmp_path: Path, source: str) -> list[dict]:
+def _failed(tmp_path: Path, source: str, max_bytes: int = 1 << 30) -> list[dict]:
     path = tmp_path / "repro.py"
     path.write_text(textwrap.dedent(source))
     try:
         exec(compile(path.read_bytes(), str(path), "exec"), {"__name__": "__main__"})
     except BaseException as e:  # noqa: BLE001 - the script's check
-        return check_operands(e, str(path), path.read_bytes())
+        return check_operands(e, str(path), path.read_bytes(), max_bytes=max_bytes)
     raise AssertionError("the script did not fail")
 
 
@@ -46,7 +46,7 @@ def test_an_asserts_float_operands_are_kept_and_nothing_else(tmp_path):
     """.replace("MAX", str(MAX_OPERAND_ELEMENTS)))
     assert [(o["name"], o["dtype"], o["shape"]) for o in ops] == [
         ("t", "float64", []), ("n", "float32", []), ("a", "float32", [2, 3])]
-    assert ops[0]["values"] == [1.5] and ops[2]["values"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert ops[0]["values"].tolist() == 1.5 and ops[2]["values"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
 def test_operands_are_read_in_the_helper_that_raised_and_of_a_testing_call(tmp_path):
@@ -58,14 +58,22 @@ def test_operands_are_read_in_the_helper_that_raised_and_of_a_testing_call(tmp_p
         x = 0.1 * 3
         check(x, math.nan)
     """)
-    assert [(o["name"], o["values"]) for o in ops] == [("a", [0.1 * 3]), ("b", ["nan"])]
+    assert [o["name"] for o in ops] == ["a", "b"] and ops[0]["values"] == 0.1 * 3 and math.isnan(ops[1]["values"])
     ops = _failed(tmp_path, """\
         import numpy as np
         t = np.array([1.0, np.inf], dtype=np.float32)
         n = np.array([1.0, 2.0])
         np.testing.assert_allclose(t, n, rtol=1e-7)
     """)
-    assert [(o["name"], o["values"]) for o in ops] == [("t", [1.0, "inf"]), ("n", [1.0, 2.0])]
+    assert [(o["name"], o["values"].tolist()) for o in ops] == [("t", [1.0, math.inf]), ("n", [1.0, 2.0])]
+    # Within the worker's budget: the first array fits 16 bytes, the second no longer does.
+    ops = _failed(tmp_path, """\
+        import numpy as np
+        t = np.array([1.0, 2.0])
+        n = np.array([1.0, 3.0])
+        np.testing.assert_allclose(t, n)
+    """, max_bytes=16)
+    assert [o["name"] for o in ops] == ["t"]
 
 
 def test_the_rewritten_script_keeps_operands_written_in_the_check_itself(tmp_path):
@@ -80,7 +88,7 @@ def test_the_rewritten_script_keeps_operands_written_in_the_check_itself(tmp_pat
              {"__name__": "__main__", CHECK_HOOK: kept, "__triage_observe_expression_statement__": lambda *a: None})
     except AssertionError as e:
         ops = check_operands(e, str(path), path.read_bytes(), kept.values)
-    assert [(o["name"], o["values"]) for o in ops] == [("float(x.sum())", [2.5]), ("sum(x.tolist())", [2.5])]
+    assert [(o["name"], o["values"].tolist()) for o in ops] == [("float(x.sum())", 2.5), ("sum(x.tolist())", 2.5)]
 
 
 @pytest.mark.parametrize("check, pairs", [
@@ -101,17 +109,22 @@ def test_a_check_equates_only_the_sides_it_expects_equal(check, pairs):
 
 def test_the_parent_holds_operands_to_their_schema(tmp_path):
     result = {"status": "raised", "exception": {"type": "AssertionError", "message": "", "line": 4, "claim": True},
-              "check_operands": [{"name": "t", "dtype": "float32", "shape": [2], "values": [1.0, "inf"]}]}
-    path = tmp_path / "result.json"
+              "observables": [], "check_operands": [{"name": "t", "dtype": "float32", "shape": [2]}]}
+    path, npz = tmp_path / "result.json", tmp_path / "values.npz"
     path.write_text(json.dumps(result))
+    np.savez(npz, chk0=np.array([1.0, math.inf]))
     read = read_result(path, script_started=True)
-    held = _operand(read["check_operands"][0])
+    held = _operand(read["check_operands"][0], read_values(npz, read, 1 << 20)["chk0"])
     assert held["value"].shape == (2,) and math.isinf(held["value"][1])
-    assert _operand({"name": "t", "dtype": "float32", "shape": [3], "values": [1.0]}) is None  # does not fill it
-    for bad in ({"name": "t\n@maintainer", "dtype": "float32", "shape": [], "values": [1.0]},
-                {"name": "", "dtype": "float32", "shape": [], "values": [1.0]},
-                {"name": "t", "dtype": "object", "shape": [], "values": [1.0]},
-                {"name": "t", "dtype": "float32", "shape": [], "values": ["1.0"]}):
+    assert _operand(read["check_operands"][0], None) is None  # values.npz did not hold it
+    for values in ({"chk0": np.array([1.0, 2.0, 3.0])}, {"chk0": np.array([1, 2])}, {"chk1": np.array([1.0, 2.0])}):
+        np.savez(npz, **values)
+        with pytest.raises(UntrustedOutput):
+            read_values(npz, read, 1 << 20)
+    for bad in ({"name": "t\n@maintainer", "dtype": "float32", "shape": []},
+                {"name": "", "dtype": "float32", "shape": []},
+                {"name": "t", "dtype": "object", "shape": []},
+                {"name": "t", "dtype": "float32", "shape": [], "values": [1.0]}):
         path.write_text(json.dumps(dict(result, check_operands=[bad])))
         with pytest.raises(UntrustedOutput):
             read_result(path, script_started=True)

@@ -37,23 +37,23 @@ from triage.untrusted import (
     record,
     text,
 )
-from triage.worker.claims import MAX_OPERAND_ELEMENTS, MAX_OPERANDS
+from triage.worker.claims import MAX_OPERANDS, OPERAND_BUDGET_SHARE
 from triage.worker.knob_calls import MATMUL_PRECISIONS, MAX_KNOB_CALLS, MAX_THREADS, SETTERS
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
-from triage.worker.protocol import OBSERVED, REFERENCE, SPREAD_ARRAYS, VALUE_ARRAYS
+from triage.worker.protocol import CHECK_OPERAND, OBSERVED, REFERENCE, SPREAD_ARRAYS, VALUE_ARRAYS
 
 MAX_RESULT_BYTES = 64 << 20  # as large as a report `triage post` accepts, which carries most of it
 # The worker keeps at most 2,000 observables (triage/worker/observe.py); a looser cap here only
 # bounds what the parent reads.
 MAX_OBSERVABLES = 10000
-VALUE_ARRAY = re.compile(rf"({'|'.join(VALUE_ARRAYS)})(0|[1-9][0-9]{{0,5}})")  # a name and an observable index
+VALUE_ARRAY = re.compile(rf"({'|'.join(VALUE_ARRAYS + (CHECK_OPERAND,))})(0|[1-9][0-9]{{0,5}})")  # a name and an index
 
 
 def values_budget(value_budget_bytes: int) -> int:
     """Bytes of values.npz triage reads for an arm given the worker's value budget: the observed
-    values (the budget), their float64 references (up to 4× that, for half precision) and the
-    rounding spreads (the budget again)."""
-    return 6 * value_budget_bytes
+    values (the budget), their float64 references (up to 4× that, for half precision), the
+    rounding spreads (the budget again) and a failing check's operands (a share of it)."""
+    return int((6 + OPERAND_BUDGET_SHARE) * value_budget_bytes)
 
 
 # -- result.json ----------------------------------------------------------------------------
@@ -244,13 +244,15 @@ RESULT = record({
                         "kernels": text(300, nullable=True), "reductions_drawn_whole": integer(0, nullable=True)},
                        closed=True, nullable=True),
     "exception": EXCEPTION,
-    "check_operands": array(record({
-        "name": described("The operand as the script's source spells it: a name (`n`) or an expression "
-                          "(`sum(x.tolist())`).", text(200, pattern=r"[^\r\n]+")),
-        "dtype": one_of("float16", "float32", "float64", "float128", "longdouble"),
-        "shape": array(COUNT, 64),
-        "values": array(either(number(), NONFINITE), MAX_OPERAND_ELEMENTS),
-    }, required=("name", "dtype", "shape", "values"), closed=True), MAX_OPERANDS),
+    "check_operands": described(
+        "The floats the script's failing check compared (worker/claims.py); the values of operand i are "
+        "values.npz's chk<i>.",
+        array(record({
+            "name": described("The operand as the script's source spells it: a name (`n`) or an expression "
+                              "(`sum(x.tolist())`).", text(200, pattern=r"[^\r\n]+")),
+            "dtype": one_of("float16", "float32", "float64", "float128", "longdouble"),
+            "shape": array(COUNT, 64),
+        }, required=("name", "dtype", "shape"), closed=True), MAX_OPERANDS)),
     "exit_note": text(2000, nullable=True),
     "observables": array(OBSERVABLE, MAX_OBSERVABLES),
     "observables_truncated": boolean(),
@@ -341,11 +343,16 @@ def read_values(path: Path, result: dict[str, Any], max_bytes: int) -> dict[str,
     if not os.path.lexists(path):
         return {}
     observables = result.get("observables", [])
-    values = load_npz(path, max_bytes, max_members=(2 + len(SPREAD_ARRAYS)) * max(len(observables), 1),
-                      wanted=VALUE_ARRAY)
+    operands = result.get("check_operands", [])
+    values = load_npz(path, max_bytes, max_members=(2 + len(SPREAD_ARRAYS)) * max(len(observables), 1)
+                      + len(operands), wanted=VALUE_ARRAY)
     for key, value in values.items():
         kind, index = VALUE_ARRAY.fullmatch(key).groups()
         i = int(index)
+        if kind == CHECK_OPERAND:
+            if i >= len(operands) or list(value.shape) != operands[i]["shape"] or value.dtype != np.float64:
+                raise UntrustedOutput(f"{path.name}: {key} is no float64 array of check operand {i}'s shape")
+            continue
         if i >= len(observables):
             raise UntrustedOutput(f"{path.name}: {key} belongs to no observable")
         fp = observables[i]["fingerprint"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
-import math
 import os
 import re
 import sys
@@ -40,7 +39,7 @@ from triage.sandbox.process import IDLE_CPU, MAX_DISK_ENTRIES, MAX_TASKS
 from triage.sandbox.zygote import fork_server
 from triage.settings import RunSettings
 from triage.untrusted import UntrustedOutput, remove_tree
-from triage.worker.protocol import INPUTS_FILE, OBSERVED, REFERENCE, SPREAD_ARRAYS, WORKER_ERROR_STATUS
+from triage.worker.protocol import CHECK_OPERAND, INPUTS_FILE, OBSERVED, REFERENCE, SPREAD_ARRAYS, WORKER_ERROR_STATUS
 
 GiB = 1 << 30
 PROCESS_LIMIT = MAX_TASKS  # processes and threads of one arm at once
@@ -362,14 +361,10 @@ def _crashed_frame(stderr: str) -> str | None:
     return None
 
 
-def _operand(record: dict[str, Any]) -> dict[str, Any] | None:
-    """A check operand as the worker wrote it (checked by `read_result`), its values an array;
-    None where its values do not fill its shape."""
-    values = np.array([float(v) for v in record["values"]], dtype=np.float64)
-    shape = tuple(record["shape"])
-    if math.prod(shape) != values.size:
-        return None
-    return {"name": record["name"], "dtype": record["dtype"], "value": values.reshape(shape)}
+def _operand(record: dict[str, Any], value: np.ndarray | None) -> dict[str, Any] | None:
+    """A check operand as the worker wrote it (`read_result`, `read_values` checked both), with
+    its values; None where values.npz did not hold them."""
+    return None if value is None else {"name": record["name"], "dtype": record["dtype"], "value": value}
 
 
 def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.ndarray]) -> None:
@@ -392,8 +387,8 @@ def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.
     run.compiled_random_ops = result.get("compiled_random_ops", [])
     run.rounding = result.get("rounding")
     run.knob_calls = result.get("knob_calls", [])
-    run.check_operands = [_operand(x) for x in result.get("check_operands", [])]
-    run.check_operands = [x for x in run.check_operands if x is not None]
+    operands = [_operand(x, values.get(f"{CHECK_OPERAND}{i}")) for i, x in enumerate(result.get("check_operands", []))]
+    run.check_operands = [x for x in operands if x is not None]
     if run.status == "unavailable":
         run.failure = result.get("unavailable")
         return

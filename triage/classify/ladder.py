@@ -1483,7 +1483,8 @@ def _outside_agrees(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any]
     ref = np.asarray(o.reference_value, dtype=np.float64)
     apart = np.abs(x["value"] - y["value"])
     i = int(np.nanargmax(np.where(np.isfinite(apart), apart, -1.0)))
-    at = f" (element {i})" if apart.size > 1 else ""
+    sigma = float(np.asarray(o.spread["sig"], dtype=np.float64).reshape(-1)[i])
+    at = f" (element {i}, where that spread is ±{sigma:.2g})" if apart.size > 1 else ""
     rtol, atol = policy.tolerance(j.dtype)
     wider = not _held_in(y["value"], j.dtype)
     advice = ("compute the torch side in float64 (`.double()`) where agreement with a float64 result is what "
@@ -1495,8 +1496,9 @@ def _outside_agrees(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any]
         f"The script's own check fails on `{run.spec}` at line {line}: it compares {sides[0]} with {sides[1]}. "
         f"`{y['name']}` agrees with triage's float64 replay of torch's computation "
         + ("bit for bit" if not gap.any() else f"to within {float(gap.max()):.2g}") + f" — computed by other code, so here the replay is not vouching for its own kernels — and `{x['name']}` is "
-        f"inside its own {j.precision_text} rounding spread around that replay (±{j.sigma or 0:.2g}, "
-        f"p = {j.p or 0:.2f}). The two differ by {float(apart.flat[i]):.3g}{at}: {j.dtype} rounding of one "
+        f"inside its own {j.precision_text} rounding spread around that replay ("
+        + (f"±{sigma:.2g}, " if apart.size == 1 else "") + f"p = {j.p or 0:.2f}). The two differ by "
+        f"{'up to ' if apart.size > 1 else ''}{float(apart.flat[i]):.3g}{at}: {j.dtype} rounding of one "
         f"quantity, and the check asks for closer agreement than {j.dtype} holds. Compare with a tolerance at "
         f"{j.dtype}'s precision (`torch.testing.assert_close` uses rtol {_short(rtol)}, atol {_short(atol)} for "
         f"{j.dtype}); "

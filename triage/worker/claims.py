@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import dis
-import math
 import os
 from collections.abc import Collection
 from types import CodeType, FrameType, TracebackType
@@ -29,10 +28,12 @@ import numpy as np
 
 RAISE_OPCODE = dis.opmap["RAISE_VARARGS"]  # both `raise` and a failing `assert` end in it
 TESTING_HELPERS = ("torch/testing/", "numpy/testing/")
-# A failing check's operands kept for the parent: at most this many names, each at most this
-# many elements (a 256×256 result; larger arrays are left out, not cut).
+# A failing check's operands kept for the parent: at most this many, each at most this many
+# elements (a 2048×2048 result; larger arrays are left out, not cut), within the worker's
+# value budget (OPERAND_BUDGET_SHARE of it, as float64).
 MAX_OPERANDS = 8
-MAX_OPERAND_ELEMENTS = 1 << 16
+MAX_OPERAND_ELEMENTS = 1 << 22
+OPERAND_BUDGET_SHARE = 0.5
 # Calls and methods whose arguments (receiver) are what a check compares, not one operand: a
 # difference's magnitude, its largest element, a closeness test.
 COMBINING_CALLS = {"abs", "fabs", "max", "min", "amax", "amin", "all", "any", "allclose", "isclose", "array_equal"}
@@ -114,15 +115,15 @@ def _filename(tb: TracebackType) -> str:
 
 
 def check_operands(e: BaseException, script: str, source: str | bytes,
-                   kept: dict[tuple[int, str], Any] | None = None) -> list[dict[str, Any]]:
+                   kept: dict[tuple[int, str], Any] | None = None, max_bytes: int = 1 << 62) -> list[dict[str, Any]]:
     """The floating-point numbers the script's failing check compared: the operands of a
     top-level check as the rewritten script kept them (`kept`, by check line and source text:
     worker/expressions.py), and the names the check reads, from the frame it failed in (the
     test of an ``assert`` or of the ``if`` around a ``raise``, or the positional arguments of
     a call such as ``np.testing.assert_allclose(t, n)``). Each as {name (the source text),
-    dtype, shape, values}; values flattened, nonfinite ones as "nan", "inf", "-inf". Only
-    values of the exact float types (`FLOAT_SCALARS`, ``np.ndarray``) are read, so nothing of
-    the script's runs here; tensors are left out (the recording has them)."""
+    dtype, shape, values: a float64 array}, together within `max_bytes`. Only values of the
+    exact float types (`FLOAT_SCALARS`, ``np.ndarray``) are read, so nothing of the script's
+    runs here; tensors are left out (the recording has them)."""
     frame, line = _check_frame(e, script)
     if frame is None or line is None:
         return []
@@ -140,8 +141,10 @@ def check_operands(e: BaseException, script: str, source: str | bytes,
             read.append((name, scope[name]))
     for name, value in read:
         held = _floats(value)
-        if held is not None and all(x["name"] != name for x in found):
-            found.append({"name": name, **held})
+        if held is None or any(x["name"] == name for x in found) or held["values"].nbytes > max_bytes:
+            continue
+        max_bytes -= held["values"].nbytes
+        found.append({"name": name, **held})
         if len(found) == MAX_OPERANDS:
             break
     return found
@@ -173,18 +176,16 @@ def _names_read(tree: ast.AST, line: int) -> list[str]:
 
 
 def _floats(value: Any) -> dict[str, Any] | None:
-    """{dtype, shape, values} of a Python or NumPy float value or float array; None for
-    anything else, or an array over MAX_OPERAND_ELEMENTS."""
+    """{dtype, shape, values (float64)} of a Python or NumPy float value or float array; None
+    for anything else, or an array over MAX_OPERAND_ELEMENTS."""
     if type(value) in FLOAT_SCALARS:
         array = np.asarray(value)
     elif type(value) is np.ndarray and value.dtype.kind == "f" and value.size <= MAX_OPERAND_ELEMENTS:
         array = value
     else:
         return None
-    flat = array.astype(np.float64).reshape(-1).tolist()
     return {"dtype": "float64" if type(value) is float else str(array.dtype), "shape": list(array.shape),
-            "values": [x if math.isfinite(x) else "nan" if math.isnan(x) else "inf" if x > 0 else "-inf"
-                       for x in flat]}
+            "values": np.array(array, dtype=np.float64)}
 
 
 def operands(e: ast.expr) -> list[ast.expr]:

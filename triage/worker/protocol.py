@@ -27,6 +27,9 @@ DIFFERENCE_CLAIMS = (DIFFERENCE_CLAIM,) + RELATIVE_DIFFERENCE_CLAIMS
 OBSERVED, REFERENCE = "obs", "ref"
 SPREAD_ARRAYS = ("sig", "up", "dn", "mu", "sd", "nf", "ct")
 VALUE_ARRAYS = (OBSERVED, REFERENCE) + SPREAD_ARRAYS
+# And one array per operand i of the script's failing check (result.json's `check_operands`),
+# its values as float64: CHECK_OPERAND + str(i).
+CHECK_OPERAND = "chk"
 
 # The fork server (sandbox/zygote.py starts it, worker/zygote.py is it): the modules a job may
 # run as `python -I -m MODULE`, and the module each one runs.

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from triage.worker.claims import check_operands, claim_summary, is_claim
+from triage.worker.claims import OPERAND_BUDGET_SHARE, check_operands, claim_summary, is_claim
 from triage.worker.hooks import ScriptHooks, run_script
 from triage.worker.limits import MAX_CONDITIONING, MAX_LEAVES
 from triage.worker.process import open_file, replace_file, to_json
-from triage.worker.protocol import OBSERVED, REFERENCE, SPREAD_ARRAYS
+from triage.worker.protocol import CHECK_OPERAND, OBSERVED, REFERENCE, SPREAD_ARRAYS
 
 
 def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
     sys.path.insert(0, str(Path(script).parent))
 
     emit({"phase": "script-start"})
-    status, exception, exit_notes, modes_left = "ok", None, [], []
+    status, exception, exit_notes, modes_left, operands = "ok", None, [], [], []
     start = time.monotonic()
     hooks = ScriptHooks()
     hooks.install()
@@ -131,7 +131,8 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
             if exception["claim"]:
                 # The script's own check failing: its values are compared, and the note says so.
                 exit_notes.append(claim_summary(e, exception["line"]))
-                result["check_operands"] = check_operands(e, script, Path(script).read_bytes(), checked.values)
+                operands = check_operands(e, script, Path(script).read_bytes(), checked.values,
+                                          int(OPERAND_BUDGET_SHARE * job["value_budget"]))
     finally:
         hooks.remove()
         roots.remove()
@@ -199,6 +200,10 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
                 "conditioning": len(recording.conditioning) - len(conditioning)}
 
     values = dict(store.values)
+    # The failing check's operands: their values beside the observed ones, their names here.
+    values.update({f"{CHECK_OPERAND}{i}": x.pop("values") for i, x in enumerate(operands)})
+    if operands:
+        result["check_operands"] = operands
     # A value observed again (a call's output, a claim's operand, at exit) is one node and one
     # replayed value: fingerprinted once (a million float64 elements: tens of ms each).
     reference_fingerprints: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
