@@ -196,6 +196,27 @@ def test_an_outside_value_is_weighed_only_as_the_check_equates_it_and_the_source
     assert forged.kind != "expected-rounding" and "@maintainer" not in forged.summary
 
 
+def test_a_named_factor_a_negated_read_back_and_a_definition_are_said():
+    # `t = -(p * p.log2()).sum().item()` against a natural-log entropy: minus torch's value, ln 2 apart.
+    o = _recorded([-3.9], [-3.9], 1e-6)
+    run = arm("cpu", [o], status="raised", leaves=(LEAF,),
+              exception={"type": "AssertionError", "message": "", "line": 6, "claim": True})
+    run.check_operands = [{"name": "t", "dtype": "float64", "value": -np.asarray(o.value, dtype=np.float64)},
+                          {"name": "n", "dtype": "float64", "value": np.array([3.9 * math.log(2)])}]
+    v = classify(Repro(path=REPRO.path, name=REPRO.name, source=SOURCE), compare([run]))
+    assert v.kind == "inconclusive" and "minus torch's" in v.summary, v.summary
+    assert "times exactly ln 2" in v.summary
+    odd = dict(LEAF, fingerprint={"shape": [1001], "dtype": "float32", "sha256": "aa"})
+    for leaf, said in ((LEAF, True), (odd, False)):
+        o = _recorded([0.25], [0.25], 1e-8, node="median_default")
+        run = arm("cpu", [o], status="raised", leaves=(leaf,),
+                  exception={"type": "AssertionError", "message": "", "line": 6, "claim": True})
+        run.check_operands = [{"name": "t", "dtype": "float64", "value": np.array([0.25])},
+                              {"name": "n", "dtype": "float64", "value": np.array([0.2625])}]
+        v = classify(Repro(path=REPRO.path, name=REPRO.name, source=SOURCE), compare([run]))
+        assert v.kind == "inconclusive" and ("lower of the two middle values" in v.summary) == said, v.summary
+
+
 def test_a_recorded_value_outside_its_own_spread_is_not_excused_by_an_outside_value():
     o = _recorded([2.0], [2.5], 1e-7)
     o.rounding["sample_stats"] = [0.5] * 29

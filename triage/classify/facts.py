@@ -287,19 +287,22 @@ def settings_between(run: ArmRun | None, d: Divergence) -> tuple[list[dict[str, 
     return (list(calls.values()), line_a, line_b) if calls else None
 
 
-def recorded_operand(run: ArmRun, value: np.ndarray) -> Observable | None:
-    """The recorded floating value a failing check's operand is (`ArmRun.check_operands`): the
-    last observable holding the same numbers bit for bit (`t = x.sum().item()`, `t = (a @
-    b).numpy()`; the script stopped at the check, so every one was made before it), with a
-    float64 reference and a spread; None for a value the script made outside torch (NumPy,
-    Python arithmetic on read-back numbers)."""
+def recorded_operand(run: ArmRun, value: np.ndarray) -> tuple[Observable, int] | None:
+    """The recorded floating value a failing check's operand is (`ArmRun.check_operands`), and
+    its sign: the last observable holding the same numbers bit for bit (`t = x.sum().item()`,
+    `t = (a @ b).numpy()`), or their negation (`h = -(p * p.log()).sum().item()`: the script
+    stopped at the check, so every observable was made before it), with a float64 reference
+    and a spread; None for a value the script made outside torch (NumPy, Python arithmetic on
+    read-back numbers)."""
     for o in reversed(run.observables):
         if o.value is None or o.reference_value is None or not o.spread:
             continue
         held = np.asarray(o.value)
-        if held.dtype.kind == "f" and held.shape == value.shape \
-                and np.array_equal(held.astype(np.float64), value, equal_nan=True):
-            return o
+        if held.dtype.kind != "f" or held.shape != value.shape:
+            continue
+        for sign in (1, -1):
+            if np.array_equal(sign * held.astype(np.float64), value, equal_nan=True):
+                return o, sign
     return None
 
 

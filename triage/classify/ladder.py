@@ -90,6 +90,7 @@ from triage.model import (
     Verdict,
     compared_runs,
 )
+from triage.numerics.constants import NAMED_CONSTANTS
 from triage.numerics.errors import ulp
 from triage.paths import STEP_VERBS
 from triage.reported import reported_judgement, reported_lines
@@ -1435,13 +1436,14 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
         spelled = " ".join(source.split())
         found = [(x, recorded_operand(run, x["value"])) for x in run.check_operands
                  if "`" not in x["name"] and x["name"] in spelled]
-        outside = [x for x, o in found if o is None]
+        outside = [x for x, held in found if held is None]
         # Only two sides the check expects equal (`t == n`, `abs(t - n) < 1e-5`,
         # `assert_allclose(t, n)`), never a measure and its bound (`err < tol`).
         equated = equated_pairs(source, line)
-        for x, o in found:
-            if o is None or not outside:
+        for x, held in found:
+            if held is None or not outside:
                 continue
+            o, sign = held
             j = judge_observable(run, o)
             ref = np.asarray(o.reference_value, dtype=np.float64)
             sig = np.asarray(o.spread.get("sig"), dtype=np.float64)
@@ -1449,7 +1451,12 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
                 continue
             reach = (SPREAD_MULTIPLE * sig + directed_reach(o.spread, ref.shape)
                      + 2 * policy.unit_roundoff(j.dtype) * np.abs(ref))
+            # Both sides as the recorded value's sign has them (a negated read-back: negated).
+            x = dict(x, value=sign * x["value"])
             for y in outside:
+                # One number against a one-element array (`t.numpy()` of shape (1,) and a float).
+                y = dict(y, value=sign * (y["value"].reshape(ref.shape) if y["value"].size == ref.size == 1
+                                          else y["value"]))
                 other = y["value"]
                 if frozenset((x["name"], y["name"])) not in equated:
                     continue
@@ -1459,19 +1466,23 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
                         or not np.isfinite(other[finite]).all() or not (x["value"] != other)[finite].any():
                     continue
                 gap = np.where(finite, np.abs(other - ref), 0.0)
-                sides = _operand_text(x, o, j, source, line), _operand_text(y, None, j, source, line)
+                sides = _operand_text(x, o, j, source, line, sign), _operand_text(y, None, j, source, line)
                 if (gap <= reach).all():
                     return _outside_agrees(run, line, x, y, o, j, gap, sides)
                 return _outside_differs(run, line, x, y, o, j, gap, reach, sides)
     return None
 
 
-def _operand_text(x: dict[str, Any], o: Observable | None, j: Judgement, source: str, line: int) -> str:
-    """A check operand as the summary names it: torch's value, or one made outside torch."""
+def _operand_text(x: dict[str, Any], o: Observable | None, j: Judgement, source: str, line: int,
+                  sign: int = 1) -> str:
+    """A check operand as the summary names it: torch's value (negated where the script negated
+    it), or one made outside torch."""
     if o is not None:
+        value = (f"torch's {o.shown}" if o.name else f"torch's value read back by {o.label}")
+        value = value if sign > 0 else f"minus {value}"
         if o.shown == f"`{x['name']}`":
-            return f"torch's {o.shown} (line {o.line}, {j.precision_text})"
-        return f"`{x['name']}` (torch's {o.shown}, line {o.line}, {j.precision_text})"
+            return f"{value} (line {o.line}, {j.precision_text})"
+        return f"`{x['name']}` ({value}, line {o.line}, {j.precision_text})"
     at = assigned_at(source, x["name"], line)
     code = code_at(source, at).strip().removeprefix("(").removesuffix(")") if at is not None else ""
     return (f"`{x['name']}`, which the script computes outside torch"
@@ -1516,7 +1527,8 @@ def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any
         beyond = np.where(reach > 0, gap / reach, np.inf)
     i = int(np.argmax(beyond))
     relative = float(gap.flat[i] / abs(ref.flat[i])) if ref.flat[i] else None
-    bessel = _bessel_text(run, o, ref, y["value"], j)
+    bessel = _bessel_text(run, o, ref, y["value"], j) or _factor_text(ref, y["value"], j, y["name"]) \
+        or _definition_text(run, o)
     held = "" if bessel else (f" `{y['name']}` holds only {j.dtype} numbers, so it was computed at {j.dtype} or coarser by code "
             "triage does not replay: its own rounding may account for part of the gap."
             if _held_in(y["value"], j.dtype) else "")
@@ -1552,6 +1564,56 @@ def _held_in(value: np.ndarray, dtype: str) -> bool:
         return False
     with np.errstate(over="ignore"):
         return bool(np.array_equal(finite.astype(narrow).astype(np.float64), finite))
+
+
+def _factor_text(ref: np.ndarray, other: np.ndarray, j: Judgement, name: str) -> str:
+    """Where the outside value is the recorded value's float64 replay times one constant, to
+    the two sides' rounding: that constant, by name where it is one a formula is written with
+    (ln 2 between a log2 and a natural log) or a whole number or its inverse; a ratio of one
+    value to one other is named only then (any two numbers have a ratio)."""
+    both = (ref != 0) & (other != 0) & np.isfinite(ref) & np.isfinite(other)
+    if not both.any():
+        return ""
+    ratios = other[both] / ref[both]
+    r = float(np.median(ratios))
+    tolerance = 8 * policy.unit_roundoff(j.dtype)
+    if abs(r - 1) <= tolerance or not np.allclose(ratios, r, rtol=tolerance, atol=0):
+        return ""
+    named = [(k, c) for k, c in NAMED_CONSTANTS.items()] + [(f"1/({k})" if " " in k else f"1/{k}", 1 / c)
+                                                            for k, c in NAMED_CONSTANTS.items()]
+    named += [(str(n), float(n)) for n in range(2, 65)] + [(f"1/{n}", 1 / n) for n in range(2, 65)]
+    for label, c in named:
+        for value, text in ((c, label), (-c, f"−{label}")):
+            if abs(r - value) <= tolerance * abs(value):
+                return (f" `{name}` is torch's value times exactly {text}"
+                        + (" in every element" if ratios.size > 1 else "")
+                        + ": a constant factor no rounding gives (a logarithm's base, a unit, a normalization, "
+                          "a sign).")
+    if ratios.size < 2:
+        return ""
+    return f" `{name}` is torch's value times {r:.6g} in every element: a constant factor, which no rounding gives."
+
+
+# What torch's op defines otherwise than NumPy's or Python's namesake, by the recorded op: said
+# as a possibility (which function the other side called is the script's, not recorded).
+DEFINITIONS = {
+    "median": "`torch.median` returns the lower of the two middle values of an even count, where `np.median` and "
+              "`statistics.median` average them (`torch.quantile(x, 0.5)` does too)",
+    "nanmedian": "`torch.nanmedian` returns the lower of the two middle values of an even count, where "
+                 "`np.nanmedian` averages them",
+    "fmod": "`torch.fmod` keeps the dividend's sign (C's `fmod`, `np.fmod`), where `np.mod` and Python's `%` keep "
+            "the divisor's, as `torch.remainder` does",
+    "remainder": "`torch.remainder` keeps the divisor's sign (`np.mod`, Python's `%`), where `np.fmod` and "
+                 "`math.fmod` keep the dividend's, as `torch.fmod` does",
+}
+
+
+def _definition_text(run: ArmRun, o: Observable) -> str:
+    op = (o.node or "").rstrip("_").split("_")[0]
+    if op not in DEFINITIONS:
+        return ""
+    even = op.endswith("median") and not any(n % 2 == 0 for n in reduced_counts(run, o))
+    return "" if even else f" Where the other side is NumPy's or Python's namesake: {DEFINITIONS[op]}."
 
 
 # Variances and deviations: torch's default divides by N − 1 (`correction=1`), NumPy's by N.
