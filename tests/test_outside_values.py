@@ -168,6 +168,17 @@ def test_an_outside_value_at_the_float64_value_makes_the_failed_check_rounding()
     assert "bit for bit" in v.summary and "rtol 1.3e-6, atol 1e-5" in v.summary
 
 
+def test_a_slip_a_few_spreads_out_is_not_rounding_unless_the_outside_value_rounds_as_torch_does():
+    # 5σ out: a float64 value computed with a constant short of its digits (0.5772 for Euler's
+    # γ) is no rounding of the float32 one; the same distance in a float32 number NumPy computed
+    # is within what float32 rounding in another order reaches (the directed replays: ±σ).
+    near = 2.0 + 5e-6
+    v = _verdict(_recorded([2.0], [2.0], 1e-6), [near])
+    assert v.kind == "inconclusive" and "not one quantity rounded twice" in v.summary, v.summary
+    v = _verdict(_recorded([2.0], [2.0], 1e-6), [float(np.float32(near))])
+    assert v.kind == "expected-rounding", v.summary
+
+
 def test_an_outside_value_beyond_the_rounding_reach_is_not_decided():
     v = _verdict(_recorded([2.0], [2.0], 1e-7), [1.5])
     assert v.kind == "inconclusive" and "not one quantity rounded twice" in v.summary, v.summary

@@ -1424,7 +1424,7 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
     rounding. Where it lies beyond, the two sides compute different quantities, or torch's
     kernel is wrong in every precision: said, not decided (Bessel's correction named where the
     two variances' ratio is exactly N/(N − 1) for a count the value reduces)."""
-    from triage.audit import SPREAD_MULTIPLE, directed_reach
+    from triage.audit import directed_reach
     from triage.judge import judge_observable
 
     for run in completed:
@@ -1449,8 +1449,7 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
             sig = np.asarray(o.spread.get("sig"), dtype=np.float64)
             if j.status != "judged" or j.zone not in ("inside", "envelope") or sig.shape != ref.shape:
                 continue
-            reach = (SPREAD_MULTIPLE * sig + directed_reach(o.spread, ref.shape)
-                     + 2 * policy.unit_roundoff(j.dtype) * np.abs(ref))
+            rounding = policy.FRAGILE_MARGIN * sig + 2 * policy.unit_roundoff(j.dtype) * np.abs(ref)
             # Both sides as the recorded value's sign has them (a negated read-back: negated).
             x = dict(x, value=sign * x["value"])
             for y in outside:
@@ -1466,6 +1465,11 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
                         or not np.isfinite(other[finite]).all() or not (x["value"] != other)[finite].any():
                     continue
                 gap = np.where(finite, np.abs(other - ref), 0.0)
+                # The same quantity computed wider lies within the torch value's own rounding of
+                # its float64 value (its inputs' rounding at the arm's dtype included); computed
+                # at that dtype by other code (NumPy's float32 sum), within the directed replays'
+                # reach too: its roundings, in its own order, are as large as torch's.
+                reach = rounding + (directed_reach(o.spread, ref.shape) if _held_in(other, j.dtype) else 0.0)
                 sides = _operand_text(x, o, j, source, line, sign), _operand_text(y, None, j, source, line)
                 if (gap <= reach).all():
                     return _outside_agrees(run, line, x, y, o, j, gap, sides)
