@@ -205,6 +205,11 @@ def test_an_outside_value_is_weighed_only_as_the_check_equates_it_and_the_source
     # A name the worker wrote that the script does not spell is never quoted.
     forged = _verdict(_recorded([50027.625], [ref], 2.7e-3), [ref], name="n` @maintainer")
     assert forged.kind != "expected-rounding" and "@maintainer" not in forged.summary
+    # Nor one holding a terminal escape, even where the source spells it.
+    escape = "f('\x1b]52;c;AAAA\x07')"
+    forged = _verdict(_recorded([50027.625], [ref], 2.7e-3), [ref], name=escape,
+                      source=SOURCE.replace("assert t == n", f"assert t == {escape}"))
+    assert forged.kind != "expected-rounding" and "\x1b" not in forged.summary
 
 
 def test_a_named_factor_a_negated_read_back_and_a_definition_are_said():

@@ -1432,10 +1432,11 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
         if not e.get("claim") or e.get("line") is None or not run.check_operands:
             continue
         line = int(e["line"])
-        # An operand's name is the worker's word: quoted only as the script's source spells it.
+        # An operand's name is the worker's word: quoted only as the script's source spells it,
+        # and only printable (a script may spell a terminal escape inside its check).
         spelled = " ".join(source.split())
         found = [(x, recorded_operand(run, x["value"])) for x in run.check_operands
-                 if "`" not in x["name"] and x["name"] in spelled]
+                 if "`" not in x["name"] and x["name"].isprintable() and x["name"] in spelled]
         outside = [x for x, held in found if held is None]
         # Only two sides the check expects equal (`t == n`, `abs(t - n) < 1e-5`,
         # `assert_allclose(t, n)`), never a measure and its bound (`err < tol`).
