@@ -233,6 +233,21 @@ def test_a_named_factor_a_negated_read_back_and_a_definition_are_said():
         assert v.kind == "inconclusive" and ("lower of the two middle values" in v.summary) == said, v.summary
 
 
+def test_one_number_of_a_read_back_list_is_matched_only_where_it_is_one_element():
+    # `t = torch.tensor([16777217.0, 3.0, 1e8 + 1])`, then `for got, want in zip(t.tolist(), values)`.
+    source = ("import torch\nvalues = [16777217.0, 3.0, 100000001.0]\nt = torch.tensor(values)\n"
+              "for got, want in zip(t.tolist(), values):\n    assert got == want\n")
+    for stored, said in (([16777216.0, 3.0, 1e8], True), ([16777216.0, 16777216.0, 1e8], False)):
+        o = _recorded(stored, [16777217.0, 3.0, 100000001.0], 1.0)
+        o.line = 4
+        run = arm("cpu", [o], status="raised", leaves=(LEAF,),
+                  exception={"type": "AssertionError", "message": "", "line": 5, "claim": True})
+        run.check_operands = [{"name": "got", "dtype": "float64", "value": np.array(16777216.0)},
+                              {"name": "want", "dtype": "float64", "value": np.array(16777217.0)}]
+        v = classify(Repro(path=REPRO.path, name=REPRO.name, source=source), compare([run]))
+        assert (v.kind == "expected-rounding" and "element 0" in v.summary) == said, v.summary
+
+
 def test_a_recorded_value_outside_its_own_spread_is_not_excused_by_an_outside_value():
     o = _recorded([2.0], [2.5], 1e-7)
     o.rounding["sample_stats"] = [0.5] * 29

@@ -287,23 +287,39 @@ def settings_between(run: ArmRun | None, d: Divergence) -> tuple[list[dict[str, 
     return (list(calls.values()), line_a, line_b) if calls else None
 
 
-def recorded_operand(run: ArmRun, value: np.ndarray) -> tuple[Observable, int] | None:
-    """The recorded floating value a failing check's operand is (`ArmRun.check_operands`), and
-    its sign: the last observable holding the same numbers bit for bit (`t = x.sum().item()`,
-    `t = (a @ b).numpy()`), or their negation (`h = -(p * p.log()).sum().item()`: the script
-    stopped at the check, so every observable was made before it), with a float64 reference
-    and a spread; None for a value the script made outside torch (NumPy, Python arithmetic on
-    read-back numbers)."""
-    for o in reversed(run.observables):
-        if o.value is None or o.reference_value is None or not o.spread:
-            continue
-        held = np.asarray(o.value)
-        if held.dtype.kind != "f" or held.shape != value.shape:
+def recorded_operand(run: ArmRun, value: np.ndarray) -> tuple[Observable, int, int | None] | None:
+    """The recorded floating value a failing check's operand is (`ArmRun.check_operands`), its
+    sign and, for one number taken from a read-back array, its flat index: the last
+    observable holding the same numbers bit for bit (`t = x.sum().item()`, `t = (a @
+    b).numpy()`), or their negation (`h = -(p * p.log()).sum().item()`); else the one element
+    of one recorded value that equals a number (`for got, want in zip(t.tolist(), values):
+    assert got == want`), where no other element of any recorded value does. The script
+    stopped at the check, so every observable was made before it. Each with a float64
+    reference and a spread; None for a value the script made outside torch (NumPy, Python
+    arithmetic on read-back numbers)."""
+    judged = [o for o in run.observables if o.value is not None and o.reference_value is not None and o.spread
+              and np.asarray(o.value).dtype.kind == "f"]
+    for o in reversed(judged):
+        held = np.asarray(o.value).astype(np.float64)
+        if held.shape != value.shape:
             continue
         for sign in (1, -1):
-            if np.array_equal(sign * held.astype(np.float64), value, equal_nan=True):
-                return o, sign
-    return None
+            if np.array_equal(sign * held, value, equal_nan=True):
+                return o, sign, None
+    if value.shape or not np.isfinite(value):
+        return None
+    # By recorded node (one value read back twice, `.tolist()` and at exit, is one value), the
+    # first observable of it: the read-back the check took its number from.
+    found: dict[str | None, tuple[Observable, int, int]] = {}
+    for o in judged:
+        held = np.asarray(o.value).astype(np.float64).reshape(-1)
+        for sign in (1, -1):
+            at = np.flatnonzero(sign * held == value)
+            if at.size > 1 or (at.size and o.node in found and found[o.node][1:] != (sign, int(at[0]))):
+                return None  # the number appears twice: which element it is, is not known
+            if at.size:
+                found.setdefault(o.node, (o, sign, int(at[0])))
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 def reduced_counts(run: ArmRun, o: Observable) -> set[int]:

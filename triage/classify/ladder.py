@@ -1444,12 +1444,15 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
         for x, held in found:
             if held is None or not outside:
                 continue
-            o, sign = held
+            o, sign, element = held
             j = judge_observable(run, o)
             ref = np.asarray(o.reference_value, dtype=np.float64)
             sig = np.asarray(o.spread.get("sig"), dtype=np.float64)
             if j.status != "judged" or j.zone not in ("inside", "envelope") or sig.shape != ref.shape:
                 continue
+            directed = directed_reach(o.spread, ref.shape)
+            if element is not None:  # one number of the recorded value: its element's figures
+                ref, sig, directed = (a.reshape(-1)[element].reshape(()) for a in (ref, sig, directed))
             rounding = policy.FRAGILE_MARGIN * sig + 2 * policy.unit_roundoff(j.dtype) * np.abs(ref)
             # Both sides as the recorded value's sign has them (a negated read-back: negated).
             x = dict(x, value=sign * x["value"])
@@ -1470,24 +1473,27 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
                 # its float64 value (its inputs' rounding at the arm's dtype included); computed
                 # at that dtype by other code (NumPy's float32 sum), within the directed replays'
                 # reach too: its roundings, in its own order, are as large as torch's.
-                reach = rounding + (directed_reach(o.spread, ref.shape) if _held_in(other, j.dtype) else 0.0)
-                sides = _operand_text(x, o, j, source, line, sign), _operand_text(y, None, j, source, line)
+                reach = rounding + (directed if _held_in(other, j.dtype) else 0.0)
+                sides = (_operand_text(x, o, j, source, line, sign, element),
+                         _operand_text(y, None, j, source, line))
                 if (gap <= reach).all():
-                    return _outside_agrees(run, line, x, y, o, j, gap, sides)
-                return _outside_differs(run, line, x, y, o, j, gap, reach, sides)
+                    return _outside_agrees(run, line, x, y, o, j, ref, sig, gap, sides)
+                return _outside_differs(run, line, x, y, o, j, ref, gap, reach, sides)
     return None
 
 
 def _operand_text(x: dict[str, Any], o: Observable | None, j: Judgement, source: str, line: int,
-                  sign: int = 1) -> str:
+                  sign: int = 1, element: int | None = None) -> str:
     """A check operand as the summary names it: torch's value (negated where the script negated
-    it), or one made outside torch."""
+    it; one element of it), or one made outside torch."""
     if o is not None:
         value = (f"torch's {o.shown}" if o.name else f"torch's value read back by {o.label}")
         value = value if sign > 0 else f"minus {value}"
+        value += f", element {element}" if element is not None else ""
+        where = f"line {o.line}, " if o.line is not None else ""
         if o.shown == f"`{x['name']}`":
-            return f"{value} (line {o.line}, {j.precision_text})"
-        return f"`{x['name']}` ({value}, line {o.line}, {j.precision_text})"
+            return f"{value} ({where}{j.precision_text})"
+        return f"`{x['name']}` ({value}, {where}{j.precision_text})"
     at = assigned_at(source, x["name"], line)
     code = code_at(source, at).strip().removeprefix("(").removesuffix(")") if at is not None else ""
     return (f"`{x['name']}`, which the script computes outside torch"
@@ -1495,13 +1501,17 @@ def _operand_text(x: dict[str, Any], o: Observable | None, j: Judgement, source:
 
 
 def _outside_agrees(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any], o: Observable, j: Judgement,
-                    gap: np.ndarray, sides: tuple[str, str]) -> Verdict:
-    ref = np.asarray(o.reference_value, dtype=np.float64)
+                    ref: np.ndarray, sig: np.ndarray, gap: np.ndarray, sides: tuple[str, str]) -> Verdict:
     apart = np.abs(x["value"] - y["value"])
     i = int(np.nanargmax(np.where(np.isfinite(apart), apart, -1.0)))
-    sigma = float(np.asarray(o.spread["sig"], dtype=np.float64).reshape(-1)[i])
+    sigma = float(sig.reshape(-1)[i])
     at = f" (element {i}, where that spread is ±{sigma:.2g})" if apart.size > 1 else ""
     rtol, atol = policy.tolerance(j.dtype)
+    written = _written_leaves(run, o, "literal_rounding")  # `torch.tensor([16777217.0])` in float32
+    lines = ", ".join(str(w["line"]) for w in written[:3] if w.get("line") is not None)
+    literal = (f" torch's value starts from numbers the script wrote in Python{f' (line {lines})' if lines else ''} "
+               f"that {j.dtype} does not hold exactly: they were rounded by up to "
+               f"{max(w['literal_rounding'] for w in written):.2g} relatively before any op ran." if written else "")
     wider = not _held_in(y["value"], j.dtype) and j.dtype != "float64"
     advice = ("compute the torch side in float64 (`.double()`) where agreement with a float64 result is what "
               "matters" if wider else
@@ -1517,7 +1527,7 @@ def _outside_agrees(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any]
         f"inside its own {j.precision_text} rounding spread around that replay ("
         + (f"±{sigma:.2g}, " if apart.size == 1 else "") + f"p = {j.p or 0:.2f}). The two differ by "
         f"{'up to ' if apart.size > 1 else ''}{float(apart.flat[i]):.3g}{at}: {j.dtype} rounding of one "
-        f"quantity, and the check asks for closer agreement than {j.dtype} holds. Compare with a tolerance at "
+        f"quantity, and the check asks for closer agreement than {j.dtype} holds.{literal} Compare with a tolerance at "
         f"{j.dtype}'s precision (`torch.testing.assert_close` uses rtol {_short(rtol)}, atol {_short(atol)} for "
         f"{j.dtype}); "
         f"{advice}.",
@@ -1528,8 +1538,7 @@ def _outside_agrees(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any]
 
 
 def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any], o: Observable, j: Judgement,
-                     gap: np.ndarray, reach: np.ndarray, sides: tuple[str, str]) -> Verdict:
-    ref = np.asarray(o.reference_value, dtype=np.float64)
+                     ref: np.ndarray, gap: np.ndarray, reach: np.ndarray, sides: tuple[str, str]) -> Verdict:
     with np.errstate(divide="ignore", invalid="ignore"):
         beyond = np.where(reach > 0, gap / reach, np.inf)
     i = int(np.argmax(beyond))
