@@ -292,8 +292,8 @@ def recorded_operand(run: ArmRun, value: np.ndarray) -> tuple[Observable, int, i
     sign and, for one number taken from a read-back array, its flat index: the last
     observable holding the same numbers bit for bit (`t = x.sum().item()`, `t = (a @
     b).numpy()`), or their negation (`h = -(p * p.log()).sum().item()`); else the one element
-    of one recorded value that equals a number (`for got, want in zip(t.tolist(), values):
-    assert got == want`), where no other element of any recorded value does. The script
+    of one read-back value that equals a number (`for got, want in zip(t.tolist(), values):
+    assert got == want`), where no other element of any read-back value does. The script
     stopped at the check, so every observable was made before it. Each with a float64
     reference and a spread; None for a value the script made outside torch (NumPy, Python
     arithmetic on read-back numbers)."""
@@ -311,7 +311,7 @@ def recorded_operand(run: ArmRun, value: np.ndarray) -> tuple[Observable, int, i
     # By recorded node (one value read back twice, `.tolist()` and at exit, is one value), the
     # first observable of it: the read-back the check took its number from.
     found: dict[str | None, tuple[Observable, int, int]] = {}
-    for o in judged:
+    for o in [o for o in judged if o.kind == "readback"]:  # a number the script read back, as it took it
         held = np.asarray(o.value).astype(np.float64).reshape(-1)
         for sign in (1, -1):
             at = np.flatnonzero(sign * held == value)
