@@ -107,6 +107,36 @@ def test_a_check_equates_only_the_sides_it_expects_equal(check, pairs):
     assert found == pairs
 
 
+def test_the_check_at_a_line_is_located_once_for_every_reader():
+    # `check_parts` finds the check the threshold, length and operand readers each read: the
+    # innermost `if` whose own body fails at the line (not an `if` guarding it), its `else`
+    # as what passes, a multi-line assert, a testing call.
+    import ast
+
+    from triage.classify.facts import threshold_checks
+    from triage.worker.claims import _names_read, check_parts, equated_pairs
+
+    source = ("if n > 10:\n"                      # 1: guards the check below, is not it
+              "    if err > 1e-6:\n"              # 2
+              "        assert False, err\n"       # 3: an `if` failing by `assert False`
+              "if torch.allclose(t, n):\n"        # 4
+              "    print('ok')\n"                 # 5
+              "else:\n"                           # 6
+              "    raise SystemExit(gap)\n"       # 7: the `else` fails: the test is what passes
+              "assert (\n"                        # 8
+              "    t == n\n"                      # 9: inside a multi-line assert
+              ")\n"
+              "np.testing.assert_allclose(t, n)\n")  # 11
+    tree = ast.parse(source)
+    assert [(kind, ast.unparse(part)) for kind, part in check_parts(tree, 3)] == [("if", "err > 1e-06"),
+                                                                                  ("assert", "False")]
+    assert threshold_checks(source, 3) == [("err", 1e-6, "<=")]  # not `n <= 10`
+    assert [(kind, ast.unparse(part)) for kind, part in check_parts(tree, 7)] == [("else", "torch.allclose(t, n)")]
+    assert _names_read(tree, 7) == ["t", "n"] and equated_pairs(source, 7) == {frozenset(("t", "n"))}
+    assert [kind for kind, _ in check_parts(tree, 9)] == ["assert"] and equated_pairs(source, 9) == {frozenset(("t", "n"))}
+    assert [kind for kind, _ in check_parts(tree, 11)] == ["call"] and _names_read(tree, 11) == ["t", "n"]
+
+
 def test_the_parent_holds_operands_to_their_schema(tmp_path):
     result = {"status": "raised", "exception": {"type": "AssertionError", "message": "", "line": 4, "claim": True},
               "observables": [], "check_operands": [{"name": "t", "dtype": "float32", "shape": [2]}]}

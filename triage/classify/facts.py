@@ -16,6 +16,7 @@ from triage.model import (
     Divergence,
     Observable,
 )
+from triage.worker.claims import check_parts
 
 
 def torch_of(run: ArmRun) -> str:
@@ -132,11 +133,10 @@ def threshold_checks(source: str, line: int) -> list[tuple[str, float, str]]:
 
 
 def _check_tests(tree: ast.AST, line: int) -> list[tuple[ast.AST, bool]]:
-    """The tests of the script's check at `line`: an assert's there (False), or the `if`'s
-    around a `raise`/`sys.exit` there (True: the `if` names the failure, not what passes)."""
-    tests = [(node.test, False) for node in ast.walk(tree) if isinstance(node, ast.Assert) and node.lineno == line]
-    return tests + [(node.test, True) for node in ast.walk(tree) if isinstance(node, ast.If)
-                    and any(stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno) for stmt in node.body)]
+    """The tests of the script's check at `line` (`check_parts`), each with whether it names
+    the failure (an `if` around a `raise`/`sys.exit`: True) rather than what passes (an
+    assert's, an `if`'s whose `else` fails: False)."""
+    return [(part, kind == "if") for kind, part in check_parts(tree, line) if kind != "call"]
 
 
 def holds(value: float, sense: str, bound: float) -> bool:

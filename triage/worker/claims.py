@@ -159,19 +159,44 @@ def _check_frame(e: BaseException, script: str) -> tuple[FrameType | None, int |
     return frame, line
 
 
-def _names_read(tree: ast.AST, line: int) -> list[str]:
-    """The names the check at `line` compares (`operands`), in source order, each once."""
-    parts: list[ast.AST] = []
+def check_parts(tree: ast.AST, line: int) -> list[tuple[str, ast.AST]]:
+    """The parts of the script's check at `line`, in the tree's order: ("assert", its test)
+    for an ``assert`` spanning the line; ("if", its test) for an ``if`` whose own body fails
+    there (a ``raise``, ``sys.exit``, ``assert False``: the test names the failure, not what
+    passes), ("else", its test) for one whose ``else`` fails there (the test names what
+    passes); ("call", the call) for a call statement spanning it
+    (``np.testing.assert_allclose(t, n)``). Of nested blocks, only the innermost ``if``: an
+    outer one's test guards the check, it is not the check."""
+    parts: list[tuple[str, ast.AST]] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assert) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            parts.append(node.test)
-        elif isinstance(node, ast.If) and any(stops(stmt) and stmt.lineno <= line
-                                              <= (stmt.end_lineno or stmt.lineno) for stmt in node.body):
-            parts.append(node.test)
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
-                and node.lineno <= line <= (node.end_lineno or node.lineno):
-            parts.extend(a for a in node.value.args[:2] if not isinstance(a, ast.Starred))
-    names = [n.id for part in parts for n in operands(part) if isinstance(n, ast.Name)]
+        spans = isinstance(node, ast.stmt) and _spans(node, line)
+        if isinstance(node, ast.Assert) and spans:
+            parts.append(("assert", node.test))
+        elif isinstance(node, ast.If) and spans:
+            for kind, block in (("if", node.body), ("else", node.orelse)):
+                if any(_spans(s, line) and not isinstance(s, BLOCKS) for s in block):
+                    parts.append((kind, node.test))
+        elif isinstance(node, ast.Expr) and spans and isinstance(node.value, ast.Call):
+            parts.append(("call", node.value))
+    return parts
+
+
+# Statements holding other statements: a check fails in a simple statement of an `if`'s own
+# body, not in one of these inside it.
+BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+          ast.AsyncFunctionDef, ast.ClassDef, ast.Match) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+def _spans(statement: ast.stmt, line: int) -> bool:
+    return statement.lineno <= line <= (statement.end_lineno or statement.lineno)
+
+
+def _names_read(tree: ast.AST, line: int) -> list[str]:
+    """The names the check at `line` compares (`operands`), in source order, each once: a
+    test's, or a call's first two arguments."""
+    compared = [a for kind, part in check_parts(tree, line)
+                for a in ([part] if kind != "call" else [a for a in part.args[:2] if not isinstance(a, ast.Starred)])]
+    names = [n.id for part in compared for n in operands(part) if isinstance(n, ast.Name)]
     return list(dict.fromkeys(names))
 
 
@@ -255,13 +280,6 @@ def equated_pairs(source: str, line: int) -> set[frozenset[str]]:
             elif isinstance(node, ast.Call) and callee(node) in TESTING_CALLS and len(node.args) >= 2:
                 pair(node.args[0], node.args[1])
 
-    for node in ast.walk(tree):
-        spans = isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno)
-        if isinstance(node, ast.Assert) and spans:
-            walk(node.test)
-        elif isinstance(node, ast.If) and any(stops(s) and s.lineno <= line <= (s.end_lineno or s.lineno)
-                                              for s in node.body):
-            walk(node.test)
-        elif isinstance(node, ast.Expr) and spans and isinstance(node.value, ast.Call):
-            walk(node.value)
+    for _, part in check_parts(tree, line):
+        walk(part)
     return pairs
