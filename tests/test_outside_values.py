@@ -137,6 +137,19 @@ def test_the_check_at_a_line_is_located_once_for_every_reader():
     assert [kind for kind, _ in check_parts(tree, 11)] == ["call"] and _names_read(tree, 11) == ["t", "n"]
 
 
+def test_a_value_held_in_a_narrower_dtype_is_told_by_its_bits():
+    # Whether an outside value holds only numbers of torch's dtype decides whether the directed
+    # replays' reach counts (`_outside_value`): bfloat16 too, as float32 with 16 low bits zero.
+    from triage.numerics.literals import held_in
+
+    x = np.array([1.0, 1 + 2.0 ** -7, -3.5, np.inf])
+    assert held_in(x, "bfloat16") and held_in(x, "float16") and held_in(x, "float32")
+    assert not held_in(np.array([1 + 2.0 ** -8]), "bfloat16") and held_in(np.array([1 + 2.0 ** -8]), "float16")
+    assert not held_in(np.array([0.1]), "float32") and held_in(np.array([float(np.float32(0.1))]), "float32")
+    assert not held_in(np.array([70000.0]), "float16")  # past float16's range
+    assert not held_in(np.array([np.nan]), "float32") and not held_in(x, "float64")
+
+
 def test_the_parent_holds_operands_to_their_schema(tmp_path):
     result = {"status": "raised", "exception": {"type": "AssertionError", "message": "", "line": 4, "claim": True},
               "observables": [], "check_operands": [{"name": "t", "dtype": "float32", "shape": [2]}]}

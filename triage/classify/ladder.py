@@ -92,6 +92,7 @@ from triage.model import (
 )
 from triage.numerics.constants import NAMED_CONSTANTS
 from triage.numerics.errors import ulp
+from triage.numerics.literals import held_in
 from triage.paths import STEP_VERBS
 from triage.reported import reported_judgement, reported_lines
 from triage.worker.claims import equated_pairs
@@ -1473,7 +1474,7 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
                 # its float64 value (its inputs' rounding at the arm's dtype included); computed
                 # at that dtype by other code (NumPy's float32 sum), within the directed replays'
                 # reach too: its roundings, in its own order, are as large as torch's.
-                reach = rounding + (directed if _held_in(other, j.dtype) else 0.0)
+                reach = rounding + (directed if held_in(other, j.dtype) else 0.0)
                 sides = (_operand_text(x, o, j, source, line, sign, element),
                          _operand_text(y, None, j, source, line))
                 if (gap <= reach).all():
@@ -1512,7 +1513,7 @@ def _outside_agrees(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any]
     literal = (f" torch's value starts from numbers the script wrote in Python{f' (line {lines})' if lines else ''} "
                f"that {j.dtype} does not hold exactly: they were rounded by up to "
                f"{max(w['literal_rounding'] for w in written):.2g} relatively before any op ran." if written else "")
-    wider = not _held_in(y["value"], j.dtype) and j.dtype != "float64"
+    wider = not held_in(y["value"], j.dtype) and j.dtype != "float64"
     advice = ("compute the torch side in float64 (`.double()`) where agreement with a float64 result is what "
               "matters" if wider else
               "two float64 computations of one value, their roundings taken in different orders, differ by this "
@@ -1549,7 +1550,7 @@ def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any
     # sequential float32 cumsum), but not by orders of magnitude.
     held = "" if bessel or float(gap.flat[i]) > HELD_GAP * float(reach.flat[i]) else (f" `{y['name']}` holds only {j.dtype} numbers, so it was computed at {j.dtype} or coarser by code "
             "triage does not replay: its own rounding may account for part of the gap."
-            if _held_in(y["value"], j.dtype) else "")
+            if held_in(y["value"], j.dtype) else "")
     return make_verdict(
         "inconclusive", None, policy.NONE, ["review"],
         f"The script's own check fails on `{run.spec}` at line {line}: it compares {sides[0]} with {sides[1]}. "
@@ -1577,16 +1578,6 @@ def _short(x: float) -> str:
 
 def _first(a: np.ndarray) -> float:
     return float(np.asarray(a, dtype=np.float64).reshape(-1)[0])
-
-
-def _held_in(value: np.ndarray, dtype: str) -> bool:
-    """Every element of `value` is a number of `dtype` (a float32 result read into a float64)."""
-    narrow = {"float32": np.float32, "float16": np.float16}.get(dtype)
-    finite = value[np.isfinite(value)]
-    if narrow is None or not finite.size:
-        return False
-    with np.errstate(over="ignore"):
-        return bool(np.array_equal(finite.astype(narrow).astype(np.float64), finite))
 
 
 def _factor_text(ref: np.ndarray, other: np.ndarray, j: Judgement, name: str) -> str:

@@ -23,6 +23,20 @@ def to_dtype(value: float, dtype: str) -> float:
         return float(FLOATING[dtype](value))
 
 
+def held_in(values: np.ndarray, dtype: str) -> bool:
+    """Every finite element of the float64 array `values` is a number of the narrower `dtype`
+    (a float32 result read into a float64), and there is one; False for a dtype not narrower."""
+    finite = values[np.isfinite(values)]
+    if dtype not in ("float32", "float16", "bfloat16") or not finite.size:
+        return False
+    with np.errstate(over="ignore"):
+        narrow = finite.astype(np.float16 if dtype == "float16" else np.float32)
+    if not np.array_equal(narrow.astype(np.float64), finite):
+        return False
+    # A bfloat16 number is a float32 whose low 16 bits are zero.
+    return dtype != "bfloat16" or not bool((narrow.view(np.uint32) & np.uint32(0xFFFF)).any())
+
+
 def literal(value: float, dtype: str) -> str:
     """The shortest decimal that gives exactly `value` in `dtype`; nonfinite as ``float("inf")``."""
     if not np.isfinite(value):
