@@ -276,6 +276,16 @@ def test_a_named_factor_a_negated_read_back_and_a_definition_are_said():
         assert v.kind == "inconclusive" and ("lower of the two middle values" in v.summary) == said, v.summary
 
 
+def test_a_constant_written_short_of_its_digits_is_named_where_it_can_account_for_the_gap():
+    source = SOURCE.replace("n = other()", "n = other(0.7978)")  # √(2/π) is 0.79788456…, 1.1e-4 short
+    near = _verdict(_recorded([1.0], [1.0], 1e-7), [1.0 + 1.2e-4], source=source)
+    assert near.kind == "inconclusive" and "line 5 writes 0.7978 where √(2/π) is 0.7978845608" in near.summary
+    # Not where the gap is far past what that shortfall moves, nor for the constant in full.
+    assert "short of its digits" not in _verdict(_recorded([1.0], [1.0], 1e-7), [1.05], source=source).summary
+    full = SOURCE.replace("n = other()", "n = other(0.7978845608028654)")
+    assert "short of its digits" not in _verdict(_recorded([1.0], [1.0], 1e-7), [1.0 + 1.2e-4], source=full).summary
+
+
 def test_one_number_of_a_read_back_list_is_matched_only_where_it_is_one_element():
     # `t = torch.tensor([16777217.0, 3.0, 1e8 + 1])`, then `for got, want in zip(t.tolist(), values)`.
     source = ("import torch\nvalues = [16777217.0, 3.0, 100000001.0]\nt = torch.tensor(values)\n"

@@ -7,6 +7,7 @@ verdict is then audited against the raw evidence (triage/audit.py).
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import re
@@ -90,7 +91,7 @@ from triage.model import (
     Verdict,
     compared_runs,
 )
-from triage.numerics.constants import NAMED_CONSTANTS
+from triage.numerics.constants import NAMED_CONSTANTS, NEAR_NAMED
 from triage.numerics.errors import ulp
 from triage.numerics.literals import held_in
 from triage.paths import STEP_VERBS
@@ -1479,7 +1480,7 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
                          _operand_text(y, None, j, source, line))
                 if (gap <= reach).all():
                     return _outside_agrees(run, line, x, y, o, j, ref, sig, gap, sides)
-                return _outside_differs(run, line, x, y, o, j, ref, gap, reach, sides)
+                return _outside_differs(run, line, x, y, o, j, ref, gap, reach, sides, source)
     return None
 
 
@@ -1539,13 +1540,14 @@ def _outside_agrees(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any]
 
 
 def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any], o: Observable, j: Judgement,
-                     ref: np.ndarray, gap: np.ndarray, reach: np.ndarray, sides: tuple[str, str]) -> Verdict:
+                     ref: np.ndarray, gap: np.ndarray, reach: np.ndarray, sides: tuple[str, str], source: str
+                     ) -> Verdict:
     with np.errstate(divide="ignore", invalid="ignore"):
         beyond = np.where(reach > 0, gap / reach, np.inf)
     i = int(np.argmax(beyond))
     relative = float(gap.flat[i] / abs(ref.flat[i])) if ref.flat[i] else None
     bessel = _bessel_text(run, o, ref, y["value"], j) or _factor_text(ref, y["value"], j, y["name"]) \
-        or _definition_text(run, o)
+        or _definition_text(run, o) or _short_constant_text(source, relative)
     # Another order of the same float32 roundings reaches further than torch's replays (NumPy's
     # sequential float32 cumsum), but not by orders of magnitude.
     held = "" if bessel or float(gap.flat[i]) > HELD_GAP * float(reach.flat[i]) else (f" `{y['name']}` holds only {j.dtype} numbers, so it was computed at {j.dtype} or coarser by code "
@@ -1606,6 +1608,37 @@ def _factor_text(ref: np.ndarray, other: np.ndarray, j: Judgement, name: str) ->
     if ratios.size < 2:
         return ""
     return f" `{name}` is torch's value times {r:.6g} in every element: a constant factor, which no rounding gives."
+
+
+def _short_constant_text(source: str, relative: float | None) -> str:
+    """The floats the script writes that are a named constant short of its digits (0.7978 for
+    √(2/π)), where the two sides differ, relative, by no more than SHORT_CONSTANT_REACH times
+    that shortfall: said as a possibility (which side computes with it is the script's)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ""
+    if relative is None:
+        return ""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or type(node.value) is not float or not node.value:
+            continue
+        for label, c in NAMED_CONSTANTS.items():
+            short = abs(abs(node.value) - c) / c
+            if 0 < short <= NEAR_NAMED and relative <= SHORT_CONSTANT_REACH * short:
+                text = ast.get_source_segment(source, node) or repr(node.value)
+                found.append(f"line {node.lineno} writes {text} where {label} is {c:.10g}…, {short:.2g} short "
+                             "(relative)")
+    if not found:
+        return ""
+    return (f" Possibly a constant written short of its digits: {'; '.join(found[:2])} — a side computed with it "
+            "moves by about as much, which no rounding undoes.")
+
+
+# How far past a short constant's own relative shortfall the two sides' relative difference may
+# be for that constant to be named as a possible cause (a formula may amplify it some).
+SHORT_CONSTANT_REACH = 10
 
 
 # What torch's op defines otherwise than NumPy's or Python's namesake, by the recorded op: said

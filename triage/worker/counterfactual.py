@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from triage.numerics.constants import NAMED_CONSTANTS
+from triage.numerics.constants import NAMED_CONSTANTS, NEAR_NAMED
 from triage.worker.reference import cone, replay_fp64
 
 # Changed, a side agrees with the other where every element is within this relative distance
@@ -55,8 +55,6 @@ INPUT_ROUNDINGS = 8
 # Two claimed-equal values whose float64 values are further apart than this are different
 # functions, and worth a search (a constant off in its sixth digit moves a GELU by 1e-6).
 APART_RTOL = 1e-10
-# A written constant within this relative distance of a named one is read as that one, short.
-NEAR_NAMED = 1e-3
 BUDGET_S = 0.5
 MAX_CANDIDATES = 64
 # Reductions' `dim` candidates: the dimensions of a value of at most this rank.
