@@ -286,6 +286,18 @@ def test_a_constant_written_short_of_its_digits_is_named_where_it_can_account_fo
     assert "short of its digits" not in _verdict(_recorded([1.0], [1.0], 1e-7), [1.0 + 1.2e-4], source=full).summary
 
 
+def test_a_composite_ops_definition_is_found_by_the_call_on_torchs_line():
+    # `torch.quantile` is recorded by the ops it is made of (no node is named for it): the call
+    # on torch's value's line names it, and the argument choosing another method is quoted.
+    source = SOURCE.replace("t = x.var().item()", 't = torch.quantile(x, 0.9, interpolation="nearest").item()')
+    v = _verdict(_recorded([2.0], [2.0], 1e-7, node="squeeze_dim"), [2.5], source=source)
+    assert v.kind == "inconclusive", v.summary
+    assert 'Torch\'s side passes `interpolation="nearest"` (line 4)' in v.summary and "`np.percentile`" in v.summary
+    plain = _verdict(_recorded([2.0], [2.0], 1e-7, node="squeeze_dim"), [2.5],
+                     source=SOURCE.replace("t = x.var().item()", "t = torch.quantile(x, 0.9).item()"))
+    assert "`np.percentile`" in plain.summary and "passes" not in plain.summary
+
+
 def test_one_number_of_a_read_back_list_is_matched_only_where_it_is_one_element():
     # `t = torch.tensor([16777217.0, 3.0, 1e8 + 1])`, then `for got, want in zip(t.tolist(), values)`.
     source = ("import torch\nvalues = [16777217.0, 3.0, 100000001.0]\nt = torch.tensor(values)\n"

@@ -96,7 +96,7 @@ from triage.numerics.errors import ulp
 from triage.numerics.literals import held_in
 from triage.paths import STEP_VERBS
 from triage.reported import reported_judgement, reported_lines
-from triage.worker.claims import equated_pairs
+from triage.worker.claims import BLOCKS, callee, equated_pairs
 
 # A fingerprint's counts of non-finite elements.
 NONFINITE_COUNTS = ("nan", "posinf", "neginf")
@@ -1547,7 +1547,7 @@ def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any
     i = int(np.argmax(beyond))
     relative = float(gap.flat[i] / abs(ref.flat[i])) if ref.flat[i] else None
     bessel = _bessel_text(run, o, ref, y["value"], j) or _factor_text(ref, y["value"], j, y["name"]) \
-        or _definition_text(run, o) or _short_constant_text(source, relative)
+        or _definition_text(run, o, source) or _short_constant_text(source, relative)
     # Another order of the same float32 roundings reaches further than torch's replays (NumPy's
     # sequential float32 cumsum), but not by orders of magnitude.
     held = "" if bessel or float(gap.flat[i]) > HELD_GAP * float(reach.flat[i]) else (f" `{y['name']}` holds only {j.dtype} numbers, so it was computed at {j.dtype} or coarser by code "
@@ -1652,15 +1652,50 @@ DEFINITIONS = {
             "the divisor's, as `torch.remainder` does",
     "remainder": "`torch.remainder` keeps the divisor's sign (`np.mod`, Python's `%`), where `np.fmod` and "
                  "`math.fmod` keep the dividend's, as `torch.fmod` does",
+    "quantile": "`torch.quantile` takes q in [0, 1] (`np.percentile` takes it in [0, 100]) and picks between the two "
+                "nearest values as its `interpolation` argument says (linear by default, as NumPy's `method`): another "
+                "q or another method selects another value",
+    "nanquantile": "`torch.nanquantile` takes q in [0, 1] (`np.nanpercentile` takes it in [0, 100]) and picks "
+                   "between the two nearest values as its `interpolation` argument says (linear by default, as "
+                   "NumPy's `method`): another q or another method selects another value",
 }
 
 
-def _definition_text(run: ArmRun, o: Observable) -> str:
-    op = (o.node or "").rstrip("_").split("_")[0]
-    if op not in DEFINITIONS:
+def _definition_text(run: ArmRun, o: Observable, source: str) -> str:
+    """What torch's op defines otherwise than the namesake the other side may have called: the
+    op by its recorded node, or a call the script makes on torch's value's line (a composite
+    op such as `quantile` is recorded by the ops it is made of); with the argument that picks
+    the other definition where the script passes one (`interpolation="nearest"`)."""
+    ops = {(o.node or "").rstrip("_").split("_")[0]}
+    calls = _calls_at(source, o.line)
+    ops |= {callee(c) for c in calls}
+    op = next((name for name in DEFINITIONS if name in ops), None)
+    if op is None:
         return ""
     even = op.endswith("median") and not any(n % 2 == 0 for n in reduced_counts(run, o))
-    return "" if even else f" Where the other side is NumPy's or Python's namesake: {DEFINITIONS[op]}."
+    if even:
+        return ""
+    chosen = [f"`{k.arg}={ast.get_source_segment(source, k.value) or ast.unparse(k.value)}`"
+              for c in calls if callee(c) == op for k in c.keywords
+              if k.arg in DEFINING_ARGUMENTS and isinstance(k.value, ast.Constant)
+              and k.value.value != DEFINING_ARGUMENTS[k.arg]]
+    passed = f" Torch's side passes {chosen[0]} (line {o.line})." if chosen else ""
+    return f"{passed} Where the other side is NumPy's or Python's namesake: {DEFINITIONS[op]}."
+
+
+# Arguments that choose another definition than NumPy's default, with torch's default.
+DEFINING_ARGUMENTS = {"interpolation": "linear"}
+
+
+def _calls_at(source: str, line: int | None) -> list[ast.Call]:
+    """The calls of the statement at `line`."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return [c for node in ast.walk(tree) if isinstance(node, ast.stmt) and not isinstance(node, BLOCKS)
+            and line is not None and node.lineno <= line <= (node.end_lineno or node.lineno)
+            for c in ast.walk(node) if isinstance(c, ast.Call)]
 
 
 # Variances and deviations: torch's default divides by N − 1 (`correction=1`), NumPy's by N.
