@@ -1546,11 +1546,11 @@ def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any
         beyond = np.where(reach > 0, gap / reach, np.inf)
     i = int(np.argmax(beyond))
     relative = float(gap.flat[i] / abs(ref.flat[i])) if ref.flat[i] else None
-    bessel = _bessel_text(run, o, ref, y["value"], j) or _factor_text(ref, y["value"], j, y["name"]) \
-        or _definition_text(run, o, source) or _short_constant_text(source, relative)
+    explained = _bessel_text(run, o, ref, y["value"], j) or _factor_text(ref, y["value"], j, y["name"]) \
+        or _definition_text(run, o, source) + _short_constant_text(source, relative)
     # Another order of the same float32 roundings reaches further than torch's replays (NumPy's
     # sequential float32 cumsum), but not by orders of magnitude.
-    held = "" if bessel or float(gap.flat[i]) > HELD_GAP * float(reach.flat[i]) else (f" `{y['name']}` holds only {j.dtype} numbers, so it was computed at {j.dtype} or coarser by code "
+    held = "" if explained or float(gap.flat[i]) > HELD_GAP * float(reach.flat[i]) else (f" `{y['name']}` holds only {j.dtype} numbers, so it was computed at {j.dtype} or coarser by code "
             "triage does not replay: its own rounding may account for part of the gap."
             if held_in(y["value"], j.dtype) else "")
     return make_verdict(
@@ -1562,7 +1562,7 @@ def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any
         + f", where rounding of this computation at {j.dtype} reaches ±{float(reach.flat[i]):.2g}: not one quantity "
         "rounded twice. Either the two sides compute different things, or torch's kernel is wrong in every "
         "precision — the float64 replay runs the same kernels, so it cannot tell which; a maintainer should check "
-        f"what `{y['name']}` computes.{bessel}{held}",
+        f"what `{y['name']}` computes.{explained}{held}",
         [f"`{run.spec}` {o.shown} (line {o.line}): {summarize(o.fingerprint)}; rounding spread ±{j.sigma or 0:.3g} "
          f"at {j.precision_text} ({j.samples} samples)",
          f"`{y['name']}` (outside torch): {float(gap.flat[i]):.3g} from the float64 replay at element {i}"])
@@ -1641,8 +1641,9 @@ def _short_constant_text(source: str, relative: float | None) -> str:
 SHORT_CONSTANT_REACH = 10
 
 
-# What torch's op defines otherwise than NumPy's or Python's namesake, by the recorded op: said
-# as a possibility (which function the other side called is the script's, not recorded).
+# What torch's op defines otherwise than NumPy's or Python's namesake, or than the formula a
+# reference is often written with, by the recorded op or the call on torch's value's line: said
+# as a possibility (what the other side computes is the script's, not recorded).
 DEFINITIONS = {
     "median": "`torch.median` returns the lower of the two middle values of an even count, where `np.median` and "
               "`statistics.median` average them (`torch.quantile(x, 0.5)` does too)",
@@ -1658,6 +1659,20 @@ DEFINITIONS = {
     "nanquantile": "`torch.nanquantile` takes q in [0, 1] (`np.nanpercentile` takes it in [0, 100]) and picks "
                    "between the two nearest values as its `interpolation` argument says (linear by default, as "
                    "NumPy's `method`): another q or another method selects another value",
+    "var": "`torch.var` divides by N − 1 by default (`correction=1`), where `np.var` divides by N (`ddof=0`)",
+    "std": "`torch.std` divides by N − 1 by default (`correction=1`), where `np.std` divides by N (`ddof=0`)",
+    "gelu": "`F.gelu` is the exact x·Φ(x), with erf, by default (`approximate=\"none\"`); the tanh formula "
+            "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) is `approximate=\"tanh\"`, a different function",
+    "layer_norm": "`F.layer_norm` divides by √(var + eps) with the variance over the normalized dimensions divided by "
+                  "N (biased, as `np.var`), where a hand-written one may divide by `std + eps` or use an unbiased "
+                  "variance",
+    "kl_div": "`F.kl_div(input, target)` takes `input` as log-probabilities and computes Σ target·(log target − "
+              "input), the divergence of `exp(input)` from `target`; its default `reduction=\"mean\"` averages over "
+              "every element, where the divergence per sample is `reduction=\"batchmean\"`",
+    "histc": "`torch.histc` counts into 100 equal bins by default over [min, max] (the data's range where both are "
+             "0), ignoring values outside it, where `np.histogram` defaults to 10 bins",
+    "interpolate": "`F.interpolate` places samples by `align_corners=False` and does not antialias by default, where "
+                   "other libraries (OpenCV, PIL, SciPy) may align corners or antialias when they resize",
 }
 
 
@@ -1680,11 +1695,12 @@ def _definition_text(run: ArmRun, o: Observable, source: str) -> str:
               if k.arg in DEFINING_ARGUMENTS and isinstance(k.value, ast.Constant)
               and k.value.value != DEFINING_ARGUMENTS[k.arg]]
     passed = f" Torch's side passes {chosen[0]} (line {o.line})." if chosen else ""
-    return f"{passed} Where the other side is NumPy's or Python's namesake: {DEFINITIONS[op]}."
+    return f"{passed} A possible difference of definition: {DEFINITIONS[op]}."
 
 
 # Arguments that choose another definition than NumPy's default, with torch's default.
-DEFINING_ARGUMENTS = {"interpolation": "linear"}
+DEFINING_ARGUMENTS = {"interpolation": "linear", "approximate": "none", "correction": 1, "unbiased": True,
+                      "reduction": "mean", "align_corners": False}
 
 
 def _calls_at(source: str, line: int | None) -> list[ast.Call]:
