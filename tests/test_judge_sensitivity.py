@@ -209,3 +209,50 @@ def test_a_fourier_transform_errs_in_norm_not_per_element():
 def test_an_average_pool_of_cancelling_terms_keeps_its_neighbours_error():
     x = torch.randn(1, 2, 6, 6, 6, generator=torch.Generator().manual_seed(5))
     assert _judged(lambda t: torch.nn.functional.avg_pool3d(t, 3, stride=1), x).zone == "inside"
+
+
+def _lane_softmax_sum(logits: torch.Tensor, lanes: int) -> float:
+    """Σ softmax(logits) as the CPU kernels compute it, emulated in NumPy float32 (so the same on
+    any host): correctly rounded exponentials, their sum in `lanes` lanes each added in order
+    (`vec::reduce_all`), the reciprocal, the products; their sum in double, rounded to float32
+    (float32 `cumsum`'s last entry)."""
+    x = logits.double().numpy()
+    e = np.exp(x - x.max()).astype(np.float32)
+    acc = np.add.reduce(e[: len(e) // lanes * lanes].reshape(-1, lanes), axis=0, dtype=np.float32)
+    for j, t in enumerate(e[len(e) // lanes * lanes:]):
+        acc[j] += t
+    while len(acc) > 1:
+        acc = acc[0::2] + acc[1::2]
+    p = e * (np.float32(1) / acc[0])
+    return float(np.float32(p.astype(np.float64).sum()))
+
+
+def test_a_fused_sum_that_drops_its_small_terms_is_rounding(monkeypatch):
+    # A softmax over 50,000 logits of standard deviation 3: the kernel's 8-lane float32 sum of
+    # the exponentials drops each small term a lane has outgrown and lands ~27 u low, so the
+    # probabilities' cumulative sum ends at ~1 + 27 u — rounding of this computation, which the
+    # zero-mean walk alone (σ ≈ 10 u) put outside its spread (a new user's CDF, a correct kernel
+    # as `likely-bug`).
+    from triage.worker import rounding
+
+    logits = torch.randn(50_000, generator=torch.Generator().manual_seed(0)) * 3
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with torch.no_grad(), recorder:
+        out = torch.cumsum(torch.softmax(logits, 0), 0)[-1]  # a CDF's last entry: the cumsum adds in double
+    recording = recorder.finish()
+    node = recorder.lookup(out)
+    reference = replay_fp64(recording.graph, {node.name}, 60).values[node.name]
+
+    def judged(value: float):
+        sim = simulate_rounding(recording.graph, {node.name: reference}, SimulationOptions(samples=29),
+                                {node.name: torch.float32}, {node.name: torch.tensor(value, dtype=torch.float64)})
+        spread = RoundingSpread.of_simulation(sim.spreads[node.name], reference.numpy(), "float32")
+        return judge_value(np.float64(value), spread, "cpu", 0, "out", None)
+
+    u = 2.0 ** -24
+    eight, sixteen = _lane_softmax_sum(logits, 8), _lane_softmax_sum(logits, 16)
+    assert (eight - 1) / u > 20 and (sixteen - 1) / u > 5  # the lanes' bias, more with fewer lanes
+    assert judged(eight).zone == "inside" and judged(sixteen).zone == "inside"
+    assert judged(1 + 120 * u).zone == "outside"  # not any distance: past the bias and the walk
+    monkeypatch.setattr(rounding, "lane_stagnation", lambda *a: None)
+    assert judged(eight).zone != "inside"
