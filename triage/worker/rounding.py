@@ -2611,8 +2611,9 @@ class RoundingMode(TriageDispatchMode):
     def _accumulate(self, call: int, name: str, func: Any, args: tuple, kwargs: dict, out: torch.Tensor,
                     out_vd: list) -> torch.Tensor:
         """The rounding inside a reduction or contraction: n roundings, modelled as one
-        random walk over a sequential order (σ per output element), or for directed replays a
-        pairwise worst case, ⌈log2 n⌉·u·Σ|t|."""
+        random walk over a sequential order (σ per output element; inside a fused kernel,
+        with part of its lanes' round-to-nearest bias, `lane_stagnation`), or for directed
+        replays a pairwise worst case, ⌈log2 n⌉·u·Σ|t|."""
         d = out_vd[0] if out_vd else torch.float32
         d = COMPLEX_PARTS.get(d, d)  # a complex value accumulates each part in its parts' dtype
         # fp16/bf16 reductions and GEMMs accumulate in fp32, except where the table measured the
