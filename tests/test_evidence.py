@@ -219,3 +219,42 @@ def test_an_exact_equality_fails_by_rounding_only_against_the_true_answer(triage
     assert (v["kind"], v["expected"]) == ("expected-rounding", True), v["summary"]
     assert "`x.item()` with the literal 0.3 using `==`" in v["summary"]
     assert "line 4" in v["summary"] and "isclose" in v["summary"]
+
+
+def test_a_second_side_that_starts_from_what_the_first_left_is_a_testing_method_problem(triage, tmp_path):
+    # A training step between two calls of one model: the second output is computed from the
+    # first (through the loss, backward and the optimizer's step), not from the same weights.
+    stepped = write(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 8)
+        before = model(x)
+        before.pow(2).sum().backward()
+        opt.step()
+        after = model(x)
+        torch.testing.assert_close(after, before)
+    """)
+    report, v = judged(triage, stepped)
+    assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
+    assert "`after` is computed from `before`" in v["summary"] and "lines 7, 8" in v["summary"], v["summary"]
+    # A function that writes its argument in place, called for each side on one tensor; the
+    # two arms differ besides (by the thread count, on purpose), within float32's tolerance:
+    # the check failing on both arms is what the script reports, not that difference.
+    written = write(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        def prepare(img):
+            img.sub_(0.5)
+            img.mul_(2.0)
+            return torch.clamp(img, -1, 1).mean(dim=1) + 1e-6 * torch.get_num_threads()
+        x = torch.rand(4, 64)
+        ref = prepare(x)
+        res = prepare(x)
+        torch.testing.assert_close(res, ref)
+    """)
+    code, report, _, out = triage(written, "cpu,cpu/threads=1", "--no-minimize", "--no-ablate")
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
+    assert "`sub_` (line 4) writes its input in place" in v["summary"] and "`x.clone()`" in v["summary"]

@@ -363,3 +363,38 @@ def test_the_same_ops_on_a_copy_in_another_memory_format_name_the_layout(tmp_pat
     assert ("Both sides run the same ops (`aten.convolution.default`), but one side's inputs come through a copy into "
             "torch.channels_last memory format (`aten._to_copy.default` at line 12)") in hints[-1], hints
     assert not any("memory format" in h for h in part_ways(graph, "y", "y_s")["hints"])
+
+
+def test_a_side_that_starts_from_what_the_other_left_is_found(tmp_path):
+    """`paths.carried_state`: the second of two compared values computed from the first (a
+    training step between two calls of a model), or from a tensor the same in-place code wrote
+    for each side (a function that writes its argument, called twice on one tensor)."""
+    from triage.paths import carried_state
+
+    leaf = {"name": "x", "op": "leaf", "line": 3, "dtype": "float32", "kind": "random"}
+    w = {"name": "w", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"}
+    # y1 = x @ w; w -= 0.1 * (y1 summed); y2 = x @ w
+    step = [call("y1", "aten.mm.default", [{"node": "x"}, {"node": "w"}], 5),
+            call("g", "aten.sum.default", [{"node": "y1"}], 6),
+            call("upd", "aten.sub_.Tensor", [{"node": "w"}, {"node": "g"}], 7),
+            call("y2", "aten.mm.default", [{"node": "x"}, {"node": "upd"}], 9)]
+    graph = _graph(tmp_path, [leaf, w] + step)
+    assert carried_state(graph, "y1", "y2") == {"later": "b", "via": "value", "lines": [6, 7], "op": None}
+    assert carried_state(graph, "y2", "y1")["later"] == "a"
+    # f(x) writes x in place (line 4) and is called for each side: the second reads the first's writes.
+    twice = []
+    for k, read in ((1, "x"), (2, "m1")):
+        twice += [call(f"s{k}", "aten.sub_.Tensor", [{"node": read}, 0.5], 4),
+                  call(f"m{k}", "aten.mul_.Tensor", [{"node": f"s{k}"}, 2.0], 5),
+                  call(f"r{k}", "aten.mean.default", [{"node": f"m{k}"}], 6)]
+    graph = _graph(tmp_path, [leaf] + twice)
+    assert carried_state(graph, "r1", "r2") == {"later": "b", "via": "in-place", "lines": [4], "op": "sub_"}
+    # Not one shared in-place preparation both sides read, then each computing its own way.
+    shared = [call("s", "aten.mul_.Tensor", [{"node": "x"}, 2.0], 3),
+              call("a", "aten.exp.default", [{"node": "s"}], 5),
+              call("b", "aten.sub_.Tensor", [{"node": "s"}, 1.0], 6),
+              call("bb", "aten.exp.default", [{"node": "b"}], 6)]
+    assert carried_state(_graph(tmp_path, [leaf] + shared), "a", "bb") is None
+    # Nor two computations from one unchanged input.
+    apart = [call("a", "aten.exp.default", [{"node": "x"}], 5), call("b", "aten.exp.default", [{"node": "x"}], 6)]
+    assert carried_state(_graph(tmp_path, [leaf] + apart), "a", "b") is None

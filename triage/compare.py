@@ -92,7 +92,12 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
     judged = ordered[:MAX_JUDGED]
     for d in judged:
         d.judgements = _judgements(completed, d)
-    headline = min(range(len(judged)), key=lambda i: _headline_rank(judged[i], i)) if judged else None
+    # A check of the script's that fails on every arm is what it reports, whatever the arms
+    # differ by besides (an eager-only arm fails it too: the arms' difference is not its cause).
+    failing = [{(x["line"], x["how"]) for x in claims if x["arm"] == run.spec and x["holds"] is False}
+               for run in completed]
+    everywhere = set.intersection(*failing) if len(completed) >= 2 else set()
+    headline = min(range(len(judged)), key=lambda i: _headline_rank(judged[i], i, everywhere)) if judged else None
     if headline is not None and judged[headline].source == "claim" and judged[headline].how != "repeat":
         # The script compares two calls of one module on one input: the pair of calls knows why
         # they differ (the module's mode, its state, a setting), the comparison does not.
@@ -174,12 +179,14 @@ KIND_RANK = {"claim": 0, "readback": 1, "call": 2, "final": 3}
 MAX_JUDGED = 16
 
 
-def _headline_rank(d: Divergence, order: int) -> tuple:
+def _headline_rank(d: Divergence, order: int, failing_everywhere: set[tuple[int | None, str | None]]) -> tuple:
     """A value outside its own rounding spread is never hidden behind one inside it, nor one
     outside a spread with digits behind one outside a spread without (the script's own error
     measure, `(eager - compiled).abs().max()`, is a computational zero on the eager arm's
-    replay), nor a floating value behind a boolean or integer; among equals, the one the
-    script's own check or printed output is about, then program order."""
+    replay); then a check of the script's that fails on every arm (`failing_everywhere`, by
+    line and comparison) before the arms' differences; a floating value before a boolean or
+    integer; among equals, the one the script's own check or printed output is about, then
+    program order."""
     outside = [j for j in d.judgements if j.zone == "outside"]
     decisive = any(not j.outside_without_digits for j in outside)
     kind = min(KIND_RANK.get(s.kind or "", 4) for s in (d.a, d.b) if s is not None)
@@ -189,7 +196,8 @@ def _headline_rank(d: Divergence, order: int) -> tuple:
     sides = [s for s in (d.a, d.b) if s is not None]
     floating = any(_is_float(s.dtype or "") for s in sides) or kind == KIND_RANK["claim"] and all(
         _is_index(s.dtype or "") for s in sides)
-    return (not outside, not decisive, not floating, kind, order)
+    reported = d.source == "claim" and (d.a.line, d.how) in failing_everywhere
+    return (not outside, not decisive, not reported, not floating, kind, order)
 
 
 MAX_SINGLE = 400

@@ -46,6 +46,7 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
     cone_a, cone_b = graph.cone(node_a), graph.cone(node_b)
     if not cone_a and not cone_b:
         return None
+    carried = carried_state(graph, node_a, node_b)
     keys: dict[str, str] = {}
     keys_a = {_key(graph, op, keys) for op in cone_a}
     keys_b = {_key(graph, op, keys) for op in cone_b}
@@ -54,7 +55,7 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
     if not only_a and not only_b:
         return None
     batched = _batched_hint(graph, only_a, only_b)
-    return {"only_a": [_describe(graph, op) for op in only_a[:MAX_LISTED]], "only_a_count": len(only_a),
+    return {"carried": carried, "only_a": [_describe(graph, op) for op in only_a[:MAX_LISTED]], "only_a_count": len(only_a),
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
             "batched": bool(batched),
@@ -64,6 +65,59 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
                       + _variance_hints(graph, only_a, only_b) + _layout_hint(graph, cone_a, cone_b, only_a, only_b)
                       + batched
                       + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))[:4]}
+
+
+def carried_state(graph: OpGraph, node_a: str, node_b: str) -> dict[str, Any] | None:
+    """Whether the side computed later starts from what the earlier one's computation left,
+    so the two are no two computations of one quantity: the earlier value is among the later
+    one's inputs (a training step between two calls of a model: `backward` and an optimizer's
+    `step` on the first output), or a tensor both read was written in place by the same code
+    once for each side (a function that writes its argument, called twice on one tensor:
+    the second call starts from the first one's writes). {"later": "a" | "b", "via": "value" |
+    "in-place", "lines": the script lines of the ops carrying it, "op": the in-place op}; None."""
+    op_a, op_b = graph.op_of(node_a), graph.op_of(node_b)
+    if op_a is None or op_b is None or op_a == op_b:
+        return None
+    later = "b" if graph.position[op_b] > graph.position[op_a] else "a"
+    first_op, later_op = (op_a, op_b) if later == "b" else (op_b, op_a)
+    cone_first, cone_later = graph.cone(first_op), graph.cone(later_op)
+    if first_op in cone_later:
+        carrying = {first_op}
+        for op in graph.ordered(cone_later - cone_first):
+            if any(graph.op_of(r) in carrying for r in graph.reads[op]):
+                carrying.add(op)
+        # The later side's own ops (its call's line) are not what lies between the two.
+        lines = sorted({graph.by_name[op].get("line") for op in carrying - {first_op}}
+                       - {None, graph.by_name[later_op].get("line")})
+        return {"later": later, "via": "value", "lines": lines[:MAX_LISTED], "op": None}
+    first_writes = {op for op in cone_first if _writes_in_place(graph, op)}
+    own_writes = [op for op in graph.ordered(cone_later - cone_first) if _writes_in_place(graph, op)]
+    for shared in graph.ordered(first_writes & cone_later):
+        line, root = graph.by_name[shared].get("line"), _written_root(graph, shared)
+        again = next((op for op in own_writes if _written_root(graph, op) == root
+                      and graph.by_name[op].get("line") == line and graph.by_name[op].get("target")
+                      == graph.by_name[shared].get("target")), None)
+        if again is not None and isinstance(line, int):
+            return {"later": later, "via": "in-place", "lines": [line], "op": _op_name(graph.by_name[shared])}
+    return None
+
+
+def _writes_in_place(graph: OpGraph, op: str) -> bool:
+    """An aten op that writes its first argument (`sub_`, `mul_`; not a `__dunder__`)."""
+    name = _op_name(graph.by_name[op])
+    return name.endswith("_") and not name.endswith("__") and bool(_refs(graph.by_name[op].get("args", [])[:1]))
+
+
+def _written_root(graph: OpGraph, op: str) -> str | None:
+    """The tensor an in-place op writes, as the value it had before any in-place op wrote it."""
+    for _ in range(len(graph.nodes)):
+        refs = _refs(graph.by_name[op].get("args", [])[:1])
+        if not refs:
+            return None
+        op = refs[0]
+        if op not in graph.reads or not _writes_in_place(graph, op):
+            return op
+    return None
 
 
 def _layout_hint(graph: OpGraph, cone_a: frozenset[str], cone_b: frozenset[str], only_a: list[str],

@@ -340,7 +340,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
         # Two operands drawn separately, where the script reseeds some runs and not another:
         # the unseeded run is the cause to name.
         drawn = _unseeded_runs(completed, repro.source) or drawn
-    rung = (_repeated_call(comparison, d, agree) or _rerun(comparison, d) or drawn
+    rung = (_repeated_call(comparison, d, agree) or _carried(comparison, d) or _rerun(comparison, d) or drawn
             or _ablated(comparison, d, random_agree) or _uninitialized_divergence(comparison, d))
     if rung is not None:
         return rung
@@ -1188,6 +1188,38 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
                     "numerics settings are the same and no layer depends on training mode: a kernel is "
                     "nondeterministic run to run. Re-run with `torch.use_deterministic_algorithms(True)` "
                     "(arm knob `deterministic=on`) to find it.", evidence)
+
+
+def _carried(c: Comparison, d: Divergence | None) -> Verdict | None:
+    """The script compares two values where the one computed later starts from what the
+    earlier one's computation left (`paths.carried_state`): a training step on the first
+    output changed what the second is computed from, or a function wrote its argument in
+    place, so its second call read the first one's writes. Not two computations of one
+    quantity: the inputs differ, whatever the arithmetic does."""
+    carried = (d.paths or {}).get("carried") if d is not None and d.source == "claim" and d.b is not None else None
+    if not carried:
+        return None
+    first, later = (c.resolve(d.a)[1], c.resolve(d.b)[1]) if carried["later"] == "b" else \
+        (c.resolve(d.b)[1], c.resolve(d.a)[1])
+    lines = [n for n in carried.get("lines") or [] if isinstance(n, int)]
+    at = (f" (line {lines[0]})" if len(lines) == 1 else f" (lines {', '.join(map(str, lines))})") if lines else ""
+    if carried["via"] == "value":
+        cause = (f"{later.shown} is computed from {first.shown}: the script's own code between the two{at} uses "
+                 f"{first.shown} to change what {later.shown} is computed from — a training step (`backward`, an "
+                 "optimizer's `step`) or another update of the state they share")
+        fix = ("compute both from one state: both before the update, or the second from a copy made before it "
+               "(`copy.deepcopy(model)`)")
+    else:
+        cause = (f"`{carried['op']}`{at} writes its input in place, once in the computation of {first.shown} and "
+                 f"again in that of {later.shown}, so the second starts from the tensor the first one wrote")
+        fix = ("do not write the argument in place (`x = x - 0.5`, not `x.sub_(0.5)`), or give each call its own "
+               "copy (`x.clone()`)")
+    return make_verdict("nondeterministic", True, policy.GENERAL, ["reproducibility"],
+                        f"The two sides of {where_text(d)} do not start from the same values: {cause}. This is a "
+                        f"testing-method problem, not a numerical one. Fix: {fix}.",
+                        evidence_lines(d) + [f"carried from the first side: via {carried['via']}"
+                                             + (f", `{carried['op']}`" if carried.get("op") else "")
+                                             + (f" at line(s) {', '.join(map(str, lines))}" if lines else "")])
 
 
 def _different_references(a: Any, b: Any) -> bool:
