@@ -11,7 +11,9 @@ Two readings follow from those ops, each a fact of the graph rather than a guess
 script: ops in the same order on both sides that differ only in a constant (a typo'd
 coefficient, `correction=1` against `correction=0`), and the well-known pairings that compute
 different statistics under similar names (an unbiased `var`/`std` against a normalization
-layer's biased one).
+layer's biased one). And before any of that, whether the two are two computations of one
+quantity at all: a value computed later may start from what the earlier one's computation
+left (`carried_state`: a training step between two calls, an argument written in place).
 """
 from __future__ import annotations
 
