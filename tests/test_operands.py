@@ -395,6 +395,10 @@ def test_a_side_that_starts_from_what_the_other_left_is_found(tmp_path):
               call("b", "aten.sub_.Tensor", [{"node": "s"}, 1.0], 6),
               call("bb", "aten.exp.default", [{"node": "b"}], 6)]
     assert carried_state(_graph(tmp_path, [leaf] + shared), "a", "bb") is None
+    # Nor a value checked against one computed from it directly (a round trip), with no state
+    # written in between.
+    trip = [call("y", "aten.exp.default", [{"node": "x"}], 4), call("back", "aten.log.default", [{"node": "y"}], 5)]
+    assert carried_state(_graph(tmp_path, [leaf] + trip), "back", "y") is None
     # Nor two computations from one unchanged input.
     apart = [call("a", "aten.exp.default", [{"node": "x"}], 5), call("b", "aten.exp.default", [{"node": "x"}], 6)]
     assert carried_state(_graph(tmp_path, [leaf] + apart), "a", "b") is None

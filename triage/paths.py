@@ -88,10 +88,15 @@ def carried_state(graph: OpGraph, node_a: str, node_b: str) -> dict[str, Any] | 
         for op in graph.ordered(cone_later - cone_first):
             if any(graph.op_of(r) in carrying for r in graph.reads[op]):
                 carrying.add(op)
-        # The later side's own ops (its call's line) are not what lies between the two.
-        lines = sorted({graph.by_name[op].get("line") for op in carrying - {first_op}}
-                       - {None, graph.by_name[later_op].get("line")})
-        return {"later": later, "via": "value", "lines": lines[:MAX_LISTED], "op": None}
+        # Through state the first side read, written in place (an optimizer's step on the
+        # weights): a value checked against one computed from it directly (a round trip,
+        # `ifft(fft(y))` against `y`) is no state carried.
+        read_first = {r for op in cone_first for r in graph.reads[op]} | set(cone_first)
+        if any(_writes_in_place(graph, op) and _written_root(graph, op) in read_first for op in carrying):
+            # The later side's own ops (its call's line) are not what lies between the two.
+            lines = sorted({graph.by_name[op].get("line") for op in carrying - {first_op}}
+                           - {None, graph.by_name[later_op].get("line")})
+            return {"later": later, "via": "value", "lines": lines[:MAX_LISTED], "op": None}
     first_writes = {op for op in cone_first if _writes_in_place(graph, op)}
     own_writes = [op for op in graph.ordered(cone_later - cone_first) if _writes_in_place(graph, op)]
     for shared in graph.ordered(first_writes & cone_later):
