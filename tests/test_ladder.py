@@ -60,6 +60,29 @@ def test_one_arm_far_from_float64_is_likely_bug():
     assert (v.kind, v.expected) == ("likely-bug", False) and "`cuda`" in v.summary
 
 
+def test_one_value_far_from_float64_whose_rounding_was_not_simulated_is_no_claim():
+    """gh-158310 on a busy machine: a correct fp16 LogSoftmax of inputs near -20,000 (float16's
+    spacing there is 16), its rounding not simulated (over budget), was "far from the float64
+    value … neither rounding nor an ill-conditioned input explains it": `likely-bug`. The per-op
+    figures flag what they model, not what a chain of fp16 ops accumulates; without the spread
+    no claim, and the reason is said. Two arms, one of them near float64, still decide."""
+    budget = "one replay of its 17 ops takes 39.63 s: 9 samples do not fit the 60 s budget"
+    o = obs(0, [-304.0, -0.0004], [-302.566, -0.0002], dtype="float16", label="LogSoftmax() call #1")
+    o.rounding = {"status": "not-judged", "reason": budget}
+    v = verdict(arm("cpu", [o]))
+    assert (v.kind, v.expected) == ("inconclusive", None), v.summary
+    assert budget in v.summary and "`--rounding-budget`" in v.summary and "float16" in v.summary
+    # Its -inf where float64 is finite (the reporter's value): no claim either.
+    flipped = obs(0, [-np.inf, -0.0004], [-302.566, -0.0002], dtype="float16", label="LogSoftmax() call #1")
+    flipped.rounding = {"status": "not-judged", "reason": budget}
+    v = verdict(arm("cpu", [flipped]))
+    assert (v.kind, v.expected) == ("inconclusive", None) and "1 non-finite element(s)" in v.summary, v.summary
+    near = obs(0, [-302.5, -0.0002], [-302.566, -0.0002], dtype="float16", label="LogSoftmax() call #1")
+    near.rounding = {"status": "not-judged", "reason": budget}
+    v = verdict(arm("cuda", [near]), arm("cpu", [o]))
+    assert (v.kind, v.expected) == ("likely-bug", False) and "`cpu`" in v.summary, v.summary
+
+
 def test_inf_on_one_arm_only_is_a_nonfinite_flip_naming_the_wrong_arm():
     v = verdict(arm("cpu", [obs(0, [52.9], [52.9])]), arm("cpu/compile", [obs(0, [np.inf], [52.9])], mode="compile"))
     assert (v.kind, v.expected) == ("nonfinite-flip", False)

@@ -1183,6 +1183,44 @@ def test_the_fewest_samples_are_taken_where_only_the_clock_is_slow(monkeypatch):
         assert sim.samples == 0 and "do not fit the 60 s budget" in sim.note
 
 
+def test_a_centre_replay_that_imports_modules_is_timed_again_without_them(monkeypatch):
+    """A meta function's or a decomposition's first call imports torch's symbolic shapes and
+    sympy: 0.6 s here, 40 s on a machine busy with other jobs, inside the centre replay whose
+    time the budget multiplies by the samples. gh-37130's 8 ops and gh-158310's 17 went
+    unjudged so, and a correct fp16 LogSoftmax was called a bug by float64 alone. An import
+    happens once per process: the replay is timed again without it."""
+    import sys
+    import types
+
+    import triage.worker.rounding as rounding
+
+    clock = [0.0]
+    monkeypatch.setattr(rounding.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(rounding.time, "process_time", lambda: clock[0])
+    replay, calls = rounding._replay, []
+
+    def importing_first(plan, wanted, mode, *args, **kwargs):
+        if not calls:  # the first replay imports a module, and takes most of the budget
+            monkeypatch.setitem(sys.modules, "triage_test_imported_once", types.ModuleType("imported_once"))
+            clock[0] += 50.0
+        clock[0] += 0.1
+        calls.append(mode.generator is None and not mode.directed)
+        return replay(plan, wanted, mode, *args, **kwargs)
+
+    monkeypatch.setattr(rounding, "_replay", importing_first)
+    graph, wanted, dtypes, out = recorded(lambda x: (x * 1.1).sum(), torch.linspace(0, 1, 64))
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29, budget_s=60.0), dtypes)
+    assert sim.samples >= 9 and all(s.status == "judged" for s in sim.spreads.values()), sim.note
+    assert calls[:2] == [True, True]  # the centre replay, then its timing without the import
+    # Where nothing was imported, a replay that slow is every replay's cost: not judged.
+    calls.clear()
+    clock[0] = 0.0
+    monkeypatch.setattr(rounding, "_replay", lambda *a, **k: (clock.__setitem__(0, clock[0] + 50.1),
+                                                               replay(*a, **k))[1])
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29, budget_s=60.0), dtypes)
+    assert sim.samples == 0 and "do not fit the 60 s budget" in sim.note
+
+
 def test_a_softmax_errs_relative_to_each_probability_so_an_underflow_stays_zero_and_is_named():
     """exp(-200) is 1.4e-87, below float32's smallest positive value: the kernel gives 0, and
     log of it −inf. At the output scale's error (±2e-7) the replays gave negative and finite

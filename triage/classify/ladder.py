@@ -361,8 +361,9 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     fallback = _by_float64(comparison, d, agree)
     why = "; ".join(sorted({f"`{j.arm}` {j.label}: {j.reason}" for j in d.judgements if j.status != "judged"}))
     if why:
-        fallback.evidence.append(f"not judged by simulated rounding — {why}; the verdict rests on the float64 "
-                                 "reference and per-op conditioning figures instead")
+        fallback.evidence.append(f"not judged by simulated rounding — {why}" + (
+            "" if fallback.kind == "inconclusive"
+            else "; the verdict rests on the float64 reference and per-op conditioning figures instead"))
     return fallback
 
 
@@ -401,7 +402,8 @@ def _by_float64(comparison: Comparison, d: Divergence, agree: list[Ablation]) ->
     if rung is not None:
         return rung
     if d.nonfinite_mismatch > 0:
-        return _nonfinite_flip(comparison, d)
+        flip = _nonfinite_flip(comparison, d)
+        return _far_unjudged(d) if d.b is None and flip.expected is False else flip
     apart = _references_apart(comparison, d)
     if apart is not None:
         return apart
@@ -419,7 +421,29 @@ def _by_float64(comparison: Comparison, d: Divergence, agree: list[Ablation]) ->
                         f"{where_text(d)} differs beyond tolerance, but it depends on {conditioned}. "
                         "On such inputs results may vary between devices and backends.",
                         evidence_lines(d) + ([cond_text(note, full=True)] if note else []))
+    if d.b is None:
+        return _far_unjudged(d)
     return _likely_bug(d)
+
+
+def _far_unjudged(d: Divergence) -> Verdict:
+    """One arm's value far from its float64 value, where its rounding was not simulated: the
+    per-op figures flag what they model (a cancellation, a singular matrix, a range), not what
+    a long chain of ops accumulates at low precision, nor an input written past its dtype's
+    digits. A correct fp16 LogSoftmax of inputs near -20,000 (spacing 16) was called a bug
+    so when the simulation ran out of time: no claim without the spread."""
+    s = d.a
+    why = "; ".join(sorted({j.reason for j in d.judgements if j.status != "judged" and j.reason}))
+    hint = " A larger `--rounding-budget` lets it run." if "budget" in why else ""
+    far = (f"has {s.nonfinite_vs_reference} non-finite element(s) where the float64 value has not (or the reverse)"
+           if s.nonfinite_vs_reference else
+           f"is far from the float64 value (max rel. error {short_figure(s.max_rel_error)})")
+    return make_verdict(
+        "inconclusive", None, policy.NONE, ["review"],
+        f"{where_text(d)}: `{s.arm}` {s.label} {far}, and no per-op conditioning figure explains it. But the rounding "
+        f"of this computation was not simulated ({why or 'no simulated rounding'}): without its spread triage cannot "
+        f"tell a kernel's error from the rounding its ops accumulate at {s.dtype}, and makes no claim.{hint}",
+        evidence_lines(d))
 
 
 # -- an independent answer: the kernel against exact arithmetic ----------------------------

@@ -471,7 +471,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         return Simulation(spreads, time.monotonic() - start, 0)
     cache = _CallCache()
     plan = _ReplayPlan.of(order)
-    t0, t0_cpu = time.monotonic(), time.process_time()
+    t0, t0_cpu, modules = time.monotonic(), time.process_time(), len(sys.modules)
     _parallel(threads, max((n.meta["leaf"].value.numel() for n in order if n.op == "placeholder"
                             and isinstance(n.meta["leaf"].value, torch.Tensor)), default=0))
     centre_mode = RoundingMode(options, cache, direction=0, generator=None)
@@ -492,17 +492,16 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
         del live[w]
     if not live:
         return Simulation(spreads, time.monotonic() - start, 0)
-    per_replay = max(time.monotonic() - t0, 1e-4)
-    left = options.budget_s - (time.monotonic() - start)
-    k = min(options.samples, int(left / per_replay) - 2)
-    # Whether the fewest samples fit is decided by the replay's own work (its CPU time, where
-    # that is less than the clock's) while the clock overruns the budget by at most a quarter:
-    # on a machine busy with other jobs a centre replay's clock time ran 10× its work, one
-    # replay short of 9 samples, and a value judged alone went unjudged (`inconclusive`).
-    own = max(min(time.monotonic() - t0, time.process_time() - t0_cpu), 1e-4)
-    if k < options.min_samples <= int(left / own) - 2 \
-            and (options.min_samples + 2) * per_replay <= BUDGET_OVERRUN * left:
-        k = options.min_samples
+    per_replay, k = _samples_that_fit(options, start, t0, t0_cpu)
+    if k < options.samples and len(sys.modules) > modules:
+        # The centre replay imported modules: a meta function's or a decomposition's first
+        # call imports torch's symbolic shapes and sympy (0.6 s here, 40 s on a machine busy
+        # with other jobs), once per process, not once per replay. Timed again without them,
+        # on a cache of its own (gh-37130's 8 ops and gh-158310's 17 went unjudged under load,
+        # and a correct fp16 LogSoftmax was then judged by float64 alone: `likely-bug`).
+        t0, t0_cpu = time.monotonic(), time.process_time()
+        _replay(plan, set(live), RoundingMode(options, _CallCache(), direction=0, generator=None))
+        per_replay, k = _samples_that_fit(options, start, t0, t0_cpu)
     numel = sum(ref.numel() for ref in live.values())
     k = min(k, max(0, options.memory_bytes // max(1, numel * 8) - 2))
     if k < options.min_samples:
@@ -617,6 +616,25 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
 
 # How far past its budget the clock may run the fewest samples whose own work fits it.
 BUDGET_OVERRUN = 1.25
+
+
+def _samples_that_fit(options: SimulationOptions, start: float, t0: float, t0_cpu: float) -> tuple[float, int]:
+    """A replay's cost by the one timed from `t0` (the clock's, and its own work) and the
+    samples that fit the rest of the budget at that cost."""
+    per_replay = max(time.monotonic() - t0, 1e-4)
+    left = options.budget_s - (time.monotonic() - start)
+    k = min(options.samples, int(left / per_replay) - 2)
+    # Whether the fewest samples fit is decided by the replay's own work (its CPU time, where
+    # that is less than the clock's) while the clock overruns the budget by at most a quarter:
+    # on a machine busy with other jobs a centre replay's clock time ran 10× its work, one
+    # replay short of 9 samples, and a value judged alone went unjudged (`inconclusive`).
+    own = max(min(time.monotonic() - t0, time.process_time() - t0_cpu), 1e-4)
+    if k < options.min_samples <= int(left / own) - 2 \
+            and (options.min_samples + 2) * per_replay <= BUDGET_OVERRUN * left:
+        k = options.min_samples
+    return per_replay, k
+
+
 # Values of at least this many elements are replayed on all the arm's threads: each op is
 # then passes over megabytes, which threads share (a 2M-element bf16 mean's replays: twice
 # as fast on 2 cores), where on small values the hand-offs cost more than the op.
