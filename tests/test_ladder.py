@@ -781,6 +781,20 @@ def test_a_compiled_models_dropout_in_training_mode_is_named_with_the_eval_fix()
     assert (v.kind, v.expected) == ("nondeterministic", True), v.summary
     assert "because `model` is in training mode: `model.2` (Dropout)" in v.summary
     assert "Fix: call `model.eval()`" in v.summary
+    assert "two eager calls differ too" in v.summary
+    # The script seeds before each call (nu23's c08): two eager calls draw one mask, and
+    # `fallback_random` is a fix too.
+    mask = {"shape": [32, 128], "dtype": "float32", "sha256": "0c63d6004699665ff8437540"}
+    eager.leaves = [LEAF] + [{"index": i, "kind": "random", "op": "bernoulli_", "line": line, "fingerprint": mask,
+                              "seed": {"line": line - 2, "value": 1234, "draws": 0}} for i, line in ((1, 15), (2, 18))]
+    v = verdict(eager, compiled)
+    assert (v.kind, v.expected) == ("nondeterministic", True), v.summary
+    assert "two eager calls differ too" not in v.summary and "two eager calls draw the same numbers" in v.summary
+    assert "(`torch.manual_seed(1234)` at lines 13 and 16)" in v.summary
+    assert "or set `torch._inductor.config.fallback_random = True` to make the compiled call draw as eager" in v.summary
+    # Masks that differ (a seed left alone): the first wording.
+    eager.leaves[2] = dict(eager.leaves[2], fingerprint=dict(mask, sha256="ffff"))
+    assert "two eager calls differ too" in verdict(eager, compiled).summary
     # The same draws with no module in training mode: inductor's generator, as before.
     compiled.observables[0].module, eager.observables[0].module = {}, {}
     assert "inductor's generator differs from eager's. Compare with" in verdict(eager, compiled).summary

@@ -1115,6 +1115,17 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
         if training is not None:
             name, layers = training
             listing = "; ".join(f"`{name}.{x['path']}` ({x['type']}) {x['effect']}" for x in layers[:4])
+            seeds = _reseeded_draws(c)
+            if seeds:
+                return make_verdict(
+                    "nondeterministic", True, policy.GENERAL, ["random", "compile"],
+                    f"{where_text(d)} differs between eager and compiled runs because `{name}` is in training "
+                    f"mode: {listing}. The script seeds the generator before each call ({seeds}), so two eager calls "
+                    f"draw the same numbers; the compiled call draws its own ({ops}) with inductor's generator, which "
+                    f"differs from eager's. This is the model's mode and the compiler's random numbers, not numerics. "
+                    f"Fix: call `{name}.eval()` before comparing outputs, or set "
+                    "`torch._inductor.config.fallback_random = True` to make the compiled call draw as eager does.",
+                    evidence_lines(d) + [f"train-mode layer `{x['path']}`: {x['type']}" for x in layers[:8]])
             return make_verdict("nondeterministic", True, policy.GENERAL, ["random", "compile"],
                             f"{where_text(d)} differs between eager and compiled runs because `{name}` is in training "
                             f"mode: {listing}, so every call draws its own numbers ({ops}), eager or compiled — two "
@@ -1128,6 +1139,23 @@ def _nondeterministic(c: Comparison, d: Divergence | None) -> Verdict | None:
                         f"random numbers ({ops}): inductor's generator differs from eager's. Compare with "
                         "`torch._inductor.config.fallback_random = True`, or move random draws out of the compiled function.",
                         evidence_lines(d))
+    return None
+
+
+def _reseeded_draws(c: Comparison) -> str | None:
+    """Where an eager arm's training-mode draws (dropout's masks) are one set of numbers drawn
+    again after the script seeded the generator before each call: the seeding lines, said."""
+    for run in c.arms:
+        if run.mode != "eager":
+            continue
+        draws = [x for x in run.leaves if x.get("kind") == "random"
+                 and str(x.get("op") or "").rstrip("_") in TRAINING_MODE_DRAWS]
+        seeds = [x.get("seed") or {} for x in draws]
+        if len(draws) >= 2 and len({(x.get("fingerprint") or {}).get("sha256") for x in draws}) == 1 \
+                and all(s.get("line") is not None for s in seeds) \
+                and len({(s.get("value"), s.get("draws")) for s in seeds}) == 1 and len({s["line"] for s in seeds}) > 1:
+            lines = sorted({s["line"] for s in seeds})
+            return f"`torch.manual_seed({seeds[0].get('value')})` at lines {', '.join(map(str, lines[:-1]))} and {lines[-1]}"
     return None
 
 
