@@ -112,6 +112,25 @@ def test_two_finite_values_of_a_singular_logdet_are_ill_conditioned_not_a_confli
     assert "not finite under some of its simulated roundings" in v.summary and "around 0" not in v.summary
 
 
+def test_a_compiled_sum_in_the_directed_envelope_names_inductors_order_not_a_generic_example():
+    """nu23's c01: `((pred - target) ** 2).sum()` over 1M float32 terms, eager against
+    `torch.compile`: the compiled total lies outside the unbiased spread but inside the
+    envelope. The order to name is inductor's generated reduction, not "such as stagnation
+    in a long running sum"."""
+    def judged(value, spec, mode="eager"):
+        o = obs(0, [value], [2097568.18], kind="readback", label="`compiled`")
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": list(np.linspace(0.0, 2.0, 29)),
+                      "flips": [], "precision": "float32", "unmeasured": []}
+        o.spread = {"sig": np.array([0.16]), "up": np.array([2097571.0]), "dn": np.array([2097565.0]),
+                    "mu": np.array([2097568.18]), "sd": np.array([1e-3]), "nf": np.array([1], np.uint8)}
+        return arm(spec, [o], mode=mode)
+
+    v = verdict(judged(2097568.0, "cpu"), judged(2097567.0, "cpu/compile", "compile"))
+    assert (v.kind, v.expected) == ("expected-rounding", True), v.summary
+    assert "inside the envelope" in v.summary and "order a reduction differently" in v.summary, v.summary
+    assert "stagnation in a long running sum" not in v.summary
+
+
 def _count(value, reference, sigma, flips):
     """A count (int64) observed at exit, with the spread its simulated roundings gave."""
     o = Observable(index=0, kind="readback", label="`(a != b).sum().item()`", line=13,

@@ -534,10 +534,14 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
                    f"in a loop), which random rounding does not model and floating point allows.{digits}")
     elif envelope:
         e = envelope[0]
+        # Where the two sides are one computation rounded two ways (a compiled call's generated
+        # kernel against eager's), that is the order to name, not a generic example.
+        cause = rounding_cause(d, next((r for r in c.arms if r.spec == d.a.arm), None))
         summary = (f"{where_text(d)} {how}. `{e.arm}` lies outside the unbiased rounding spread of its computation but "
                    "inside the envelope of rounding every operation the same way (all up or all down): an "
-                   "order-dependent, biased accumulation such as stagnation in a long running sum, which floating "
-                   f"point allows. Accumulating in a wider type (or with a compensated sum) removes it.{digits}")
+                   f"order-dependent, biased accumulation{'' if cause else ' such as stagnation in a long running sum'}"
+                   f", which floating point allows.{cause} Accumulating in a wider type (or with a compensated sum) "
+                   f"removes it.{digits}")
     else:
         both = "both" if len(js) == 2 else "its value is"
         summary = (f"{where_text(d)} {how}, and {both} inside {'their' if len(js) == 2 else 'its'} own rounding spread "
