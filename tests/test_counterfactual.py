@@ -297,3 +297,25 @@ def test_the_search_runs_in_a_child_whose_crash_costs_only_its_answer():
     assert _in_a_child(lambda: os.kill(os.getpid(), signal.SIGSEGV), 10) is None
     assert _in_a_child(lambda: time.sleep(30), 0.5) is None
     assert _in_a_child(lambda: 1 / 0, 10) is None
+
+
+def test_a_value_computed_outside_torch_is_matched_by_changing_torchs_side_only():
+    """A check of torch's value against NumPy's (nu22's c13: `M.mean(dim=0)` against
+    `np.mean(..., axis=1)`): the other side has no ops, so only torch's are changed, to give
+    the outside value in float64. Its random input is the one both sides read, not a draw of
+    one side's own."""
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        m = torch.rand(16, 16, generator=torch.Generator().manual_seed(3))
+        t = m.mean(dim=0)
+    recording = recorder.finish()
+    node = recorder.lookup(t).name
+    values = replay_fp64(recording.graph, {node}, 60).values
+    outside = torch.from_numpy(m.double().numpy().mean(axis=1))
+    found = one_change(recording.graph, node, "chk:n", dict(values, **{"chk:n": outside}), time.monotonic() + 10)
+    assert found is not None and found.pop("side") == node
+    assert {k: found[k] for k in ("op", "kind", "argument", "was", "to")} == \
+        {"op": "aten.mean", "kind": "argument", "argument": "dim", "was": [0], "to": [-1]}
+    # The value torch computes itself: no change to find.
+    same = torch.from_numpy(m.double().numpy().mean(axis=0))
+    assert one_change(recording.graph, node, "chk:n", dict(values, **{"chk:n": same}), time.monotonic() + 10) is None

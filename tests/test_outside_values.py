@@ -330,6 +330,12 @@ def test_a_recorded_value_outside_its_own_spread_is_not_excused_by_an_outside_va
     # ratio of 40/39 in every column on any machine.
     ("a = torch.randn(40, 6)\nnp.testing.assert_allclose(a.var(dim=0).numpy(), np.var(a.numpy(), axis=0), "
      "rtol=1e-6)\n", "inconclusive", "exactly N/(N − 1) for N = 40"),
+    # Column means against NumPy's row means (nu22's c13): torch's mean over the other axis is
+    # NumPy's value in float64, which the worker finds by replaying that one change.
+    ("M = torch.rand(64, 64)\nt = M.mean(dim=0).numpy()\nn = np.mean(M.numpy().astype(np.float64), axis=1)\n"
+     "np.testing.assert_allclose(t, n, rtol=1e-5)\n", "likely-bug",
+     "`aten.mean` at line 5 reduces over dim [0]: over dim [-1] instead, `t` equals `n` in float64 — the axis is the "
+     "difference."),
 ])
 def test_a_check_against_numpy_or_python_is_judged_end_to_end(triage, tmp_path, body, kind, said):
     script = tmp_path / "repro.py"

@@ -140,6 +140,30 @@ OBSERVABLE_FIELDS: dict[str, Check] = {
     "fingerprint": FINGERPRINT,
 }
 STREAMED_OBSERVABLE = record(OBSERVABLE_FIELDS, required=tuple(OBSERVABLE_FIELDS), closed=True)
+# Two sides whose float64 values differ: the one change to a side's ops that makes it equal
+# the other in float64 (triage/worker/counterfactual.py).
+ONE_CHANGE = record({
+    "op": OP, "line": integer(nullable=True),
+    "kind": one_of("constant", "without", "moved", "argument", "sign", "dropped", "transposed", "shifted",
+                   "triangle", "conjugated"),
+    "argument": text(100), "around": maybe(OP),
+    "was": either(number(), boolean(), array(integer(), 8), text(20)),
+    "to": either(number(), boolean(), array(integer(), 8), text(20)),
+    "named": text(40, nullable=True),
+    "operand": described("The op that made the operand changed (dropped, transposed); null for an input.",
+                         record({"op": OP, "line": integer(nullable=True)}, required=("op",), closed=True,
+                                nullable=True)),
+    "also": described("The other ops changed alike (dims several reductions share, the slices of one "
+                      "dimension), the first 8.",
+                      array(record({"op": OP, "line": integer(nullable=True)}, required=("op",), closed=True), 8)),
+    "places": described("How many ops the change touches.", integer(nullable=True)),
+    "residual": described("The changed side's remaining relative gap where it is above float64's noise (inputs "
+                          "held at a narrower dtype); null: none.", number(nullable=True)),
+    "written": described("An in-place op both sides read, which wrote the changed op's input before it read it; "
+                         "null: none.",
+                         record({"op": OP, "line": integer(nullable=True)}, required=("op",), closed=True,
+                                nullable=True)),
+}, required=("op", "kind", "argument", "was", "to"), closed=True)
 OBSERVABLE = record({
     **OBSERVABLE_FIELDS,
     "node": OPTIONAL_NAME,
@@ -165,30 +189,7 @@ OBSERVABLE = record({
                          "one_change": described(
                              "A claim's operand whose float64 value differs from the other's: the one change to its "
                              "ops that makes the two equal in float64 (triage/worker/counterfactual.py).",
-                             record({"op": OP, "line": integer(nullable=True),
-                                     "kind": one_of("constant", "without", "moved", "argument", "sign", "dropped",
-                                                    "transposed", "shifted", "triangle", "conjugated"),
-                                     "argument": text(100), "around": maybe(OP),
-                                     "was": either(number(), boolean(), array(integer(), 8), text(20)),
-                                     "to": either(number(), boolean(), array(integer(), 8), text(20)),
-                                     "named": text(40, nullable=True),
-                                     "operand": described("The op that made the operand changed (dropped, "
-                                                          "transposed); null for an input.",
-                                                          record({"op": OP, "line": integer(nullable=True)},
-                                                                 required=("op",), closed=True, nullable=True)),
-                                     "also": described("The other ops changed alike (dims several reductions "
-                                                       "share, the slices of one dimension), the first 8.",
-                                                       array(record({"op": OP, "line": integer(nullable=True)},
-                                                                    required=("op",), closed=True), 8)),
-                                     "places": described("How many ops the change touches.", integer(nullable=True)),
-                                     "residual": described("The changed side's remaining relative gap where it is "
-                                                           "above float64's noise (inputs held at a narrower "
-                                                           "dtype); null: none.", number(nullable=True)),
-                                     "written": described("An in-place op both sides read, which wrote the changed "
-                                                          "op's input before it read it; null: none.",
-                                                          record({"op": OP, "line": integer(nullable=True)},
-                                                                 required=("op",), closed=True, nullable=True))},
-                                    required=("op", "kind", "argument", "was", "to"), closed=True))},
+                             ONE_CHANGE)},
                         closed=True, nullable=True),
     "uninitialized": described("Whether the value reads bytes a `torch.empty` left uninitialized (a float64 replay "
                                "with them NaN makes it NaN); null: not known.", boolean(nullable=True)),
@@ -252,6 +253,9 @@ RESULT = record({
                               "(`sum(x.tolist())`).", text(200, pattern=r"[^\r\n]+")),
             "dtype": one_of("float16", "float32", "float64", "float128", "longdouble"),
             "shape": array(COUNT, 64),
+            "one_change": described("Torch's value, where the check equates it with one computed outside torch "
+                                    "and their float64 values differ: the one change to its ops that makes it "
+                                    "that value.", ONE_CHANGE),
         }, required=("name", "dtype", "shape"), closed=True), MAX_OPERANDS)),
     "exit_note": text(2000, nullable=True),
     "observables": array(OBSERVABLE, MAX_OBSERVABLES),

@@ -364,7 +364,8 @@ def _crashed_frame(stderr: str) -> str | None:
 def _operand(record: dict[str, Any], value: np.ndarray | None) -> dict[str, Any] | None:
     """A check operand as the worker wrote it (`read_result`, `read_values` checked both), with
     its values; None where values.npz did not hold them."""
-    return None if value is None else {"name": record["name"], "dtype": record["dtype"], "value": value}
+    return None if value is None else {"name": record["name"], "dtype": record["dtype"], "value": value,
+                                       "one_change": record.get("one_change")}
 
 
 def _fill_from_result(run: ArmRun, result: dict[str, Any], values: dict[str, np.ndarray]) -> None:

@@ -731,76 +731,81 @@ def _one_change_text(c: Comparison, d: Divergence) -> str:
     for side, other in ((d.a, d.b), (d.b, d.a)):
         found = c.find(side) if side is not None else None
         change = ((found[1].reference or {}).get("one_change") if found else None)
-        if not change or other is None:
-            continue
-        where = f"`{change['op']}`" + (f" at line {change['line']}" if change.get("line") is not None else "")
-        then = f"{side.label} equals {other.label} in float64"
-        if change.get("residual"):
-            then = (f"{side.label} agrees with {other.label} to {change['residual']:.1g} in float64 (the rounding of "
-                    "the narrower inputs they read)")
-        written = change.get("written")
-        if written:
-            at = f" at line {written['line']}" if written.get("line") is not None else ""
-            step = f"the step at line {change['line']}" if change.get("line") is not None else f"{where}'s step"
-            return (f" {where} reads a value that `{written['op']}`{at} had already changed in place, and "
-                    f"{other.label} reads that change too: without {step}, {then}. The in-place `{written['op']}`{at} "
-                    "is the likelier mistake: it changed the value both sides start from before this line read it "
-                    "(work on a copy, or use the out-of-place op).")
-        was, to = change["was"], change["to"]
-        if change["kind"] == "constant":
-            digits = -math.log10(abs(was - to) / abs(to))
-            return (f" {where} takes {was!r}, {change['named']} to {digits:.0f} digits: with {change['named']} "
-                    f"({to!r}) there, {then} — the constant is the difference.")
-        if change["kind"] == "moved":
-            now, instead = ("after", "before") if change["argument"] == "before" else ("before", "after")
-            return (f" {where} adds {was!r} {now} `{change.get('around')}`: added {instead} it instead, {then} — where "
-                    f"the {was!r} goes is the difference.")
-        if change["kind"] == "without":
-            # Taking a step away agrees on this input, which does not say the step is the mistake:
-            # the other side may undo it (0.5·d² against 0.5·d²/β with β = 0.5).
-            return (f" {where} {STEP_VERBS.get(change['op'].split('.')[-1], 'applies')} {was!r}: without that step, "
-                    f"{then} on this input — that step is where they part: it should not be there, or the other side "
-                    "has a step that undoes it here.")
-        operand = _made_by(change.get("operand"))
-        if change["kind"] == "sign":
-            verb, other_verb = ("adds", "subtracting") if was == "add" else ("subtracts", "adding")
-            return (f" {where} {verb} its second operand{operand}: {other_verb} it instead, {then} — the sign is the "
-                    "difference.")
-        if change["kind"] == "dropped":
-            term = "its second operand" if change["argument"] == "other" else "its first operand"
-            verb = "adds" if was == "add" else "subtracts"
-            return (f" {where} {verb} a term, {term}{operand}: without that term, {then} on this input — that term "
-                    "is where they part: it should not be there, the other side lacks it, or what it is made of differs "
-                    "(a weight or an index computed otherwise, which is zero on the other side here).")
-        if change["kind"] in ("transposed", "conjugated"):
-            nth = f"`{change['argument']}` operand"
-            done, what = (("transposed", "the operand's orientation is the difference (a matrix `W` where `W.T` is "
-                           "meant, or the reverse)") if change["kind"] == "transposed" else
-                          ("conjugated", "the conjugate is the difference (`X * X` where `X * X.conj()` is meant)"))
-            return f" {where} takes its {nth}{operand} as it is: {done}, {then} — {what}."
-        if change["kind"] == "triangle":
-            mine, other = ("lower", "upper") if change["op"].endswith("tril") else ("upper", "lower")
-            return (f" {where} keeps the {mine} triangle from diagonal {was!r}: the {other} triangle from diagonal "
-                    f"{to!r} instead, {then} — the mask's triangle is the difference.")
-        if change["kind"] == "shifted":
-            count = change.get("places") or 1
-            step = to - was
-            if count > 1:
-                return (f" {where} and the other {count - 1} slices along the same dimension: with each "
-                        f"`{change['argument']}` {'one less' if step < 0 else 'one more'}, {then} — an index off by "
-                        "one, in every slice, is the difference.")
-            return (f" {where} takes `{change['argument']}={was!r}`: with {to!r}, {then} — an index off by one is "
-                    "the difference.")
-        if change["argument"] == "dim":
-            also = "".join(f" and `{o['op']}`" + (f" at line {o['line']}" if o.get("line") is not None else "")
-                           for o in change.get("also") or [])
-            if also:
-                return (f" {where}{also} reduce over dims {was!r}: over {to!r} instead, in all of them, {then} — the "
-                        "axes are the difference.")
-            return f" {where} reduces over dim {was!r}: over dim {to!r} instead, {then} — the axis is the difference."
-        return (f" {where} takes `{change['argument']}={was!r}`: with `{change['argument']}={to!r}`, {then} — that "
-                "argument is the difference.")
+        if change and other is not None:
+            return change_text(change, side.label, other.label)
     return ""
+
+
+def change_text(change: dict[str, Any], side: str, other: str) -> str:
+    """One change (triage/worker/counterfactual.py) to the ops of `side` that makes it equal
+    `other` in float64, said as the mistake it points at (each name as the summary shows it)."""
+    where = f"`{change['op']}`" + (f" at line {change['line']}" if change.get("line") is not None else "")
+    then = f"{side} equals {other} in float64"
+    if change.get("residual"):
+        then = (f"{side} agrees with {other} to {change['residual']:.1g} in float64 (the rounding of "
+                "the narrower inputs they read)")
+    written = change.get("written")
+    if written:
+        at = f" at line {written['line']}" if written.get("line") is not None else ""
+        step = f"the step at line {change['line']}" if change.get("line") is not None else f"{where}'s step"
+        return (f" {where} reads a value that `{written['op']}`{at} had already changed in place, and "
+                f"{other} reads that change too: without {step}, {then}. The in-place `{written['op']}`{at} "
+                "is the likelier mistake: it changed the value both sides start from before this line read it "
+                "(work on a copy, or use the out-of-place op).")
+    was, to = change["was"], change["to"]
+    if change["kind"] == "constant":
+        digits = -math.log10(abs(was - to) / abs(to))
+        return (f" {where} takes {was!r}, {change['named']} to {digits:.0f} digits: with {change['named']} "
+                f"({to!r}) there, {then} — the constant is the difference.")
+    if change["kind"] == "moved":
+        now, instead = ("after", "before") if change["argument"] == "before" else ("before", "after")
+        return (f" {where} adds {was!r} {now} `{change.get('around')}`: added {instead} it instead, {then} — where "
+                f"the {was!r} goes is the difference.")
+    if change["kind"] == "without":
+        # Taking a step away agrees on this input, which does not say the step is the mistake:
+        # the other side may undo it (0.5·d² against 0.5·d²/β with β = 0.5).
+        return (f" {where} {STEP_VERBS.get(change['op'].split('.')[-1], 'applies')} {was!r}: without that step, "
+                f"{then} on this input — that step is where they part: it should not be there, or the other side "
+                "has a step that undoes it here.")
+    operand = _made_by(change.get("operand"))
+    if change["kind"] == "sign":
+        verb, other_verb = ("adds", "subtracting") if was == "add" else ("subtracts", "adding")
+        return (f" {where} {verb} its second operand{operand}: {other_verb} it instead, {then} — the sign is the "
+                "difference.")
+    if change["kind"] == "dropped":
+        term = "its second operand" if change["argument"] == "other" else "its first operand"
+        verb = "adds" if was == "add" else "subtracts"
+        return (f" {where} {verb} a term, {term}{operand}: without that term, {then} on this input — that term "
+                "is where they part: it should not be there, the other side lacks it, or what it is made of differs "
+                "(a weight or an index computed otherwise, which is zero on the other side here).")
+    if change["kind"] in ("transposed", "conjugated"):
+        nth = f"`{change['argument']}` operand"
+        done, what = (("transposed", "the operand's orientation is the difference (a matrix `W` where `W.T` is "
+                       "meant, or the reverse)") if change["kind"] == "transposed" else
+                      ("conjugated", "the conjugate is the difference (`X * X` where `X * X.conj()` is meant)"))
+        return f" {where} takes its {nth}{operand} as it is: {done}, {then} — {what}."
+    if change["kind"] == "triangle":
+        mine, other = ("lower", "upper") if change["op"].endswith("tril") else ("upper", "lower")
+        return (f" {where} keeps the {mine} triangle from diagonal {was!r}: the {other} triangle from diagonal "
+                f"{to!r} instead, {then} — the mask's triangle is the difference.")
+    if change["kind"] == "shifted":
+        count = change.get("places") or 1
+        step = to - was
+        if count > 1:
+            return (f" {where} and the other {count - 1} slices along the same dimension: with each "
+                    f"`{change['argument']}` {'one less' if step < 0 else 'one more'}, {then} — an index off by "
+                    "one, in every slice, is the difference.")
+        return (f" {where} takes `{change['argument']}={was!r}`: with {to!r}, {then} — an index off by one is "
+                "the difference.")
+    if change["argument"] == "dim":
+        also = "".join(f" and `{o['op']}`" + (f" at line {o['line']}" if o.get("line") is not None else "")
+                       for o in change.get("also") or [])
+        if also:
+            return (f" {where}{also} reduce over dims {was!r}: over {to!r} instead, in all of them, {then} — the "
+                    "axes are the difference.")
+        return f" {where} reduces over dim {was!r}: over dim {to!r} instead, {then} — the axis is the difference."
+    return (f" {where} takes `{change['argument']}={was!r}`: with `{change['argument']}={to!r}`, {then} — that "
+            "argument is the difference.")
 
 
 def _made_by(operand: dict[str, Any] | None) -> str:
@@ -1634,7 +1639,23 @@ def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any
         beyond = np.where(reach > 0, gap / reach, np.inf)
     i = int(np.argmax(beyond))
     relative = float(gap.flat[i] / abs(ref.flat[i])) if ref.flat[i] else None
-    explained = _bessel_text(run, o, ref, y["value"], j) or _factor_text(ref, y["value"], j, y["name"]) \
+    bessel = _bessel_text(run, o, ref, y["value"], j)
+    if x.get("one_change") and not bessel:
+        changed = change_text(x["one_change"], f"`{x['name']}`", f"`{y['name']}`")
+        # The one change to torch's ops that makes its float64 value the outside one (a
+        # reduction's axis), found by the worker: the two sides compute different things, and
+        # torch's kernel, changed so, computes the other side's value. (Bessel's correction is
+        # a definition two libraries differ on, said as such below, not a slip.)
+        return make_verdict(
+            "likely-bug", False, policy.NONE, ["review"],
+            f"The script's own check fails on `{run.spec}` at line {line}: it compares {sides[0]} with {sides[1]}. "
+            f"They compute different things, not one quantity rounded twice: `{y['name']}` differs from triage's "
+            f"float64 replay of torch's computation by {float(gap.flat[i]):.3g}, where rounding at {j.dtype} reaches "
+            f"±{float(reach.flat[i]):.2g}.{changed}",
+            [f"`{run.spec}` {o.shown} (line {o.line}): {summarize(o.fingerprint)}; rounding spread ±{j.sigma or 0:.3g} "
+             f"at {j.precision_text} ({j.samples} samples)",
+             f"`{y['name']}` (outside torch): {float(gap.flat[i]):.3g} from the float64 replay at element {i}"])
+    explained = bessel or _factor_text(ref, y["value"], j, y["name"]) \
         or _definition_text(run, o, source) + _short_constant_text(source, relative)
     # Another order of the same float32 roundings reaches further than torch's replays (NumPy's
     # sequential float32 cumsum), but not by orders of magnitude.

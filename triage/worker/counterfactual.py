@@ -93,23 +93,27 @@ HUGE_INDEX = 1 << 40
 def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
                deadline: float, native: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """The first change to the ops of `a` or of `b` (those not shared with the other side)
-    whose float64 replay equals the other side's float64 value (`values`), or None. `deadline`
+    whose float64 replay equals the other side's float64 value (`values`), or None; `b` not
+    a node of the graph: a value computed outside torch, and only `a` changes. `deadline`
     is a `time.monotonic()` instant. A side that computes through a kernel with no float64
     version (`native`: the nodes the reference ran at their recorded precision, oneDNN's RNN
     layer) is not searched: a changed shape upstream reaches that kernel unchecked (a
     bidirectional LSTM's `mkldnn_rnn_layer` corrupted the heap)."""
     by_name = {n.name: n for n in graph.nodes}
     gap = _apart(values.get(a), values.get(b))
-    if a not in by_name or b not in by_name or gap is None or gap <= APART_RTOL:
+    # `b` may be a value the script computed outside torch (NumPy), held in `values` alone:
+    # only `a`'s ops are then searched, for the change that makes it equal that value.
+    outside = b not in by_name
+    if a not in by_name or gap is None or gap <= APART_RTOL:
         return None
-    orders = {side: cone(graph, [by_name[side]]) for side in (a, b)}
+    orders = {side: cone(graph, [by_name[side]]) if side in by_name else [] for side in (a, b)}
     cones = {side: set(order) for side, order in orders.items()}
-    if any(_random_leaf(n) for n in cones[a] ^ cones[b]):
+    if not outside and any(_random_leaf(n) for n in cones[a] ^ cones[b]):
         return None  # random numbers drawn for one side only: the draws differ, not a formula
     agree = _agreement(cones[a] | cones[b])
     tried = 0
     for side, other in ((a, b), (b, a)):
-        if any(n.name in native or _unchecked(n) for n in cones[side]):
+        if side not in by_name or any(n.name in native or _unchecked(n) for n in cones[side]):
             continue
         own = [n for n in orders[side] if n not in cones[other] and n.op == "call_function"
                and isinstance(n.target, torch._ops.OpOverload)]

@@ -5,6 +5,7 @@ import builtins
 import contextlib
 import dataclasses
 import gc
+import itertools
 import operator
 import os
 import sys
@@ -242,6 +243,10 @@ def run_job(job: dict[str, Any], emit: Callable[[dict], None]) -> dict[str, Any]
 
     if replay is not None:
         _note_one_changes(recording.graph, store.records, replay.values, frozenset(replay.approximate))
+        if operands:
+            _note_outside_one_change(recording.graph, store.records, replay.values, values, operands,
+                                     Path(script).read_text(errors="replace"), exception["line"],
+                                     frozenset(replay.approximate))
     if replay is not None and job.get("rounding"):
         emit({"phase": "rounding-start"})
         result["rounding"] = _simulated(recording.graph, store.records, replay.values, values, job, arm["device"],
@@ -362,6 +367,55 @@ def _note_one_changes(graph: Any, records: list[dict[str, Any]], values: dict[st
         if pair is not None and isinstance(change, dict):
             changed = pair[0] if change.pop("side", None) == pair[0]["node"] else pair[1]
             changed["reference"]["one_change"] = change
+
+
+def _note_outside_one_change(graph: Any, records: list[dict[str, Any]], references: dict[str, Any],
+                             values: dict[str, Any], operands: list[dict[str, Any]], source: str, line: int | None,
+                             native: frozenset[str]) -> None:
+    """For a failing check that equates torch's value (read back: `t = x.mean(0).numpy()`)
+    with one the script computed outside torch (`n = np.mean(a, axis=1)`), where their float64
+    values differ: the one change to torch's ops that makes its float64 value the outside one
+    (a reduction's axis, a variance's correction, a constant), noted on the torch operand
+    (`one_change`). In a forked child, as `_note_one_changes`."""
+    import numpy as np
+    import torch
+
+    from triage.worker.claims import equated_pairs
+    from triage.worker.counterfactual import BUDGET_S, one_change
+
+    if line is None:
+        return
+    arrays = {x["name"]: values.get(f"{CHECK_OPERAND}{i}") for i, x in enumerate(operands)}
+
+    def node_of(value: Any) -> str | None:  # the last record holding the operand's numbers bit for bit
+        for r in reversed(records):
+            held = values.get(f"{OBSERVED}{r['index']}")
+            if r["node"] is not None and isinstance(held, np.ndarray) and held.dtype.kind == "f" \
+                    and held.shape == value.shape and np.array_equal(held.astype(np.float64), value, equal_nan=True):
+                return r["node"]
+        return None
+
+    nodes = {name: node_of(a) for name, a in arrays.items() if isinstance(a, np.ndarray)}
+    pairs = [(x, y) for pair in equated_pairs(source, line) if len(pair) == 2
+             for x, y in itertools.permutations(pair) if nodes.get(x) and y in nodes and nodes[y] is None]
+    if not pairs:
+        return
+
+    def search() -> dict[str, Any]:
+        deadline = time.monotonic() + BUDGET_S
+        for x, y in pairs:
+            outside = f"{CHECK_OPERAND}:{y}"
+            change = one_change(graph, nodes[x], outside, dict(references, **{outside: torch.from_numpy(arrays[y])}),
+                                deadline, native)
+            if change is not None:
+                change.pop("side", None)
+                return {"operand": x, "change": change}
+        return {}
+
+    found = _in_a_child(search, BUDGET_S + ONE_CHANGE_GRACE_S) or {}
+    for x in operands:
+        if isinstance(found.get("change"), dict) and x["name"] == found.get("operand"):
+            x["one_change"] = found["change"]
 
 
 # What a forked search may take past its own budget (the fork and its answer's way back).
