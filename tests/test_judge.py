@@ -285,6 +285,28 @@ def test_an_overflow_is_named_before_a_cancellation_upstream_of_it(triage, tmp_p
     assert "`aten.bmm` at line 5 is where the values leave float16's range" in v["summary"], v["summary"]
 
 
+def test_a_fully_masked_row_is_nan_in_exact_arithmetic_not_an_overflow(triage, tmp_path):
+    """A twenty-fourth new user's c18: attention written by hand over a mask that allows no key
+    (softmax of a row of −inf: 0/0) against `scaled_dot_product_attention`, which returns 0
+    there. The verdict said `masked_fill` "leaves float32's range … from finite inputs" (the
+    −inf is the script's own fill value) and called SDPA's 0 "the exact answer". Each side is
+    at its own float64 value; those part in finiteness."""
+    report = run_source(triage, tmp_path, "masked", (
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "q, k = torch.ones(1, 1, 1, 2), torch.ones(1, 1, 3, 2)\n"
+        "v = torch.arange(6.).reshape(1, 1, 3, 2)\n"
+        "keep = torch.zeros(1, 3, dtype=torch.bool)\n"
+        "manual = torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~keep, float('-inf')), dim=-1) @ v\n"
+        "sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)\n"
+        "torch.testing.assert_close(sdpa, manual, equal_nan=True)\n"))
+    v = report["verdict"]
+    assert (v["kind"], v["expected"]) == ("nonfinite-flip", True), v["summary"]
+    assert "`manual` is nan at 2 element(s) where `sdpa` is finite" in v["summary"], v["summary"]
+    assert "`aten._softmax` at line 6 normalizes over a slice" in v["summary"]
+    assert "leave" not in v["summary"] and "exact answer" not in v["summary"]
+
+
 def test_a_different_function_names_the_one_change_that_makes_it_the_other(triage, tmp_path):
     """A GELU written with 0.707 for 1/√2 against `F.gelu`: likely-bug, and the verdict names
     the constant (it listed the parting ops only: every op of the hand-written side). 0.707 is

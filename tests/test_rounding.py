@@ -1278,3 +1278,24 @@ def test_a_value_the_replay_rounding_to_nearest_reproduces_is_biased_rounding_no
     arm = out.double().numpy()
     assert np.abs(arm - spread.centre).max() < np.abs(arm - reference.numpy()).max() / 10
     assert judge(out.double() * (1 + 1e-5), spread).zone == "outside"
+
+
+def test_a_number_the_script_passes_is_an_input_where_values_leave_the_range():
+    """`masked_fill(mask, float("-inf"))` writes the script's own −inf: no op left the range
+    (a twenty-fourth new user's fully masked attention row was said to overflow there). A
+    product past float16's largest, from finite inputs, still is where the range is left."""
+    from types import SimpleNamespace
+
+    from triage.worker.rounding import _leaves_range
+
+    node = SimpleNamespace(target=torch.ops.aten.masked_fill.Scalar, meta={"line": 7})
+    x, mask = torch.zeros(3, dtype=torch.float64), torch.tensor([True, False, True])
+    out = x.masked_fill(mask, float("-inf"))
+    out._arm_dtype = torch.float32
+    assert _leaves_range(node, (x, mask, float("-inf")), out, []) is None
+    node = SimpleNamespace(target=torch.ops.aten.mul.Tensor, meta={"line": 9})
+    big = torch.full((2,), 300.0, dtype=torch.float64)
+    out = torch.full((2,), math.inf, dtype=torch.float64)
+    out._arm_dtype = torch.float16
+    left = _leaves_range(node, (big, big), out, [None, None])
+    assert left is not None and (left["op"], left["kind"], left["dtype"]) == ("aten.mul", "overflow", "float16")

@@ -893,6 +893,9 @@ def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -
 def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verdict:
     """Inf/NaN on one side only, with both sides inside their spreads: rounding alone reaches
     the nonfinite value here (an exactly singular matrix, a value at the edge of the range)."""
+    apart = _nonfinite_in_float64_too(c, d, evidence)
+    if apart is not None:
+        return apart
     who = who_is_right(d, [], [])
     exact = [s for s in (d.a, d.b) if s is not None and s.agrees_with_reference and s.nonfinite_vs_reference == 0]
     note = singular_upstream(c, d, nonfinite_side(d))
@@ -943,6 +946,46 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
                     "operation rounded at the arm's precision (its range emulated) reaches the same non-finite "
                     "values, so this is where rounding and the dtype's range lead, not a bug.",
                     evidence + ([cond_text(note, full=True)] if note else []))
+
+
+# Ops that normalize over a dimension: over a slice whose every entry is −inf (a mask that
+# allows no key) they compute 0/0, undefined; fused attention kernels return 0 there instead.
+NORMALIZING_OPS = ("aten._softmax", "aten._log_softmax", "aten.softmax", "aten.log_softmax")
+
+
+def _nonfinite_in_float64_too(c: Comparison, d: Divergence, evidence: list[str]) -> Verdict | None:
+    """Two sides, each at its own float64 value, where those float64 values themselves part in
+    finiteness: one side is nan (or ±inf) in exact arithmetic too where the other is finite. No
+    rounding or range made the difference: the two compute different things at those elements
+    (a hand-written softmax over a fully masked row, 0/0, against a fused attention kernel that
+    returns 0 there)."""
+    if d.b is None or not all(s.agrees_with_reference for s in (d.a, d.b)):
+        return None
+    (_, oa), (_, ob) = c.resolve(d.a), c.resolve(d.b)
+    ra, rb = oa.reference_value, ob.reference_value
+    if ra is None or rb is None or np.shape(ra) != np.shape(rb) or np.iscomplexobj(ra) or np.iscomplexobj(rb):
+        return None
+    fa, fb = np.isfinite(np.asarray(ra, dtype=np.float64)), np.isfinite(np.asarray(rb, dtype=np.float64))
+    if (fa == fb).all():
+        return None
+    nonfinite, finite, ref = (d.a, d.b, np.asarray(ra)) if (~fa & fb).sum() >= (fa & ~fb).sum() else (d.b, d.a, np.asarray(rb))
+    count = int((fa != fb).sum())
+    nan = bool(np.isnan(ref[~np.isfinite(ref)]).any())
+    own = ((d.paths or {}).get("only_a" if nonfinite is d.a else "only_b") or [])
+    normalized = next((x for x in own if str(x.get("op", "")).rsplit(".", 1)[0] in NORMALIZING_OPS), None)
+    masked = (f" `{normalized['op'].rsplit('.', 1)[0]}`" + (f" at line {normalized['line']}" if normalized.get("line")
+                                                             is not None else "")
+              + " normalizes over a slice: where every entry of a slice is −inf (a mask that allows no key), that is "
+              "0/0, undefined, and nan in exact arithmetic; fused attention (`scaled_dot_product_attention`) returns "
+              "0 for such a row instead. Mask or drop the rows that have nothing to attend to, or compare only the "
+              "others." if normalized is not None and nan else "")
+    return make_verdict(
+        "nonfinite-flip", True, policy.GENERAL, ["nonfinite", "numerical"],
+        f"{where_text(d)}: {nonfinite.label} is {'nan' if nan else 'non-finite'} at {count} element(s) where "
+        f"{finite.label} is finite, and each agrees with its own float64 replay there: in exact arithmetic too, "
+        f"{nonfinite.label} is {'nan' if nan else 'non-finite'} and {finite.label} finite at those elements. The two "
+        f"sides compute different things there — not rounding, not a value past the dtype's range.{masked}",
+        evidence)
 
 
 def _first_overflow(c: Comparison, d: Divergence) -> dict[str, Any] | None:

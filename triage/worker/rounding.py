@@ -1398,11 +1398,13 @@ def _leaves_range(n: fx.Node, args: tuple, out: Any, underflows: list[dict[str, 
     """Where an op's rounded result is ±inf or nan although every floating input is finite:
     the op, its line, its dtype and that dtype's largest finite value; with the input op that
     rounded a nonzero value to 0 (`underflows`, by input node), where an input holds zeros
-    (log(0), x/0: an inf from an underflow, not from a value past the largest)."""
+    (log(0), x/0: an inf from an underflow, not from a value past the largest). A number the
+    script passes is an input too: `masked_fill(mask, float("-inf"))` writes the script's own
+    −inf, which leaves no range."""
     if not isinstance(out, torch.Tensor) or not out.is_floating_point() or bool(torch.isfinite(out).all()):
         return None
-    if not all(bool(torch.isfinite(a).all()) for a in _flat(args)
-               if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())):
+    if not all(bool(torch.isfinite(a).all()) if isinstance(a, torch.Tensor) else math.isfinite(a) for a in _flat(args)
+               if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) or isinstance(a, float)):
         return None
     dtype = getattr(out, "_arm_dtype", out.dtype)
     if not dtype.is_floating_point:
