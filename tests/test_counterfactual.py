@@ -1,5 +1,6 @@
 """The one change to a side's recorded ops that makes two compared values one function in
 float64 (triage/worker/counterfactual.py): recorded in-process, each script with one slip."""
+import math
 import time
 
 import pytest
@@ -27,6 +28,7 @@ def changed(ours, ref, *inputs):
 
 torch.manual_seed(0)
 X = torch.randn(5, 5) + 2  # square: a reduction over the wrong axis keeps the shape
+PAD = torch.tensor([[False, False, True, True, False]] * 5)  # keys 2 and 3 are padding
 
 
 @pytest.mark.parametrize("ours, ref, change", [
@@ -59,6 +61,15 @@ X = torch.randn(5, 5) + 2  # square: a reduction over the wrong axis keeps the s
     (lambda x: (x - x.mean(0)) / (x.var(0) + 1e-5).sqrt(),
      lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
      {"op": "aten.var", "kind": "argument", "argument": "correction", "was": 1, "to": 0}),
+    # fused attention against a hand-written one that forgot 1/√d (a twenty-fourth new user's c10)
+    (lambda x: F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None]),
+     lambda x: torch.softmax(x[None, None] @ x[None, None].transpose(-2, -1), -1) @ x[None, None],
+     {"kind": "argument", "argument": "scale", "was": "1/√d", "to": 1.0}),
+    # a padding mask (True: drop) passed as SDPA's boolean `attn_mask` (True: take part), c09
+    (lambda x: F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None], attn_mask=PAD),
+     lambda x: torch.softmax((x[None, None] @ x[None, None].transpose(-2, -1) / 5 ** 0.5).masked_fill(PAD, -math.inf),
+                             -1) @ x[None, None],
+     {"op": "aten.where", "kind": "negated", "argument": "condition"}),
 ])
 def test_a_single_slip_is_found(ours, ref, change):
     found = changed(ours, ref, X)

@@ -778,6 +778,14 @@ def change_text(change: dict[str, Any], side: str, other: str) -> str:
         return (f" {where} {verb} a term, {term}{operand}: without that term, {then} on this input — that term "
                 "is where they part: it should not be there, the other side lacks it, or what it is made of differs "
                 "(a weight or an index computed otherwise, which is zero on the other side here).")
+    if change["kind"] == "negated":
+        return (f" {where} reads its `{change['argument']}`{operand} as it is: negated, {then} — the mask's sense is "
+                "the difference (a boolean `attn_mask` of `scaled_dot_product_attention` is True where a position "
+                "takes part; `masked_fill`'s mask and `key_padding_mask` are True where it is dropped).")
+    if change["argument"] == "scale" and change["op"].split(".")[-1].startswith(("_scaled_dot_product",
+                                                                                 "scaled_dot_product")):
+        return (f" {where} scales the scores by 1/√d, its default `scale`: with `scale=1.0`, {then} — the other "
+                "side's missing 1/√d is the difference.")
     if change["kind"] in ("transposed", "conjugated"):
         nth = f"`{change['argument']}` operand"
         done, what = (("transposed", "the operand's orientation is the difference (a matrix `W` where `W.T` is "

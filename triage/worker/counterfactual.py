@@ -20,6 +20,9 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
 * a sum or difference of two tensors → the other sign, or without one of its terms;
 * a matrix product's or a solver's operand → transposed (`x @ W` where `F.linear` takes
   `x @ W.T`); a complex product's operand → conjugated (`X * X` for `X * X.conj()`);
+* a boolean mask (`where`'s condition, `masked_fill`'s mask) → negated (a padding mask passed
+  where `scaled_dot_product_attention` wants the positions that take part);
+* fused attention's default scale 1/√d → 1 (a hand-written side without the scale);
 * a slice's start or end, or those of every slice of the side along one dimension (a bin's
   bounds written once, used for each bin) → one off.
 
@@ -69,6 +72,16 @@ SIGNED = {torch.ops.aten.add.Tensor: torch.ops.aten.sub.Tensor, torch.ops.aten.s
 # meant in a back substitution).
 PRODUCTS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "linalg_solve_triangular": (0,),
             "triangular_solve": (1,), "_linalg_solve_ex": (0,), "linalg_solve": (0,), "cholesky_solve": (1,)}
+# The ops an operand's rewrite inserts: a transposed slip, an unconjugated one, a mask's sense.
+REWRITES = {"transposed": torch.ops.aten.transpose.int, "conjugated": torch.ops.aten.conj_physical.default,
+            "negated": torch.ops.aten.logical_not.default}
+# Ops that read a boolean mask (its position): one that means the opposite is a slip
+# (`scaled_dot_product_attention`'s boolean `attn_mask` is True where a position takes part, a
+# `key_padding_mask` or `masked_fill`'s mask where it is dropped). SDPA turns a boolean mask
+# into an additive one with `where`.
+MASKS = {"where": 0, "masked_fill": 1}
+# Fused attention, whose `scale` defaults to 1/√d: a hand-written side without it is a slip.
+ATTENTION_PREFIXES = ("_scaled_dot_product", "scaled_dot_product")
 # Products of complex values: an operand the slip left unconjugated (`X * X` for `X * X.conj()`).
 CONJUGABLE = {"mul": (0, 1), "mm": (0, 1), "bmm": (0, 1), "dot": (0, 1), "mv": (0, 1)}
 # Flags a script sets that change the function, not the result's shape, and that every kernel
@@ -265,6 +278,17 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
             if j < len(n.args) and isinstance(n.args[j], fx.Node):
                 transposes.append((n, {"kind": "transposed", "position": j, "argument": n.target._schema.arguments[j].name,
                                        "was": False, "to": True, "operand": _producer(n.args[j])}))
+        j = MASKS.get(name)
+        if j is not None and j < len(n.args) and isinstance(n.args[j], fx.Node) \
+                and n.args[j].meta.get("dtype") in (torch.bool, None):
+            flags.append((n, {"kind": "negated", "position": j, "argument": n.target._schema.arguments[j].name,
+                              "was": False, "to": True, "operand": _producer(n.args[j])}))
+        if name.startswith(ATTENTION_PREFIXES) and n.kwargs.get("scale") is None \
+                and any(a.name == "scale" for a in n.target._schema.arguments):
+            # Fused attention scales by 1/√d unless told otherwise: without it, a hand-written
+            # side that forgot the scale.
+            flags.append((n, {"kind": "argument", "position": "scale", "argument": "scale", "was": "1/√d",
+                              "to": 1.0}))
     yield from (scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes) + flags
                 + signs + transposes + factors + drops + shifts)
 
@@ -432,10 +456,8 @@ def _applied(graph: fx.Graph, node: fx.Node, change: dict[str, Any],
         return _retargeted(node, change["triangle"], places, [change["to"]])
     if kind == "dropped":
         return _bypassed(node, node.args[1 - change["position"]])
-    if kind == "transposed":
-        return _transposed(graph, node, change["position"])
-    if kind == "conjugated":
-        return _transposed(graph, node, change["position"], conjugate=True)
+    if kind in REWRITES:
+        return _rewritten(graph, node, change["position"], kind)
     return _changed(places, change.get("values") or [change["to"]] * len(places))
 
 
@@ -466,13 +488,12 @@ def _bypassed(node: fx.Node, kept: fx.Node) -> Iterator[dict[str, str]]:
 
 
 @contextlib.contextmanager
-def _transposed(graph: fx.Graph, node: fx.Node, position: int, conjugate: bool = False) -> Iterator[dict[str, str]]:
-    """`node`'s operand at `position` transposed in its last two dimensions (or conjugated),
-    by a new op."""
+def _rewritten(graph: fx.Graph, node: fx.Node, position: int, kind: str) -> Iterator[dict[str, str]]:
+    """`node`'s operand at `position` transposed in its last two dimensions, conjugated or
+    (a boolean mask) negated, by a new op."""
     operand = node.args[position]
     with graph.inserting_before(node):
-        flipped = graph.call_function(torch.ops.aten.conj_physical.default, (operand,)) if conjugate else \
-            graph.call_function(torch.ops.aten.transpose.int, (operand, -2, -1))
+        flipped = graph.call_function(REWRITES[kind], (operand, -2, -1) if kind == "transposed" else (operand,))
     flipped.meta = {k: operand.meta[k] for k in ("dtype", "line") if k in operand.meta}
     saved = node.args
     node.args = node.args[:position] + (flipped,) + node.args[position + 1:]
