@@ -966,3 +966,16 @@ def test_one_arm_run_without_a_reference_does_not_claim_it_agrees_with_one():
     v = classify(REPRO, compare([run]))
     assert v.kind == "not-reproduced" and "without a float64 reference" in v.summary, v.summary
     assert "agrees with the float64" not in v.summary
+
+
+def test_a_compile_arm_under_the_scripts_own_backend_is_not_said_to_run_inductor():
+    """A twenty-fourth new user's x07: a valid backend of the script's rewrote softmax, and the
+    rounding sentence said "`cpu/compile` runs inductor's compiled graph, whose generated
+    kernels fuse operations"."""
+    from triage.classify.wording import _arms_cause
+
+    eager, compiled = arm("cpu", []), arm("cpu/compile", [], mode="compile")
+    assert "inductor's compiled graph" in _arms_cause("cpu", "cpu/compile", [eager, compiled])
+    compiled.graph = {"backends": [{"name": "lse_backend", "line": 5}]}
+    said = _arms_cause("cpu", "cpu/compile", [eager, compiled])
+    assert said == " `cpu/compile` runs the graph as the script's own compile backend `lse_backend` rewrites it."

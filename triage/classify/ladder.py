@@ -536,7 +536,7 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
         e = envelope[0]
         # Where the two sides are one computation rounded two ways (a compiled call's generated
         # kernel against eager's), that is the order to name, not a generic example.
-        cause = rounding_cause(d, next((r for r in c.arms if r.spec == d.a.arm), None))
+        cause = rounding_cause(d, next((r for r in c.arms if r.spec == d.a.arm), None), c.arms)
         summary = (f"{where_text(d)} {how}. `{e.arm}` lies outside the unbiased rounding spread of its computation but "
                    "inside the envelope of rounding every operation the same way (all up or all down): an "
                    f"order-dependent, biased accumulation{'' if cause else ' such as stagnation in a long running sum'}"
@@ -548,7 +548,7 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
                    f"({inside}): replaying the recorded computation with every operation rounded at the "
                    f"{'arms’' if len(js) == 2 and d.source == 'arms' else 'arm’s'} own precision gives differences this "
                    f"large. Ordinary floating-point rounding, which the accuracy note does not guarantee bitwise."
-                   f"{rounding_cause(d, next((r for r in c.arms if r.spec == d.a.arm), None))}{digits}")
+                   f"{rounding_cause(d, next((r for r in c.arms if r.spec == d.a.arm), None), c.arms)}{digits}")
     section = policy.BATCHED if (d.paths or {}).get("batched") and not envelope else policy.GENERAL
     return make_verdict("expected-rounding", True, section, ["numerical"], summary, evidence)
 

@@ -409,7 +409,7 @@ def _why_orders_differ(paths: dict[str, Any]) -> str:
     return "each operation rounds its own result, and the two sides round at different steps"
 
 
-def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
+def rounding_cause(d: Divergence, run: ArmRun | None, runs: list[ArmRun] = ()) -> str:
     """Why two values the script compares, both rounding of their own computation, round
     apart: another precision, other operations for one value (where the op graphs part), or
     the same operations under a numerics setting the script changes while it runs. Empty
@@ -418,7 +418,7 @@ def rounding_cause(d: Divergence, run: ArmRun | None) -> str:
     if b is None:
         return ""
     if d.source == "arms":
-        return _arms_cause(a.arm, b.arm)
+        return _arms_cause(a.arm, b.arm, runs)
     if d.source != "claim":
         return ""
     (low_bits, low, coarse), (high_bits, high, fine) = sorted(
@@ -487,8 +487,9 @@ def _computed_at(d: Divergence, side: Side) -> str:
                  and j.status == "judged"), side.dtype)
 
 
-def _arms_cause(a: str, b: str) -> str:
-    """What the two arms' specs change that makes the same program round apart."""
+def _arms_cause(a: str, b: str, runs: list[ArmRun] = ()) -> str:
+    """What the two arms' specs change that makes the same program round apart (`runs`: the
+    arms' runs, whose compile arm may have compiled with the script's own backend)."""
     sa, sb = ArmSpec.read(a), ArmSpec.read(b)
     if sa.device.partition(":")[0] != sb.device.partition(":")[0]:
         return " The arms run on different devices, whose kernels block and accumulate differently."
@@ -496,7 +497,11 @@ def _arms_cause(a: str, b: str) -> str:
     for arm, own, other in ((a, sa, sb), (b, sb, sa)):
         if own.torch and own.torch != other.torch:
             texts.append(f"`{arm}` runs torch {own.torch}, whose kernels need not round as this release's do")
-        if own.mode == "compile" and other.mode != "compile":
+        script = [x["name"] for r in runs if r.spec == arm for x in (r.graph or {}).get("backends") or []
+                  if x.get("name")]
+        if own.mode == "compile" and other.mode != "compile" and script:
+            texts.append(f"`{arm}` runs the graph as the script's own compile backend `{script[0]}` rewrites it")
+        elif own.mode == "compile" and other.mode != "compile":
             texts.append(f"`{arm}` runs {own.backend or 'inductor'}'s compiled graph"
                          + (", whose generated kernels fuse operations: they compute a fused chain in other steps "
                             "than eager's (in float32 for float16 and bfloat16 values, rounded once at the kernel's "
