@@ -901,7 +901,7 @@ def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -
 def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verdict:
     """Inf/NaN on one side only, with both sides inside their spreads: rounding alone reaches
     the nonfinite value here (an exactly singular matrix, a value at the edge of the range)."""
-    apart = _nonfinite_in_float64_too(c, d, evidence)
+    apart = _nonfinite_in_float64_too(c, d, evidence) if singular_upstream(c, d, nonfinite_side(d)) is None else None
     if apart is not None:
         return apart
     who = who_is_right(d, [], [])
