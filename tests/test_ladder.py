@@ -979,3 +979,29 @@ def test_a_compile_arm_under_the_scripts_own_backend_is_not_said_to_run_inductor
     compiled.graph = {"backends": [{"name": "lse_backend", "line": 5}]}
     said = _arms_cause("cpu", "cpu/compile", [eager, compiled])
     assert said == " `cpu/compile` runs the graph as the script's own compile backend `lse_backend` rewrites it."
+
+
+def test_a_bound_on_the_two_sides_difference_below_their_rounding_is_said():
+    """A twenty-fourth new user's c05: a bfloat16 cross-entropy of 13.9 against its float32
+    value, `assert abs(loss32.item() - loss16.item()) < 1e-4`: rounding, and the verdict did
+    not say that the bound asks for less than bfloat16 leaves (its spacing there is 0.0625)."""
+    source = ("import torch\n" * 10 + "assert abs(loss32.item() - loss16.item()) < 1e-4, 'bf16 loss differs'\n")
+
+    def side(i, value, dtype, name):
+        o = obs(i, [value], [13.9512], kind="claim", label=f"operand {i}", dtype="float32",
+                claim={"id": 0, "func": "assert", "operand": i, "holds": False})
+        o.line, o.name = 11, f"`{name}`"
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": list(np.linspace(0.1, 2.0, 29)),
+                      "flips": [], "precision": dtype, "unmeasured": []}
+        sigma = 1e-6 if dtype == "float32" else 0.01
+        o.spread = {"sig": np.array([sigma]), "up": np.array([13.9512 + 3 * sigma]),
+                    "dn": np.array([13.9512 - 3 * sigma]), "mu": np.array([13.9512]), "sd": np.array([sigma / 10]),
+                    "nf": np.array([1], np.uint8)}
+        return o
+
+    run = arm("cpu", [side(0, 13.9512, "float32", "loss32.item()"), side(1, 13.955, "bfloat16", "loss16.item()")],
+              status="raised", exception={"type": "AssertionError", "message": "", "line": 11, "claim": True})
+    v = classify(Repro(path=REPRO.path, name=REPRO.name, source=source), compare([run]))
+    assert v.kind == "expected-rounding", v.summary
+    assert ("The script's check at line 11 (`abs(loss32.item() - loss16.item()) < 0.0001`) asks the two to agree "
+            "within 0.0001; they differ by 0.0038") in v.summary, v.summary

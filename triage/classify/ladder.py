@@ -115,7 +115,7 @@ def classify(repro: Repro, comparison: Comparison | None, ablations: list[Ablati
     upcast = [f"with `aten.{a.switch.partition('=')[2]}` alone computed in float64 on both arms the divergence "
               f"disappears ({a.detail}): it starts in that op's {precision_of(comparison)} arithmetic"
               for a in ablations if a.supports == "evidence" and a.outcome in AGREEING_OUTCOMES]
-    bound = threshold_by_rounding(comparison.arms, repro.source) \
+    bound = (threshold_by_rounding(comparison.arms, repro.source) or _difference_bound(comparison, repro.source)) \
         if comparison is not None and verdict.kind.startswith("expected-") else ""
     verdict = dataclasses.replace(verdict, evidence=verdict.evidence + upcast,
                                   summary=verdict.summary + bound + stopped_sentence(comparison)
@@ -1950,6 +1950,34 @@ def threshold_by_rounding(runs: list[ArmRun], source: str) -> str:
                     f"{j.precision_text} moves it by ±{j.sigma:.2g} (σ of the replays), and the bound {bound:g} lies "
                     f"within that spread, as does the value here ({value:.3g}). A bound for this computation has to "
                     "allow its rounding.")
+    return ""
+
+
+def _difference_bound(c: Comparison, source: str) -> str:
+    """Where the script's failing check bounds the difference of the two values the verdict
+    compares (`abs(a.item() - b.item()) < 1e-4`) and their difference, rounding by the verdict,
+    passes the bound: the check asks for closer agreement than that rounding leaves, and a
+    sentence says so with the bound (a bfloat16 loss of 13.9 against its float32 value, within
+    1e-4: bfloat16's spacing there is 0.0625)."""
+    d = c.divergence
+    if d is None or d.source != "claim" or d.b is None or d.max_abs_diff is None:
+        return ""
+    run = next((r for r in c.arms if r.spec == d.a.arm), None)
+    e = (run.exception if run is not None else None) or {}
+    if not e.get("claim") or e.get("line") is None:
+        return ""
+    line, sides = int(e["line"]), frozenset((d.a.label.strip("`"), d.b.label.strip("`")))
+    for text, bound, sense in threshold_checks(source, line):
+        try:
+            measure = ast.parse(text.strip(), mode="eval")
+        except SyntaxError:
+            continue
+        differences = {frozenset((ast.get_source_segment(text.strip(), n.left), ast.get_source_segment(text.strip(), n.right)))
+                       for n in ast.walk(measure) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub)}
+        if sense in ("<", "<=") and sides in differences and not holds(d.max_abs_diff, sense, bound):
+            return (f" The script's check at line {line} (`{text} {sense} {bound:g}`) asks the two to agree within "
+                    f"{bound:g}; they differ by {d.max_abs_diff:.3g}, which that rounding leaves: a bound for this "
+                    "comparison has to allow it.")
     return ""
 
 
