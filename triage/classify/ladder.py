@@ -793,8 +793,8 @@ def change_text(change: dict[str, Any], side: str, other: str) -> str:
                       ("conjugated", "the conjugate is the difference (`X * X` where `X * X.conj()` is meant)"))
         return f" {where} takes its {nth}{operand} as it is: {done}, {then} — {what}."
     if change["kind"] == "triangle":
-        mine, other = ("lower", "upper") if change["op"].endswith("tril") else ("upper", "lower")
-        return (f" {where} keeps the {mine} triangle from diagonal {was!r}: the {other} triangle from diagonal "
+        kept, flipped = ("lower", "upper") if change["op"].endswith("tril") else ("upper", "lower")
+        return (f" {where} keeps the {kept} triangle from diagonal {was!r}: the {flipped} triangle from diagonal "
                 f"{to!r} instead, {then} — the mask's triangle is the difference.")
     if change["kind"] == "shifted":
         count = change.get("places") or 1
