@@ -51,6 +51,31 @@ def test_a_batch_computed_whole_and_slice_by_slice_is_the_notes_batched_case(tmp
     assert not plain["batched"]
 
 
+
+def test_a_fused_kernel_on_the_batch_against_a_composite_path_per_slice_is_the_batched_case(tmp_path):
+    """A module's fast path on the whole batch (one fused op) against its composite path on
+    each sample (other ops, the same ones per slice), stacked: the note's batched section,
+    whose "internal implementations" clause covers another kernel per slice. Per-slice work
+    that does not repeat evenly is not that case."""
+    nodes = [{"name": "x", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"},
+             {"name": "w", "op": "leaf", "line": 3, "dtype": "float32", "kind": "random"},
+             call("fused", "aten._native_multi_head_attention.default", [{"node": "x"}, {"node": "w"}], 5)]
+    rows = []
+    for i in range(4):
+        nodes += [call(f"row{i}", "aten.select.int", [{"node": "x"}, 0, i], 6),
+                  call(f"proj{i}", "aten.addmm.default", [{"node": "w"}, {"node": f"row{i}"}, {"node": "w"}], 6),
+                  call(f"att{i}", "aten._scaled_dot_product_flash_attention_for_cpu.default",
+                       [{"node": f"proj{i}"}, {"node": f"proj{i}"}, {"node": f"proj{i}"}], 6)]
+        rows.append({"node": f"att{i}"})
+    parted = part_ways(_graph(tmp_path, nodes + [call("rows", "aten.stack.default", [rows], 6)]), "fused", "rows")
+    assert parted["batched"]
+    assert any("`aten._native_multi_head_attention` over the whole batch, the other 2 ops per slice (`aten.addmm`, "
+               "`aten._scaled_dot_product_flash_attention_for_cpu`) for each of 4 slices" in h for h in parted["hints"])
+    # A fifth projection in one slice only: the slices are not one implementation repeated.
+    uneven = nodes + [call("extra", "aten.addmm.default", [{"node": "w"}, {"node": "att0"}, {"node": "w"}], 6),
+                      call("rows", "aten.stack.default", [[{"node": "extra"}] + rows[1:]], 6)]
+    assert not part_ways(_graph(tmp_path, uneven), "fused", "rows")["batched"]
+
 def test_an_ambiguous_line_names_nothing():
     assert operand_names(SOURCE, 9, "torch.allclose") is None  # two calls, other orders
     assert readback_name(SOURCE, 8, "print/repr") is None  # two tensors printed at once

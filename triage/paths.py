@@ -156,21 +156,44 @@ SLICE_GLUE = {"stack", "cat", "unbind", "split", "split_with_sizes", "chunk", "n
 
 
 def _batched_hint(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:
-    """One side computes an op once over a whole batch, the other the same op once per slice
-    (`x @ W.T` against `torch.stack([x[i] @ W.T for i …])`): the accuracy note's 'Batched
-    computations or slice computations' section, which promises no bitwise agreement."""
+    """One side computes once over a whole batch, the other once per slice and joins the
+    slices (`x @ W.T` against `torch.stack([x[i] @ W.T for i …])`, or a module's fused fast
+    path on the batch against its composite path on each sample): the accuracy note's
+    'Batched computations or slice computations' section, which promises no bitwise agreement
+    ("PyTorch internal implementations of operations can produce slightly different results")."""
     def computing(ops: list[str]) -> list[str]:
         return [n for n in (_op_name(graph.by_name[op]) for op in ops) if n not in SLICE_GLUE]
 
+    def target(ops: list[str], name: str) -> str:
+        return next(str(graph.by_name[x].get("target")) for x in ops if _op_name(graph.by_name[x]) == name
+                    ).rsplit(".", 1)[0]
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(f"`{target(only_a + only_b, n)}`" for n in names[:3]) + (", …" if len(names) > 3 else "")
+
+    note = "then joins them: the accuracy note's \"Batched computations or slice computations\" says the two need not agree bitwise"
     for whole, sliced in ((only_a, only_b), (only_b, only_a)):
         w, s = computing(whole), computing(sliced)
-        if len(set(s)) == 1 and w and set(w) <= set(s) and len(s) >= 2 * len(w) \
-                and any(_op_name(graph.by_name[op]) in ("stack", "cat") for op in sliced):
-            op = next(str(graph.by_name[x].get("target")) for x in sliced if _op_name(graph.by_name[x]) == s[0])
-            return [f"One side computes `{op.rsplit('.', 1)[0]}` over the whole batch, the other {len(s)} times, one "
-                    "slice each, then joins them: the accuracy note's \"Batched computations or slice computations\" "
-                    "says the two need not agree bitwise"]
+        joins = [op for op in sliced if _op_name(graph.by_name[op]) in ("stack", "cat")]
+        if not w or not joins:
+            continue
+        if len(set(s)) == 1 and set(w) <= set(s) and len(s) >= 2 * len(w):
+            return [f"One side computes `{target(sliced, s[0])}` over the whole batch, the other {len(s)} times, one "
+                    f"slice each, {note}"]
+        # Another implementation per slice: the same ops once for each value the join joins.
+        joined = len(_join_inputs(graph, joins[-1]))
+        counts = {n: s.count(n) for n in s}
+        whole_ops = list(dict.fromkeys(w))
+        if joined >= 2 and len(w) <= len(s) // joined and all(c % joined == 0 for c in counts.values()):
+            return [f"One side computes {listed(whole_ops)} over the whole batch, the other {len(s) // joined} ops per "
+                    f"slice ({listed(list(counts))}) for each of {joined} slices, {note}"]
     return []
+
+
+def _join_inputs(graph: OpGraph, op: str) -> list[Any]:
+    """The values a `stack`/`cat` call joins (its first argument's list)."""
+    args = graph.by_name[op].get("args") or []
+    return args[0] if args and isinstance(args[0], list) else []
 
 
 def _constant(graph: OpGraph, cone: frozenset[str]) -> bool:
