@@ -1005,3 +1005,35 @@ def test_a_bound_on_the_two_sides_difference_below_their_rounding_is_said():
     assert v.kind == "expected-rounding", v.summary
     assert ("The script's check at line 11 (`abs(loss32.item() - loss16.item()) < 0.0001`) asks the two to agree "
             "within 0.0001; they differ by 0.0038") in v.summary, v.summary
+
+
+def _read_back(i, label, line, value, reference, dtype, sigma, flips=()):
+    """A value the script reads back at `line`, judged inside the spread `sigma` its simulated
+    roundings gave (with `flips`: the ops whose comparisons rounding switched)."""
+    array = np.asarray(value, dtype=np.int64 if dtype == "int64" else np.float32)
+    ref = np.asarray(reference, dtype=np.float64)
+    o = Observable(index=i, kind="readback", label=label, line=line, fingerprint=fp(array, dtype),
+                   reference={"fingerprint": fp(ref.astype(np.int64) if dtype == "int64" else ref, "float64"),
+                              "note": None, "approximate": False},
+                   ancestors=[0], value=array, reference_value=ref)
+    o.rounding = {"status": "judged", "samples": 29, "sample_stats": list(np.linspace(0.0, 3.0, 29)),
+                  "flips": list(flips), "precision": "float32", "unmeasured": []}
+    o.spread = {"sig": np.full(ref.shape, sigma), "up": ref + sigma, "dn": ref - sigma, "mu": ref.copy(),
+                "sd": np.full(ref.shape, sigma / 100), "nf": np.ones(ref.shape, np.uint8)}
+    return o
+
+
+def test_the_argmaxes_a_script_counts_mismatches_of_are_its_headline_not_the_logits_it_prints():
+    """`n = (pred32 != pred16).sum().item(); assert n == 0` after printing one sample's logits
+    of both: the check is about the two argmaxes (int64), which rounding alone flips, not the
+    printed floats beside it (nu24 c19)."""
+    argmax = [{"node": "argmax", "op": "aten.argmax", "line": 12, "replays": 11, "of": 11}]
+    run = arm("cpu", [_read_back(0, "`!=` operand 1 in a check", 13, [3, 1], [3, 1], "int64", 1.0),
+                      _read_back(1, "`!=` operand 2 in a check", 13, [3, 2], [3, 1], "int64", 1.0, argmax),
+                      _read_back(2, "print/repr", 16, [1.0, 2.0], [1.0, 2.0], "float32", 1e-3),
+                      _read_back(3, "print/repr", 17, [1.002, 2.0], [1.0, 2.0], "float32", 1e-2)])
+    source = "\n" * 12 + "n = (pred32 != pred16).sum().item()\n"
+    v = classify(REPRO, compare([run], source))
+    assert (v.kind, v.expected) == ("expected-rounding", True), v.summary
+    assert v.summary.startswith("`pred32` vs `pred16` (line 13)"), v.summary
+    assert "`aten.argmax` (line 12) decides otherwise" in v.summary, v.summary

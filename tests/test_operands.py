@@ -79,6 +79,10 @@ def test_a_fused_kernel_on_the_batch_against_a_composite_path_per_slice_is_the_b
 def test_an_ambiguous_line_names_nothing():
     assert operand_names(SOURCE, 9, "torch.allclose") is None  # two calls, other orders
     assert readback_name(SOURCE, 8, "print/repr") is None  # two tensors printed at once
+    # The index a printed slice is taken at is not a second printed value.
+    indexed = 'i = 3\nprint("sample", i, "fp32 logits:", logits32[i], 2.5)\nprint(i, logits32[i], logits16[i])\n'
+    assert readback_name(indexed, 2, "print/repr") == "logits32[i]"
+    assert readback_name(indexed, 3, "print/repr") is None
     assert operand_names("this is not python(", 1, "torch.equal") is None
 
 

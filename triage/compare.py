@@ -20,7 +20,7 @@ import numpy as np
 from triage import policy
 from triage.model import ArmRun, Comparison, Divergence, Judgement, Observable, Side, compared_runs, find_side
 from triage.numerics.errors import nonfinite_mismatch, ulp
-from triage.operands import COMPARISON_SYMBOLS, compared_expressions
+from triage.operands import COMPARISON_SYMBOLS, checked_operand, compared_expressions
 from triage.worker.protocol import DIFFERENCE_CLAIMS
 
 SUMMARY_VALUES = 4
@@ -97,7 +97,10 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
     failing = [{(x["line"], x["how"]) for x in claims if x["arm"] == run.spec and x["holds"] is False}
                for run in completed]
     everywhere = set.intersection(*failing) if len(completed) >= 2 else set()
-    headline = min(range(len(judged)), key=lambda i: _headline_rank(judged[i], i, everywhere)) if judged else None
+    checked = {(run.spec, o.index) for run in completed for o in run.observables
+               if o.kind == "readback" and checked_operand(o.label)}
+    headline = min(range(len(judged)), key=lambda i: _headline_rank(judged[i], i, everywhere, checked)) \
+        if judged else None
     if headline is not None and judged[headline].source == "claim" and judged[headline].how != "repeat":
         # The script compares two calls of one module on one input: the pair of calls knows why
         # they differ (the module's mode, its state, a setting), the comparison does not.
@@ -127,6 +130,11 @@ def name_from_source(run: ArmRun, source: str) -> None:
             names = operand_names(source, o.line, str(o.claim.get("func", "")))
             if names:
                 o.name = f"`{names[o.claim['operand']]}`"
+        elif o.kind == "readback" and checked_operand(o.label):
+            symbol, operand = checked_operand(o.label)
+            names = operand_names(source, o.line, symbol)
+            if names and operand < len(names):
+                o.name = f"`{names[operand]}`"
         elif o.kind == "readback":
             spelled = spelled_on_line(source, o.line, o.expression)
             name = None if spelled else readback_name(source, o.line, o.label)
@@ -179,23 +187,26 @@ KIND_RANK = {"claim": 0, "readback": 1, "call": 2, "final": 3}
 MAX_JUDGED = 16
 
 
-def _headline_rank(d: Divergence, order: int, failing_everywhere: set[tuple[int | None, str | None]]) -> tuple:
+def _headline_rank(d: Divergence, order: int, failing_everywhere: set[tuple[int | None, str | None]],
+                   checked: set[tuple[str, int]]) -> tuple:
     """A value outside its own rounding spread is never hidden behind one inside it, nor one
     outside a spread with digits behind one outside a spread without (the script's own error
     measure, `(eager - compiled).abs().max()`, is a computational zero on the eager arm's
     replay); then a check of the script's that fails on every arm (`failing_everywhere`, by
     line and comparison) before the arms' differences; a floating value before a boolean or
-    integer; among equals, the one the script's own check or printed output is about, then
+    integer the script does not check (`checked`: (arm, observable) of the operands of its
+    elementwise checks); among equals, the one the script's own check or printed output is about, then
     program order."""
     outside = [j for j in d.judgements if j.zone == "outside"]
     decisive = any(not j.outside_without_digits for j in outside)
     kind = min(KIND_RANK.get(s.kind or "", 4) for s in (d.a, d.b) if s is not None)
     # A boolean or integer the script derives (`torch.isnan(out).any().item()`) says less than
     # the floating values it summarizes; but integers the script's own check compares
-    # (`torch.equal(pred32, pred16)` of two argmaxes, top-k indices) are what it is about.
+    # (`torch.equal(pred32, pred16)` of two argmaxes, top-k indices, or the operands of
+    # `(pred32 != pred16).sum().item()`) are what it is about.
     sides = [s for s in (d.a, d.b) if s is not None]
-    floating = any(_is_float(s.dtype or "") for s in sides) or kind == KIND_RANK["claim"] and all(
-        _is_index(s.dtype or "") for s in sides)
+    floating = any(_is_float(s.dtype or "") for s in sides) or all(_is_index(s.dtype or "") for s in sides) and (
+        kind == KIND_RANK["claim"] or all((s.arm, s.observable) in checked for s in sides))
     reported = d.source == "claim" and (d.a.line, d.how) in failing_everywhere
     return (not outside, not decisive, not reported, not floating, kind, order)
 

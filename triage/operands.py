@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 
-from triage.worker.protocol import DIFFERENCE_CLAIMS
+from triage.worker.protocol import CHECKED_OPERAND, DIFFERENCE_CLAIMS
 
 MAX_NAME = 40  # longer expressions make worse names than triage's own labels
 MAX_SPAN = 20  # lines a call may span and still name the values compared on one of them
@@ -66,6 +67,14 @@ def operand_names(source: str, line: int | None, func: str) -> tuple[str, str] |
                 found.add(texts)  # type: ignore[arg-type]
     return found.pop() if len(found) == 1 else None
 
+
+
+def checked_operand(label: str) -> tuple[str, int] | None:
+    """(comparison symbol, 0-based operand) of a readback the worker labels as an operand of
+    an elementwise comparison the script checks (`(pred32 != pred16).sum().item()`:
+    "`!=` operand 2 in a check"); None for any other label."""
+    m = re.fullmatch(rf"`(.+?)` operand(?: (\d))?{re.escape(CHECKED_OPERAND)}", label)
+    return (m.group(1), int(m.group(2) or 1) - 1) if m else None
 
 @functools.lru_cache(maxsize=8)
 def _lines(source: str) -> list[bytes]:
@@ -149,8 +158,12 @@ def readback_name(source: str, line: int | None, label: str) -> str | None:
                 and node.func.attr == METHOD_READBACKS[label] and not node.args:
             found.add(_segment(source, node.func.value))
         elif label in CALL_READBACKS and _called_name(node.func) == CALL_READBACKS[label]:
-            values = [a for a in node.args if not (isinstance(a, ast.Constant) and isinstance(a.value, str))
-                      and not isinstance(a, ast.JoinedStr)]
+            values = [a for a in node.args if not isinstance(a, (ast.Constant, ast.JoinedStr))]
+            # A name another argument indexes with is an index, not the tensor printed:
+            # `print("sample", i, "logits:", logits[i])`.
+            indices = {n.id for a in values for sub in ast.walk(a) if isinstance(sub, ast.Subscript)
+                       for n in ast.walk(sub.slice) if isinstance(n, ast.Name)}
+            values = [a for a in values if not (isinstance(a, ast.Name) and a.id in indices)]
             if len(values) == 1:
                 found.add(_segment(source, values[0]))
             else:

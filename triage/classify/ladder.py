@@ -501,7 +501,7 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     cancels = cancellation_hint(c, d)
     if d.nonfinite_mismatch > 0:
         return _nonfinite_inside(c, d, evidence)
-    decided = _decided_by_rounding(d, js, evidence)
+    decided = _decided_by_rounding(c, d, js, evidence)
     if decided is not None:
         return decided
     wide = [j for j in js if j.wide]
@@ -1030,7 +1030,7 @@ def _article(dtype: str) -> str:
     return "an" if dtype[:1] in "aeio" else "a"  # an int64, a bool, a uint8
 
 
-def _decided_by_rounding(d: Divergence, js: list, evidence: list[str]) -> Verdict | None:
+def _decided_by_rounding(c: Comparison, d: Divergence, js: list, evidence: list[str]) -> Verdict | None:
     """A discrete value (a count of differing elements, an index, a mask) inside its spread,
     whose own comparisons rounding switches: its float64 value is one outcome of many, not the
     answer, and no digit count describes it (a count of `a != b` between two formulas is the
@@ -1046,7 +1046,8 @@ def _decided_by_rounding(d: Divergence, js: list, evidence: list[str]) -> Verdic
                         f"{where_text(d)} {difference_text(d)}. It is {_article(sides[0].dtype)} {sides[0].dtype} value "
                         f"decided by comparing floating-point values, and rounding alone decides those comparisons "
                         f"(replayed with random rounding at the arm's precision, {flips[0]}); {inside} "
-                        f"{'are' if len(js) > 1 else 'is'} inside the spread they give. "
+                        f"{'are' if len(js) > 1 else 'is'} inside the spread they give."
+                        f"{rounding_cause(d, next((r for r in c.arms if r.spec == d.a.arm), None), c.arms)} "
                         "Its float64 value is one outcome of many, not the answer: ordinary floating-point rounding, "
                         "which the accuracy note does not guarantee bitwise.", evidence)
 

@@ -34,7 +34,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from triage.worker.fingerprint import fingerprint, readable_fingerprint, to_numpy
 from triage.worker.modes import Quiet, suspended_modes
 from triage.worker.opgraph import OpRecorder, RecordingBackend
-from triage.worker.protocol import DIFFERENCE_CLAIM, OBSERVED, RELATIVE_DIFFERENCE_CLAIMS
+from triage.worker.protocol import CHECKED_OPERAND, DIFFERENCE_CLAIM, OBSERVED, RELATIVE_DIFFERENCE_CLAIMS
 
 MAX_OBSERVABLES = 2000
 MAX_TENSORS_PER_CALL = 32
@@ -385,7 +385,7 @@ class Observer(TorchFunctionMode):
             for i, operand in enumerate(comparison.operands):
                 if not self.store.holds_current(operand):
                     which = f" {i + 1}" if numbered else ""
-                    self.store.add("readback", f"`{comparison.symbol}` operand{which} in a check", operand)
+                    self.store.add("readback", f"`{comparison.symbol}` operand{which}{CHECKED_OPERAND}", operand)
 
 
 def _buffer_digest(t: torch.Tensor) -> str:

@@ -19,6 +19,9 @@ DIFFERENCE_CLAIM = "max abs(a - b)"  # no "|": it is shown in markdown tables
 # The same of a relative error measure, `((a - b) / b).abs().max()`, by its divisor.
 RELATIVE_DIFFERENCE_CLAIMS = ("max abs((a - b) / a)", "max abs((a - b) / b)")
 DIFFERENCE_CLAIMS = (DIFFERENCE_CLAIM,) + RELATIVE_DIFFERENCE_CLAIMS
+# The label of an operand of an elementwise comparison the script turned into a Python bool or
+# number, `(pred32 != pred16).sum().item()` (observe.py): what the script's check is about.
+CHECKED_OPERAND = " in a check"
 
 # values.npz: one array per observable index i, named PREFIX + str(i): the observed value, its
 # float64 reference, and the rounding simulation's per-element spread (σ, the directed
