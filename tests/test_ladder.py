@@ -1037,3 +1037,18 @@ def test_the_argmaxes_a_script_counts_mismatches_of_are_its_headline_not_the_log
     assert (v.kind, v.expected) == ("expected-rounding", True), v.summary
     assert v.summary.startswith("`pred32` vs `pred16` (line 13)"), v.summary
     assert "`aten.argmax` (line 12) decides otherwise" in v.summary, v.summary
+
+
+def test_a_side_keeping_no_digit_where_the_sides_differ_most_is_ill_conditioned():
+    """fp16 positional encodings against float32 (nu24 x05): sin of an angle up to 2047 that
+    float16 holds to ±0.5 keeps no digit at late positions, where the two differ by 0.78,
+    though a typical element keeps several: the conditioning there, not a long sum's rounding."""
+    ref = np.array([0.5, -0.25, 0.75, 0.5])
+    typical = np.full(4, 1e-6)
+    sides = [_read_back(0, "`pe32`", 16, ref, ref, "float32", np.where(np.arange(4) == 3, 1e-3, typical)),
+             _read_back(1, "`pe16`", 16, ref + [0, 0, 0, 0.78], ref, "float32", np.where(np.arange(4) == 3, 1.0, typical))]
+    for o in sides:
+        o.spread["sd"] = o.spread["sig"] / 3  # samples that scatter as far as the value itself at the last element
+    v = verdict(arm("cpu", sides))
+    assert (v.kind, v.expected) == ("expected-ill-conditioned", True), v.summary
+    assert "`cpu` `pe16` keeps no significant digit" in v.summary, v.summary

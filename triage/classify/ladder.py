@@ -561,11 +561,12 @@ LONG_SUM_DIGITS = 2.0
 
 def _conditioning_shown(c: Comparison, d: Divergence, wide: list[Judgement], cancels: str) -> bool:
     """Something makes the computation ill-conditioned, not merely long: a side keeping no
-    digit, or a float32/float64 side keeping fewer than LONG_SUM_DIGITS (no accumulation a
+    digit (typically, or where the sides differ most), or a float32/float64 side keeping fewer than LONG_SUM_DIGITS (no accumulation a
     script runs loses that many: 250,000 float32 terms a bin kept 4), a singular or
     ill-conditioned matrix upstream, a cancellation, or a conditioning figure the arms recorded."""
     return (any(j.computational_zero or (j.digits is not None and j.digits < 1) or _within_noise(j)
                 or (j.digits is not None and j.digits < LONG_SUM_DIGITS and j.dtype in ("float32", "float64"))
+                or j.poor_where_differ and j.digits_where_differ is not None and j.digits_where_differ < 1
                 for j in wide)
             or bool(cancels) or singular_upstream(c, d) is not None or matrix_upstream(c, d)
             or ill_conditioning(c, d) is not None or cancellation_site(c, d) is not None)
@@ -1053,7 +1054,11 @@ def _decided_by_rounding(c: Comparison, d: Divergence, js: list, evidence: list[
 
 
 def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[str], hint: str) -> Verdict:
-    j = next((x for x in wide if _within_noise(x)), wide[0])  # the side a reader would take for a bug first
+    # The side a reader would take for a bug first, else the one keeping the fewest digits
+    # where the sides differ most.
+    j = next((x for x in wide if _within_noise(x)), None) or min(
+        wide, key=lambda x: x.digits_where_differ if x.poor_where_differ and x.digits_where_differ is not None
+        else math.inf)
     note = singular_upstream(c, d) or {}
     matrix = bool(note) and "figure" not in note
     section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
@@ -1072,7 +1077,7 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
                  f"at {j.precision_text} ({where})")
     elif j.poor_where_differ:
         state = (f"where they differ most (element {j.differ_element}), `{j.arm}` {j.label} keeps "
-                 + ("no significant digit" if not j.digits_where_differ else
+                 + ("no significant digit" if (j.digits_where_differ or 0) < 0.5 else
                     f"only {j.digits_where_differ:.1f} significant digits")
                  + f" at {j.precision_text}, though a typical element keeps {j.digits or 0:.1f}")
     else:
