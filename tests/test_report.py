@@ -285,3 +285,7 @@ def test_a_nonfinite_value_some_roundings_reach_has_no_digit_not_a_zero_spread()
     assert spread_text(j) == "inf in every rounding of this computation at float32"
     j.value, j.nonfinite = 100.0, "outside: 3 element(s) finite where every rounding of this computation is not"
     assert spread_text(j) == "nonfinite in every rounding of this computation at float32"
+    # Elements without a digit among those with some are said in words, the term after.
+    j.nonfinite, j.value, j.sigma, j.digits, j.zeros, j.numel = None, 1.06, 2e-7, 5.8, 241, 512
+    assert spread_text(j) == ("±2e-07 (5.8 significant digits at float32; 241 of 512 elements keep no significant digit, "
+                              "their rounding noise as large as themselves)")

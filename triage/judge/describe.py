@@ -72,5 +72,6 @@ def spread_text(j: Judgement) -> str:
     if j.digits is None and (j.nonfinite or "").endswith(FINITE_WHERE_NONE):
         return f"nonfinite in every rounding of this computation at {j.precision_text}"
     digits = f"{j.digits:.1f} significant digits" if j.digits is not None else "no significant digit"
-    zeros = f"; {j.zeros} of {j.numel} elements are computational zeros" if j.zeros else ""
+    zeros = (f"; {j.zeros} of {j.numel} elements keep no significant digit, their rounding noise as large as "
+             "themselves") if j.zeros else ""
     return f"{width} ({digits} at {j.precision_text}{zeros})"
