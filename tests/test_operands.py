@@ -431,3 +431,21 @@ def test_a_side_that_starts_from_what_the_other_left_is_found(tmp_path):
     # Nor two computations from one unchanged input.
     apart = [call("a", "aten.exp.default", [{"node": "x"}], 5), call("b", "aten.exp.default", [{"node": "x"}], 6)]
     assert carried_state(_graph(tmp_path, [leaf] + apart), "a", "b") is None
+
+
+def test_an_op_both_sides_call_on_other_inputs_is_named_as_on_both(tmp_path):
+    """Attention on a padded batch against attention on each sequence alone: each call has
+    no counterpart (its inputs differ), but neither side lacks the op, and saying only "no
+    counterpart on the other side" reads as if one did."""
+    from triage.classify.wording import parting_text
+
+    graph = _graph(tmp_path, [
+        {"name": "x", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"},
+        {"name": "w", "op": "leaf", "line": 3, "dtype": "float32", "kind": "random"},
+        call("padded", "aten.constant_pad_nd.default", [{"node": "x"}, [0, 2]], 4),
+        call("a", "aten.mm.default", [{"node": "padded"}, {"node": "w"}], 5),
+        call("b", "aten.mm.default", [{"node": "x"}, {"node": "w"}], 6)])
+    parted = part_ways(graph, "a", "b")
+    assert parted["on_both"] == ["aten.mm.default"]
+    assert "(both call `aten.mm.default`, each on inputs the other's call does not have)" in \
+        parting_text(parted, ("`a`", "`b`"))

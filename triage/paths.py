@@ -57,10 +57,15 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
     if not only_a and not only_b:
         return None
     batched = _batched_hint(graph, only_a, only_b)
+    # Ops both sides call, each on inputs the other's call does not have (attention on a
+    # padded batch and on each sequence alone): no counterpart, yet not absent either.
+    targets_a, targets_b = ([str(graph.by_name[op].get("target")) for op in side
+                             if _op_name(graph.by_name[op]) not in SLICE_GLUE] for side in (only_a, only_b))
+    on_both = [t for t in dict.fromkeys(targets_a) if t in set(targets_b)]
     return {"carried": carried, "only_a": [_describe(graph, op) for op in only_a[:MAX_LISTED]], "only_a_count": len(only_a),
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
-            "batched": bool(batched),
+            "batched": bool(batched), "on_both": on_both[:MAX_LISTED],
             "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
             "precisions": _precisions(graph, only_a, only_b),
             "hints": (_constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)

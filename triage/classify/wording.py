@@ -182,7 +182,10 @@ def parting_text(paths: dict[str, Any], names: tuple[str, str]) -> str:
     for key, name in (("only_a", names[0]), ("only_b", names[1])):
         if paths.get(key):
             parts.append(f"{name} computes {ops_text(paths[key], paths.get(key + '_count'), 3)}")
-    text = (" Where they part: " + "; ".join(parts) + ", with no counterpart on the other side.") if parts else ""
+    both = paths.get("on_both") or []
+    also = (f" (both call {', '.join(f'`{t}`' for t in both[:3])}, each on inputs the other's call does not have)"
+            if both else "")
+    text = (" Where they part: " + "; ".join(parts) + f", with no counterpart on the other side{also}.") if parts else ""
     hints = paths.get("hints") or []
     return text + "".join(f" {h}." for h in hints)
 
