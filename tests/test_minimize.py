@@ -253,6 +253,44 @@ def test_candidates_for_a_scripts_backend_call_the_functions_dynamo_would_hand_i
     assert torch_function(aten._softmax.default, (x, 0, False)) is aten._softmax.default
 
 
+def test_an_op_a_backend_matches_under_another_name_is_called_and_written_by_that_name():
+    """`torch.softmax` runs as `aten._softmax`, `a / b` as `aten.div.Tensor`: a backend that
+    matches `torch.softmax` or `operator.truediv` (nu24 c14, x16) sees them only where the
+    candidates call, and the repro writes, the op so. `dim` goes by keyword, as scripts write
+    it: a backend that rewrites `node.kwargs["dim"]` must not pass it twice."""
+    import operator
+
+    import torch
+
+    from triage.worker.graphio import torch_function
+    from triage.worker.render import _public_forms
+
+    aten = torch.ops.aten
+    x = torch.tensor([[1.0, 2.0], [3.0, 5.0]])
+    softmax = torch_function(aten._softmax.default, (x, 0, False), {}, {"softmax": torch.softmax})
+    assert torch.equal(softmax(x, 0, False), torch.softmax(x, dim=0))
+    # Through dynamo, as the candidates run: the backend sees `torch.softmax` and moves its dim.
+    graph = torch.fx.Graph()
+    node = graph.call_function(softmax, (graph.placeholder("x"), 0, False))
+    graph.output((node,))
+
+    def move_dim(gm, example_inputs):
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and n.target is torch.softmax:
+                n.kwargs = {**n.kwargs, "dim": 1}
+        gm.recompile()
+        return gm.forward
+
+    compiled = torch.compile(torch.fx.GraphModule(torch.nn.Module(), graph), backend=move_dim)
+    assert torch.equal(compiled(x)[0], torch.softmax(x, dim=1))
+    divide = torch_function(aten.div.Tensor, (x, 8.0), {}, {"truediv": operator.truediv})
+    assert torch.equal(divide(x, 8.0), x / 8.0)
+    assert torch_function(aten.div.Tensor, (x, 8.0)) is torch.div  # no backend asks for `/`
+    assert ("torch.softmax(x0, dim=-1)", "torch.softmax") in _public_forms("_softmax", ["x0", "-1", "False"], [])
+    assert ("x0 / 8.0", "operator.truediv") in _public_forms("div", ["x0", "8.0"], [])
+    assert not any("softmax" in form for _, form in _public_forms("_softmax", ["x0", "-1", "True"], []))
+
+
 def test_a_backend_whose_target_the_candidates_lack_is_named_as_the_minimizers_limit():
     """`node.target is F.layer_norm`: layer norm runs as `aten.native_layer_norm`, so no
     candidate calls `F.layer_norm` — the note says so instead of blaming the script's state."""

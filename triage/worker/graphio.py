@@ -209,6 +209,9 @@ def torch_function(op: Callable, args: Any = (), kwargs: Any = None,
     where it accepts the recorded arguments; else the aten op itself."""
     packet = getattr(op, "overloadpacket", None)
     name = getattr(packet, "__name__", "")
+    spelled = _spelled_otherwise(name, args, kwargs or {}, preferred or {})
+    if spelled is not None:
+        return spelled
     if not name or name.startswith("_"):
         return op
     candidates = [(preferred or {}).get(name), getattr(torch, name, None), getattr(torch.nn.functional, name, None)]
@@ -217,6 +220,35 @@ def torch_function(op: Callable, args: Any = (), kwargs: Any = None,
             return fn
     return op
 
+
+
+# Aten ops a script reaches through a torch-level function of another name (`torch.softmax`
+# runs as `aten._softmax`, `a / b` as `aten.div.Tensor`, `a @ b` as `aten.mm`): the names a
+# backend's own targets may have for each (`operator.truediv.__name__` is "truediv").
+OTHER_SPELLINGS = {"_softmax": ("softmax",), "_log_softmax": ("log_softmax",), "div": ("truediv", "true_divide"),
+                   "mm": ("matmul",), "bmm": ("matmul",)}
+
+
+def _spelled_otherwise(name: str, args: Any, kwargs: dict[str, Any],
+                       preferred: dict[str, Callable]) -> Callable | None:
+    """The backend's own target for an op it reaches under another name (`OTHER_SPELLINGS`),
+    as a function taking the op's recorded arguments; None where it names none of them."""
+    fn = next((preferred[n] for n in OTHER_SPELLINGS.get(name, ()) if n in preferred), None)
+    if fn is None or kwargs:
+        return None
+    if name in ("_softmax", "_log_softmax") and len(args) == 3:
+        # `dim` by keyword, as scripts write it (a backend that rewrites `node.kwargs["dim"]`
+        # would otherwise pass it twice); aten's third argument asks for a float32 result.
+        def normalized(x: Any, dim: int, half_to_float: bool) -> Any:
+            return fn(x, dim=dim, dtype=torch.float32) if half_to_float else fn(x, dim=dim)
+
+        return normalized
+    if len(args) == 2:
+        def binary(a: Any, b: Any) -> Any:
+            return fn(a, b)
+
+        return binary
+    return None
 
 def _accepts(fn: Callable, args: Any, kwargs: Any) -> bool:
     """Whether `fn`'s signature binds these arguments (`F.elu` takes no `scale`, which

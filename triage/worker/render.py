@@ -36,6 +36,11 @@ def render_script(server: Any, request: dict[str, Any], overrides: dict[str, tor
     for name, source in sources.items():
         names[name] = names[source]
     recorded = {**server.recorded, **graph.leaves, **overrides}
+    # The script's backend picks graph nodes by these functions: where one of an op's public
+    # forms is one of them, it is written so (`torch.softmax`, `a / b`), or the repro's own
+    # compile would match nothing.
+    script_backend = request.get("script_backend") if request["style"] == "compile" else None
+    preferred = list((script_backend or {}).get("targets") or [])
     lines, forms, float64_lines, uses_device = [], [], {}, False
     for i, name in enumerate(request["plan"]):
         node = graph.nodes[name]
@@ -45,7 +50,7 @@ def render_script(server: Any, request: dict[str, Any], overrides: dict[str, tor
             continue
         used = sorted(graph.nodes[g]["index"] for g in request["plan"]
                       if graph.nodes[g]["op"] == "getitem" and graph.nodes[g]["of"] == name)
-        call, form = _call(graph, name, names, recorded, used)
+        call, form = _call(graph, name, names, recorded, used, preferred)
         uses_device = uses_device or "device" in _device_args(node)
         forms.append(form)
         line = _float64_line(graph, name, names, recorded, form)
@@ -243,13 +248,18 @@ def _float64_line(graph: Any, name: str, names: dict[str, str], recorded: dict[s
 
 
 # -- calls ----------------------------------------------------------------------------------
-def _call(graph: Any, name: str, names: dict[str, str], recorded: dict[str, Any], used: list[int]) -> tuple[str, str]:
+def _call(graph: Any, name: str, names: dict[str, str], recorded: dict[str, Any], used: list[int],
+          preferred: list[str] = ()) -> tuple[str, str]:
     node = graph.nodes[name]
     target = node["target"]
     op = graph.ops[name]
     args_text = [_arg(a, names) for a in node["args"]]
     kwargs_text = [f"{k}={_arg(v, names)}" for k, v in node["kwargs"]["dict"].items()]
-    for text, form in _public_forms(target.split(".")[1], args_text, kwargs_text):
+    forms = _public_forms(target.split(".")[1], args_text, kwargs_text)
+    # A form the script's backend names first: as spelled there, else by its last name (`F.softmax`).
+    forms.sort(key=lambda f: (f[1] not in preferred, f[1].rsplit(".", 1)[-1] not in {p.rsplit(".", 1)[-1]
+                                                                                    for p in preferred}))
+    for text, form in forms:
         if _same_result(op, text, node, recorded, names, used):
             return text, form
     return f"torch.ops.{target}({', '.join(args_text + kwargs_text)})", target
@@ -270,7 +280,21 @@ def _public_forms(packet: str, args: list[str], kwargs: list[str]) -> list[tuple
     if args and not packet.startswith("_") and callable(getattr(torch.Tensor, packet, None)):
         rest = ", ".join(args[1:] + kwargs)
         forms.append((f"{args[0]}.{packet}({rest})", f"Tensor.{packet}"))
+    # Ops scripts reach under another name: `torch.softmax(x, dim=-1)` runs `aten._softmax`,
+    # `a / b` `aten.div.Tensor`, `a @ b` `aten.mm` (a backend matching those sees no aten op).
+    if packet in ("_softmax", "_log_softmax") and len(args) == 3 and args[2] == "False" and not kwargs:
+        public = packet[1:]
+        forms += [(f"torch.{public}({args[0]}, dim={args[1]})", f"torch.{public}"),
+                  (f"torch.nn.functional.{public}({args[0]}, dim={args[1]})", f"torch.nn.functional.{public}")]
+    if packet in BINARY_OPERATORS and len(args) == 2 and not kwargs:
+        symbol, function = BINARY_OPERATORS[packet]
+        forms.append((f"{args[0]} {symbol} {args[1]}", f"operator.{function}"))
     return forms
+
+
+# Aten ops a Python operator runs, with the `operator` function dynamo's graphs hold for it.
+BINARY_OPERATORS = {"div": ("/", "truediv"), "mm": ("@", "matmul"), "bmm": ("@", "matmul"), "mul": ("*", "mul"),
+                    "add": ("+", "add"), "sub": ("-", "sub")}
 
 
 def _same_result(op: Any, text: str, node: dict[str, Any], recorded: dict[str, Any], names: dict[str, str],
