@@ -64,6 +64,19 @@ def test_cancellation_ratio_of_a_sum():
     assert sensitivity_of("sum", (cancelling,), None)["kind"] == "cancellation"
 
 
+
+def test_a_periodic_function_of_an_angle_its_dtype_holds_coarsely_is_noted():
+    """Sinusoidal encodings in float16 (nu24 x05): angles up to 2047, held to ±0.5, leave sin
+    no digit; float32 holds them to ±6e-5, which needs no note; bfloat16 at 100, to ±0.25."""
+    angles = torch.arange(2048, dtype=torch.float16)
+    note = sensitivity_of("sin", (angles,), None)
+    assert note["kind"] == "large-argument" and note["ill_conditioned"]
+    assert "reach 2047, which float16 holds only to ±0.5" in note["figure"] and "no correct digit" in note["figure"]
+    assert "in float32 keeps them" in note["figure"]
+    assert sensitivity_of("cos", (angles.float(),), None) is None
+    assert "about 1 correct digit;" in sensitivity_of("cos", (torch.tensor([100.0], dtype=torch.bfloat16),), None)["figure"]
+    assert sensitivity_of("sin", (torch.zeros(3, dtype=torch.float16),), None) is None
+
 def test_matmul_row_cancellation():
     a = torch.tensor([[1e4, -1e4 + 1e-2]])
     b = torch.tensor([[1.0], [1.0]])

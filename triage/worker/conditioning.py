@@ -270,7 +270,13 @@ SIGN_OF_ZERO_DECIDES = {"atan2": "±π or ±0", "copysign": "the result's sign"}
 # and PyTorch clamps the log at −100 (and a probability that underflows to 0, log p).
 PROBABILITY_LOGS = {"binary_cross_entropy"}
 PROBABILITY_ROUNDINGS = 4
-SENSITIVE_OPS = (REDUCTIONS | MATMULS | SQUARING | set(DOMAINS) | SIGNED_ZERO_OPS | PROBABILITY_LOGS
+# Periodic functions: an argument held in a narrow dtype is off by up to half its spacing there,
+# in absolute terms, and so is the result (|f′| ≤ 1 for sin and cos): an angle of 2047 in
+# float16 (spacing 1) leaves sin and cos no digit. Noted where that half-spacing reaches
+# PERIODIC_ERROR_NOTED: fewer than 3 correct digits of a result of unit size.
+PERIODIC = {"sin", "cos", "tan"}
+PERIODIC_ERROR_NOTED = 1e-3
+SENSITIVE_OPS = (REDUCTIONS | MATMULS | SQUARING | set(DOMAINS) | SIGNED_ZERO_OPS | PROBABILITY_LOGS | PERIODIC
                  | {"exp", "expm1"})
 MAX_ELEMENTS = 1 << 22
 MAX_MATMUL_FLOPS = 1 << 27
@@ -301,6 +307,24 @@ def reduced_dims(name: str, args: tuple, kwargs: dict, x: torch.Tensor) -> tuple
         dims = [dims]
     return [d % max(1, x.dim()) for d in dims], keepdim
 
+
+def _large_angle(wide: torch.Tensor, dtype: torch.dtype, base: dict[str, Any]) -> dict[str, Any] | None:
+    """A periodic function's note where its largest argument is held to worse than
+    PERIODIC_ERROR_NOTED (`PERIODIC`): the argument, its dtype's spacing there, the error that
+    leaves in the result."""
+    largest = float(wide.abs().max())
+    if largest == 0:
+        return None
+    spacing = torch.finfo(dtype).eps * 2.0 ** (math.frexp(largest)[1] - 1)
+    if spacing / 2 < PERIODIC_ERROR_NOTED:
+        return None
+    digits = max(0.0, -math.log10(spacing / 2))
+    kept = "no correct digit" if digits < 0.5 else f"about {digits:.0f} correct digit{'s' if round(digits) != 1 else ''}"
+    wider = "float64" if dtype in (torch.float32, torch.float64) else "float32"
+    return dict(base, kind="large-argument", ill_conditioned=True,
+                figure=f"its arguments reach {largest:.6g}, which {base['dtype']} holds only to ±{spacing / 2:.2g} "
+                       f"(its spacing there is {spacing:.2g}): the result is off by as much, so a result of unit size "
+                       f"keeps {kept}; computing the argument and the function in {wider} keeps them")
 
 def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
     """The worst numerical hazard of this op at this input, or None where there is none."""
@@ -343,6 +367,8 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
         if negative_zero:
             return dict(base, kind="signed-zero", figure=f"{negative_zero} input(s) are -0.0: the sign of zero "
                                                           f"decides {SIGN_OF_ZERO_DECIDES.get(op, '±inf or ±0')} here")
+    if op in PERIODIC:
+        return _large_angle(wide, x.dtype, base)
     if op in REDUCTIONS and wide.numel() > 1:
         return _cancellation(base, wide.abs().sum(), wide.sum(), finfo.eps, "Σ|x| / |Σx|")
     if op in MATMULS and len(args) >= 2 and isinstance(args[-1], torch.Tensor):
