@@ -1052,3 +1052,25 @@ def test_a_side_keeping_no_digit_where_the_sides_differ_most_is_ill_conditioned(
     v = verdict(arm("cpu", sides))
     assert (v.kind, v.expected) == ("expected-ill-conditioned", True), v.summary
     assert "`cpu` `pe16` keeps no significant digit" in v.summary, v.summary
+
+
+def test_elements_an_absorbing_addition_leaves_no_digit_are_ill_conditioned_whatever_a_typical_one_keeps():
+    """`rel = |log(1 + p) - log1p(p)| / log1p(p)` for p down to 1e-9 (nu25 c04): `1 + p` rounds
+    p away at the two smallest, where every rounding gives a relative error near 1 and float64
+    1e-10; the other elements keep 4 digits. The absorbing addition is the cause, not rounding."""
+    ref = np.array([1.1e-13, 6.6e-12, 2e-12, 3e-12, 5.8e-10, 8.3e-8])
+    value = np.array([4.66e-5, 1.36e-3, 2.1e-4, 3.3e-4, 0.192, 1.0])
+    # Every rounding errs by about the value itself (σ), alike: the samples agree to 4 digits
+    # at the larger p and not at all at the two smallest.
+    o = _read_back(0, "`rel.tolist()`", 10, value, ref, "float32", value)
+    o.spread["mu"] = value.copy()
+    o.spread["sd"] = value * np.array([1e-5, 1e-5, 1e-5, 1e-5, 1 / 3, 1 / 3])
+    absorbs = {"op": "aten.add", "line": 5, "kind": "absorbs", "digits_lost": "inf", "node": "add",
+               "hint": "`torch.log1p(x)` computes `log(1 + x)` without forming 1 + x, so a small x keeps its digits."}
+    o.rounding["cancellations"] = [absorbs]
+    v = verdict(arm("cpu", [o]))
+    assert (v.kind, v.expected) == ("expected-ill-conditioned", True), v.summary
+    assert "`aten.add` at line 5 rounds away every digit of its smaller operand" in v.summary and "log1p" in v.summary
+    # The same value without the note: no figure, and its typical digits stand.
+    o.rounding["cancellations"] = []
+    assert verdict(arm("cpu", [o])).kind == "expected-rounding"

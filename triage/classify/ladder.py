@@ -20,6 +20,7 @@ from triage.audit import Evidence, audit, inconclusive
 from triage.classify.facts import (
     COMPILED_NOTHING,
     assigned_at,
+    cancellation_sites,
     compiled_nothing,
     equality_checks,
     flush_notes,
@@ -511,6 +512,12 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
         # carry no digits to be rounding-accurate in. (A cancelling matmul element is not
         # one: every model has a few.)
         wide = [j for j in js if j.poorly_determined]
+    if not wide and any(_loses_every_digit(site) for site in cancellation_sites(c, d)):
+        # An addition upstream rounds away every digit of its smaller operand (`1 + p` for a
+        # p below float32's unit roundoff, then `log`), or a subtraction cancels all of them:
+        # the elements it reaches keep none in every rounding, all alike, so a typical
+        # element's digits (or the samples' agreement) say nothing of them.
+        wide = [j for j in js if j.poorly_determined]
     if not wide:
         # The sides differ most at an element its computation keeps almost no digits of: the
         # divergence is that element's conditioning, whatever a typical element keeps.
@@ -559,6 +566,12 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
 LONG_SUM_DIGITS = 2.0
 
 
+def _loses_every_digit(site: dict[str, Any]) -> bool:
+    """A cancellation note (`cancellations` of a rounding record) whose op keeps no digit of
+    what it reads: an absorbed operand, or a difference of operands equal to the last bit."""
+    lost = site.get("digits_lost")
+    return site.get("kind") == "absorbs" or lost in ("inf", math.inf)
+
 def _conditioning_shown(c: Comparison, d: Divergence, wide: list[Judgement], cancels: str) -> bool:
     """Something makes the computation ill-conditioned, not merely long: a side keeping no
     digit (typically, or where the sides differ most), or a float32/float64 side keeping fewer than LONG_SUM_DIGITS (no accumulation a
@@ -566,7 +579,9 @@ def _conditioning_shown(c: Comparison, d: Divergence, wide: list[Judgement], can
     ill-conditioned matrix upstream, a cancellation, or a conditioning figure the arms recorded."""
     return (any(j.computational_zero or (j.digits is not None and j.digits < 1) or _within_noise(j)
                 or (j.digits is not None and j.digits < LONG_SUM_DIGITS and j.dtype in ("float32", "float64"))
+                # (not where the script's flush-to-zero decides that element: a mode it chose)
                 or j.poor_where_differ and j.digits_where_differ is not None and j.digits_where_differ < 1
+                and not flush_notes(c)
                 for j in wide)
             or bool(cancels) or singular_upstream(c, d) is not None or matrix_upstream(c, d)
             or ill_conditioning(c, d) is not None or cancellation_site(c, d) is not None)
