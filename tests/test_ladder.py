@@ -1074,3 +1074,24 @@ def test_elements_an_absorbing_addition_leaves_no_digit_are_ill_conditioned_what
     # The same value without the note: no figure, and its typical digits stand.
     o.rounding["cancellations"] = []
     assert verdict(arm("cpu", [o])).kind == "expected-rounding"
+
+
+def test_inf_no_rounding_gives_on_a_compile_arm_with_the_scripts_backend_names_that_backend():
+    """A script backend that rewrites `log_softmax` as `log(softmax(x))` (nu25 c16): +inf the
+    recorded computation never reaches under any rounding. The backend is named, as for a
+    finite value outside its spread, and no PyTorch correctness label is given."""
+    def judged(value, spec, mode="eager"):
+        o = obs(0, [value], [4.5], kind="readback", label="`loss`")
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": list(np.linspace(0.0, 2.0, 29)),
+                      "flips": [], "precision": "float32", "unmeasured": []}
+        o.spread = {"sig": np.array([1e-6]), "up": np.array([4.5000001]), "dn": np.array([4.4999999]),
+                    "mu": np.array([4.5]), "sd": np.array([1e-6]), "nf": np.array([1], np.uint8)}
+        run = arm(spec, [o], mode=mode)
+        if mode == "compile":
+            run.graph = {"backends": [{"name": "vendor_backend", "line": 8}]}
+        return run
+
+    v = verdict(judged(4.5, "cpu"), judged(np.inf, "cpu/compile", "compile"))
+    assert (v.kind, v.expected) == ("nonfinite-flip", False), v.summary
+    assert "the script's own compile backend `vendor_backend` (line 8)" in v.summary, v.summary
+    assert not any("correctness" in label for label in v.labels)

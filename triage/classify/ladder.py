@@ -888,28 +888,28 @@ def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -
     j = outside[0]
     inside = [x for x in d.judgements if x.zone != "outside"]
     contrast = f", while `{inside[0].arm}` {inside[0].label} is inside its own (p = {inside[0].p:.2f})" if inside else ""
+    run = next((r for r in c.arms if r.spec == j.arm), None)
+    own = [b for b in ((run.graph or {}).get("backends") or []) if b.get("name")] if run is not None else []
+    backend = (f"the script's own compile backend `{own[0]['name']}` (line {own[0].get('line')}), which this arm "
+               "compiles with: the place to look is what it does to the graph, not PyTorch's kernels") if own else ""
+    # A script's own backend is the script's code: no PyTorch correctness label.
+    silent = [] if own else ["silent"]
     if j.nonfinite and j.nonfinite.startswith("outside"):
         what = j.nonfinite.removeprefix("outside: ")
         summary = (f"{where_text(d)}: `{j.arm}` {j.label} has {what}{contrast}. The recorded computation, rounded at "
                    f"the arm's own precision with its range emulated, does not produce that. A different computation "
-                   "(a kernel or compiler bug, a different formula that overflows or cancels) — not rounding, and not "
-                   "an extremal input.")
-        return make_verdict("nonfinite-flip", False, policy.NONE, ["nonfinite", "silent", "review"], summary,
-                        evidence + hazards(c, d))
+                   f"({backend or 'a kernel or compiler bug, a different formula that overflows or cancels'}) — not "
+                   "rounding, and not an extremal input.")
+        return make_verdict("nonfinite-flip", False, policy.NONE, ["nonfinite"] + silent + ["review"], summary,
+                            evidence + hazards(c, d))
     away = (f"{j.statistic:.3g}σ from the float64 value" if j.statistic is not None and j.statistic != float("inf")
             else "away from the float64 value where no simulated rounding moves it")
-    run = next((r for r in c.arms if r.spec == j.arm), None)
-    own = [b for b in ((run.graph or {}).get("backends") or []) if b.get("name")] if run is not None else []
-    cause = (f"the script's own compile backend `{own[0]['name']}` (line {own[0].get('line')}), which this arm "
-             "compiles with: the place to look is what it does to the graph, not PyTorch's kernels" if own else
-             "a kernel or compiler bug, a different formula, or a precision mode no ablation explains")
+    cause = backend or "a kernel or compiler bug, a different formula, or a precision mode no ablation explains"
     summary = (f"{where_text(d)}: `{j.arm}` {j.label} lies outside its own rounding spread — {away}, where "
                f"{j.samples} simulated roundings of the same computation at {j.precision_text} reach at most "
                f"{(j.max_sample_stat or 0):.3g}σ (p = {j.p:.2f}){contrast}. The arm computes something other than "
                f"the recorded formula at its precision ({cause}).")
     kind = "nonfinite-flip" if d.nonfinite_mismatch > 0 else "likely-bug"
-    # A script's own backend is the script's code: no PyTorch correctness label.
-    silent = [] if own else ["silent"]
     labels = ["nonfinite"] + silent + ["review"] if kind == "nonfinite-flip" else silent + ["review"]
     return make_verdict(kind, False, policy.NONE, labels, summary, evidence + hazards(c, d))
 
