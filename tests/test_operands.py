@@ -6,7 +6,7 @@ import textwrap
 
 from triage.arms.graph import OpGraph
 from triage.minimize.backend_source import backend_definitions, torch_level_targets
-from triage.operands import compared_expressions, operand_names, readback_name, spelled_on_line
+from triage.operands import assigned_readback, compared_expressions, operand_names, readback_name, spelled_on_line
 from triage.paths import part_ways
 
 SOURCE = textwrap.dedent("""\
@@ -449,3 +449,16 @@ def test_an_op_both_sides_call_on_other_inputs_is_named_as_on_both(tmp_path):
     assert parted["on_both"] == ["aten.mm.default"]
     assert "(both call `aten.mm.default`, each on inputs the other's call does not have)" in \
         parting_text(parted, ("`a`", "`b`"))
+
+
+
+def test_a_long_readback_assigned_to_a_name_is_named_by_it():
+    """`acc32 = (logits32.argmax(dim=1) == labels).float().mean().item()` (nu25 c19): the
+    expression read back is too long to name it, the name it is assigned to is the script's."""
+    source = ("acc32 = (logits32.argmax(dim=1) == labels).float().mean().item()\n"
+              "total = float(x.sum())\nprint(acc32, x.item())\nn, m = a.item(), b.item()\n")
+    assert readback_name(source, 1, ".item()") is None
+    assert assigned_readback(source, 1, ".item()") == "acc32"
+    assert assigned_readback(source, 2, "float()") == "total"
+    assert assigned_readback(source, 3, ".item()") is None  # no assignment on the line
+    assert assigned_readback(source, 4, ".item()") is None  # two names

@@ -143,6 +143,31 @@ def spelled_on_line(source: str, line: int | None, expression: str | None) -> st
     return expression if 0 < line <= len(lines) and expression in lines[line - 1] else None
 
 
+@functools.lru_cache(maxsize=8)
+def _assignments(source: str) -> dict[int, ast.Assign]:
+    """The script's one-line assignments to one plain name, by line."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    return {node.lineno: node for node in ast.walk(tree) if isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and node.end_lineno == node.lineno}
+
+
+def assigned_readback(source: str, line: int | None, label: str) -> str | None:
+    """The name line `line` assigns the readback labelled `label` to, where the line is
+    `name = <that readback>` (`acc32 = (pred == y).float().mean().item()`): the script's own
+    name for the value, where the expression read back is too long to be one."""
+    node = _assignments(source).get(line) if line is not None else None
+    call = node.value if node is not None else None
+    if not isinstance(call, ast.Call):
+        return None
+    if label in METHOD_READBACKS and isinstance(call.func, ast.Attribute) \
+            and call.func.attr == METHOD_READBACKS[label] and not call.args \
+            or label in CALL_READBACKS and label != "print/repr" and _called_name(call.func) == CALL_READBACKS[label]:
+        return node.targets[0].id
+    return None
+
 def readback_name(source: str, line: int | None, label: str) -> str | None:
     """The expression whose value the readback labelled `label` (`.item()`, `print/repr`…)
     reads at `line`: the receiver of the one `.item()` call there, the one tensor argument
