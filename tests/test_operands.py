@@ -6,7 +6,14 @@ import textwrap
 
 from triage.arms.graph import OpGraph
 from triage.minimize.backend_source import backend_definitions, torch_level_targets
-from triage.operands import assigned_readback, compared_expressions, operand_names, readback_name, spelled_on_line
+from triage.operands import (
+    as_receiver,
+    assigned_readback,
+    compared_expressions,
+    operand_names,
+    readback_name,
+    spelled_on_line,
+)
 from triage.paths import part_ways
 
 SOURCE = textwrap.dedent("""\
@@ -462,3 +469,26 @@ def test_a_long_readback_assigned_to_a_name_is_named_by_it():
     assert assigned_readback(source, 2, "float()") == "total"
     assert assigned_readback(source, 3, ".item()") is None  # no assignment on the line
     assert assigned_readback(source, 4, ".item()") is None  # two names
+
+    assert as_receiver("total16.float() / losses.numel()") == "(total16.float() / losses.numel())"
+    assert as_receiver("x[0].sum()") == "x[0].sum()" and as_receiver("-x") == "(-x)"
+
+
+def test_a_running_total_a_loop_adds_to_is_found_where_two_sides_part(tmp_path):
+    """`total16 += losses[step].bfloat16()` 3,000 times (nu25 c21): a chain of in-place
+    additions at one line, each adding to the last one's result, is the accumulator the
+    explanation names; a few additions, or additions not chained, are not one."""
+    nodes = [{"name": "x", "op": "leaf", "line": 2, "dtype": "float32", "kind": "random"},
+             call("t32", "aten.zeros.default", [[]], 3), call("t16", "aten.zeros.default", [[]], 4)]
+    last32, last16 = "t32", "t16"
+    for i in range(70):
+        nodes += [call(f"s{i}", "aten.select.int", [{"node": "x"}, 0, i], 6),
+                  call(f"a{i}", "aten.add_.Tensor", [{"node": last32}, {"node": f"s{i}"}], 7),
+                  {**call(f"h{i}", "aten._to_copy.default", [{"node": f"s{i}"}], 8), "dtype": "bfloat16"},
+                  {**call(f"b{i}", "aten.add_.Tensor", [{"node": last16}, {"node": f"h{i}"}], 8), "dtype": "bfloat16"}]
+        last32, last16 = f"a{i}", f"b{i}"
+    parted = part_ways(_graph(tmp_path, nodes), last32, last16)
+    assert {(s["side"], s["line"], s["terms"], s["dtype"]) for s in parted["running_sums"]} == {
+        ("a", 7, 70, "float32"), ("b", 8, 70, "bfloat16")}
+    few = part_ways(_graph(tmp_path, nodes[:3 + 4 * 10]), "a9", "b9")
+    assert few["running_sums"] == []

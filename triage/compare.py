@@ -123,7 +123,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
 def name_from_source(run: ArmRun, source: str) -> None:
     """Claim operands and readbacks named by the script's own expressions (`mine`, not
     `torch.testing.assert_close operand 1`), where its source says so unambiguously."""
-    from triage.operands import assigned_readback, operand_names, readback_name, spelled_on_line
+    from triage.operands import as_receiver, assigned_readback, operand_names, readback_name, spelled_on_line
 
     for o in run.observables:
         if o.kind == "claim" and o.claim and o.claim.get("operand") in (0, 1):
@@ -141,7 +141,7 @@ def name_from_source(run: ArmRun, source: str) -> None:
             if spelled:
                 o.name = f"`{spelled}`"
             elif name:
-                o.name = f"`{name}{o.label}`" if o.label.startswith(".") else f"`{name}`"
+                o.name = f"`{as_receiver(name)}{o.label}`" if o.label.startswith(".") else f"`{name}`"
             elif assigned := assigned_readback(source, o.line, o.label):
                 o.name = f"`{assigned}`"
 

@@ -143,6 +143,16 @@ def spelled_on_line(source: str, line: int | None, expression: str | None) -> st
     return expression if 0 < line <= len(lines) and expression in lines[line - 1] else None
 
 
+def as_receiver(expression: str) -> str:
+    """`expression` as the receiver of a method call: parenthesized where it is an operation
+    (`(a / n).item()`, not `a / n.item()`)."""
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return expression
+    atoms = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.List, ast.Tuple)
+    return expression if isinstance(node, atoms) and not expression.startswith("-") else f"({expression})"
+
 @functools.lru_cache(maxsize=8)
 def _assignments(source: str) -> dict[int, ast.Assign]:
     """The script's one-line assignments to one plain name, by line."""

@@ -66,6 +66,8 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
             "batched": bool(batched), "on_both": on_both[:MAX_LISTED],
+            "running_sums": [dict(found, side=side) for side, ops in (("a", only_a), ("b", only_b))
+                             for found in [_running_sum(graph, ops)] if found is not None],
             "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
             "precisions": _precisions(graph, only_a, only_b),
             "hints": (_constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)
@@ -73,6 +75,32 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
                       + batched
                       + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))[:4]}
 
+
+# Additions chained at one line, each adding a term to the last one's result (`total += x` in
+# a Python loop), from which a running total is named: from a few hundred terms on, a
+# bfloat16 total's spacing outgrows a term of its typical size.
+RUNNING_SUM_TERMS = 64
+ADDITIONS = ("add", "add_", "sub", "sub_")
+
+
+def _running_sum(graph: OpGraph, ops: list[str]) -> dict[str, Any] | None:
+    """The longest chain among `ops` of additions at one line whose first operand is the
+    previous one's result (an accumulator a loop adds to): {"line", "terms", "dtype"}; None
+    below RUNNING_SUM_TERMS terms."""
+    chosen = set(ops)
+    chained: dict[Any, int] = {}
+    dtypes: dict[Any, str] = {}
+    for op in ops:
+        node = graph.by_name[op]
+        first = (node.get("args") or [None])[0]
+        source = graph.op_of(first["node"]) if isinstance(first, dict) and isinstance(first.get("node"), str) else None
+        if _op_name(node) in ADDITIONS and source in chosen and graph.by_name[source].get("target") == node.get("target"):
+            chained[node.get("line")] = chained.get(node.get("line"), 0) + 1
+            dtypes[node.get("line")] = str(node.get("dtype", ""))
+    if not chained:
+        return None
+    line, count = max(chained.items(), key=lambda kv: kv[1])
+    return {"line": line, "terms": count + 1, "dtype": dtypes[line]} if count + 1 >= RUNNING_SUM_TERMS else None
 
 def carried_state(graph: OpGraph, node_a: str, node_b: str) -> dict[str, Any] | None:
     """Whether the side computed later starts from what the earlier one's computation left,

@@ -1104,7 +1104,13 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
                   f"({j.max_sample_stat:.3g}σ), whose model of its kernels' error is narrower than theirs, but a spread "
                   "that keeps no digit has no value outside it")
     behind = ill_conditioning(c, d) or cancellation_site(c, d)
+    sums = (d.paths or {}).get("running_sums") or []
+    total = min(sums, key=lambda x: policy.FLOAT_FORMATS.get(x.get("dtype"), (53,))[0]) if sums else None
     figure = (f" The figure behind it: {behind}." if behind else
+              f" No single op recorded explains it: {d.a.label if total['side'] == 'a' else d.b.label} adds "
+              f"{total['terms']:,} terms one after another at line {total['line']} into a {total['dtype']} total, and "
+              "once that total is large each addition rounds away much of what it adds (stagnation); accumulating in "
+              "a wider dtype (or with `torch.sum`, which adds in blocks) keeps the digits." if total else
               " No single op recorded explains it (no cancellation, singular matrix or overflow was found): the "
               "computation as a whole amplifies its rounding (as a division by values near zero does).")
     return make_verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
