@@ -1236,6 +1236,31 @@ def test_a_softmax_errs_relative_to_each_probability_so_an_underflow_stays_zero_
     assert spread.nonfinite[0, 0] == 4 and spread.nonfinite[0, 2] == 4 and spread.nonfinite[0, 1] == 1
     assert spread.overflow["op"] == "aten.log" and spread.overflow["underflow"]["op"] == "aten._softmax"
     assert spread.overflow["underflow"]["smallest"] == pytest.approx(1.4e-45, rel=0.01)
+    assert spread.overflow["zeros"] is True
+
+
+def test_a_log_of_a_difference_float16_cancels_to_zero_is_its_exact_answer_at_zero():
+    """A focal loss in float16 (nu25 c20): sigmoid(9) rounds to 1, `1 - p` to 0, and log of it
+    is −inf — the log's exact answer at 0, which the verdict says with the cancelling op, not
+    "a value past the range"."""
+    from tests.test_ladder import arm, obs, verdict
+
+    x = torch.tensor([9.0, 0.5], dtype=torch.float16)
+    graph, wanted, dtypes, out = recorded(lambda t: torch.log(1 - torch.sigmoid(t)), x)
+    (name, reference), = wanted.items()
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29), dtypes, {name: out.double()})
+    spread = sim.spreads[name]
+    assert spread.overflow["op"] == "aten.log" and spread.overflow["zeros"] is True and spread.overflow["underflow"] is None
+    o = obs(0, [-math.inf, -0.97], [-9.0001, -0.974], dtype="float16", label="`loss`")
+    o.rounding = {"status": "judged", "samples": 29, "sample_stats": [0.0] * 29, "flips": [], "precision": "float16",
+                  "unmeasured": [], "overflow": dict(spread.overflow, line=8),
+                  "cancellations": [{"op": "aten.rsub", "line": 7, "kind": "cancels", "digits_lost": "inf"}]}
+    o.spread = {"sig": np.array([0.0, 1e-3]), "up": np.array([-math.inf, -0.97]), "dn": np.array([-math.inf, -0.98]),
+                "mu": np.array([-math.inf, -0.974]), "sd": np.array([0.0, 1e-4]), "nf": np.array([4, 1], np.uint8)}
+    v = verdict(arm("cpu", [o]))
+    assert v.kind == "nonfinite-flip" and v.expected is True, v.summary
+    assert ("`aten.rsub` at line 7 cancels its operands to 0 at float16, and `aten.log` at line 8 turns the 0 into ±inf, "
+            "its exact answer at 0") in v.summary, v.summary
 
 
 def test_a_softmax_replay_never_gives_a_negative_probability():

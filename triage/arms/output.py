@@ -102,6 +102,9 @@ OBSERVABLE_ROUNDING = record({
                           " inputs), where the value is not finite.",
                           record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True), "dtype": DTYPE,
                                   "largest": number(), "kind": one_of("overflow", "nan"),
+                                  "zeros": described("Whether an input of that op holds zeros (log(0), x/0): a "
+                                                     "non-finite result from a zero, not from a value past the "
+                                                     "largest.", boolean()),
                                   "underflow": described(
                                       "The op upstream that rounded a nonzero value to 0, where the op leaving the "
                                       "range read zeros (log(0) after an exp underflowed).",

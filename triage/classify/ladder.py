@@ -957,6 +957,14 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
                 if under["op"] in ("aten._softmax", "aten.softmax") and left["op"] == "aten.log":
                     why += (" `torch.log_softmax` computes the logarithm as x − max − log Σ exp, without forming the "
                             "probabilities that underflow.")
+            elif left.get("zeros"):
+                # log(1 - p) where float16 rounds p to 1: the 0 comes from a cancellation (or is the
+                # script's own), and ±inf is the op's exact answer at it, not a value past the range.
+                site = next((x for x in cancellation_sites(c, d) if _loses_every_digit(x)), None)
+                source = (f" `{site['op']}` at line {site['line']} cancels its operands to 0 at {left['dtype']}, and "
+                          f"`{left['op']}`{at} turns the 0 into" if site else f" `{left['op']}`{at} reads 0 and returns")
+                why = (f"{source} {result}, its exact answer at 0 (not a value past {left['dtype']}'s range); what is "
+                       "computed from it follows.")
             else:
                 why = (f" `{left['op']}`{at} is where the values leave {left['dtype']}'s range: its result is "
                        f"{result} from finite inputs (the largest finite {left['dtype']} is {left['largest']:.6g}), "

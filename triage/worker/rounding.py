@@ -1413,7 +1413,7 @@ def _leaves_range(n: fx.Node, args: tuple, out: Any, underflows: list[dict[str, 
     underflow = next((u for u in underflows if u is not None), None) if zeros else None
     return {"op": _op_name(n.target), "line": n.meta.get("line"), "dtype": str(dtype).replace("torch.", ""),
             "largest": torch.finfo(dtype).max, "kind": "overflow" if bool(torch.isinf(out).any()) else "nan",
-            "underflow": underflow}
+            "zeros": zeros, "underflow": underflow}
 
 
 def _smallest_positive(t: Any) -> float | None:
