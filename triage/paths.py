@@ -61,7 +61,8 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
     # padded batch and on each sequence alone): no counterpart, yet not absent either.
     targets_a, targets_b = ([str(graph.by_name[op].get("target")) for op in side
                              if _op_name(graph.by_name[op]) not in SLICE_GLUE] for side in (only_a, only_b))
-    on_both = [t for t in dict.fromkeys(targets_a) if t in set(targets_b)]
+    called_b = set(targets_b)
+    on_both = [t for t in dict.fromkeys(targets_a) if t in called_b]
     return {"carried": carried, "only_a": [_describe(graph, op) for op in only_a[:MAX_LISTED]], "only_a_count": len(only_a),
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
