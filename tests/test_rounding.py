@@ -1324,3 +1324,14 @@ def test_a_number_the_script_passes_is_an_input_where_values_leave_the_range():
     out._arm_dtype = torch.float16
     left = _leaves_range(node, (big, big), out, [None, None])
     assert left is not None and (left["op"], left["kind"], left["dtype"]) == ("aten.mul", "overflow", "float16")
+
+
+def test_an_inf_beside_zeros_is_from_zeros_only_where_it_sits_on_them():
+    """`c ** 3` of centred float16 values with an exact 0 among them leaves the range at the
+    large ones (the skewness test): not "its exact answer at 0"; `log` of a 0 is."""
+    c = torch.tensor([0.0, 60.0, -2.0], dtype=torch.float64)
+    from triage.worker import rounding
+
+    assert not rounding._nonfinite_at_zeros((c, 3), torch.tensor([0.0, math.inf, -8.0]))
+    assert rounding._nonfinite_at_zeros((torch.tensor([0.0, 2.0]),), torch.tensor([-math.inf, 0.69]))
+    assert rounding._nonfinite_at_zeros((torch.tensor([[0.0], [1.0]]),), torch.tensor([[-math.inf, -math.inf], [0.0, 0.0]]))

@@ -1413,7 +1413,21 @@ def _leaves_range(n: fx.Node, args: tuple, out: Any, underflows: list[dict[str, 
     underflow = next((u for u in underflows if u is not None), None) if zeros else None
     return {"op": _op_name(n.target), "line": n.meta.get("line"), "dtype": str(dtype).replace("torch.", ""),
             "largest": torch.finfo(dtype).max, "kind": "overflow" if bool(torch.isinf(out).any()) else "nan",
-            "zeros": zeros, "underflow": underflow}
+            "zeros": zeros and _nonfinite_at_zeros(args, out), "underflow": underflow}
+
+
+def _nonfinite_at_zeros(args: tuple, out: torch.Tensor) -> bool:
+    """Whether every non-finite element of `out` sits where an input (broadcast to it) is 0:
+    log(0), x/0 — not a cube of large values beside a few zeros, which leaves the range."""
+    bad = ~torch.isfinite(out)
+    at_zero = torch.zeros_like(bad)
+    for a in _flat(args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            try:
+                at_zero |= torch.broadcast_to(a == 0, out.shape)
+            except RuntimeError:  # not elementwise with the result: no element to pair
+                return False
+    return bool(bad.any()) and bool((at_zero | ~bad).all())
 
 
 def _smallest_positive(t: Any) -> float | None:
