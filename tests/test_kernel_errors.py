@@ -61,6 +61,24 @@ def test_pointwise_backward_error_is_separated_from_the_forward_error():
     assert 0 < entry["backward_u"] < 16
 
 
+def test_the_slope_figure_tells_an_accurate_formula_from_one_that_cancels():
+    """softplus's log1p(exp(x)) for x ≪ 0 is accurate for its input: its error where it is
+    ill-conditioned is about u·|x·f′(x)|, a small figure in those units (and a tiny one in
+    u·|x|). GELU's 1 + erf cancels: its error is u·|x|, hundreds of u of its slope's scale.
+    Too few ill-conditioned elements give no slope figure at all."""
+    probe = _Probe()
+    with torch.no_grad(), probe:
+        torch.nn.functional.softplus(torch.linspace(-30, -2, 4001))
+        torch.nn.functional.gelu(torch.linspace(-7, 4, 4001))
+        torch.nn.functional.softplus(torch.linspace(-30, -2, 4001).half())
+    softplus = kernel_errors._rounded(probe.seen["softplus"]["float32"])
+    gelu = kernel_errors._rounded(probe.seen["gelu"]["float32"])
+    assert softplus["sensitivity_u"] <= 2
+    assert gelu["sensitivity_u"] > 16 * softplus["sensitivity_u"] and gelu["sensitivity_u"] > 8
+    few = dict(probe.seen["softplus"]["float32"], ill_elements=kernel_errors.SENSITIVITY_EVIDENCE - 1)
+    assert "sensitivity_u" not in kernel_errors._rounded(few) and "backward_u" in kernel_errors._rounded(few)
+
+
 def test_measure_runs_opinfo_samples_and_the_table_round_trips(tmp_path):
     pytest.importorskip("expecttest")
     entry = measure(dtypes=("float32", "float16"), only=["exp", "softmax"], samples_per_op=4)
@@ -97,6 +115,20 @@ def test_the_table_of_this_release_and_capability_is_chosen_else_the_largest_err
     assert other.get("erf", torch.float32).max_u == 12.0 and "largest" in other.source
     assert KernelTable.load("cuda", "H100", "2.13.0", path).ops == {}
     assert "no measurement for device cuda" in KernelTable.load("cuda", "H100", "2.13.0", path).source
+
+
+def test_the_slope_ratio_floors_and_needs_the_figure_in_every_entry_merged(tmp_path):
+    path = _table(tmp_path, _entry("AVX2", 3.0, sensitivity_u=0.5), _entry("AVX512", 12.0))
+    avx2 = KernelTable.load("cpu", "AVX2", "2.13.0+cpu", path)
+    # max(LIBRARY_FLOOR_U, MARGIN·0.5) in units of input_u's MARGIN·0.5
+    assert avx2.sensitivity_ratio("erf", torch.float32) == kernel_errors.LIBRARY_FLOOR_U / (kernel_errors.MARGIN * 0.5)
+    assert avx2.sensitivity_ratio("_softmax", torch.float32) is None
+    # merged with an entry that did not measure it: the input's scale alone
+    assert KernelTable.load("cpu", "DEFAULT", "2.13.0+cpu", path).sensitivity_ratio("erf", torch.float32) is None
+    # a kernel that erred by more than a backward-stable one's slope figure: none either
+    cancelling = KernelTable.load("cpu", "AVX2", "2.13.0+cpu",
+                                  _table(tmp_path, _entry("AVX2", 3.0, sensitivity_u=kernel_errors.BACKWARD_STABLE_U * 2)))
+    assert cancelling.sensitivity_ratio("erf", torch.float32) is None
 
 
 def test_a_gpu_torch_can_no_longer_name_gets_any_gpus_entry(monkeypatch):
@@ -310,10 +342,14 @@ def test_the_numpy_conditioning_of_a_small_linear_op_is_torchs_bit_for_bit(monke
     a[0, 1] = 0.0
     b[0, 1] = 0.0
     numpy_scale = kernel_errors.ill_conditioned_scale(op, args, kwargs)
+    numpy_sloped = kernel_errors.ill_conditioned_scale(op, args, kwargs, 0.25)
     monkeypatch.setattr(kernel_errors, "NUMPY_CONDITIONING_ELEMENTS", 0)
     torch_scale = kernel_errors.ill_conditioned_scale(op, args, kwargs)
+    torch_sloped = kernel_errors.ill_conditioned_scale(op, args, kwargs, 0.25)
     assert torch_scale is not None and bool((torch_scale > 0).any()) and bool((torch_scale == 0).any())
     assert numpy_scale is not None and torch.equal(numpy_scale, torch_scale)
+    assert torch_sloped is not None and bool((torch_sloped < torch_scale).any())  # the slope's scale is smaller somewhere
+    assert numpy_sloped is not None and torch.equal(numpy_sloped, torch_sloped)
 
 
 @pytest.mark.parametrize("linear", [True, False])

@@ -1095,3 +1095,33 @@ def test_inf_no_rounding_gives_on_a_compile_arm_with_the_scripts_backend_names_t
     assert (v.kind, v.expected) == ("nonfinite-flip", False), v.summary
     assert "the script's own compile backend `vendor_backend` (line 8)" in v.summary, v.summary
     assert not any("correctness" in label for label in v.labels)
+
+
+@pytest.mark.parametrize("reference_error", [1.1e-16, None])
+def test_a_float64_gap_within_float64s_own_absorption_is_no_other_function(reference_error):
+    """`log(1 + exp(x))` against `torch.log1p(torch.exp(x))` at x = −18, −25, −40: `1 + e⁻⁴⁰` is
+    1 in float64 too, so the naive side's float64 value is 0 where the other's is 4.2e-18, and
+    at −25 it keeps 5 digits. The gap (up to 1.1e-16) is float64's own rounding where the naive
+    side absorbs, u64·|1 + x| (the worker's `reference_error`), not a different function: the
+    same function through a formula that loses its digits. A site noted without that figure
+    (an older worker) leaves the float64 values exact, and the gap a different function."""
+    exact = np.array([1.5229979744712628e-08, 1.3887943864964021e-11, 4.248354255291589e-18])
+    naive_ref = np.array([1.5229979744712628e-08 + 5.8e-17, 1.3887943864964021e-11 + 1.1e-16, 0.0])
+
+    def operand(i, value, ref):
+        return obs(i, value, ref, kind="claim", label=f"operand {i}",
+                   claim={"id": 0, "func": "torch.testing.assert_close", "operand": i, "holds": False})
+
+    run = arm("cpu", [operand(0, np.zeros(3), naive_ref), operand(1, exact, exact)])
+    site = {"op": "aten.add", "line": 7, "kind": "absorbs", "digits_lost": math.inf, "hint": None, "node": "add"}
+    if reference_error is not None:
+        site["reference_error"] = reference_error
+    for o, sig, sites in zip(run.observables, (np.zeros(3), 2.0 ** -24 * exact), ([site], []), strict=True):
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": [0.5] * 29, "cancellations": sites}
+        o.spread = {"sig": sig, "up": o.value.astype(np.float64), "dn": o.value.astype(np.float64),
+                    "mu": o.value.astype(np.float64), "sd": sig, "nf": np.ones(3, np.uint8)}
+    v = classify(REPRO, compare([run]))
+    if reference_error is None:
+        assert v.kind == "likely-bug" and "compute different functions" in v.summary, v.summary
+    else:
+        assert v.kind != "likely-bug" and "different functions" not in v.summary, v.summary

@@ -551,6 +551,60 @@ def test_float32_gelus_cancelling_tail_is_inside_and_the_tanh_approximation_is_n
     assert judge(torch.nn.functional.gelu(x, approximate="tanh"), spread).zone == "outside"
 
 
+def _spread_under(kernels, fn, *inputs):
+    """`spread_of` with the simulation reading `kernels` (a KernelTable)."""
+    from triage.judge import RoundingSpread
+
+    graph, wanted, dtypes, out = recorded(fn, *inputs)
+    sim = simulate_rounding(graph, wanted, SimulationOptions(samples=29, kernels=kernels), dtypes)
+    (name, reference), = wanted.items()
+    return out, RoundingSpread.of_simulation(sim.spreads[name], reference.numpy(), str(out.dtype)[6:])
+
+
+def _with_softplus(sensitivity_u):
+    from triage.worker.kernel_errors import KernelError, KernelTable
+    from triage.worker.rounding import kernel_table
+
+    measured = kernel_table("cpu")
+    # AVX2's float32 softplus as measured on OpInfo: 0.0161 u·|x| where ill-conditioned, and
+    # (with the slope) 1.0 u·|x·f′(x)|.
+    return KernelTable(dict(measured.ops, softplus={"float32": KernelError(5.78, 944732, 6, None, 0.0161,
+                                                                           sensitivity_u)}), "this test")
+
+
+@pytest.mark.parametrize("sensitivity_u", [1.0, None])
+def test_softplus_far_left_errs_by_its_slope_not_by_its_input(sensitivity_u):
+    """softplus(−18) = log1p(e⁻¹⁸) = 1.5e-8, condition |x·σ(x)/f| ≈ 18: its kernel is accurate
+    for its input, off by about κ·u of the result. Scaled by u·|x| (a cancelling formula's
+    error, GELU's 1 + erf) its noise was ±100 % of the value, and a backend returning
+    log(1 + exp(x)) = 0 there was rounding. With the slope's measured figure the spread is
+    the kernel's: the real value inside, the planted 0 outside; a table without that figure
+    keeps the wide scale."""
+    x = torch.tensor([-18.0, -25.0, -40.0])
+    out, spread = _spread_under(_with_softplus(sensitivity_u), F.softplus, x)
+    assert judge(out, spread).zone == "inside"
+    planted = torch.log(1 + torch.exp(x))
+    assert float(planted[0]) == 0.0
+    assert judge(planted, spread).zone == ("outside" if sensitivity_u is not None else "inside")
+
+
+@pytest.mark.parametrize("capability", [None, "AVX2"])
+def test_a_slope_figure_never_narrows_gelus_cancelling_tail(capability):
+    """GELU's x·(1 + erf(x/√2))/2 errs by u·|x| where it cancels, which outgrows its slope's
+    scale without bound (10⁹ u of it at x = −8): OpInfo's samples measured 79.6 u of it, and
+    taking that figure as a bound put the correct kernel outside from x = −3 down. A kernel
+    not backward stable on its samples keeps the input's scale, under the table that has the
+    slope figures (AVX2's) too."""
+    from triage.worker.kernel_errors import KernelTable
+    from triage.worker.rounding import kernel_table
+
+    kernels = kernel_table("cpu") if capability is None else KernelTable.load("cpu", capability, torch.__version__)
+    assert capability is None or kernels.get("gelu", torch.float32).sensitivity_u is not None
+    x = torch.linspace(-9, 3, 4096)
+    out, spread = _spread_under(kernels, torch.nn.functional.gelu, x)
+    assert judge(out, spread).zone == "inside"
+
+
 def test_rank_deficient_svd_reaches_the_exact_infinity_in_the_reference():
     from triage.worker.conditioning import exact_rank
 

@@ -96,7 +96,11 @@ OBSERVABLE_ROUNDING = record({
                            "of": integer(0)}, required=("op", "replays", "of"), closed=True), 16),
     "cancellations": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True),
                                    "kind": one_of("cancels", "absorbs"),
-                                   "digits_lost": number(), "hint": text(2000, nullable=True)},
+                                   "digits_lost": number(), "hint": text(2000, nullable=True),
+                                   "reference_error": described(
+                                       "The largest error float64 itself makes there, u64·(|a| + |b|): the float64 "
+                                       "replay's own error, which no difference of float64 values below it outgrows.",
+                                       number())},
                                   required=("op", "digits_lost"), closed=True), 16),
     "overflow": described("The first op upstream whose replay leaves its dtype's range (±inf or nan from finite"
                           " inputs), where the value is not finite.",

@@ -621,7 +621,11 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     if width is None or not both.any():
         return None
     gap = np.abs(ra.astype(np.float64) - rb.astype(np.float64))[both]
-    limit = 8 * width[both] + 1e-12 * np.abs(ra)[both]
+    # The float64 replays are no more exact than float64's own rounding where a side cancels
+    # or absorbs: a gap within that error (log(1 + e⁻⁴⁰) is 0 in float64 as in float32) is no
+    # sign of a different function. As wide as a spread of that error.
+    reference = max((float(site.get("reference_error") or 0.0) for site in cancellation_sites(c, d)), default=0.0)
+    limit = 8 * (width[both] + reference) + 1e-12 * np.abs(ra)[both]
     if d.source == "arms":
         if any(j.zone != "inside" for j in d.judgements):
             return None  # a side outside its own spread is judged as such

@@ -60,14 +60,17 @@ SAMPLES_PER_OP = 12
 class KernelError:
     """One op at one dtype: the largest forward error seen (units of u·scale; for a pointwise
     op where it is well conditioned), the largest error where it is not (units of u·max(Σ|xᵢ|, |f|),
-    pointwise ops only: `backward_u`), how many elements and calls they rest on, and whether the fp16/bf16
-    results are the float32 computation rounded once (None: float32 and wider)."""
+    pointwise ops only: `backward_u`; and in units of u·max(Σ|xᵢ·∂f/∂xᵢ|, |f|): `sensitivity_u`),
+    how many elements and calls they rest on, and whether the fp16/bf16 results are the float32
+    computation rounded once (None: float32 and wider)."""
 
     max_u: float
     elements: int
     calls: int
     float32_opmath: bool | None = None
     backward_u: float | None = None  # None: not a pointwise op
+    # None: not measured, or on fewer than SENSITIVITY_EVIDENCE ill-conditioned elements.
+    sensitivity_u: float | None = None
 
     @property
     def pointwise(self) -> bool:
@@ -100,13 +103,13 @@ class KernelTable:
                 for dtype, e in per_dtype.items():
                     seen = ops.setdefault(op, {}).get(dtype)
                     here = KernelError(float(e["max_u"]), int(e["elements"]), int(e["calls"]),
-                                       e.get("float32_opmath"), e.get("backward_u"))
+                                       e.get("float32_opmath"), e.get("backward_u"), e.get("sensitivity_u"))
                     if seen is not None:  # several entries: the larger error of each kind
                         here = KernelError(max(here.max_u, seen.max_u), max(here.elements, seen.elements),
                                            max(here.calls, seen.calls),
                                            here.float32_opmath if here.float32_opmath == seen.float32_opmath else None,
-                                           None if here.backward_u is None or seen.backward_u is None
-                                           else max(here.backward_u, seen.backward_u))
+                                           _larger(here.backward_u, seen.backward_u),
+                                           _larger(here.sensitivity_u, seen.sensitivity_u))
                     ops[op][dtype] = here
         names = ", ".join(sorted({f"torch {t.get('torch')} {t.get('capability') or device}" for t in chosen}))
         return cls(ops, f"measured on {names}" + ("" if exact else " (the largest error of each op)"))
@@ -133,12 +136,34 @@ class KernelTable:
         # rounded kernel leaves none): lerp's a + w·(b − a) is 0.35 u·Σ|xᵢ| off where it cancels.
         return 0.0 if e is None or not e.backward_u else MARGIN * e.backward_u
 
+    def sensitivity_ratio(self, op: str, dtype: Any) -> float | None:
+        """Where a pointwise op is ill-conditioned, the bound its kernel's measured error sets
+        in units of u·max(Σ|xᵢ·∂f/∂xᵢ|, |f|), as a multiple of `input_u`'s unit, so that the
+        simulation's scale there is the smaller of the two (`ill_conditioned_scale`). A kernel
+        that computes an accurate formula of its inputs (softplus's log1p(exp(x)) at x = −18)
+        errs by its inputs' rounding times the function's slope, κ·u of a result of 1.5e-8,
+        where u·|x| is a hundred million times that. None where the kernel was not measured on
+        SENSITIVITY_EVIDENCE ill-conditioned elements, or erred by more than BACKWARD_STABLE_U
+        of that scale on one: a formula that cancels (GELU's 1 + erf) errs by u·|x|, which
+        outgrows its slope without bound (79.6 u of it on OpInfo's samples, 10⁹ at x = −8);
+        it keeps the input's scale alone, the wider."""
+        e = self.get(op, dtype)
+        backward = self.input_u(op, dtype)
+        if e is None or e.sensitivity_u is None or e.sensitivity_u > BACKWARD_STABLE_U or not backward:
+            return None
+        return max(LIBRARY_FLOOR_U, MARGIN * e.sensitivity_u) / backward
+
     def fused_u(self, op: str, dtype: Any) -> float | None:
         """A fused kernel's measured error (units of u of its output's scale) beyond its
         decomposition, where the measurement is an error at all: past FUSED_CAP the samples
         were ill-conditioned and the decomposition's replay models them better."""
         e = self.get(op, dtype)
         return None if e is None or e.max_u > FUSED_CAP else MARGIN * e.max_u
+
+
+def _larger(a: float | None, b: float | None) -> float | None:
+    """The larger of two entries' measurements of one figure; None where either lacks it."""
+    return None if a is None or b is None else max(a, b)
 
 
 def _release(version: str) -> str:
@@ -257,6 +282,8 @@ def _rounded(e: dict[str, Any]) -> dict[str, Any]:
     out = {"max_u": float(f"{e['max_u']:.3g}"), "elements": e["elements"], "calls": e["calls"]}
     if "backward_u" in e:
         out["backward_u"] = float(f"{e['backward_u']:.3g}")
+        if e.get("ill_elements", 0) >= SENSITIVITY_EVIDENCE:
+            out["sensitivity_u"] = float(f"{e['sensitivity_u']:.3g}")
     if e["compared"]:
         out["float32_opmath"] = e["agreeing"] >= OPMATH_SHARE * e["compared"]
     return out
@@ -311,7 +338,7 @@ class _Probe(TorchDispatchMode):
         pointwise = torch.Tag.pointwise in func.tags and len(outs) == 1
         sensitivity = input_sensitivity(func, args, kwargs, dtype, outs[0].shape) if pointwise else None
         magnitude = input_magnitude(args, dtype, outs[0].shape) if pointwise else None
-        forward, backward, elements, agreeing, compared = 0.0, 0.0, 0, 0, 0
+        forward, backward, by_slope, ill, elements, agreeing, compared = 0.0, 0.0, 0.0, 0, 0, 0, 0
         for i, (y, r) in enumerate(zip(outs, reference, strict=False)):
             if not y.is_floating_point() or y.shape != r.shape or y.numel() == 0:
                 continue
@@ -338,8 +365,15 @@ class _Probe(TorchDispatchMode):
                     forward = max(forward, float(relative[calm].max()))
                 rough = ok & ~calm
                 if bool(rough.any()):
-                    beyond = (err - 2 * u * scale).clamp(min=0) / (u * torch.maximum(magnitude, scale).clamp(min=tiny))
+                    excess = (err - 2 * u * scale).clamp(min=0)
+                    beyond = excess / (u * torch.maximum(magnitude, scale).clamp(min=tiny))
                     backward = max(backward, float(beyond[rough].max()))
+                    # The same error against the function's slope: a kernel accurate for its
+                    # inputs errs by about u·Σ|xᵢ·∂f/∂xᵢ| (a slope quantized to 0 in float64
+                    # leaves |f|, and a kernel that errs by u·|x| there a large figure).
+                    sloped = excess / (u * torch.maximum(sensitivity, scale).clamp(min=tiny))
+                    by_slope = max(by_slope, float(sloped[rough].max()))
+                    ill += int(rough.sum())
             else:
                 forward = max(forward, float(relative[ok].max()))
             elements += int(ok.sum())
@@ -356,12 +390,21 @@ class _Probe(TorchDispatchMode):
         entry["max_u"] = max(entry["max_u"], forward)
         if sensitivity is not None:
             entry["backward_u"] = max(entry.get("backward_u", 0.0), backward)
+            entry["sensitivity_u"] = max(entry.get("sensitivity_u", 0.0), by_slope)
+            entry["ill_elements"] = entry.get("ill_elements", 0) + ill
         entry["elements"] += elements
         entry["calls"] += 1
         entry["agreeing"] += agreeing
         entry["compared"] += compared
 
 
+# Ill-conditioned elements a pointwise op's `sensitivity_u` must rest on before the simulation
+# bounds its error by the function's slope: a few samples that happen to be benign must not
+# narrow the spread of a formula that cancels elsewhere.
+SENSITIVITY_EVIDENCE = 64
+# A kernel whose every ill-conditioned sample erred by at most this many u·max(Σ|xᵢ·∂f/∂xᵢ|, |f|)
+# computes an accurate formula of its inputs (backward stable): its error follows the slope.
+BACKWARD_STABLE_U = 4.0
 # An element is well conditioned where Σ|xᵢ ∂f/∂xᵢ| ≤ this multiple of |f|.
 WELL_CONDITIONED = 4.0
 
@@ -446,17 +489,19 @@ def _analytic_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
 NUMPY_CONDITIONING_ELEMENTS = 1 << 12
 
 
-def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict) -> torch.Tensor | None:
+def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict, slope_ratio: float | None = None
+                          ) -> torch.Tensor | None:
     """Where pointwise `func` (out of place) is ill-conditioned on these float64 arguments
     (Σ|xᵢ·∂f/∂xᵢ| above WELL_CONDITIONED·|f|, or AMPLIFYING·|f| for a formula that cancels)
     and every input is finite: the scale
     max(Σ|xᵢ|, |f|) there and 0 elsewhere; None where it is well conditioned everywhere or has
-    no sensitivity figure."""
+    no sensitivity figure. With the kernel's `slope_ratio` (`KernelTable.sensitivity_ratio`),
+    the scale is at most that multiple of max(Σ|xᵢ·∂f/∂xᵢ|, |f|)."""
     value = func(*args, **kwargs)
     name = func.overloadpacket.__name__.rstrip("_")
     if value.numel() <= NUMPY_CONDITIONING_ELEMENTS and name in LINEAR_TERMS \
             and len(args) <= LINEAR_TERMS[name]:
-        return _ill_conditioned_scale_numpy(name, args, kwargs, value)
+        return _ill_conditioned_scale_numpy(name, args, kwargs, value, slope_ratio)
     sens = input_sensitivity(func, args, kwargs, torch.float64, value.shape)
     if sens is None:
         return None
@@ -465,10 +510,16 @@ def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict) -> torch.Tensor 
     # scale, and the forward bound holds there.
     threshold = AMPLIFYING if name in ANALYTIC_TERMS else WELL_CONDITIONED
     ill = ~well_conditioned(sens, magnitude, value.abs(), threshold) & torch.isfinite(magnitude)
-    return torch.where(ill, torch.maximum(magnitude, value.abs()), 0.0) if bool(ill.any()) else None
+    if not bool(ill.any()):
+        return None
+    scale = torch.maximum(magnitude, value.abs())
+    if slope_ratio is not None:
+        scale = torch.minimum(scale, slope_ratio * torch.maximum(sens, value.abs()))
+    return torch.where(ill, scale, 0.0)
 
 
-def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: torch.Tensor) -> torch.Tensor | None:
+def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: torch.Tensor,
+                                 slope_ratio: float | None = None) -> torch.Tensor | None:
     """`ill_conditioned_scale` of an op with linear terms (`_linear_terms`), in NumPy: the
     same IEEE operations in the same order as `input_sensitivity`, `input_magnitude` and
     `well_conditioned`, so the same scale bit for bit."""
@@ -495,7 +546,12 @@ def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: to
     if sens is None:
         return None
     ill = ~((sens <= WELL_CONDITIONED * f) & ((sens > 0) | (magnitude == 0))) & np.isfinite(magnitude)
-    return torch.from_numpy(np.where(ill, np.maximum(magnitude, f), 0.0)) if ill.any() else None
+    if not ill.any():
+        return None
+    scale = np.maximum(magnitude, f)
+    if slope_ratio is not None:
+        scale = np.minimum(scale, slope_ratio * np.maximum(sens, f))
+    return torch.from_numpy(np.where(ill, scale, 0.0))
 
 
 def _in_float64(a: Any, dtype: Any) -> Any:

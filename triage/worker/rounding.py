@@ -1593,7 +1593,18 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any, exact_operands: bool = Fa
         return _absorption_at(n, args, terms, out)
     lost = math.inf if math.isinf(worst) else math.log10(worst)
     return {"op": _op_name(n.target), "line": n.meta.get("line"), "kind": "cancels",
-            "digits_lost": round(lost, 1) if math.isfinite(lost) else math.inf, "hint": _rewrite(n)}
+            "digits_lost": round(lost, 1) if math.isfinite(lost) else math.inf, "hint": _rewrite(n),
+            "reference_error": _float64_error(magnitude)}
+
+
+def _float64_error(magnitude: Any) -> float:
+    """The largest error float64 itself makes at a site of these operand magnitudes
+    (|a| + |b|, per element): one float64 rounding of operands that carry one each, u64·(|a| + |b|).
+    The float64 replay is no more exact than that: `1 + e⁻⁴⁰` is 1 in float64 too, and
+    log(1 + e⁻⁴⁰) 0 where softplus gives 4.2e-18."""
+    m = torch.as_tensor(magnitude, dtype=torch.float64)
+    finite = m[torch.isfinite(m)]
+    return float(f"{2.0 ** -53 * float(finite.max()):.3g}") if finite.numel() else 0.0
 
 
 # Functions ill-conditioned at 1 (log(1 + δ) ≈ δ: their result is all in the digits of δ), so
@@ -1621,7 +1632,9 @@ def _absorption_at(n: fx.Node, args: tuple, terms: list, out: torch.Tensor) -> d
     lost = math.log10(worst)
     return {"op": _op_name(n.target), "line": n.meta.get("line"), "kind": "absorbs",
             "digits_lost": math.inf if lost >= bits * math.log10(2) else round(lost, 1),
-            "hint": _log1p_rewrite(n, args)}
+            "hint": _log1p_rewrite(n, args),
+            "reference_error": _float64_error(torch.as_tensor(terms[0], dtype=torch.float64)
+                                              + torch.as_tensor(terms[1], dtype=torch.float64))}
 
 
 def _log1p_rewrite(n: fx.Node, args: tuple) -> str | None:
@@ -2203,7 +2216,8 @@ class RoundingMode(TriageDispatchMode):
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
             noisy = bool(backward) and (self.generator is not None or self.directed)
             if noisy:  # before the op: an in-place one writes over an input
-                self._find_ill_conditioned(call, func, args, kwargs)
+                self._find_ill_conditioned(call, func, args, kwargs,
+                                           self.options.kernels.sensitivity_ratio(name.rstrip("_"), out_vd[0]))
             out = self._evaluate(func, args, kwargs)
             bound = BOUNDED.get(name.rstrip("_"))
             if noisy and isinstance(out, torch.Tensor):
@@ -2270,10 +2284,12 @@ class RoundingMode(TriageDispatchMode):
 
         return tuple(read(a) for a in args)
 
-    def _find_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict) -> None:
+    def _find_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict,
+                              slope_ratio: float | None) -> None:
         """Where a pointwise function is ill-conditioned on this call's inputs
         (`well_conditioned` false, by its sensitivity Σ|xᵢ·∂f/∂xᵢ|), found once per call and
-        kept for every replay: the scale max(Σ|xᵢ|, |f|) there. Stacked, on the first sample,
+        kept for every replay: the scale max(Σ|xᵢ|, |f|) there, or less where the kernel's
+        measured error follows the function's slope (`slope_ratio`). Stacked, on the first sample,
         as a replay of it alone would (the directed pair's up replay, the first replay that
         adds this noise); an in-place op through its out-of-place form, on its inputs before
         it writes to them."""
@@ -2282,14 +2298,14 @@ class RoundingMode(TriageDispatchMode):
             return
         first_args, first_kwargs = (_sample_args(args, 0), _sample_kwargs(kwargs, 0)) if self.samples else (args, kwargs)
         try:
-            cached = (func, ill_conditioned_scale(_out_of_place(func), first_args, first_kwargs))
+            cached = (func, ill_conditioned_scale(_out_of_place(func), first_args, first_kwargs, slope_ratio))
         except Exception:  # noqa: BLE001 - no sensitivity (nor an out-of-place form): the forward bound alone
             cached = (func, None)
         self.cache.ill_conditioned[call] = cached
 
     def _noise_where_ill_conditioned(self, call: int, out: torch.Tensor, bound: float) -> torch.Tensor:
         """A pointwise kernel's measured error where the function is ill-conditioned
-        (`_find_ill_conditioned`): `bound`·max(Σ|xᵢ|, |f|) added to the result there (`bound`
+        (`_find_ill_conditioned`): `bound` times the scale found there added to the result (`bound`
         in absolute units: the measured multiple of u times u); elsewhere the forward bound
         holds."""
         scale = self.cache.ill_conditioned[call][1]
