@@ -1389,3 +1389,31 @@ def test_an_inf_beside_zeros_is_from_zeros_only_where_it_sits_on_them():
     assert not rounding._nonfinite_at_zeros((c, 3), torch.tensor([0.0, math.inf, -8.0]))
     assert rounding._nonfinite_at_zeros((torch.tensor([0.0, 2.0]),), torch.tensor([-math.inf, 0.69]))
     assert rounding._nonfinite_at_zeros((torch.tensor([[0.0], [1.0]]),), torch.tensor([[-math.inf, -math.inf], [0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist_if_necessary", "donot_use_mm_for_euclid_dist"])
+def test_cdists_matmul_path_is_noted_where_near_points_cancel(mode):
+    """32 rows take cdist's matmul path, ‖x‖² + ‖y‖² − 2x·y, which for points 1e-3 apart with
+    norms near 40 keeps none of float32's digits: noted at the cdist call with the compute_mode
+    that avoids it. Computed from the differences, nothing cancels and nothing is noted."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 16, generator=g) * 10
+    y = x + 1e-3 * torch.randn(32, 16, generator=g)
+    _, _, sim = simulated_spread(lambda a, b: torch.cdist(a, b, compute_mode=mode).diagonal(), x, y, samples=9)
+    (spread,) = sim.spreads.values()
+    sites = [s for s in spread.cancellations if s["op"].split(".")[1] in ("_cdist_forward", "_euclidean_dist")]
+    if mode.startswith("donot"):
+        assert not sites
+    else:
+        assert sites and sites[0]["digits_lost"] > 7 and "donot_use_mm_for_euclid_dist" in sites[0]["hint"], sites
+
+
+def test_an_absorbing_site_notes_float64s_own_error_there():
+    """`1 + e⁻⁴⁰` read by a logarithm absorbs every digit of e⁻⁴⁰ in float32 and in float64
+    alike: the note carries float64's own error at that site, u64·|1 + x|, which bounds how
+    exact the float64 replay of this side is (the ladder's different-functions test)."""
+    x = torch.tensor([-18.0, -25.0, -40.0])
+    _, _, sim = simulated_spread(lambda t: torch.log(1 + torch.exp(t)), x, samples=9)
+    (spread,) = sim.spreads.values()
+    (site,) = [s for s in spread.cancellations if s["kind"] == "absorbs"]
+    assert site["reference_error"] == pytest.approx(2.0 ** -53 * (1 + math.exp(-18)), rel=1e-2)

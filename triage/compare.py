@@ -130,8 +130,8 @@ def name_from_source(run: ArmRun, source: str) -> None:
             names = operand_names(source, o.line, str(o.claim.get("func", "")))
             if names:
                 o.name = f"`{names[o.claim['operand']]}`"
-        elif o.kind == "readback" and checked_operand(o.label):
-            symbol, operand = checked_operand(o.label)
+        elif o.kind == "readback" and (checked := checked_operand(o.label)):
+            symbol, operand = checked
             names = operand_names(source, o.line, symbol)
             if names and operand < len(names):
                 o.name = f"`{names[operand]}`"

@@ -200,7 +200,9 @@ def cancellation_site(c: Comparison, d: Divergence) -> str | None:
     sites = cancellation_sites(c, d)
     if not sites:
         return None
-    top = sites[0]
+    # The site losing the most, whichever side it is on (a manual distance's exact difference
+    # beside cdist's matmul path, which loses more).
+    top = max(sites, key=lambda site: float(site.get("digits_lost") or 0.0))
     lost = top["digits_lost"]
     lost = "every digit" if lost in ("inf", float("inf")) else f"{float(lost):.1f} digits"
     if top.get("kind") == "absorbs":

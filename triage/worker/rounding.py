@@ -1569,7 +1569,11 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any, exact_operands: bool = Fa
     digits of its smaller operand it absorbs where a logarithm reads the result
     (`_absorption_at`). Operands no replay changes (`exact_operands`) carry no error for a
     cancellation to amplify, but their sum still rounds the smaller one away."""
-    if not isinstance(n.target, torch._ops.OpOverload) or n.target.overloadpacket.__name__.rstrip("_") not in CANCELLING:
+    if not isinstance(n.target, torch._ops.OpOverload):
+        return None
+    if n.target.overloadpacket.__name__ in MATMUL_DISTANCES:
+        return _matmul_distance_cancellation(n, args, out)
+    if n.target.overloadpacket.__name__.rstrip("_") not in CANCELLING:
         return None
     if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
         return None
@@ -1605,6 +1609,36 @@ def _float64_error(magnitude: Any) -> float:
     m = torch.as_tensor(magnitude, dtype=torch.float64)
     finite = m[torch.isfinite(m)]
     return float(f"{2.0 ** -53 * float(finite.max()):.3g}") if finite.numel() else 0.0
+
+
+# Ops computing Euclidean distances as ‖x‖² + ‖y‖² − 2x·y (cdist's matmul path).
+MATMUL_DISTANCES = {"_cdist_forward", "_euclidean_dist"}
+
+
+def _matmul_distance_cancellation(n: fx.Node, args: tuple, out: Any) -> dict[str, Any] | None:
+    """Digits a distance computed as ‖x‖² + ‖y‖² − 2x·y loses where the points are near:
+    that sum's error is u·(‖x‖² + ‖y‖²), its result d², so d keeps log10((‖x‖² + ‖y‖²)/2d²)
+    fewer digits (points 1e-3 apart with norms 40: 9 of float32's 7)."""
+    x1, x2 = args[0], args[1]
+    if not (isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor) and isinstance(out, torch.Tensor)
+            and x1.is_floating_point() and out.numel()):
+        return None
+    if n.target.overloadpacket.__name__ == "_cdist_forward" and not _euclidean_by_matmul(
+            x1, x2, args[2] if len(args) > 2 else 2.0, args[3] if len(args) > 3 else None):
+        return None
+    with torch.no_grad():
+        squares = x1.square().sum(-1).unsqueeze(-1) + x2.square().sum(-1).unsqueeze(-2)
+        ratio = (squares / (2 * out.square())).nan_to_num_(nan=0.0, posinf=math.inf)
+        worst = float(ratio.max())
+    if worst <= 10 ** DIGITS_LOST_NOTED:
+        return None
+    return {"op": _op_name(n.target), "line": n.meta.get("line"), "kind": "cancels",
+            "digits_lost": round(math.log10(worst), 1) if math.isfinite(worst) else math.inf,
+            "hint": ("`torch.cdist` computes p = 2 distances between more than 25 rows (or with "
+                     "`compute_mode='use_mm_for_euclid_dist'`) as ‖x‖² + ‖y‖² − 2x·y in one matrix product, which "
+                     "cancels for near points: `compute_mode='donot_use_mm_for_euclid_dist'` computes each ‖x − y‖ "
+                     "from the differences and keeps their digits."),
+            "reference_error": _float64_error(squares)}
 
 
 # Functions ill-conditioned at 1 (log(1 + δ) ≈ δ: their result is all in the digits of δ), so
@@ -3173,8 +3207,7 @@ def _cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | Non
     |x − y| over the features, which the kernel adds one term after another in a scalar loop
     (`SEQUENTIAL_KERNELS`). Its error grows with the feature count and cancels where the matmul
     does, which no per-op bound holds."""
-    mode = compute_mode or 0
-    if p == 2 and (mode == 1 or mode == 0 and (x1.shape[-2] > 25 or x2.shape[-2] > 25)):
+    if _euclidean_by_matmul(x1, x2, p, compute_mode):
         x1_norm = x1.pow(2).sum(-1, keepdim=True)
         x2_norm = x2.pow(2).sum(-1, keepdim=True)
         x1_ = torch.cat([x1.mul(-2), x1_norm, torch.ones_like(x1_norm)], -1)
@@ -3190,6 +3223,13 @@ def _cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | Non
     if math.isinf(p):
         return diff.amax(-1)
     return diff.pow(p).sum(-1).pow(1 / p)
+
+
+def _euclidean_by_matmul(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | None) -> bool:
+    """Whether ATen's cdist takes the matmul path: p = 2 with `compute_mode`
+    'use_mm_for_euclid_dist' (1), or by default (0) where either side has more than 25 rows."""
+    mode = compute_mode or 0
+    return p == 2 and (mode == 1 or mode == 0 and (x1.shape[-2] > 25 or x2.shape[-2] > 25))
 
 
 def _cdist_terms(args: tuple) -> int:
