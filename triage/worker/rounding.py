@@ -2250,8 +2250,7 @@ class RoundingMode(TriageDispatchMode):
             backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
             noisy = bool(backward) and (self.generator is not None or self.directed)
             if noisy:  # before the op: an in-place one writes over an input
-                self._find_ill_conditioned(call, func, args, kwargs,
-                                           self.options.kernels.sensitivity_ratio(name.rstrip("_"), out_vd[0]))
+                self._find_ill_conditioned(call, func, args, kwargs, out_vd[0])
             out = self._evaluate(func, args, kwargs)
             bound = BOUNDED.get(name.rstrip("_"))
             if noisy and isinstance(out, torch.Tensor):
@@ -2318,12 +2317,12 @@ class RoundingMode(TriageDispatchMode):
 
         return tuple(read(a) for a in args)
 
-    def _find_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict,
-                              slope_ratio: float | None) -> None:
+    def _find_ill_conditioned(self, call: int, func: Any, args: tuple, kwargs: dict, dtype: torch.dtype) -> None:
         """Where a pointwise function is ill-conditioned on this call's inputs
         (`well_conditioned` false, by its sensitivity Σ|xᵢ·∂f/∂xᵢ|), found once per call and
-        kept for every replay: the scale max(Σ|xᵢ|, |f|) there, or less where the kernel's
-        measured error follows the function's slope (`slope_ratio`). Stacked, on the first sample,
+        kept for every replay: the scale max(Σ|xᵢ|, |f|) there, or less where the kernel's error
+        at `dtype` was measured to follow the function's slope (`KernelTable.sensitivity_ratio`).
+        Stacked, on the first sample,
         as a replay of it alone would (the directed pair's up replay, the first replay that
         adds this noise); an in-place op through its out-of-place form, on its inputs before
         it writes to them."""
@@ -2332,6 +2331,7 @@ class RoundingMode(TriageDispatchMode):
             return
         first_args, first_kwargs = (_sample_args(args, 0), _sample_kwargs(kwargs, 0)) if self.samples else (args, kwargs)
         try:
+            slope_ratio = self.options.kernels.sensitivity_ratio(func.overloadpacket.__name__.rstrip("_"), dtype)
             cached = (func, ill_conditioned_scale(_out_of_place(func), first_args, first_kwargs, slope_ratio))
         except Exception:  # noqa: BLE001 - no sensitivity (nor an out-of-place form): the forward bound alone
             cached = (func, None)
