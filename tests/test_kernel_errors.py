@@ -405,3 +405,18 @@ def test_a_measurement_of_some_ops_is_merged_into_the_machines_entry_not_put_in_
     assert "merged" in entry["coverage"]
     kernel_errors.write(dict(base, ops={"cos": {"float32": {"max_u": 1.0}}}), path)  # a full one replaces
     assert list(json.loads(path.read_text())["tables"][0]["ops"]) == ["cos"]
+
+
+def test_a_flat_slope_keeps_the_inputs_scale():
+    """`logit(x, eps=0.51)` clamps every x to [0.51, 0.49]: its slope in x is 0, and says nothing
+    of the kernel's error, which `log(p / (1 − p))` at p = 0.49 makes about u of its result's
+    scale (gh-177839's vectorized and scalar kernels disagree there in sign). The slope's scale
+    applies only where the function has a slope (softplus at −18: 2.7e-7 against |x| = 18)."""
+    op = torch.ops.aten.logit.default
+    x = torch.full((8,), 0.3, dtype=torch.float64)
+    flat = kernel_errors.ill_conditioned_scale(op, (x, 0.51), {}, slope_ratio=0.5)
+    assert flat is not None and torch.equal(flat, kernel_errors.ill_conditioned_scale(op, (x, 0.51), {}))
+    softplus, far_left = torch.ops.aten.softplus.default, torch.full((8,), -18.0, dtype=torch.float64)
+    sloped = kernel_errors.ill_conditioned_scale(softplus, (far_left,), {}, slope_ratio=0.5)
+    assert sloped is not None and bool((sloped < 1e-6).all())
+    assert bool((kernel_errors.ill_conditioned_scale(softplus, (far_left,), {}) == 18).all())

@@ -369,11 +369,14 @@ class _Probe(TorchDispatchMode):
                     beyond = excess / (u * torch.maximum(magnitude, scale).clamp(min=tiny))
                     backward = max(backward, float(beyond[rough].max()))
                     # The same error against the function's slope: a kernel accurate for its
-                    # inputs errs by about u·Σ|xᵢ·∂f/∂xᵢ| (a slope quantized to 0 in float64
-                    # leaves |f|, and a kernel that errs by u·|x| there a large figure).
-                    sloped = excess / (u * torch.maximum(sensitivity, scale).clamp(min=tiny))
-                    by_slope = max(by_slope, float(sloped[rough].max()))
-                    ill += int(rough.sum())
+                    # inputs errs by about u·Σ|xᵢ·∂f/∂xᵢ|. Where the slope is 0 (a clamped input,
+                    # or float64 quantized there) it says nothing, and the simulation keeps the
+                    # input's scale there (`ill_conditioned_scale`): not measured either.
+                    sloped = rough & (sensitivity > 0)
+                    if bool(sloped.any()):
+                        by_slope = max(by_slope, float((excess / (u * torch.maximum(sensitivity, scale).clamp(min=tiny)))
+                                                       [sloped].max()))
+                        ill += int(sloped.sum())
             else:
                 forward = max(forward, float(relative[ok].max()))
             elements += int(ok.sum())
@@ -513,8 +516,8 @@ def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict, slope_ratio: flo
     if not bool(ill.any()):
         return None
     scale = torch.maximum(magnitude, value.abs())
-    if slope_ratio is not None:
-        scale = torch.minimum(scale, slope_ratio * torch.maximum(sens, value.abs()))
+    if slope_ratio is not None:  # where the function has a slope (not clamped flat: `logit`'s eps)
+        scale = torch.where(sens > 0, torch.minimum(scale, slope_ratio * torch.maximum(sens, value.abs())), scale)
     return torch.where(ill, scale, 0.0)
 
 
@@ -550,7 +553,7 @@ def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: to
         return None
     scale = np.maximum(magnitude, f)
     if slope_ratio is not None:
-        scale = np.minimum(scale, slope_ratio * np.maximum(sens, f))
+        scale = np.where(sens > 0, np.minimum(scale, slope_ratio * np.maximum(sens, f)), scale)
     return torch.from_numpy(np.where(ill, scale, 0.0))
 
 
