@@ -258,3 +258,22 @@ def test_a_second_side_that_starts_from_what_the_first_left_is_a_testing_method_
     v = report["verdict"]
     assert (v["kind"], v["expected"]) == ("nondeterministic", True), v["summary"]
     assert "`sub_` (line 4) writes its input in place" in v["summary"] and "`x.clone()`" in v["summary"]
+
+
+def test_a_check_that_moves_an_input_in_place_and_writes_it_back_carries_nothing(triage, tmp_path):
+    """float32 `gradcheck` moves each input element by ±eps in place, writes it back, and then
+    compares the analytical Jacobian with the central differences: both computations read the
+    tensor the writes touched, but the float64 replays of the two agree — nothing carried from
+    one to the other. The differences cancel in float32 (eps = 1e-6 against values near 1):
+    ill-conditioned, the documented reason gradcheck wants float64."""
+    script = write(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+        x = torch.randn(4, 6, requires_grad=True)
+        w = torch.randn(6, 5, requires_grad=True)
+        ok = torch.autograd.gradcheck(lambda a, b: torch.tanh(a @ b).sum(dim=1), (x, w), raise_exception=False)
+        assert ok, "gradcheck fails in float32"
+    """)
+    _, v = judged(triage, script)
+    assert (v["kind"], v["expected"]) == ("expected-ill-conditioned", True), v["summary"]
+    assert "cancels" in v["summary"], v["summary"]

@@ -605,27 +605,10 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     if d.b is None or len(d.judgements) != 2 or d.source not in ("claim", "arms"):
         return None
     (run_a, oa), (run_b, ob) = c.resolve(d.a), c.resolve(d.b)
-    if oa.reference_value is None or ob.reference_value is None or not oa.spread or not ob.spread:
+    measured = _float64_gap(c, d)
+    if measured is None:
         return None
-    ra, rb = _parts(oa.reference_value), _parts(ob.reference_value)
-    if ra.shape != rb.shape:
-        return None
-    both = np.isfinite(ra) & np.isfinite(rb)
-    # An element either side computed as inf or nan has no finite spread to measure the gap
-    # against (every rounding of an fp16 log-density overflowing gives a spread of 0).
-    for o in (oa, ob):
-        if o.value is not None and _parts(o.value).shape == ra.shape:
-            both &= np.isfinite(_parts(o.value))
-    shapes_match = oa.spread["sig"].shape == ra.shape and ob.spread["sig"].shape == rb.shape
-    width = np.sqrt(oa.spread["sig"] ** 2 + ob.spread["sig"] ** 2) if shapes_match else None
-    if width is None or not both.any():
-        return None
-    gap = np.abs(ra.astype(np.float64) - rb.astype(np.float64))[both]
-    # The float64 replays are no more exact than float64's own rounding where a side cancels
-    # or absorbs: a gap within that error (log(1 + e⁻⁴⁰) is 0 in float64 as in float32) is no
-    # sign of a different function. As wide as a spread of that error.
-    reference = max((float(site.get("reference_error") or 0.0) for site in cancellation_sites(c, d)), default=0.0)
-    limit = 8 * (width[both] + reference) + 1e-12 * np.abs(ra)[both]
+    ra, rb, both, width, gap, limit = measured
     if d.source == "arms":
         if any(j.zone != "inside" for j in d.judgements):
             return None  # a side outside its own spread is judged as such
@@ -668,6 +651,37 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
                     "Fix: seed each run identically (`torch.manual_seed(…)` before each, or pass a seeded "
                     "`generator=` to the DataLoader).",
                     [spreads] + _draw_lines(draws))
+
+
+def _float64_gap(c: Comparison, d: Divergence) -> tuple[np.ndarray, ...] | None:
+    """The two sides' float64 values (`ra`, `rb`, as real parts), the elements finite on both
+    (`both`), their spreads' combined width, and over those elements the gap between the float64
+    values and the most of it one quantity rounded twice allows (`limit`: eight widths, float64's
+    own error at a site that cancels or absorbs, and 1e-12 of the value); None where a side has
+    no float64 value or spread of the other's shape."""
+    (_, oa), (_, ob) = c.resolve(d.a), c.resolve(d.b)
+    if oa.reference_value is None or ob.reference_value is None or not oa.spread or not ob.spread:
+        return None
+    ra, rb = _parts(oa.reference_value), _parts(ob.reference_value)
+    if ra.shape != rb.shape:
+        return None
+    both = np.isfinite(ra) & np.isfinite(rb)
+    # An element either side computed as inf or nan has no finite spread to measure the gap
+    # against (every rounding of an fp16 log-density overflowing gives a spread of 0).
+    for o in (oa, ob):
+        if o.value is not None and _parts(o.value).shape == ra.shape:
+            both &= np.isfinite(_parts(o.value))
+    shapes_match = oa.spread["sig"].shape == ra.shape and ob.spread["sig"].shape == rb.shape
+    width = np.sqrt(oa.spread["sig"] ** 2 + ob.spread["sig"] ** 2) if shapes_match else None
+    if width is None or not both.any():
+        return None
+    gap = np.abs(ra.astype(np.float64) - rb.astype(np.float64))[both]
+    # The float64 replays are no more exact than float64's own rounding where a side cancels
+    # or absorbs: a gap within that error (log(1 + e⁻⁴⁰) is 0 in float64 as in float32) is no
+    # sign of a different function. As wide as a spread of that error.
+    reference = max((float(site.get("reference_error") or 0.0) for site in cancellation_sites(c, d)), default=0.0)
+    limit = 8 * (width[both] + reference) + 1e-12 * np.abs(ra)[both]
+    return ra, rb, both, width, gap, limit
 
 
 def _parts(x: np.ndarray) -> np.ndarray:
@@ -1349,6 +1363,12 @@ def _carried(c: Comparison, d: Divergence | None) -> Verdict | None:
     quantity: the inputs differ, whatever the arithmetic does."""
     carried = (d.paths or {}).get("carried") if d is not None and d.source == "claim" and d.b is not None else None
     if not carried:
+        return None
+    # Where the two float64 values agree within the sides' rounding, what the first side's
+    # computation left changed nothing the second computes from: `gradcheck` moves an input by
+    # ±eps in place and writes it back before the analytical Jacobian reads it.
+    measured = _float64_gap(c, d)
+    if measured is not None and not (measured[4] > measured[5]).any():
         return None
     first, later = (c.resolve(d.a)[1], c.resolve(d.b)[1]) if carried["later"] == "b" else \
         (c.resolve(d.b)[1], c.resolve(d.a)[1])
