@@ -211,6 +211,12 @@ def test_rounding_beyond_tolerance_needs_the_sides_computation_replayed():
     c.divergence.judgements = [_judged(arm="cpu", zone="inside"), _judged(arm="cpu/compile", zone="inside")]
     [found] = audit.rounding_covers_the_computation(plain("expected-rounding"), Evidence(c))
     assert found.startswith("`cpu/compile` .item() is called rounding of its own computation, but it continues from 1")
+    assert "own backend" not in found
+    # The arm compiling with the script's own backend: that backend's graph is where to look.
+    compiled.graph = {"backends": [{"name": "fast_math_backend", "line": 6}]}
+    [found] = audit.rounding_covers_the_computation(plain("expected-rounding"), Evidence(c))
+    assert found.endswith("compiles with the script's own backend `fast_math_backend` (line 6), whose graph those "
+                          "values come from: the place to look first"), found
     c.divergence.within_tolerance = True  # the agreement itself then supports it
     assert audit.rounding_covers_the_computation(plain("expected-rounding"), Evidence(c)) == []
 
