@@ -1125,3 +1125,14 @@ def test_a_float64_gap_within_float64s_own_absorption_is_no_other_function(refer
         assert v.kind == "likely-bug" and "compute different functions" in v.summary, v.summary
     else:
         assert v.kind != "likely-bug" and "different functions" not in v.summary, v.summary
+
+
+@pytest.mark.parametrize("factor, said", [
+    (1 / 32, "`grad` = `manual` / 32 in every element"),  # cross_entropy's mean over 32 rows
+    (4.0, "`grad` = 4 × `manual` in every element"),
+    (0.3, "`grad` = 0.3 × `manual` in every element"),
+])
+def test_a_constant_factor_between_tensors_names_a_whole_divisor(factor, said):
+    from triage.classify.wording import difference_shape
+    b = np.linspace(-2.0, 3.0, 12) + 0.1
+    assert difference_shape(b * factor, b, ("`grad`", "`manual`")) == f", by a constant factor: {said}"

@@ -139,7 +139,11 @@ def difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> st
             ratio = a[nonzero] / b[nonzero]
             mid = float(np.median(ratio))
             if abs(mid - 1) > 1e-3 and np.all(np.abs(ratio - mid) <= 1e-3 * abs(mid)):
-                return (f", by a constant factor: {names[0]} = {mid:.6g} × {names[1]} in every element"
+                # A whole divisor said as one (a gradient of a mean over 32 rows: `b / 32`, not 0.03125 ×).
+                divisor = round(1 / mid)
+                exact = (f"{names[1]} / {divisor}" if abs(divisor) >= 2 and abs(1 / mid - divisor) <= 1e-9 * abs(divisor)
+                         else f"{mid:.6g} × {names[1]}")
+                return (f", by a constant factor: {names[0]} = {exact} in every element"
                         if np.all(np.abs(ratio - mid) <= 1e-9 * abs(mid)) else
                         f", by a nearly constant factor: {names[0]} ≈ {mid:.6g} × {names[1]} "
                         f"({float(ratio.min()):.8g}–{float(ratio.max()):.8g})")
