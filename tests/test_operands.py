@@ -492,3 +492,13 @@ def test_a_running_total_a_loop_adds_to_is_found_where_two_sides_part(tmp_path):
         ("a", 7, 70, "float32"), ("b", 8, 70, "bfloat16")}
     few = part_ways(_graph(tmp_path, nodes[:3 + 4 * 10]), "a9", "b9")
     assert few["running_sums"] == []
+
+
+def test_a_library_checks_own_comparison_is_named_by_what_it_compares():
+    from triage.operands import library_check_operands
+
+    source = "import torch\nok = torch.autograd.gradcheck(f, (x, w), raise_exception=False)\nassert torch.allclose(a, b)\n"
+    assert library_check_operands(source, 2, "torch.allclose") == ("`gradcheck`'s analytical Jacobian",
+                                                                   "`gradcheck`'s finite-difference Jacobian")
+    assert library_check_operands(source, 3, "torch.allclose") is None  # the script's own allclose
+    assert library_check_operands(source, 2, "torch.testing.assert_close") is None

@@ -123,13 +123,23 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
 def name_from_source(run: ArmRun, source: str) -> None:
     """Claim operands and readbacks named by the script's own expressions (`mine`, not
     `torch.testing.assert_close operand 1`), where its source says so unambiguously."""
-    from triage.operands import as_receiver, assigned_readback, operand_names, readback_name, spelled_on_line
+    from triage.operands import (
+        as_receiver,
+        assigned_readback,
+        library_check_operands,
+        operand_names,
+        readback_name,
+        spelled_on_line,
+    )
 
     for o in run.observables:
         if o.kind == "claim" and o.claim and o.claim.get("operand") in (0, 1):
             names = operand_names(source, o.line, str(o.claim.get("func", "")))
+            checked = library_check_operands(source, o.line, str(o.claim.get("func", ""))) if not names else None
             if names:
                 o.name = f"`{names[o.claim['operand']]}`"
+            elif checked:
+                o.name = checked[o.claim["operand"]]
         elif o.kind == "readback" and (checked := checked_operand(o.label)):
             symbol, operand = checked
             names = operand_names(source, o.line, symbol)

@@ -90,6 +90,27 @@ def _segment(source: str, node: ast.AST) -> str:
     return lines[node.lineno - 1][node.col_offset:node.end_col_offset].decode(errors="replace")
 
 
+# Checks of torch's own that compare two values they compute themselves with `torch.allclose`:
+# what those two values are, in the order the check passes them.
+LIBRARY_CHECKS = {"gradcheck": ("analytical Jacobian", "finite-difference Jacobian"),
+                  "gradgradcheck": ("analytical second derivatives", "finite-difference second derivatives")}
+
+
+def library_check_operands(source: str, line: int | None, func: str) -> tuple[str, str] | None:
+    """The two values a check of torch's own compares, where the script's `line` calls one
+    (`torch.autograd.gradcheck`) and the comparison recorded is its `torch.allclose`: the
+    analytical Jacobian against central differences, not "torch.allclose operand 1 and 2"."""
+    index = _by_line(source) if line is not None else None
+    if index is None or func.rsplit(".", 1)[-1] != "allclose":
+        return None
+    checks = {_called_name(node.func) for node in index.get(line, [])[:MAX_NODES_PER_LINE]
+              if isinstance(node, ast.Call)} & set(LIBRARY_CHECKS)
+    if len(checks) != 1:
+        return None
+    check = checks.pop()
+    return tuple(f"`{check}`'s {what}" for what in LIBRARY_CHECKS[check])  # type: ignore[return-value]
+
+
 def _called_name(func: ast.expr) -> str | None:
     if isinstance(func, ast.Attribute):
         return func.attr
