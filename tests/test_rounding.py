@@ -1417,3 +1417,28 @@ def test_an_absorbing_site_notes_float64s_own_error_there():
     (spread,) = sim.spreads.values()
     (site,) = [s for s in spread.cancellations if s["kind"] == "absorbs"]
     assert site["reference_error"] == pytest.approx(2.0 ** -53 * (1 + math.exp(-18)), rel=1e-2)
+
+
+@pytest.mark.parametrize("op, root", [(torch.ops.aten.silu_backward.default, -1.2784645),
+                                      (torch.ops.aten.gelu_backward.default, -0.7517916)])
+def test_an_unmeasured_backward_kernel_near_its_roots_is_inside(op, root):
+    """SiLU's derivative σ(x)(1 + x(1 − σ(x))) and GELU's Φ(x) + xφ(x) cross zero: there a
+    correct float32 kernel errs by u of its inputs, not of its result. The table measures no
+    backward op; bounded by 16 u of the result alone, the correct kernel was 1e4σ outside and
+    called a bug. An op the table has not measured gets the conservative bound where its
+    function is ill-conditioned too."""
+    x = root + torch.linspace(-1e-3, 1e-3, 257)
+    g = torch.randn(257, generator=torch.Generator().manual_seed(0))
+    out, spread = spread_of(lambda a, b: op(a, b), g, x)
+    assert judge(out, spread).zone == "inside"
+
+
+def test_a_library_kernels_result_below_the_smallest_normal_may_lose_every_digit():
+    """float32 `sigmoid(−96.8)` is 1/(1 + exp(96.8)) = 1/inf = 0, where the exact 9.1e-43 is a
+    subnormal: the table measures kernels on normal results only, and a subnormal result
+    keeps no guaranteed digit (the accuracy note's extremal values). Its spread reaches 0;
+    the eager kernel was called a bug."""
+    x = torch.tensor([-96.8, -90.0, -3.0, 0.5])
+    out, spread = spread_of(torch.sigmoid, x)
+    assert float(out[0]) == 0.0
+    assert judge(out, spread).zone == "inside"

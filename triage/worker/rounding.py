@@ -1924,6 +1924,10 @@ class RoundingMode(TriageDispatchMode):
         self.flush = False
         # The image of the library function being rounded (`BOUNDED`), or None.
         self.bound: tuple[float, float] | None = None
+        # Whether that function may lose a subnormal result's digits (`_below_normal`): a
+        # library function's kernel, not IEEE arithmetic (`x * 3` of a subnormal is rounded
+        # exactly there, which the script's flush-to-zero alone changes).
+        self.loses_subnormals = False
         # The node being replayed is a contraction the CPU's oneDNN computed from inputs of
         # this format (opgraph's `matmul_inputs`: "bf16"), or None.
         self.matmul_inputs: str | None = None
@@ -2156,7 +2160,7 @@ class RoundingMode(TriageDispatchMode):
             trace = self._decomposition_trace(func, self.calls)
             return trace is not None and not trace.writes
         if route == "library":
-            backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
+            backward = self._input_u(func, name, out_vd)
             # Where the function is ill-conditioned is found once, on the first replay that
             # adds the noise: up, the directed stack's first sample (`_find_ill_conditioned`).
             return torch.Tag.pointwise in func.tags and (not backward or self.calls in self.cache.ill_conditioned
@@ -2247,7 +2251,7 @@ class RoundingMode(TriageDispatchMode):
             out = self._tag(self._complex_product(args[0], args[0] if name.rstrip("_") == "square" else args[1],
                                                   out_vd[0]), out_vd)
         else:
-            backward = self.options.kernels.input_u(name.rstrip("_"), out_vd[0]) if out_vd and out_vd[0] else 0.0
+            backward = self._input_u(func, name, out_vd)
             noisy = bool(backward) and (self.generator is not None or self.directed)
             if noisy:  # before the op: an in-place one writes over an input
                 self._find_ill_conditioned(call, func, args, kwargs, out_vd[0])
@@ -2259,10 +2263,12 @@ class RoundingMode(TriageDispatchMode):
                     out = out.clamp(*bound)
             if torch.Tag.pointwise in func.tags or not isinstance(out, torch.Tensor) or not out.is_floating_point():
                 self.bound = bound
+                self.loses_subnormals = name.rstrip("_") not in CORRECTLY_ROUNDED
                 try:
                     out = self._round_all(out, out_vd, library=self._library_u(name, out_vd))
                 finally:
                     self.bound = None
+                    self.loses_subnormals = False
             else:
                 # A non-pointwise kernel (pooling, interpolation, grid sampling) errs relative to
                 # its output's scale, max(|y|, rms y), as it was measured, not to each element:
@@ -2350,6 +2356,22 @@ class RoundingMode(TriageDispatchMode):
     def _sample_shape(self, t: torch.Tensor) -> torch.Size:
         """One sample's shape of a result (without the stack's first dimension)."""
         return t.shape[1:] if self.samples else t.shape
+
+    def _input_u(self, func: Any, name: str, out_vd: list) -> float:
+        """The error bound, in units of u·max(Σ|xᵢ|, |f|), a library kernel may add where its
+        function is ill-conditioned: the measured one (`KernelTable.input_u`), or for a
+        pointwise op the table has not measured, the conservative UNMEASURED_U. A correct
+        kernel whose formula cancels near a root of its result (`silu_backward`'s
+        1 + x(1 − σ(x)) at x ≈ −1.28, `tanh_backward`'s 1 − y² where tanh saturates) errs by
+        u of its inputs there, which no bound relative to the result covers: a correct
+        `silu_backward` was 38σ outside its spread, and blamed."""
+        d = out_vd[0] if out_vd else None
+        if d is None:
+            return 0.0
+        op = name.rstrip("_")
+        if self.options.kernels.get(op, d) is None and torch.Tag.pointwise in func.tags and d in FORMATS:
+            return UNMEASURED_U
+        return self.options.kernels.input_u(op, d)
 
     def _library_u(self, name: str, out_vd: list) -> float:
         """Units of roundoff a library kernel may be off before its result is rounded: the
@@ -2647,6 +2669,8 @@ class RoundingMode(TriageDispatchMode):
             return torch.view_as_complex(self._rounded(parts.contiguous(), real_dtype, library))
         if self.exact or dtype not in FORMATS and dtype != torch.float64:
             return t
+        if library and self.loses_subnormals and dtype in FORMATS and (self.directed or self.generator is not None):
+            t = self._below_normal(t, FORMATS[dtype][2])
         u = UNIT_ROUNDOFF[dtype]
         if dtype != torch.float64 and t.dtype == torch.float64 and 1 < t.numel() <= NUMPY_ELEMENTS \
                 and (self.directed or self.generator is not None):
@@ -2675,6 +2699,24 @@ class RoundingMode(TriageDispatchMode):
             return torch.tensor(round_scalar(t.item(), dtype, self.direction, self.draws),
                                 dtype=torch.float64).reshape(t.shape)
         return round_to(t, dtype, self._signs(t), self.generator)
+
+    def _below_normal(self, t: torch.Tensor, tiny: float) -> torch.Tensor:
+        """A library function's result whose exact value is nonzero and below the dtype's
+        smallest normal (`tiny`) moved by up to itself: the table measures kernels on normal
+        results only (a subnormal keeps fewer digits than the dtype), and a correct kernel may
+        lose them all — float32 `sigmoid(−96.8)` is 1/(1 + exp(96.8)) = 1/inf = 0 where the
+        exact 9.1e-43 is a subnormal, which the accuracy note's extremal values cover."""
+        if t.is_complex():
+            return t
+        if t.numel() <= NUMPY_ELEMENTS:
+            m = np.abs(t.detach().numpy())
+            if not ((m < tiny) & (m > 0)).any():
+                return t
+        below = (t.abs() < tiny) & (t != 0)
+        if not bool(below.any()):
+            return t
+        moved = self._absolute_noise(t, torch.where(below, t.abs(), 0.0), 1.0)
+        return moved.clamp(*self.bound) if self.bound is not None else moved
 
     def _relative_noise(self, t: torch.Tensor, bound: float) -> torch.Tensor:
         directed = t + self._signs(t) * bound * t.abs() if self.directed else None
