@@ -1136,3 +1136,11 @@ def test_a_constant_factor_between_tensors_names_a_whole_divisor(factor, said):
     from triage.classify.wording import difference_shape
     b = np.linspace(-2.0, 3.0, 12) + 0.1
     assert difference_shape(b * factor, b, ("`grad`", "`manual`")) == f", by a constant factor: {said}"
+
+
+def test_the_masking_pitfall_needs_a_mask_in_the_script():
+    from triage.classify.facts import masks
+
+    assert masks("y = torch.where(x > 0, torch.log(x), 0)\n")
+    assert masks("s = scores.masked_fill(pad, -1e9)\n") and masks("s.masked_fill_(pad, 0)\n")
+    assert not masks("d = torch.sqrt(((a - b) ** 2).sum(dim=1))\nnowhere = 1\n")

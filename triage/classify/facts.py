@@ -65,6 +65,15 @@ def cancellation_sites(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
     return sites
 
 
+MASKING = re.compile(r"\bwhere\s*\(|\bmasked_(?:fill|scatter|select)_?\s*\(")
+
+
+def masks(source: str) -> bool:
+    """Whether the script selects between branches by a mask (`torch.where`, `masked_fill`):
+    the calls whose dropped branch autograd still differentiates."""
+    return bool(MASKING.search(source))
+
+
 def site_key(leaf: dict[str, Any]) -> tuple:
     return leaf.get("op"), leaf.get("line"), tuple((leaf.get("fingerprint") or {}).get("shape") or ())
 

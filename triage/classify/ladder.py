@@ -27,6 +27,7 @@ from triage.classify.facts import (
     holds,
     lacks_device,
     length_checks,
+    masks,
     matrix_upstream,
     names_at,
     nonfinite_side,
@@ -351,7 +352,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
     if d is None:
         return (_uninitialized_reads(completed) or _unseeded_runs(completed, repro.source)
                 or _exact_equality(completed, repro.source) or _length_by_rounding(completed, repro.source)
-                or _outside_value(completed, repro.source) or _not_reproduced(comparison, completed))
+                or _outside_value(completed, repro.source) or _not_reproduced(comparison, completed, repro.source))
     if d.bit_difference is not None:
         return _rounding(d)
     sides = [s for s in (d.a, d.b) if s is not None]
@@ -2083,7 +2084,7 @@ def _length_by_rounding(runs: list[ArmRun], source: str) -> Verdict | None:
     return None
 
 
-def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
+def _not_reproduced(c: Comparison, completed: list[ArmRun], source: str = "") -> Verdict:
     n = sum(len(r.observables) for r in completed)
     if n == 0:
         return make_verdict("not-reproduced", None, policy.NONE, ["repro"],
@@ -2101,7 +2102,7 @@ def _not_reproduced(c: Comparison, completed: list[ArmRun]) -> Verdict:
                         f"with the float64 reference: the matrix fed to `{note['op']}` at line {note['line']} is singular "
                         f"({cond_text(note)}). A finite value from another device is rounding noise.",
                         [cond_text(note, full=True)])
-    exact = _nonfinite_in_exact_arithmetic(completed) or _wrapped_check(completed)
+    exact = _nonfinite_in_exact_arithmetic(completed, source) or _wrapped_check(completed)
     if exact is not None:
         return exact
     same = identical_copies(completed[0])
@@ -2158,13 +2159,14 @@ def _wrapped_check(completed: list[ArmRun]) -> Verdict | None:
     return None
 
 
-def _nonfinite_in_exact_arithmetic(completed: list[ArmRun]) -> Verdict | None:
+def _nonfinite_in_exact_arithmetic(completed: list[ArmRun], source: str = "") -> Verdict | None:
     """The script's own check fails on arms whose values agree with float64, and one of them
     is inf/nan in its float64 replay too, at as many elements, downstream of an op that reads
     its domain's edge exactly there (log of 0.0, whose -inf is the exact answer and mpmath's):
     the nonfinite values are what the program's operations give in exact arithmetic, which the
-    check expects otherwise. A gradient gets the masking pitfall: autograd multiplies the
-    branch a `torch.where` did not take by 0, and 0 · ∞ is nan."""
+    check expects otherwise. A gradient of a script that masks (`torch.where`, `masked_fill`)
+    gets the masking pitfall: autograd multiplies the branch the mask did not take by 0, and
+    0 · ∞ is nan (not said of a plain `sqrt` at 0, whose +inf gradient is the exact answer)."""
     failed = [r for r in completed if r.exception and r.exception.get("claim")]
     for run in failed:
         # The values the check reads, where it names them (an `assert`'s operands); else any.
@@ -2181,7 +2183,7 @@ def _nonfinite_in_exact_arithmetic(completed: list[ArmRun]) -> Verdict | None:
                 continue
             which = " and ".join(f"{n} {k.replace('posinf', '+inf').replace('neginf', '-inf')}"
                                  for k, n in zip(NONFINITE_COUNTS, counts, strict=True) if n)
-            gradient = (o.name or "").rstrip("`").endswith(".grad")
+            gradient = (o.name or "").rstrip("`").endswith(".grad") and masks(source)
             pitfall = (" It is a gradient: where a `torch.where` (or a mask) drops a branch, autograd still "
                        "differentiates that branch and multiplies its gradient by 0, and 0 · ∞ is nan. Give the "
                        "function an input it is finite at instead, `torch.log(torch.where(x > 0, x, 1))`, "
