@@ -1144,3 +1144,22 @@ def test_the_masking_pitfall_needs_a_mask_in_the_script():
     assert masks("y = torch.where(x > 0, torch.log(x), 0)\n")
     assert masks("s = scores.masked_fill(pad, -1e9)\n") and masks("s.masked_fill_(pad, 0)\n")
     assert not masks("d = torch.sqrt(((a - b) ** 2).sum(dim=1))\nnowhere = 1\n")
+
+
+def test_a_value_below_its_dtypes_smallest_normal_is_said_to_underflow():
+    """A float16 gradient of a loss scaled by 1e-8 lies at 1e-8, below float16's smallest normal
+    (6.1e-05): its digits go to float16's range, which the explanation says (with the loss
+    scale that keeps them), not a cancellation upstream. A normal value gets no such sentence."""
+    from types import SimpleNamespace
+
+    from triage.classify.ladder import _underflow
+
+    def case(reference):
+        observable = SimpleNamespace(reference_value=np.array(reference))
+        c = SimpleNamespace(find=lambda j: (None, observable))
+        return _underflow(c, SimpleNamespace(dtype="float16", differ_element=1, label="`w16.grad`"))
+
+    said = case([1e-3, 1.1e-8, 2e-8])
+    assert said is not None and said.startswith("`w16.grad`'s float64 value there, 1.1e-08, lies below float16's "
+                                                "smallest normal value (6.1e-05)") and "GradScaler" in said, said
+    assert case([1e-3, 0.5, 2e-8]) is None and case([1e-3, 0.0, 2e-8]) is None

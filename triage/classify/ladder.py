@@ -1095,6 +1095,26 @@ def _decided_by_rounding(c: Comparison, d: Divergence, js: list, evidence: list[
                         "which the accuracy note does not guarantee bitwise.", evidence)
 
 
+def _underflow(c: Comparison, j: Judgement) -> str | None:
+    """Where the side keeping the fewest digits has a float64 value below its computation
+    dtype's smallest normal where the sides differ most: the dtype's range, not a cancellation,
+    takes its digits (a float16 gradient of a loss scaled by 1e-8 lies at 1e-8, where float16
+    holds it to its spacing of 6e-8, or as 0)."""
+    tiny = policy.MIN_NORMAL.get(j.dtype)
+    found = c.find(j)
+    reference = found[1].reference_value if found else None
+    if tiny is None or reference is None or j.differ_element is None or np.iscomplexobj(reference):
+        return None
+    flat = np.asarray(reference, dtype=np.float64).reshape(-1)
+    if not 0 <= j.differ_element < flat.size or not 0 < abs(flat[j.differ_element]) < tiny:
+        return None
+    bits, _ = policy.FLOAT_FORMATS[j.dtype]
+    return (f"{j.label}'s float64 value there, {flat[j.differ_element]:.2g}, lies below {j.dtype}'s smallest normal "
+            f"value ({tiny:.2g}), where {j.dtype} is spaced by {tiny * 2.0 ** (1 - bits):.2g} and rounds what is "
+            "below half of that to 0: the values underflow. Scaling them up (for gradients, a loss scale: `torch.amp.GradScaler`) "
+            "or computing in a wider dtype keeps their digits")
+
+
 def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[str], hint: str) -> Verdict:
     # The side a reader would take for a bug first, else the one keeping the fewest digits
     # where the sides differ most.
@@ -1130,7 +1150,7 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
         state += (f"; it lies {j.statistic:.3g}σ from the float64 value, beyond the {j.samples} simulated roundings "
                   f"({j.max_sample_stat:.3g}σ), whose model of its kernels' error is narrower than theirs, but a spread "
                   "that keeps no digit has no value outside it")
-    behind = ill_conditioning(c, d) or cancellation_site(c, d)
+    behind = _underflow(c, j) or ill_conditioning(c, d) or cancellation_site(c, d)
     sums = (d.paths or {}).get("running_sums") or []
     total = min(sums, key=lambda x: policy.FLOAT_FORMATS.get(x.get("dtype"), (53,))[0]) if sums else None
     figure = (f" The figure behind it: {behind}." if behind else
