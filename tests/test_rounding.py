@@ -1442,3 +1442,12 @@ def test_a_library_kernels_result_below_the_smallest_normal_may_lose_every_digit
     out, spread = spread_of(torch.sigmoid, x)
     assert float(out[0]) == 0.0
     assert judge(out, spread).zone == "inside"
+
+
+def test_the_largest_finite_magnitude_skips_infinities_without_copying_finite_values():
+    from triage.worker.rounding import _largest_finite
+
+    assert _largest_finite(torch.tensor([1.0, 3.0, 2.0], dtype=torch.float64)) == 3.0
+    assert _largest_finite(torch.tensor([1.0, math.inf, math.nan, 2.0], dtype=torch.float64)) == 2.0
+    assert _largest_finite(torch.tensor([], dtype=torch.float64)) == 0.0
+    assert _largest_finite(2.5) == 2.5 and _largest_finite(math.inf) == 0.0
