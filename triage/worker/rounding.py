@@ -1598,17 +1598,28 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any, exact_operands: bool = Fa
     lost = math.inf if math.isinf(worst) else math.log10(worst)
     return {"op": _op_name(n.target), "line": n.meta.get("line"), "kind": "cancels",
             "digits_lost": round(lost, 1) if math.isfinite(lost) else math.inf, "hint": _rewrite(n),
-            "reference_error": _float64_error(magnitude)}
+            "reference_error": _float64_error(_largest_finite(magnitude))}
 
 
-def _float64_error(magnitude: Any) -> float:
-    """The largest error float64 itself makes at a site of these operand magnitudes
-    (|a| + |b|, per element): one float64 rounding of operands that carry one each, u64·(|a| + |b|).
-    The float64 replay is no more exact than that: `1 + e⁻⁴⁰` is 1 in float64 too, and
+def _float64_error(largest: float) -> float:
+    """The largest error float64 itself makes at a site whose operands' magnitudes |a| + |b|
+    reach `largest`: one float64 rounding of operands that carry one each, u64·(|a| + |b|). The
+    float64 replay is no more exact than that: `1 + e⁻⁴⁰` is 1 in float64 too, and
     log(1 + e⁻⁴⁰) 0 where softplus gives 4.2e-18."""
-    m = torch.as_tensor(magnitude, dtype=torch.float64)
-    finite = m[torch.isfinite(m)]
-    return float(f"{2.0 ** -53 * float(finite.max()):.3g}") if finite.numel() else 0.0
+    return float(f"{2.0 ** -53 * largest:.3g}")
+
+
+def _largest_finite(magnitude: Any) -> float:
+    """The largest finite element of a magnitude (|a|, ≥ 0), by one reduction where every
+    element is finite: no copy of a value of 150 million elements (gh-36582's) for a figure."""
+    if not isinstance(magnitude, torch.Tensor):
+        return float(magnitude) if math.isfinite(float(magnitude)) else 0.0
+    if not magnitude.numel():
+        return 0.0
+    top = float(magnitude.max())
+    if math.isfinite(top):
+        return top
+    return float(torch.where(torch.isfinite(magnitude), magnitude, 0.0).max())
 
 
 # Ops computing Euclidean distances as ‖x‖² + ‖y‖² − 2x·y (cdist's matmul path).
@@ -1638,7 +1649,7 @@ def _matmul_distance_cancellation(n: fx.Node, args: tuple, out: Any) -> dict[str
                      "`compute_mode='use_mm_for_euclid_dist'`) as ‖x‖² + ‖y‖² − 2x·y in one matrix product, which "
                      "cancels for near points: `compute_mode='donot_use_mm_for_euclid_dist'` computes each ‖x − y‖ "
                      "from the differences and keeps their digits."),
-            "reference_error": _float64_error(squares)}
+            "reference_error": _float64_error(_largest_finite(squares))}
 
 
 # Functions ill-conditioned at 1 (log(1 + δ) ≈ δ: their result is all in the digits of δ), so
@@ -1667,8 +1678,8 @@ def _absorption_at(n: fx.Node, args: tuple, terms: list, out: torch.Tensor) -> d
     return {"op": _op_name(n.target), "line": n.meta.get("line"), "kind": "absorbs",
             "digits_lost": math.inf if lost >= bits * math.log10(2) else round(lost, 1),
             "hint": _log1p_rewrite(n, args),
-            "reference_error": _float64_error(torch.as_tensor(terms[0], dtype=torch.float64)
-                                              + torch.as_tensor(terms[1], dtype=torch.float64))}
+            # max(|a| + |b|) ≤ max |a| + max |b|: no sum of two large values made for it.
+            "reference_error": _float64_error(_largest_finite(terms[0]) + _largest_finite(terms[1]))}
 
 
 def _log1p_rewrite(n: fx.Node, args: tuple) -> str | None:
