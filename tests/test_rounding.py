@@ -588,13 +588,28 @@ def test_softplus_far_left_errs_by_its_slope_not_by_its_input(sensitivity_u):
     assert judge(planted, spread).zone == ("outside" if sensitivity_u is not None else "inside")
 
 
-@pytest.mark.parametrize("capability", [None, "AVX2"])
+@pytest.mark.parametrize("capability", ["AVX2", "AVX512"])
+def test_each_shipped_cpu_entry_tells_a_planted_softplus_from_the_kernel(capability):
+    """The slope figures each CPU entry ships (softplus backward stable on its samples) put
+    a backend's `log(1 + exp(x))`, 0 at x = −18, outside the kernel's spread on a host of
+    either capability, and the real kernel inside."""
+    from triage.worker.kernel_errors import KernelTable
+
+    kernels = KernelTable.load("cpu", capability, torch.__version__)
+    assert kernels.sensitivity_ratio("softplus", torch.float32) is not None
+    x = torch.tensor([-18.0, -25.0, -40.0])
+    out, spread = _spread_under(kernels, F.softplus, x)
+    assert judge(out, spread).zone == "inside"
+    assert judge(torch.log(1 + torch.exp(x)), spread).zone == "outside"
+
+
+@pytest.mark.parametrize("capability", [None, "AVX2", "AVX512"])
 def test_a_slope_figure_never_narrows_gelus_cancelling_tail(capability):
     """GELU's x·(1 + erf(x/√2))/2 errs by u·|x| where it cancels, which outgrows its slope's
-    scale without bound (10⁹ u of it at x = −8): OpInfo's samples measured 79.6 u of it, and
-    taking that figure as a bound put the correct kernel outside from x = −3 down. A kernel
-    not backward stable on its samples keeps the input's scale, under the table that has the
-    slope figures (AVX2's) too."""
+    scale without bound (10⁹ u of it at x = −8): OpInfo's samples measured 79.6 u of it on
+    AVX2 and 241 u on AVX-512, and taking that figure as a bound put the correct kernel
+    outside from x = −3 down. A kernel not backward stable on its samples keeps the input's
+    scale, under the tables that have the slope figures (both CPU entries) too."""
     from triage.worker.kernel_errors import KernelTable
     from triage.worker.rounding import kernel_table
 
