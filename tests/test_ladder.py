@@ -1138,6 +1138,17 @@ def test_a_constant_factor_between_tensors_names_a_whole_divisor(factor, said):
     assert difference_shape(b * factor, b, ("`grad`", "`manual`")) == f", by a constant factor: {said}"
 
 
+
+@pytest.mark.parametrize("small, large", [(1e-300, 1e300), (1e-160, 1e150)])
+def test_a_constant_factor_too_small_to_invert_is_said_as_a_factor(small, large):
+    """Ratios that underflow to 0 (1e-300 against 1e300) or whose inverse passes float64's
+    range (1e-310) have no whole divisor: said as a factor, not a ZeroDivisionError or an
+    OverflowError from triage."""
+    from triage.classify.wording import difference_shape
+    steps = np.array([1.0, 2.0, 3.0])
+    said = difference_shape(small * steps, large * steps, ("`a`", "`b`"))
+    assert said.startswith(", by a constant factor: `a` = ") and said.endswith(" × `b` in every element")
+
 def test_the_masking_pitfall_needs_a_mask_in_the_script():
     from triage.classify.facts import masks
 

@@ -140,8 +140,10 @@ def difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> st
             mid = float(np.median(ratio))
             if abs(mid - 1) > 1e-3 and np.all(np.abs(ratio - mid) <= 1e-3 * abs(mid)):
                 # A whole divisor said as one (a gradient of a mean over 32 rows: `b / 32`, not 0.03125 ×).
-                divisor = round(1 / mid)
-                exact = (f"{names[1]} / {divisor}" if abs(divisor) >= 2 and abs(1 / mid - divisor) <= 1e-9 * abs(divisor)
+                # A ratio that underflowed (1e-300 / 1e300) has no divisor to say.
+                inverse = 1 / mid if mid else math.inf
+                divisor = round(inverse) if math.isfinite(inverse) else 0
+                exact = (f"{names[1]} / {divisor}" if abs(divisor) >= 2 and abs(inverse - divisor) <= 1e-9 * abs(divisor)
                          else f"{mid:.6g} × {names[1]}")
                 return (f", by a constant factor: {names[0]} = {exact} in every element"
                         if np.all(np.abs(ratio - mid) <= 1e-9 * abs(mid)) else
@@ -506,8 +508,7 @@ def _arms_cause(a: str, b: str, runs: list[ArmRun] = ()) -> str:
     for arm, own, other in ((a, sa, sb), (b, sb, sa)):
         if own.torch and own.torch != other.torch:
             texts.append(f"`{arm}` runs torch {own.torch}, whose kernels need not round as this release's do")
-        script = [x["name"] for r in runs if r.spec == arm for x in (r.graph or {}).get("backends") or []
-                  if x.get("name")]
+        script = [x["name"] for r in runs if r.spec == arm for x in r.script_backends]
         if own.mode == "compile" and other.mode != "compile" and script:
             texts.append(f"`{arm}` runs the graph as the script's own compile backend `{script[0]}` rewrites it")
         elif own.mode == "compile" and other.mode != "compile":
