@@ -252,8 +252,8 @@ def rounding_covers_the_computation(verdict: Verdict, e: Evidence) -> list[str]:
     for j in d.judgements:
         n = unrecorded_inputs(c, j) if j.zone in ("inside", "envelope") else 0
         if n:
-            run = next((r for r in c.arms if r.spec == j.arm), None)
-            own = [x for x in ((run.graph or {}).get("backends") or []) if x.get("name")] if run is not None else []
+            run = c.run(j.arm)
+            own = run.script_backends if run is not None else []
             backend = (f" — and this arm compiles with the script's own backend `{own[0]['name']}` (line "
                        f"{own[0].get('line')}), whose graph those values come from: the place to look first"
                        if own else "")

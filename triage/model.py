@@ -189,6 +189,12 @@ class ArmRun:
         return self.status == "ok" or (self.status == "raised" and bool(self.exception and self.exception.get("claim")))
 
     @property
+    def script_backends(self) -> list[dict[str, Any]]:
+        """The script's own compile backends this arm compiled with (`name`, `line`), as the
+        worker recorded them: the script's code, not PyTorch's, where its values go wrong."""
+        return [b for b in ((self.graph or {}).get("backends") or []) if b.get("name")]
+
+    @property
     def raised_after_values(self) -> bool:
         """The script raised (a typo on its last line, an error after its prints) once it had
         produced values: those values are a result, whatever came after."""

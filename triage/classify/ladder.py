@@ -11,7 +11,7 @@ import ast
 import dataclasses
 import math
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -654,12 +654,23 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
                     [spreads] + _draw_lines(draws))
 
 
-def _float64_gap(c: Comparison, d: Divergence) -> tuple[np.ndarray, ...] | None:
+class _Float64Gap(NamedTuple):
     """The two sides' float64 values (`ra`, `rb`, as real parts), the elements finite on both
     (`both`), their spreads' combined width, and over those elements the gap between the float64
     values and the most of it one quantity rounded twice allows (`limit`: eight widths, float64's
-    own error at a site that cancels or absorbs, and 1e-12 of the value); None where a side has
-    no float64 value or spread of the other's shape."""
+    own error at a site that cancels or absorbs, and 1e-12 of the value)."""
+
+    ra: np.ndarray
+    rb: np.ndarray
+    both: np.ndarray
+    width: np.ndarray
+    gap: np.ndarray
+    limit: np.ndarray
+
+
+def _float64_gap(c: Comparison, d: Divergence) -> _Float64Gap | None:
+    """The sides' `_Float64Gap`; None where a side has no float64 value or spread of the
+    other's shape."""
     (_, oa), (_, ob) = c.resolve(d.a), c.resolve(d.b)
     if oa.reference_value is None or ob.reference_value is None or not oa.spread or not ob.spread:
         return None
@@ -682,7 +693,7 @@ def _float64_gap(c: Comparison, d: Divergence) -> tuple[np.ndarray, ...] | None:
     # sign of a different function. As wide as a spread of that error.
     reference = max((float(site.get("reference_error") or 0.0) for site in cancellation_sites(c, d)), default=0.0)
     limit = 8 * (width[both] + reference) + 1e-12 * np.abs(ra)[both]
-    return ra, rb, both, width, gap, limit
+    return _Float64Gap(ra, rb, both, width, gap, limit)
 
 
 def _parts(x: np.ndarray) -> np.ndarray:
@@ -907,8 +918,8 @@ def _outside(c: Comparison, d: Divergence, outside: list, evidence: list[str]) -
     j = outside[0]
     inside = [x for x in d.judgements if x.zone != "outside"]
     contrast = f", while `{inside[0].arm}` {inside[0].label} is inside its own (p = {inside[0].p:.2f})" if inside else ""
-    run = next((r for r in c.arms if r.spec == j.arm), None)
-    own = [b for b in ((run.graph or {}).get("backends") or []) if b.get("name")] if run is not None else []
+    run = c.run(j.arm)
+    own = run.script_backends if run is not None else []
     backend = (f"the script's own compile backend `{own[0]['name']}` (line {own[0].get('line')}), which this arm "
                "compiles with: the place to look is what it does to the graph, not PyTorch's kernels") if own else ""
     # A script's own backend is the script's code: no PyTorch correctness label.
@@ -1389,7 +1400,7 @@ def _carried(c: Comparison, d: Divergence | None) -> Verdict | None:
     # computation left changed nothing the second computes from: `gradcheck` moves an input by
     # ±eps in place and writes it back before the analytical Jacobian reads it.
     measured = _float64_gap(c, d)
-    if measured is not None and not (measured[4] > measured[5]).any():
+    if measured is not None and not (measured.gap > measured.limit).any():
         return None
     first, later = (c.resolve(d.a)[1], c.resolve(d.b)[1]) if carried["later"] == "b" else \
         (c.resolve(d.b)[1], c.resolve(d.a)[1])
@@ -2104,7 +2115,7 @@ def _length_by_rounding(runs: list[ArmRun], source: str) -> Verdict | None:
     return None
 
 
-def _not_reproduced(c: Comparison, completed: list[ArmRun], source: str = "") -> Verdict:
+def _not_reproduced(c: Comparison, completed: list[ArmRun], source: str) -> Verdict:
     n = sum(len(r.observables) for r in completed)
     if n == 0:
         return make_verdict("not-reproduced", None, policy.NONE, ["repro"],
@@ -2179,7 +2190,7 @@ def _wrapped_check(completed: list[ArmRun]) -> Verdict | None:
     return None
 
 
-def _nonfinite_in_exact_arithmetic(completed: list[ArmRun], source: str = "") -> Verdict | None:
+def _nonfinite_in_exact_arithmetic(completed: list[ArmRun], source: str) -> Verdict | None:
     """The script's own check fails on arms whose values agree with float64, and one of them
     is inf/nan in its float64 replay too, at as many elements, downstream of an op that reads
     its domain's edge exactly there (log of 0.0, whose -inf is the exact answer and mpmath's):
