@@ -619,7 +619,18 @@ def main() -> None:
     parser.add_argument("--opinfo-compile", type=int, default=0, metavar="N",
                         help="also judge the inductor value of N random ops' first float32 sample (--opinfo)")
     parser.add_argument("--opinfo-op", action="append", default=None, metavar="NAME", help="only these OpInfo names")
+    parser.add_argument("--opinfo-gradients", action="store_true",
+                        help="instead: every differentiable OpInfo op's gradient on CPU (needs expecttest)")
     args = parser.parse_args()
+    if args.opinfo_gradients:
+        import opinfo_judge
+
+        print(f"## Rounding judge on OpInfo gradients\n\n`python bench/judge.py --opinfo-gradients` — {machine()}; "
+              f"{args.opinfo_samples} samples per op and dtype.")
+        crashed = opinfo_judge.main_gradients(args.opinfo_samples, args.opinfo_op)
+        if crashed:
+            sys.exit(f"bench/judge.py --opinfo-gradients: {len(crashed)} op(s) crashed the bench: {', '.join(crashed[:20])}")
+        return
     if args.opinfo:
         import opinfo_judge
 

@@ -263,6 +263,178 @@ def report(results: list[OpResult], seconds: float) -> None:
     print(f"\nOpInfo wall time: {seconds:.0f} s.")
 
 
+# -- gradients ------------------------------------------------------------------------------
+def gradient_case(info: Any, sample: Any, index: int) -> tuple[Callable, tuple] | None:
+    """The sample's gradient as `fn(*tensors)`: the first floating output's vector-Jacobian
+    product with a fixed random cotangent (seeded by the sample's index, drawn before the
+    recording), with respect to the first input that requires a gradient."""
+    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    slots = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
+    wrt = next((j for j, i in enumerate(slots) if flat[i].requires_grad and flat[i].is_floating_point()), None)
+    if wrt is None:
+        return None
+    tensors = tuple(flat[i] for i in slots)
+
+    def output(ts: tuple) -> torch.Tensor:
+        full = list(flat)
+        for i, t in zip(slots, ts, strict=False):
+            full[i] = t
+        x, args, kwargs = tree_unflatten(full, spec)
+        floats = [t for t in tree_flatten(info(x, *args, **kwargs))[0]
+                  if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+        if not floats:
+            raise TypeError("no differentiable floating output")
+        return floats[0]
+
+    shape = output(tensors).shape
+    cotangent = torch.randn(shape, generator=torch.Generator().manual_seed(index), dtype=torch.float64)
+
+    def fn(*ts: torch.Tensor) -> torch.Tensor:
+        out = output(ts)
+        (grad,) = torch.autograd.grad(out, ts[wrt], cotangent.to(out.dtype))
+        return grad
+
+    return fn, tensors
+
+
+# Elements of the dense inputs a one-input op's gradient is also judged on (`dense_samples`).
+DENSE_ELEMENTS = 1 << 16
+
+
+def dense_samples(info: Any, inputs: list, dt: torch.dtype) -> list:
+    """For an op of one tensor input and nothing else (a unary ufunc, an activation), two
+    more samples the calibration never saw: its domain on a uniform grid, where a derivative's
+    roots and saturations lie (silu's at −1.28, tanh's 1 − y² past |x| ≈ 9), and normal values
+    of standard deviation 3."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    if not inputs or inputs[0].args or inputs[0].kwargs or not isinstance(inputs[0].input, torch.Tensor):
+        return []
+    low, high = getattr(info, "domain", (None, None)) or (None, None)
+    low = -20.0 if low is None else max(float(low), -20.0)
+    high = 20.0 if high is None else min(float(high), 20.0)
+    # Open at both ends: a domain's bound (log's 0, acosh's 1) is no point of it.
+    grid = torch.linspace(low, high, DENSE_ELEMENTS + 2, dtype=torch.float64)[1:-1]
+    normal = (torch.randn(DENSE_ELEMENTS, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 3
+              ).clamp(low + 1e-3, high - 1e-3)
+    return [SampleInput(x.to(dt).requires_grad_()) for x in (grid, normal)]
+
+
+def record_with_grad(fn: Callable, inputs: tuple) -> tuple[Any, Any, torch.Tensor]:
+    """`bench.record` with autograd on: the recorder sees the backward's calls too."""
+    rec = bench.OpRecorder(torch.device("cpu"), site=lambda: None)
+    with torch.enable_grad(), rec:
+        out = fn(*inputs)
+    node = rec.lookup(out)
+    return rec.finish().graph, node, out.detach()
+
+
+def backward_kernels(graph: Any) -> set[str]:
+    """The pointwise backward kernels (``tanh_backward`` …) a recorded graph calls."""
+    return {n.target.overloadpacket.__name__ for n in graph.nodes
+            if isinstance(n.target, torch._ops.OpOverload) and n.target.overloadpacket.__name__.endswith("_backward")
+            and torch.Tag.pointwise in n.target.tags}
+
+
+def run_gradient(info: Any, dtype: str, samples: int) -> tuple[OpResult, set[str]]:
+    """Each sample's gradient judged against its own spread; and the pointwise backward
+    kernels its graphs called."""
+    result = OpResult(info.name + (f".{info.variant_test_name}" if info.variant_test_name else ""), family(info), dtype)
+    dt = DTYPES[dtype]
+    kernels: set[str] = set()
+    try:
+        inputs = list(info.sample_inputs("cpu", dt, requires_grad=True))[:samples]
+    except Exception as e:  # noqa: BLE001 - an op whose samples cannot be built
+        result.not_judged[f"samples: {type(e).__name__}"] += 1
+        return result, kernels
+    for index, sample in enumerate(inputs + dense_samples(info, inputs, dt)):
+        try:
+            case = gradient_case(info, sample, index)
+            if case is None:
+                result.not_judged["no input to differentiate"] += 1
+                continue
+            graph, node, out = record_with_grad(*case)
+        except Exception as e:  # noqa: BLE001 - a sample whose gradient cannot be taken or recorded
+            result.not_judged[f"gradient: {type(e).__name__}"] += 1
+            continue
+        if node is None or out.dtype != dt or out.numel() == 0:
+            result.not_judged["gradient not of the sample's dtype"] += 1
+            continue
+        try:
+            ref = bench.replay_fp64(graph, {node.name}, 60).values[node.name]
+            spread, _, why = bench.simulate(graph, node, ref, dt, bench.K_DEFAULT, value=out)
+        except Exception as e:  # noqa: BLE001
+            result.not_judged[f"simulate: {type(e).__name__}: {str(e)[:40]}"] += 1
+            continue
+        if spread is None:
+            result.not_judged[f"not judged: {(why or '?')[:60]}"] += 1
+            continue
+        result.judged += 1
+        called = backward_kernels(graph)
+        kernels |= called
+        j = bench.judge(out, spread, "eager")
+        if j.zone == "outside":
+            result.outside.append(f"sample {index}: {j.statistic:.3g}σ (samples {j.max_sample_stat or 0:.3g}σ, "
+                                  f"K = {j.samples}){'' if bench._a_finding(j) else ', fragile'}"
+                                  + (f", through {', '.join(sorted(called))}" if called else ""))
+            result.findings += bench._a_finding(j)
+    return result, kernels
+
+
+def main_gradients(samples: int, only: list[str] | None) -> list[str]:
+    """The OpInfo gradients bench: every differentiable op's gradient on CPU at float32,
+    float16 and bfloat16, judged against its own spread (a false alarm when outside; no kernel
+    here is known wrong); the table per family, and separately the gradients whose graph calls
+    a pointwise backward kernel. Returns the ops that crashed the bench itself."""
+    warnings.simplefilter("ignore")
+    from torch.testing._internal.common_methods_invocations import op_db  # needs expecttest
+
+    start = time.monotonic()
+    infos = [i for i in op_db if (not only or i.name in only) and i.supports_autograd]
+    results, crashed, through = [], [], {}
+    for n, info in enumerate(infos):
+        for dtype, dt in DTYPES.items():
+            if dt not in info.supported_backward_dtypes("cpu"):
+                continue
+            try:
+                result, kernels = run_gradient(info, dtype, samples)
+                results.append(result)
+                if kernels:
+                    through[(result.op, dtype)] = kernels
+            except Exception:  # noqa: BLE001 - the bench names what it could not run
+                crashed.append(f"{info.name} {dtype}")
+                print(f"CRASH {info.name} {dtype}:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        if (n + 1) % 50 == 0:
+            print(f"  … {n + 1}/{len(infos)} ops, {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    bench.table_head("OpInfo gradients: the eager gradient against its own spread (a false alarm), K = 29",
+                     ["family", "dtype", "ops", "gradients judged", "not judged", "outside",
+                      "outside by the audit's margin (a likely-bug)"])
+    groups = bench.grouped(results, lambda r: (r.family, r.dtype))
+    for key in sorted(groups) + ["all", "backward kernels"]:
+        rs = results if key == "all" else [r for r in results if (r.op, r.dtype) in through] \
+            if key == "backward kernels" else groups[key]
+        fam, dtype = (f"**{key}**", "all") if isinstance(key, str) else key
+        judged = sum(r.judged for r in rs)
+        print(f"| {fam} | {dtype} | {len(rs)} | {judged} | {sum(sum(r.not_judged.values()) for r in rs)} | "
+              f"{bench.pct(sum(len(r.outside) for r in rs), judged)} | {bench.pct(sum(r.findings for r in rs), judged)} |")
+    called = sorted(set().union(*through.values())) if through else []
+    print(f"\nThe gradients of {len(through)} op × dtype called a pointwise backward kernel: "
+          + ", ".join(f"`{k}`" for k in called) + ".")
+    alarms = [(r, s) for r in results for s in r.outside]
+    if alarms:
+        print("\nFalse alarms (op, dtype, sample: statistic):\n")
+        for r, s in alarms[:60]:
+            print(f"- `{r.op}` {r.dtype} {s}")
+        if len(alarms) > 60:
+            print(f"- … and {len(alarms) - 60} more")
+    reasons = Counter()
+    for r in results:
+        reasons.update(r.not_judged)
+    print("\nNot judged, by reason: " + "; ".join(f"{k} ({v})" for k, v in reasons.most_common(8)))
+    print(f"\nOpInfo gradients wall time: {time.monotonic() - start:.0f} s.")
+    return crashed
+
+
 def main(samples: int, compile_ops: int, only: list[str] | None) -> list[str]:
     """Run the OpInfo bench; returns the ops that crashed the bench itself."""
     warnings.simplefilter("ignore")

@@ -107,6 +107,32 @@ def _entry(capability, max_u, torch_version="2.13.0", device="cpu", **extra):
                     "_softmax": {"float32": {"max_u": 3.0, "elements": 10, "calls": 1}}}}
 
 
+def test_the_backward_pass_measures_the_pointwise_backward_kernels_a_gradient_calls():
+    """`tanh`'s and `silu`'s gradients call `tanh_backward` and `silu_backward`, which no
+    forward sample does: measured, with their conditioning figures. The gradients' other
+    calls (`mul`) are forward ops, left to the forward samples; with the forward pass the
+    forward ops are measured too."""
+    pytest.importorskip("expecttest")
+    backward = measure(dtypes=("float32",), only=["tanh", "nn.functional.silu"], samples_per_op=3,
+                       passes=("backward",))
+    assert set(backward["ops"]) == {"tanh_backward", "silu_backward"}
+    assert backward["ops"]["silu_backward"]["float32"]["elements"] > 0
+    assert "backward_u" in backward["ops"]["tanh_backward"]["float32"]  # pointwise: a conditioning figure
+    both = measure(dtypes=("float32",), only=["tanh"], samples_per_op=3)
+    assert {"tanh", "tanh_backward"} <= set(both["ops"])
+
+
+def test_a_backward_pass_alone_is_merged_into_the_machines_entry(tmp_path):
+    pytest.importorskip("expecttest")
+    table = tmp_path / "kernels.json"
+    for passes in (["--pass", "forward"], ["--pass", "backward"]):
+        done = subprocess.run([sys.executable, "-m", "triage", "calibrate", "--op", "tanh", "--dtype", "float32",
+                               "--table", str(table), *passes], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    entry, = json.loads(table.read_text())["tables"]
+    assert {"tanh", "tanh_backward"} <= set(entry["ops"])
+
+
 def test_the_table_of_this_release_and_capability_is_chosen_else_the_largest_error(tmp_path):
     path = _table(tmp_path, _entry("AVX2", 3.0), _entry("AVX512", 12.0))
     exact = KernelTable.load("cpu", "AVX2", "2.13.0+cpu", path)

@@ -553,8 +553,12 @@ def _post_swept(results: list[Any], github: Any, err: Any) -> tuple[int, bool]:
               help="The table to add this machine's entry to. Default: the one shipped in the package.")
 @click.option("--time-limit", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
               help="Start no OpInfo entry past this many seconds; the entry says how far it came.")
+@click.option("--pass", "passes", multiple=True, type=click.Choice(["forward", "backward"]),
+              default=("forward", "backward"), show_default=True,
+              help="The samples' own calls, and the pointwise backward kernels their gradients call "
+                   "(tanh_backward, silu_backward …); one pass alone is merged into this machine's entry.")
 def calibrate_command(device: str, dtypes: tuple[str, ...], ops: tuple[str, ...], table_path: str | None,
-                      time_limit: float | None) -> None:
+                      time_limit: float | None, passes: tuple[str, ...]) -> None:
     """Measure every aten kernel's error on PyTorch's own op database (OpInfo) and add this
     machine's entry (torch release, device, CPU capability) to the kernel error table the
     rounding simulation reads. Runs PyTorch's sample inputs only, never a script; needs the
@@ -577,10 +581,11 @@ def calibrate_command(device: str, dtypes: tuple[str, ...], ops: tuple[str, ...]
             raise click.ClickException(f"--device {device}: no CUDA device on this machine")
     with err.status("measuring kernels") as status:
         entry = kernel_errors.measure(device, dtypes, ops or None, progress=lambda name: status.update(f"measuring {name}"),
-                                      time_limit=time_limit)
+                                      time_limit=time_limit, passes=passes)
     path = Path(table_path) if table_path else kernel_errors.TABLE
     try:
-        kernel_errors.write(entry, path, partial=bool(ops) or "coverage" in entry)
+        kernel_errors.write(entry, path, partial=bool(ops) or "coverage" in entry
+                            or set(passes) != set(kernel_errors.PASSES))
     except OSError as e:
         raise click.ClickException(f"cannot write the table {path}: {e.strerror}") from None
     measured = sum(len(per) for per in entry["ops"].values())

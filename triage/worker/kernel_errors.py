@@ -175,23 +175,45 @@ def _dtype_name(dtype: Any) -> str:
 
 
 # -- measuring ------------------------------------------------------------------------------
+# The passes `measure` makes over the samples: the ops' own calls, and the calls autograd makes
+# for their gradients.
+PASSES = ("forward", "backward")
+
+
 def measure(device: str = "cpu", dtypes: Iterable[str] = ("float32", "float16", "bfloat16"),
             only: Iterable[str] | None = None, samples_per_op: int = SAMPLES_PER_OP,
-            progress: Callable[[str], None] | None = None, time_limit: float | None = None) -> dict[str, Any]:
+            progress: Callable[[str], None] | None = None, time_limit: float | None = None,
+            passes: Iterable[str] = PASSES) -> dict[str, Any]:
     """Measure every aten call the OpInfo database's samples make (`only`: OpInfo names) on
     `device`; returns one table entry (``torch``/``device``/``capability``/``ops``). Past
     `time_limit` seconds no further OpInfo entry starts, and the entry's ``coverage`` says how
-    far it came (a lent GPU's minutes: what was measured is kept)."""
+    far it came (a lent GPU's minutes: what was measured is kept).
+
+    The ``backward`` pass differentiates each sample (`_run_backward`) and keeps the pointwise
+    kernels only the gradients call (``tanh_backward``, ``silu_backward``, …), which a training
+    script's every step runs: a kernel the forward pass measured keeps the forward samples'
+    figure, and a non-pointwise backward kernel (a layer norm's, a convolution's) stays
+    unmeasured, since its samples' error against the output's scale mixes the kernel's with
+    the conditioning the replay carries itself."""
     from torch.testing._internal.common_methods_invocations import op_db  # needs expecttest
 
     wanted = [getattr(torch, d) for d in dtypes]
     keep = set(only) if only else None
-    probe = _Probe()
+    passes = set(passes)
+    probe, gradients = _Probe(), _Probe(backward_kernels=True)
     start = time.monotonic()
     deadline = start + time_limit if time_limit is not None else None
     with warnings.catch_warnings(), _without_tf32():
         warnings.simplefilter("ignore")  # OpInfo's samples exercise every deprecated overload
-        reached = _run_samples(op_db, wanted, keep, device, samples_per_op, probe, progress, deadline)
+        reached = _run_samples(op_db, wanted, keep, device, samples_per_op,
+                               probe if "forward" in passes else None, progress, deadline,
+                               gradients if "backward" in passes else None)
+    # Ops the samples' forward calls (with gradients or without) keep the forward figure.
+    forward_seen = set(probe.seen) | gradients.forward_seen
+    for op, per in gradients.seen.items():
+        kept = {d: e for d, e in per.items() if "backward_u" in e}  # pointwise
+        if op not in forward_seen and kept:
+            probe.seen[op] = kept
     capability = torch.backends.cpu.get_cpu_capability() if device == "cpu" else \
         torch.cuda.get_device_name() if device.startswith("cuda") else device
     entry = {"torch": torch.__version__, "device": device.split(":")[0], "capability": capability,
@@ -223,9 +245,11 @@ def _without_tf32() -> Iterator[None]:
 
 
 def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, samples_per_op: int,
-                 probe: _Probe, progress: Callable[[str], None] | None, deadline: float | None = None) -> int:
-    """Run the samples; returns how many OpInfo entries it went through (all, unless `deadline`,
-    a `time.monotonic()` value, passed first)."""
+                 probe: _Probe | None, progress: Callable[[str], None] | None, deadline: float | None = None,
+                 gradients: _Probe | None = None) -> int:
+    """Run the samples (under `probe`; their gradients' calls under `gradients`); returns how
+    many OpInfo entries it went through (all, unless `deadline`, a `time.monotonic()` value,
+    passed first)."""
     for reached, info in enumerate(op_db):
         if deadline is not None and time.monotonic() > deadline:
             return reached
@@ -239,7 +263,7 @@ def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, 
             try:
                 # reference_inputs: the samples plus the extremal and large inputs PyTorch
                 # checks its kernels' numerics with (a unary ufunc's values over its domain).
-                samples = info.reference_inputs(device, dtype, requires_grad=False)
+                samples = info.reference_inputs(device, dtype, requires_grad=False) if probe is not None else ()
                 for i, sample in enumerate(samples):
                     if i >= samples_per_op:
                         break
@@ -249,8 +273,48 @@ def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, 
                         except Exception:  # noqa: BLE001 - a sample the op rejects measures nothing
                             pass
             except Exception:  # noqa: BLE001 - an op whose samples cannot be built on this device
-                continue
+                pass
+            if gradients is not None and info.supports_autograd and dtype in info.supported_backward_dtypes(device):
+                _run_backward(info, device, dtype, samples_per_op, gradients)
     return len(op_db)
+
+
+# Gradients a torch release's CPU kernels crash the process on (heap corruption, not an
+# exception): not taken. torch 2.13: grid_sampler_2d_backward in float16 and bfloat16 on
+# OpInfo's first reference sample (2×3×345×456) aborts with "double free or corruption".
+BACKWARD_CRASHES = {("2.13", "cpu", "nn.functional.grid_sample"): ("float16", "bfloat16")}
+
+
+def _run_backward(info: Any, device: str, dtype: Any, samples_per_op: int, gradients: _Probe) -> None:
+    """The gradient of each sample's floating outputs with respect to its inputs, for random
+    output gradients (a fixed seed: the same figures every run), with `gradients` recording
+    the calls autograd makes; the forward calls are noted by name (`_Probe.forward_seen`)."""
+    crashes = BACKWARD_CRASHES.get((_release(torch.__version__), device.split(":")[0], info.name), ())
+    if _dtype_name(dtype) in crashes:
+        return
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    try:
+        samples = info.reference_inputs(device, dtype, requires_grad=True)
+        for i, sample in enumerate(samples):
+            if i >= samples_per_op:
+                break
+            try:
+                with gradients.forward_only():
+                    out = info(sample.input, *sample.args, **sample.kwargs)
+                outs = [t for t in tree_flatten(out)[0]
+                        if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
+                leaves = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+                          if isinstance(t, torch.Tensor) and t.requires_grad]
+                if not outs or not leaves:
+                    continue
+                grads = [torch.randn(t.shape, generator=generator, dtype=torch.float32).to(t.dtype).to(t.device)
+                         for t in outs]
+                with gradients:
+                    torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+            except Exception:  # noqa: BLE001 - a sample whose gradient cannot be taken measures nothing
+                continue
+    except Exception:  # noqa: BLE001 - an op whose samples cannot be built with gradients here
+        return
 
 
 def write(entry: dict[str, Any], path: Path = TABLE, partial: bool = False) -> None:
@@ -293,13 +357,33 @@ class _Probe(TorchDispatchMode):
     """Runs every aten call as it comes and, beside it, the same call on float64 (and, for
     fp16/bf16, float32) copies of its inputs; keeps the largest error per op and dtype."""
 
-    def __init__(self) -> None:
+    def __init__(self, backward_kernels: bool = False) -> None:
         super().__init__()
         self.seen: dict[str, dict[str, dict[str, Any]]] = {}
+        # Measure the pointwise backward kernels only (`tanh_backward`: the backward pass keeps
+        # no other, `measure`); a gradient's other calls (`sgn`, `mul`) are forward ops, which
+        # the forward samples measure.
+        self.backward_kernels = backward_kernels
+        self.forward_seen: set[str] = set()  # the ops called under `forward_only`, by name (not measured)
+        self._noting = False
+
+    @contextlib.contextmanager
+    def forward_only(self) -> Iterator[None]:
+        """Note the ops called (an OpInfo sample's forward, before its gradients) without
+        measuring them."""
+        self._noting = True
+        try:
+            with self:
+                yield
+        finally:
+            self._noting = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if self._noting:
+            self.forward_seen.add(func.overloadpacket.__name__)
+            return out
         try:
             self._record(func, args, kwargs, out)
         except Exception:  # noqa: BLE001 - a call the float64 copy cannot make measures nothing
@@ -308,7 +392,8 @@ class _Probe(TorchDispatchMode):
 
     def _record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         name = func.overloadpacket.__name__
-        if name in EXACT or func._schema.is_mutable or torch.Tag.nondeterministic_seeded in func.tags:
+        if name in EXACT or func._schema.is_mutable or torch.Tag.nondeterministic_seeded in func.tags \
+                or self.backward_kernels and (torch.Tag.pointwise not in func.tags or not name.endswith("_backward")):
             return
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor) and a.is_floating_point()]
         dtypes = {a.dtype for a in inputs}
