@@ -772,6 +772,10 @@ def test_one_value_against_one_names_a_whole_factor_or_a_ratio_of_small_numbers(
      "`aten.tril` at line 4 takes `diagonal=-1`: with `diagonal=0`, `a` equals `b` in float64"),
 ])
 def test_the_one_change_is_said_as_the_mistake_it_points_at(change, said):
+    assert said in _change_said(change, "")
+
+
+def _change_said(change, source):
     from types import SimpleNamespace
 
     from triage.classify.ladder import _one_change_text
@@ -779,7 +783,22 @@ def test_the_one_change_is_said_as_the_mistake_it_points_at(change, said):
     a, b = SimpleNamespace(label="`a`"), SimpleNamespace(label="`b`")
     found = {id(a): (None, SimpleNamespace(reference={"one_change": change})), id(b): None}
     comparison = SimpleNamespace(find=lambda side: found[id(side)])
-    assert said in _one_change_text(comparison, SimpleNamespace(a=a, b=b))
+    return _one_change_text(comparison, SimpleNamespace(a=a, b=b), source)
+
+
+def test_a_step_a_library_call_takes_points_at_the_side_that_leaves_it_out():
+    """`H_auto = hessian(f)(x)` against a hand-written `diag(3 * x) + A + A.T` for f = Σx³ + xᵀAx:
+    without autograd's × 2 (x³'s second derivative 6x is 3x²'s derivative times 2) the two
+    agree. Line 2 writes no 2 and no `*`: the step is the library's, and the hand-written side
+    likelier drops it. A step its line writes keeps the hedged text."""
+    change = {"op": "aten.mul", "line": 2, "kind": "without", "argument": "other", "was": 2.0, "to": None}
+    source = "x = torch.randn(6)\nH_auto = hessian(f)(x)  # 2 x 2 blocks\nH_mine = torch.diag(3 * x) + A + A.T\n"
+    said = _change_said(change, source)
+    assert "a step of the library call on that line" in said and "`b` leaves this step out" in said
+    assert "it should not be there" not in said
+    written = source.replace("hessian(f)(x)", "2.0 * hessian(f)(x)")
+    assert "it should not be there, or the other side has a step that undoes it" in _change_said(change, written)
+    assert "it should not be there" in _change_said(change, source.replace("hessian(f)(x)", "hessian(f)(x) * k"))
 
 
 def test_a_compiled_models_dropout_in_training_mode_is_named_with_the_eval_fix():

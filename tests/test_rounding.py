@@ -1436,12 +1436,12 @@ def test_an_absorbing_site_notes_float64s_own_error_there():
 
 @pytest.mark.parametrize("op, root", [(torch.ops.aten.silu_backward.default, -1.2784645),
                                       (torch.ops.aten.gelu_backward.default, -0.7517916)])
-def test_an_unmeasured_backward_kernel_near_its_roots_is_inside(op, root):
+def test_a_backward_kernel_near_its_roots_is_inside(op, root):
     """SiLU's derivative σ(x)(1 + x(1 − σ(x))) and GELU's Φ(x) + xφ(x) cross zero: there a
-    correct float32 kernel errs by u of its inputs, not of its result. The table measures no
-    backward op; bounded by 16 u of the result alone, the correct kernel was 1e4σ outside and
-    called a bug. An op the table has not measured gets the conservative bound where its
-    function is ill-conditioned too."""
+    correct float32 kernel errs by u of its inputs, not of its result. Bounded by 16 u of the
+    result alone (unmeasured, as the table then was), the correct kernel was 1e4σ outside and
+    called a bug; an unmeasured op gets the conservative bound where its function is
+    ill-conditioned too, and the measured one its measured error of its inputs there."""
     x = root + torch.linspace(-1e-3, 1e-3, 257)
     g = torch.randn(257, generator=torch.Generator().manual_seed(0))
     out, spread = spread_of(lambda a, b: op(a, b), g, x)
@@ -1466,3 +1466,28 @@ def test_the_largest_finite_magnitude_skips_infinities_without_copying_finite_va
     assert _largest_finite(torch.tensor([1.0, math.inf, math.nan, 2.0], dtype=torch.float64)) == 2.0
     assert _largest_finite(torch.tensor([], dtype=torch.float64)) == 0.0
     assert _largest_finite(2.5) == 2.5 and _largest_finite(math.inf) == 0.0
+
+
+def test_a_selection_among_exactly_equal_values_is_flagged_as_a_tie():
+    """`topk` over twelve equal 0.9s (nu27 t01): the replays round the equal values apart, so
+    the indices switch from replay to replay; the flip says the op picked among a tie, whose
+    order is the op's own choice. Distinct values that rounding brings close are no tie."""
+    from triage.worker.rounding import _exact_ties
+
+    tied = torch.tensor([0.5, 0.9, 0.1, 0.9, 0.3, 0.9, 0.7, 0.2] * 4)
+    graph, wanted, dtypes, _ = recorded(lambda t: torch.topk(t * 3, 5).indices.double(), tied)
+    flips = simulate_rounding(graph, wanted, SimulationOptions(samples=9), dtypes).spreads[next(iter(wanted))].flips
+    assert flips and all(f.get("ties") for f in flips if f["op"] == "aten.topk")
+    near = torch.tensor([0.5, 0.9, 0.1, 0.9 + 2e-7, 0.3, 0.9 - 3e-7, 0.7, 0.2])
+    graph, wanted, dtypes, _ = recorded(lambda t: torch.topk(t * 3, 2).indices.double(), near)
+    flips = simulate_rounding(graph, wanted, SimulationOptions(samples=29), dtypes).spreads[next(iter(wanted))].flips
+    assert not any(f.get("ties") for f in flips)
+    aten = torch.ops.aten
+    x = torch.tensor([[1.0, 3.0, 3.0], [2.0, 1.0, 0.0]], dtype=torch.float64)
+    assert _exact_ties(aten.max.dim, (x, 1), {}, x.max(1)) and not _exact_ties(aten.max.dim, (x[1:], 1), {}, x[1:].max(1))
+    assert _exact_ties(aten.sort.default, (x[0],), {}, torch.sort(x[0])) and not _exact_ties(
+        aten.sort.default, (x[1],), {}, torch.sort(x[1]))
+    assert not _exact_ties(aten.max.default, (x,), {}, x.max())  # a value, no index to choose
+    w = torch.tensor([1.0, 2.0, 3.0, 3.0], dtype=torch.float64)
+    assert _exact_ties(aten.topk.default, (w, 1), {}, torch.topk(w, 1))  # the k-th also left out
+    assert not _exact_ties(aten.topk.default, (w, 2, -1, False), {}, torch.topk(w, 2, largest=False))

@@ -272,6 +272,9 @@ class Judgement:
     unmeasured: list[str] = field(default_factory=list)  # library ops with no measured kernel error
     nonfinite: str | None = None
     unstable: list[str] = field(default_factory=list)
+    # Of the decisions rounding switches, the selections that picked among exactly equal values
+    # (`aten.topk` (line 5)): the order among them is the op's choice, not rounding's.
+    ties: list[str] = field(default_factory=list)
     strip: str = ""
     reason: str | None = None  # why not judged
     # The value's own dtype where it is wider than `dtype`, the precision its computation ran

@@ -56,6 +56,9 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
     only_b = [op for op in graph.ordered(cone_b) if keys[op] not in keys_a and not _bookkeeping(graph, op)]
     if not only_a and not only_b:
         return None
+    # One side over the whole batch, the other per slice: said after the hints, with what the
+    # accuracy note makes of it where the float64 values agree and where they do not
+    # (`classify.wording.parting_text`).
     batched = _batched_hint(graph, only_a, only_b)
     # Ops both sides call, each on inputs the other's call does not have (attention on a
     # padded batch and on each sequence alone): no counterpart, yet not absent either.
@@ -66,15 +69,15 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
     return {"carried": carried, "only_a": [_describe(graph, op) for op in only_a[:MAX_LISTED]], "only_a_count": len(only_a),
             "only_b": [_describe(graph, op) for op in only_b[:MAX_LISTED]], "only_b_count": len(only_b),
             "constant_a": _constant(graph, cone_a), "constant_b": _constant(graph, cone_b),
-            "batched": bool(batched), "on_both": on_both[:MAX_LISTED],
+            "batched": batched, "on_both": on_both[:MAX_LISTED],
             "running_sums": [dict(found, side=side) for side, ops in (("a", only_a), ("b", only_b))
                              for found in [_running_sum(graph, ops)] if found is not None],
             "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
             "precisions": _precisions(graph, only_a, only_b),
             "hints": (_constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)
                       + _variance_hints(graph, only_a, only_b) + _layout_hint(graph, cone_a, cone_b, only_a, only_b)
-                      + batched
-                      + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source))[:4]}
+                      + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source)
+                      )[:3 if batched else 4]}
 
 
 # Additions chained at one line, each adding a term to the last one's result (`total += x` in
@@ -189,12 +192,13 @@ SLICE_GLUE = {"stack", "cat", "unbind", "split", "split_with_sizes", "chunk", "n
               "unsqueeze_", "select", "slice", "squeeze", "unsqueeze"}
 
 
-def _batched_hint(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:
+def _batched_hint(graph: OpGraph, only_a: list[str], only_b: list[str]) -> str:
     """One side computes once over a whole batch, the other once per slice and joins the
     slices (`x @ W.T` against `torch.stack([x[i] @ W.T for i …])`, or a module's fused fast
     path on the batch against its composite path on each sample): the accuracy note's
     'Batched computations or slice computations' section, which promises no bitwise agreement
-    ("PyTorch internal implementations of operations can produce slightly different results")."""
+    ("PyTorch internal implementations of operations can produce slightly different results").
+    Empty where the two sides are not that."""
     def computing(ops: list[str]) -> list[str]:
         return [n for n in (_op_name(graph.by_name[op]) for op in ops) if n not in SLICE_GLUE]
 
@@ -205,23 +209,23 @@ def _batched_hint(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[
     def listed(names: list[str]) -> str:
         return ", ".join(f"`{target(only_a + only_b, n)}`" for n in names[:3]) + (", …" if len(names) > 3 else "")
 
-    note = "then joins them: the accuracy note's \"Batched computations or slice computations\" says the two need not agree bitwise"
+    note = "then joins them"
     for whole, sliced in ((only_a, only_b), (only_b, only_a)):
         w, s = computing(whole), computing(sliced)
         joins = [op for op in sliced if _op_name(graph.by_name[op]) in ("stack", "cat")]
         if not w or not joins:
             continue
         if len(set(s)) == 1 and set(w) <= set(s) and len(s) >= 2 * len(w):
-            return [f"One side computes `{target(sliced, s[0])}` over the whole batch, the other {len(s)} times, one "
-                    f"slice each, {note}"]
+            return (f"One side computes `{target(sliced, s[0])}` over the whole batch, the other {len(s)} times, one "
+                    f"slice each, {note}")
         # Another implementation per slice: the same ops once for each value the join joins.
         joined = len(_join_inputs(graph, joins[-1]))
         counts = {n: s.count(n) for n in s}
         whole_ops = list(dict.fromkeys(w))
         if joined >= 2 and len(w) <= len(s) // joined and all(c % joined == 0 for c in counts.values()):
-            return [f"One side computes {listed(whole_ops)} over the whole batch, the other {len(s) // joined} ops per "
-                    f"slice ({listed(list(counts))}) for each of {joined} slices, {note}"]
-    return []
+            return (f"One side computes {listed(whole_ops)} over the whole batch, the other {len(s) // joined} ops per "
+                    f"slice ({listed(list(counts))}) for each of {joined} slices, {note}")
+    return ""
 
 
 def _join_inputs(graph: OpGraph, op: str) -> list[Any]:

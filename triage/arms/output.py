@@ -93,7 +93,10 @@ OBSERVABLE_ROUNDING = record({
     "samples": integer(0),
     "sample_stats": array(number(), 10000),
     "flips": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True), "replays": integer(0),
-                           "of": integer(0)}, required=("op", "replays", "of"), closed=True), 16),
+                           "of": integer(0),
+                           "ties": described("The op picked among exactly equal values (which comes first among "
+                                             "them is its own choice).", boolean())},
+                          required=("op", "replays", "of"), closed=True), 16),
     "cancellations": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True),
                                    "kind": one_of("cancels", "absorbs"),
                                    "digits_lost": number(), "hint": text(2000, nullable=True),

@@ -357,7 +357,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
         return _rounding(d)
     sides = [s for s in (d.a, d.b) if s is not None]
     if len(d.judgements) == len(sides) and all(j.status == "judged" for j in d.judgements):
-        return _judged(comparison, d, agree)
+        return _judged(comparison, d, agree, repro.source)
     # No simulated rounding for these values (no reference, a random compiled region, over
     # budget): the float64 figures and the per-op notes decide, and the verdict says so.
     fallback = _by_float64(comparison, d, agree)
@@ -482,7 +482,7 @@ def _unrecorded_lines(c: Comparison, js: list[Judgement]) -> list[str]:
     return lines
 
 
-def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
+def _judged(c: Comparison, d: Divergence, agree: list[Ablation], source: str) -> Verdict:
     """Inside its own spread is rounding of this very computation, whatever float64 says;
     outside it is another computation, which only a switch that brings both sides inside
     their spreads (an ablation) can excuse."""
@@ -490,7 +490,7 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation]) -> Verdict:
     outside = [j for j in js if j.zone == "outside" and not _within_noise(j)]
     # The judgements themselves are the report's rounding table; the evidence adds what they do not say.
     evidence = unstable_lines(js) + unmeasured_lines(js) + evidence_lines(d, sides=False) + _unrecorded_lines(c, js)
-    redrawn = _different_computations(c, d)
+    redrawn = _different_computations(c, d, source)
     if redrawn is not None:
         return redrawn
     if outside:
@@ -597,7 +597,7 @@ def _within_noise(j: Judgement) -> bool:
     return j.outside_without_digits and (j.poor_where_differ or j.differ_element is None)
 
 
-def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
+def _different_computations(c: Comparison, d: Divergence, source: str) -> Verdict | None:
     """Two values whose float64 values themselves differ, beyond both rounding spreads, are
     not one quantity computed twice, whatever each side's own spread says.  Within one arm
     (a claim) with random numbers reaching them only through Python values (a shuffling
@@ -639,7 +639,7 @@ def _different_computations(c: Comparison, d: Divergence) -> Verdict | None:
     draws = [leaf for leaf in run_a.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors]
     calls = sorted({leaf.get("call_line") for leaf in draws if leaf.get("call_line") is not None})
     if not draws or len(calls) < 2:
-        return _different_functions(d, ra, rb, both, spreads, _one_change_text(c, d) + _wraparound_text(c, d))
+        return _different_functions(d, ra, rb, both, spreads, _one_change_text(c, d, source) + _wraparound_text(c, d))
     first = next((leaf for leaf in draws if leaf.get("op") == "randperm"), draws[0])
     how = (" — a `DataLoader(shuffle=True)` draws it for every pass over the data" if first.get("op") == "randperm"
            else "")
@@ -753,7 +753,7 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
                     f"{where_text(d)}: the two sides compute different functions, not one quantity rounded twice — "
                     f"replayed in float64 they still differ by up to {gap:.3g}{shape}, far beyond both rounding "
                     f"spreads. Rounding does not explain it: one of the two paths computes something else"
-                    f"{causes}.{change}{parting_text(paths, names)}",
+                    f"{causes}.{change}{parting_text(paths, names, functions_differ=True)}",
                     [spreads] + [f"only in {name}: {ops_text(paths[key], paths.get(key + '_count'))}"
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
 
@@ -771,20 +771,47 @@ def _wraparound_text(c: Comparison, d: Divergence) -> str:
     return f" {wraparound_sentence(note)}" if note else ""
 
 
-def _one_change_text(c: Comparison, d: Divergence) -> str:
+def _one_change_text(c: Comparison, d: Divergence, source: str) -> str:
     """The one change to a side's ops the worker found that makes the two sides one function
     in float64 (triage/worker/counterfactual.py), said as the mistake it points at."""
     for side, other in ((d.a, d.b), (d.b, d.a)):
         found = c.find(side) if side is not None else None
         change = ((found[1].reference or {}).get("one_change") if found else None)
         if change and other is not None:
-            return change_text(change, side.label, other.label)
+            return change_text(change, side.label, other.label, _library_step(change, source))
     return ""
 
 
-def change_text(change: dict[str, Any], side: str, other: str) -> str:
+# The operator a script writes for each scaling or shift the counterfactual takes away.
+STEP_OPERATORS = {"mul": "*", "div": "/", "add": "+", "sub": "-"}
+
+
+def _library_step(change: dict[str, Any], source: str) -> bool:
+    """A step taken away (`without`) that its line does not write: neither its number nor its
+    operator appears there (`H = hessian(f)(x)` computes x³'s second derivative 6x as 3x²'s
+    derivative times 2), so a library call on that line took it — PyTorch's own arithmetic,
+    which a hand-written formula on the other side is likelier to lack."""
+    if change.get("kind") != "without" or not isinstance(change.get("line"), int):
+        return False
+    lines = source.splitlines()
+    line = lines[change["line"] - 1] if 0 < change["line"] <= len(lines) else ""
+    op = change["op"].split(".")[-1].rstrip("_")
+    if not line or op not in STEP_OPERATORS or op in line:
+        return False
+    code = line.split("#", 1)[0]
+    try:
+        numbers = {float(n.value) for n in ast.walk(ast.parse(code.strip(), mode="exec"))
+                   if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool)}
+    except SyntaxError:  # a line that is part of a longer statement: not judged
+        return False
+    return STEP_OPERATORS[op] not in code and not (isinstance(change.get("was"), (int, float))
+                                                   and float(change["was"]) in numbers)
+
+
+def change_text(change: dict[str, Any], side: str, other: str, library_step: bool = False) -> str:
     """One change (triage/worker/counterfactual.py) to the ops of `side` that makes it equal
-    `other` in float64, said as the mistake it points at (each name as the summary shows it)."""
+    `other` in float64, said as the mistake it points at (each name as the summary shows it;
+    `library_step`: the step taken away is a library call's, not written on its line)."""
     where = f"`{change['op']}`" + (f" at line {change['line']}" if change.get("line") is not None else "")
     then = f"{side} equals {other} in float64"
     if change.get("residual"):
@@ -807,6 +834,11 @@ def change_text(change: dict[str, Any], side: str, other: str) -> str:
         now, instead = ("after", "before") if change["argument"] == "before" else ("before", "after")
         return (f" {where} adds {was!r} {now} `{change.get('around')}`: added {instead} it instead, {then} — where "
                 f"the {was!r} goes is the difference.")
+    if change["kind"] == "without" and library_step:
+        return (f" {where} {STEP_VERBS.get(change['op'].split('.')[-1], 'applies')} {was!r}, a step of the library "
+                f"call on that line (the line writes no such step): without it, {then} on this input — the likelier "
+                f"mistake is that {other} leaves this step out (one a hand-written formula drops), not that PyTorch "
+                "takes it.")
     if change["kind"] == "without":
         # Taking a step away agrees on this input, which does not say the step is the mistake:
         # the other side may undo it (0.5·d² against 0.5·d²/β with β = 0.5).
@@ -1096,6 +1128,18 @@ def _decided_by_rounding(c: Comparison, d: Divergence, js: list, evidence: list[
     if not flips or any(j.zone == "outside" for j in js):
         return None
     inside = " and ".join(f"`{j.arm}` {j.label}" for j in js)
+    ties = list(dict.fromkeys(t for j in js for t in j.ties))
+    if ties:
+        # Equal values, not rounded ones: the replays round them apart, which is how the tie shows.
+        return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
+                            f"{where_text(d)} {difference_text(d)}. It is {_article(sides[0].dtype)} {sides[0].dtype} "
+                            f"value chosen among exactly equal values: {' and '.join(ties)} "
+                            f"{'picks' if len(ties) == 1 else 'pick'} among values that tie, and which of them comes "
+                            "first is each op's own choice — `torch.sort` orders ties as it likes unless "
+                            "`stable=True`, and `topk`, `argmax` and `max(dim)` promise no particular one. Compare "
+                            "the values rather than the indices, or break the ties explicitly. Not a bug (replays that "
+                            "round the equal values apart choose otherwise too, which is how the tie shows here).",
+                            evidence)
     return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
                         f"{where_text(d)} {difference_text(d)}. It is {_article(sides[0].dtype)} {sides[0].dtype} value "
                         f"decided by comparing floating-point values, and rounding alone decides those comparisons "

@@ -181,7 +181,18 @@ def _shift(a: np.ndarray, b: np.ndarray) -> tuple[int, int] | None:
     return None
 
 
-def parting_text(paths: dict[str, Any], names: tuple[str, str]) -> str:
+# What the accuracy note's batched section makes of one side computed over the whole batch and
+# the other per slice: where the float64 values agree, the difference it allows; where they
+# differ, not the cause (a wrong `in_dims`, a missing transpose).
+BATCHED_ALLOWS = ": the accuracy note's \"Batched computations or slice computations\" says the two need not agree bitwise"
+BATCHED_NOT_THE_CAUSE = (". Batching changes only how a value rounds (the accuracy note's \"Batched computations or "
+                         "slice computations\"), not its float64 value, which differs here: the difference is in what "
+                         "one of the two computes, not in the batching")
+
+
+def parting_text(paths: dict[str, Any], names: tuple[str, str], functions_differ: bool = False) -> str:
+    """Where two sides' op graphs part, and what the parting tells (`triage.paths.part_ways`);
+    `functions_differ`: their float64 replays differ beyond rounding."""
     if not paths:
         return ""
     parts = []
@@ -192,7 +203,9 @@ def parting_text(paths: dict[str, Any], names: tuple[str, str]) -> str:
     also = (f" (both call {', '.join(f'`{t}`' for t in both[:3])}, each on inputs the other's call does not have)"
             if both else "")
     text = (" Where they part: " + "; ".join(parts) + f", with no counterpart on the other side{also}.") if parts else ""
-    hints = paths.get("hints") or []
+    hints = list(paths.get("hints") or [])
+    if paths.get("batched"):
+        hints.append(paths["batched"] + (BATCHED_NOT_THE_CAUSE if functions_differ else BATCHED_ALLOWS))
     return text + "".join(f" {h}." for h in hints)
 
 

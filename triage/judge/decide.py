@@ -86,6 +86,7 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
     else:
         j.zone = "outside"
     j.unstable = _unstable(spread)
+    j.ties = [f"`{f['op']}` (line {f['line']})" for f in spread.flips if f.get("ties")]
     if j.zone == "outside" and _rounded_alike(v, spread):
         j.status, j.zone = "not-judged", None
         j.reason = (f"a count or mask of comparisons that rounding decides ({spread.flips[0]['op']} differs in "

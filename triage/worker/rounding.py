@@ -1132,9 +1132,59 @@ def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -
             node = center.nodes[name]
             # One output of a multi-output op (`topk(...).indices`): the op decides.
             deciding = node.args[0] if node.target is operator.getitem and isinstance(node.args[0], fx.Node) else node
-            out.append({"node": name, "op": _op_name(deciding.target), "line": node.meta.get("line"),
-                        "replays": changed, "of": len(runs)})
+            flip = {"node": name, "op": _op_name(deciding.target), "line": node.meta.get("line"),
+                    "replays": changed, "of": len(runs)}
+            if deciding.name in center.ties:
+                flip["ties"] = True
+            out.append(flip)
     return out[:8]
+
+
+# Selections whose result, where values tie exactly, is the kernel's own choice among them:
+# which index comes first (sort is not stable unless asked, topk's order is unspecified) or
+# which of the equal extremes an argmax names. The replays round equal values apart, so a
+# tie shows as a decision rounding switches; it is not rounding's.
+TIE_SELECTIONS = {"sort", "argsort", "msort", "topk", "argmax", "argmin", "max", "min", "kthvalue"}
+
+
+def _exact_ties(func: Any, args: tuple, kwargs: dict, out: Any) -> bool:
+    """Whether a selection (`TIE_SELECTIONS`) on the centre replay's values, which are the
+    arm's, picked among exactly equal floating values: an ordering with two equal values, a
+    top-k whose k-th value also lies outside it, an extreme that occurs twice along its
+    dimension."""
+    name = func.overloadpacket.__name__
+    x = args[0] if args else None
+    if name not in TIE_SELECTIONS or not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() < 2:
+        return False
+    schema = {a.name: i for i, a in enumerate(func._schema.arguments)}
+    dim = kwargs.get("dim", args[schema["dim"]] if "dim" in schema and schema["dim"] < len(args) else None)
+    if name in ("max", "min") and dim is None:
+        return False  # the value alone: no index to choose
+    values = out[0] if isinstance(out, (tuple, list)) else out
+    if name in ("sort", "msort", "argsort"):
+        d = -1 if dim is None else dim
+        ordered = torch.sort(x, dim=d).values
+        return bool((ordered.narrow(d, 1, ordered.shape[d] - 1) == ordered.narrow(d, 0, ordered.shape[d] - 1)).any())
+    if name in ("topk", "kthvalue"):
+        d = -1 if dim is None else dim
+        if not isinstance(values, torch.Tensor) or values.numel() == 0:
+            return False
+        if name == "kthvalue":
+            edge = values.unsqueeze(d) if values.dim() < x.dim() else values
+            return bool(((x == edge).sum(dim=d) > 1).any())
+        # Two equal values picked (their order is the kernel's), or the k-th also left out.
+        ordered = torch.sort(values, dim=d).values
+        n = ordered.shape[d]
+        if n > 1 and bool((ordered.narrow(d, 1, n - 1) == ordered.narrow(d, 0, n - 1)).any()):
+            return True
+        largest = kwargs.get("largest", args[schema["largest"]] if schema["largest"] < len(args) else True)
+        edge = ordered.narrow(d, 0, 1) if largest else ordered.narrow(d, n - 1, 1)
+        return bool(((x == edge).sum(dim=d) > 1).any())
+    if dim is None:  # argmax/argmin of the flattened value
+        extreme = x.max() if name == "argmax" else x.min()
+        return bool((x == extreme).sum() > 1)
+    extreme = x.amax(dim=dim, keepdim=True) if name in ("argmax", "max") else x.amin(dim=dim, keepdim=True)
+    return bool(((x == extreme).sum(dim=dim) > 1).any())
 
 
 def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str], exact: set[fx.Node] | None = None
@@ -1198,6 +1248,7 @@ class _Replayed:
     unmeasured: dict[str, set[str]] = field(default_factory=dict)  # node -> library ops with no measurement
     calls: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> the mode's call indices it used
     numel: dict[str, int] = field(default_factory=dict)  # node -> elements of its (tensor) value
+    ties: set[str] = field(default_factory=set)  # selections that pick among exactly equal values (`_exact_ties`)
 
     def split(self, samples: int) -> list[_Replayed]:
         """A replay of `samples` stacked samples (`RoundingMode.samples`) as one replay per
@@ -1369,6 +1420,8 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         site = cancellation_at(n, read, out, exact_operands=exact)
                         if site is not None:
                             result.cancellations[n.name] = site
+                        if isinstance(n.target, torch._ops.OpOverload) and _exact_ties(n.target, read, kwargs, out):
+                            result.ties.add(n.name)
                         if mode.note_overflows:
                             if mode.underflowed:
                                 underflows[n] = {"op": _op_name(n.target), "line": n.meta.get("line"),
