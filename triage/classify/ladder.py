@@ -50,6 +50,7 @@ from triage.classify.wording import (
     cancellation_site,
     check_note,
     code_at,
+    computed_at,
     cond_text,
     conditioning_caveat,
     device_disagreement,
@@ -1129,7 +1130,9 @@ def _decided_by_rounding(c: Comparison, d: Divergence, js: list, evidence: list[
         return None
     inside = " and ".join(f"`{j.arm}` {j.label}" for j in js)
     ties = list(dict.fromkeys(t for j in js for t in j.ties))
-    if ties:
+    # Sides computed at two precisions: the narrower one's rounding may be what made the values
+    # equal (logits 2.0001 and 2.0004 are one float16, 2.0): that precision is the cause.
+    if ties and len({computed_at(d, s) for s in sides}) == 1:
         # Equal values, not rounded ones: the replays round them apart, which is how the tie shows.
         return make_verdict("expected-rounding", True, policy.GENERAL, ["numerical"],
                             f"{where_text(d)} {difference_text(d)}. It is {_article(sides[0].dtype)} {sides[0].dtype} "

@@ -446,7 +446,7 @@ def rounding_cause(d: Divergence, run: ArmRun | None, runs: list[ArmRun] = ()) -
     if d.source != "claim":
         return ""
     (low_bits, low, coarse), (high_bits, high, fine) = sorted(
-        ((policy.FLOAT_FORMATS.get(p, (0, 0))[0], p, x) for x in (a, b) for p in [_computed_at(d, x)]),
+        ((policy.FLOAT_FORMATS.get(p, (0, 0))[0], p, x) for x in (a, b) for p in [computed_at(d, x)]),
         key=lambda t: t[0])
     if low != high and low_bits and high_bits:
         return (f" The two are computed at different precisions ({coarse.label} in {low}, {fine.label} in "
@@ -470,7 +470,7 @@ def rounding_cause(d: Divergence, run: ArmRun | None, runs: list[ArmRun] = ()) -
         side, line = compiled[0]
         other = b if side is a else a
         return (f" {side.label} comes through the `torch.compile`d call at line {line}, which runs the captured graph "
-                f"as its backend compiled it ({_fused_rounding(_computed_at(d, side))}); {other.label} is computed by "
+                f"as its backend compiled it ({_fused_rounding(computed_at(d, side))}); {other.label} is computed by "
                 "eager operations.")
     between = settings_between(run, d)
     if between is not None:
@@ -504,7 +504,7 @@ def _fused_rounding(dtype: str) -> str:
             "expressions in other steps and order a reduction differently from eager's")
 
 
-def _computed_at(d: Divergence, side: Side) -> str:
+def computed_at(d: Divergence, side: Side) -> str:
     """The precision a side was computed at: its judgement's (the least precise dtype of its
     computation), not the dtype it was read back in (`out16.float()` is bfloat16's rounding)."""
     return next((j.dtype for j in d.judgements if (j.arm, j.observable) == (side.arm, side.observable)
