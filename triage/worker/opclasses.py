@@ -31,6 +31,8 @@ EXACT = EXACT_OPS | {
     "frac", "nan_to_num", "positive", "resolve_conj", "resolve_neg", "_conj", "conj", "real", "imag",
     "view_as_real", "view_as_complex", "logical_and_", "masked_fill_", "mode", "cummax", "cummin",
     "complex",  # two real tensors as one complex one
+    # Gradients that pass a value through or zero it (relu's, hardtanh's), and autograd's zeros.
+    "threshold_backward", "hardtanh_backward", "_new_zeros_with_same_feature_meta",
     # torch's prims that move or make values without arithmetic, which the references' code
     # calls (var_mean's mean is `broadcast_in_dim` of a sum, divided).
     "broadcast_in_dim", "collapse_view", "collapse", "expand_dims", "slice_in_dim", "split_dim", "view_of",
