@@ -390,11 +390,17 @@ def main_gradients(samples: int, only: list[str] | None) -> list[str]:
     from torch.testing._internal.common_methods_invocations import op_db  # needs expecttest
 
     start = time.monotonic()
+    from triage.worker.kernel_errors import BACKWARD_CRASHES, _release
+
     infos = [i for i in op_db if (not only or i.name in only) and i.supports_autograd]
-    results, crashed, through = [], [], {}
+    results, crashed, through, aborting = [], [], {}, []
     for n, info in enumerate(infos):
+        aborts = BACKWARD_CRASHES.get((_release(torch.__version__), "cpu", info.name), ())
         for dtype, dt in DTYPES.items():
             if dt not in info.supported_backward_dtypes("cpu"):
+                continue
+            if str(dt).removeprefix("torch.") in aborts:  # the process would die in torch's kernel
+                aborting.append(f"`{info.name}` {dtype}")
                 continue
             try:
                 result, kernels = run_gradient(info, dtype, samples)
@@ -431,6 +437,9 @@ def main_gradients(samples: int, only: list[str] | None) -> list[str]:
     for r in results:
         reasons.update(r.not_judged)
     print("\nNot judged, by reason: " + "; ".join(f"{k} ({v})" for k, v in reasons.most_common(8)))
+    if aborting:
+        print(f"\nNot run (this torch's CPU kernel aborts the process: `kernel_errors.BACKWARD_CRASHES`): "
+              f"{', '.join(aborting)}.")
     print(f"\nOpInfo gradients wall time: {time.monotonic() - start:.0f} s.")
     return crashed
 
