@@ -1491,3 +1491,21 @@ def test_a_selection_among_exactly_equal_values_is_flagged_as_a_tie():
     w = torch.tensor([1.0, 2.0, 3.0, 3.0], dtype=torch.float64)
     assert _exact_ties(aten.topk.default, (w, 1), {}, torch.topk(w, 1))  # the k-th also left out
     assert not _exact_ties(aten.topk.default, (w, 2, -1, False), {}, torch.topk(w, 2, largest=False))
+
+
+def test_the_output_dtypes_of_a_pooling_backward_are_found_on_whole_stand_ins():
+    """The output dtypes of `adaptive_max_pool3d_backward` were found on broadcast stand-ins,
+    which torch 2.13's kernel reads past: the process died (the gradients bench, and any
+    script's gradient through `adaptive_max_pool3d`). An op with an integer (index) input
+    gets whole stand-ins, indices 0."""
+    from triage.worker.rounding import RoundingMode, _CallCache
+
+    x = torch.randn(1, 4, 4, 3, 5, dtype=torch.float64)
+    out, indices = F.adaptive_max_pool3d(x, (2, 2, 2), return_indices=True)
+    grad = torch.ones_like(out)
+    for t in (grad, x):
+        t._arm_dtype = torch.float32
+    func = torch.ops.aten.adaptive_max_pool3d_backward.default
+    mode = RoundingMode(SimulationOptions(), _CallCache(), direction=0, generator=None)
+    args = (grad, x, indices)
+    assert mode._output_dtypes(func, args, {}, list(args)) == [torch.float32]

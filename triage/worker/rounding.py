@@ -2656,10 +2656,17 @@ class RoundingMode(TriageDispatchMode):
         sizes or values).  Meta tensors are the fallback: most meta kernels are Python that
         imports torch._dynamo or sympy, more than a second of this process's life.  Seeded ops
         (they would draw from the generator) and out= calls run on meta, and so does any op
-        the stand-ins fail on or that returns something other than tensors."""
+        the stand-ins fail on or that returns something other than tensors. An op that reads
+        positions from an integer tensor (a pooling's indices) gets whole stand-ins, its indices
+        0: torch 2.13's `adaptive_max_pool3d_backward` reads past a broadcast stand-in and
+        crashes the process (a gradient through `adaptive_max_pool3d` killed the simulation)."""
         if torch.Tag.nondeterministic_seeded not in func.tags and "out" not in kwargs:
             pointwise = torch.Tag.pointwise in func.tags
+            indexed = not pointwise and any(isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex())
+                                            and a.dtype != torch.bool for a in flat)
             stand_ins = [(torch.ones((1,) * a.dim(), dtype=self.vdtype(a)) if pointwise else
+                          torch.zeros(a.shape, dtype=self.vdtype(a)) if indexed and not a.is_floating_point()
+                          and not a.is_complex() else torch.ones(a.shape, dtype=self.vdtype(a)) if indexed else
                           torch.ones((), dtype=self.vdtype(a)).expand(a.shape)) if isinstance(a, torch.Tensor)
                          else torch.device("cpu") if isinstance(a, torch.device) else a for a in flat]
             try:
