@@ -98,6 +98,15 @@ def family(info: Any) -> str:
     return "other"
 
 
+def _called(info: Any, flat: list, spec: Any, slots: list[int], tensors: tuple) -> Any:
+    """The op on the sample's (input, args, kwargs) with `tensors` in its tensor slots."""
+    full = list(flat)
+    for i, t in zip(slots, tensors, strict=False):
+        full[i] = t
+    x, args, kwargs = tree_unflatten(full, spec)
+    return info(x, *args, **kwargs)
+
+
 def as_case(info: Any, sample: Any) -> tuple[Callable, tuple] | None:
     """The sample as `fn(*tensors)`: every tensor of (input, args, kwargs) a leaf."""
     flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
@@ -107,11 +116,7 @@ def as_case(info: Any, sample: Any) -> tuple[Callable, tuple] | None:
     tensors = tuple(flat[i] for i in slots)
 
     def fn(*ts: torch.Tensor) -> torch.Tensor:
-        full = list(flat)
-        for i, t in zip(slots, ts, strict=False):
-            full[i] = t
-        x, args, kwargs = tree_unflatten(full, spec)
-        out = info(x, *args, **kwargs)
+        out = _called(info, flat, spec, slots, ts)
         tensors_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         # The first floating output, else the first complex one (eig's, an FFT's).
         floats = [t for t in tensors_out if t.is_floating_point()] or [t for t in tensors_out if t.is_complex()]
@@ -120,6 +125,23 @@ def as_case(info: Any, sample: Any) -> tuple[Callable, tuple] | None:
         return floats[0]
 
     return fn, tensors
+
+
+def own_spread(result: OpResult, graph: Any, node: Any, out: torch.Tensor, dt: torch.dtype) -> tuple[Any, Any]:
+    """The value's float64 reference and its spread, as `triage run` simulates it for the arm
+    that computed `out` (counted as judged); (None, None) with the reason counted where there
+    is none."""
+    try:
+        ref = bench.replay_fp64(graph, {node.name}, 60).values[node.name]
+        spread, _, why = bench.simulate(graph, node, ref, dt, bench.K_DEFAULT, value=out)
+    except Exception as e:  # noqa: BLE001
+        result.not_judged[f"simulate: {type(e).__name__}: {str(e)[:40]}"] += 1
+        return None, None
+    if spread is None:
+        result.not_judged[f"not judged: {(why or '?')[:60]}"] += 1
+        return None, None
+    result.judged += 1
+    return ref, spread
 
 
 def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.Random) -> OpResult:
@@ -145,16 +167,9 @@ def run_op(info: Any, dtype: str, samples: int, compile_this: bool, rng: random.
                 or out.numel() == 0:
             result.not_judged["output not of the sample's dtype"] += 1
             continue
-        try:
-            ref = bench.replay_fp64(graph, {node.name}, 60).values[node.name]
-            spread, _, why = bench.simulate(graph, node, ref, dt, bench.K_DEFAULT, value=out)
-        except Exception as e:  # noqa: BLE001
-            result.not_judged[f"simulate: {type(e).__name__}: {str(e)[:40]}"] += 1
-            continue
+        ref, spread = own_spread(result, graph, node, out, dt)
         if spread is None:
-            result.not_judged[f"not judged: {(why or '?')[:60]}"] += 1
             continue
-        result.judged += 1
         j = bench.judge(out, spread, "eager")
         if j.zone == "outside":
             result.outside.append(f"sample {index}: {j.statistic:.3g}σ (samples {j.max_sample_stat or 0:.3g}σ, "
@@ -276,11 +291,7 @@ def gradient_case(info: Any, sample: Any, index: int) -> tuple[Callable, tuple] 
     tensors = tuple(flat[i] for i in slots)
 
     def output(ts: tuple) -> torch.Tensor:
-        full = list(flat)
-        for i, t in zip(slots, ts, strict=False):
-            full[i] = t
-        x, args, kwargs = tree_unflatten(full, spec)
-        floats = [t for t in tree_flatten(info(x, *args, **kwargs))[0]
+        floats = [t for t in tree_flatten(_called(info, flat, spec, slots, ts))[0]
                   if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
         if not floats:
             raise TypeError("no differentiable floating output")
@@ -360,16 +371,9 @@ def run_gradient(info: Any, dtype: str, samples: int) -> tuple[OpResult, set[str
         if node is None or out.dtype != dt or out.numel() == 0:
             result.not_judged["gradient not of the sample's dtype"] += 1
             continue
-        try:
-            ref = bench.replay_fp64(graph, {node.name}, 60).values[node.name]
-            spread, _, why = bench.simulate(graph, node, ref, dt, bench.K_DEFAULT, value=out)
-        except Exception as e:  # noqa: BLE001
-            result.not_judged[f"simulate: {type(e).__name__}: {str(e)[:40]}"] += 1
-            continue
+        _, spread = own_spread(result, graph, node, out, dt)
         if spread is None:
-            result.not_judged[f"not judged: {(why or '?')[:60]}"] += 1
             continue
-        result.judged += 1
         called = backward_kernels(graph)
         kernels |= called
         j = bench.judge(out, spread, "eager")
@@ -390,16 +394,15 @@ def main_gradients(samples: int, only: list[str] | None) -> list[str]:
     from torch.testing._internal.common_methods_invocations import op_db  # needs expecttest
 
     start = time.monotonic()
-    from triage.worker.kernel_errors import BACKWARD_CRASHES, _release
+    from triage.worker.kernel_errors import aborts_in_backward
 
     infos = [i for i in op_db if (not only or i.name in only) and i.supports_autograd]
     results, crashed, through, aborting = [], [], {}, []
     for n, info in enumerate(infos):
-        aborts = BACKWARD_CRASHES.get((_release(torch.__version__), "cpu", info.name), ())
         for dtype, dt in DTYPES.items():
             if dt not in info.supported_backward_dtypes("cpu"):
                 continue
-            if str(dt).removeprefix("torch.") in aborts:  # the process would die in torch's kernel
+            if aborts_in_backward(info.name, "cpu", dt):  # the process would die in torch's kernel
                 aborting.append(f"`{info.name}` {dtype}")
                 continue
             try:

@@ -285,12 +285,17 @@ def _run_samples(op_db: list, wanted: list, keep: set[str] | None, device: str, 
 BACKWARD_CRASHES = {("2.13", "cpu", "nn.functional.grid_sample"): ("float16", "bfloat16")}
 
 
+def aborts_in_backward(name: str, device: str, dtype: Any) -> bool:
+    """Whether this torch's kernels crash the process on OpInfo entry `name`'s gradient at
+    `dtype` on `device` (`BACKWARD_CRASHES`)."""
+    return _dtype_name(dtype) in BACKWARD_CRASHES.get((_release(torch.__version__), device.split(":")[0], name), ())
+
+
 def _run_backward(info: Any, device: str, dtype: Any, samples_per_op: int, gradients: _Probe) -> None:
     """The gradient of each sample's floating outputs with respect to its inputs, for random
     output gradients (a fixed seed: the same figures every run), with `gradients` recording
     the calls autograd makes; the forward calls are noted by name (`_Probe.forward_seen`)."""
-    crashes = BACKWARD_CRASHES.get((_release(torch.__version__), device.split(":")[0], info.name), ())
-    if _dtype_name(dtype) in crashes:
+    if aborts_in_backward(info.name, device, dtype):
         return
     generator = torch.Generator(device="cpu").manual_seed(0)
     try:

@@ -1140,6 +1140,11 @@ def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -
     return out[:8]
 
 
+def _is_index(a: Any) -> bool:
+    """An integer tensor (not a mask): positions an op may read memory at."""
+    return isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex()) and a.dtype != torch.bool
+
+
 # Selections whose result, where values tie exactly, is the kernel's own choice among them:
 # which index comes first (sort is not stable unless asked, topk's order is unspecified) or
 # which of the equal extremes an argmax names. The replays round equal values apart, so a
@@ -2662,12 +2667,8 @@ class RoundingMode(TriageDispatchMode):
         crashes the process (a gradient through `adaptive_max_pool3d` killed the simulation)."""
         if torch.Tag.nondeterministic_seeded not in func.tags and "out" not in kwargs:
             pointwise = torch.Tag.pointwise in func.tags
-            indexed = not pointwise and any(isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex())
-                                            and a.dtype != torch.bool for a in flat)
-            stand_ins = [(torch.ones((1,) * a.dim(), dtype=self.vdtype(a)) if pointwise else
-                          torch.zeros(a.shape, dtype=self.vdtype(a)) if indexed and not a.is_floating_point()
-                          and not a.is_complex() else torch.ones(a.shape, dtype=self.vdtype(a)) if indexed else
-                          torch.ones((), dtype=self.vdtype(a)).expand(a.shape)) if isinstance(a, torch.Tensor)
+            indexed = not pointwise and any(_is_index(a) for a in flat)
+            stand_ins = [self._stand_in(a, pointwise, indexed) if isinstance(a, torch.Tensor)
                          else torch.device("cpu") if isinstance(a, torch.device) else a for a in flat]
             try:
                 dtypes = _dtypes(func, stand_ins, spec, torch.device("cpu"))
@@ -2678,6 +2679,17 @@ class RoundingMode(TriageDispatchMode):
         meta = [torch.empty(a.shape, dtype=self.vdtype(a), device="meta") if isinstance(a, torch.Tensor)
                 else torch.device("meta") if isinstance(a, torch.device) else a for a in flat]
         return _dtypes(func, meta, spec, torch.device("meta"))
+
+    def _stand_in(self, a: torch.Tensor, pointwise: bool, indexed: bool) -> torch.Tensor:
+        """`a` as `_dtypes_of` runs the op on it, of its arm dtype: one element of its rank for a
+        pointwise op, a broadcast 1 of its shape otherwise, and for an op that reads positions
+        from an index tensor the whole shape, indices 0."""
+        dtype = self.vdtype(a)
+        if pointwise:
+            return torch.ones((1,) * a.dim(), dtype=dtype)
+        if not indexed:
+            return torch.ones((), dtype=dtype).expand(a.shape)
+        return torch.zeros(a.shape, dtype=dtype) if _is_index(a) else torch.ones(a.shape, dtype=dtype)
 
     def _tag(self, out: Any, out_vd: list) -> Any:
         if isinstance(out, torch.Tensor):  # the common case, without the pytree round trip
