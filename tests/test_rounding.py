@@ -899,6 +899,26 @@ def test_a_nearest_pixel_a_coordinates_rounding_away_is_either_pixel():
 
     assert zone(10.0) == "inside" and zone(20.0) == "inside" and zone(30.0) == "outside"
 
+def test_a_gradient_through_a_grid_sampler_moves_its_coordinates_too():
+    """`grid_sampler_2d_backward` unnormalizes the grid again, in its dtype: the float32
+    gradient of the image differs from float64's by the bilinear weights those roundings move
+    (thousands of σ outside a spread that moved the forward's coordinates only), and is inside
+    the spread that moves the backward kernel's too."""
+    g = torch.Generator().manual_seed(0)
+    image = torch.randn(1, 3, 40, 50, generator=g)
+    grid = torch.rand(1, 30, 20, 2, generator=g) * 2 - 1
+    cotangent = torch.randn(1, 3, 30, 20, generator=g)
+
+    def image_gradient(i, coordinates):
+        i = i.detach().requires_grad_()
+        (grad,) = torch.autograd.grad(F.grid_sample(i, coordinates, mode="bilinear", align_corners=False), i,
+                                      cotangent)
+        return grad
+
+    out, spread, _ = simulated_spread(image_gradient, image, grid)
+    assert judge_value(out.double().numpy(), spread, "cpu", 0, "grad", None).zone == "inside"
+
+
 
 def test_a_function_of_an_infinite_argument_gets_no_infinite_noise():
     """logaddexp(x, −inf) is x: IEEE's infinities make a function exact there. The noise of an

@@ -189,12 +189,16 @@ COMPLEX_PRODUCTS = {"mul", "square"}
 # scaled formula, csqrt, the modulus' hypot): library functions of complex values, their error
 # relative to the modulus (`RoundingMode._rounded`).
 COMPLEX_LIBRARY = {"div", "true_divide", "reciprocal", "sqrt", "abs", "addcmul", "addcdiv", "lerp", "fma"}
-# Sampling ops, whose second argument is the grid of coordinates: the kernel unnormalizes
-# each coordinate in the grid's dtype, ((x + 1)·size − 1)/2 or ((x + 1)/2)·(size − 1), three roundings that move
+# Sampling ops and the position of their grid of coordinates: the kernel unnormalizes each
+# coordinate in the grid's dtype, ((x + 1)·size − 1)/2 or ((x + 1)/2)·(size − 1), three roundings that move
 # it by up to 3u·(|x| + 1) grid units. That moves a bilinear weight, and flips a nearest or
 # border pixel: a discontinuous decision the arm takes at its own precision, which the random
-# replays take at theirs (`RoundingMode._moved_coordinates`).
-GRID_SAMPLERS = {"grid_sampler_2d", "grid_sampler_3d", "grid_sampler"}
+# replays take at theirs (`RoundingMode._moved_coordinates`). The backward kernels unnormalize
+# the same grid again: a gradient is piecewise constant in each cell and jumps at its edges, so
+# a coordinate rounded across one moves it by a whole cell's difference (grid_sample's float32
+# gradients were 10.7σ outside a spread without it).
+GRID_SAMPLERS = {"grid_sampler_2d": 1, "grid_sampler_3d": 1, "grid_sampler": 1,
+                 "grid_sampler_2d_backward": 2, "grid_sampler_3d_backward": 2}
 COORDINATE_ROUNDINGS = 3.0
 # Results defined by the dtype's own lattice (the next representable value): computed at the
 # arm's dtype itself, where a float64 replay would step to a float64 neighbour instead.
@@ -2268,7 +2272,7 @@ class RoundingMode(TriageDispatchMode):
         if self.flush and route not in ("exact", "widening", "lattice"):
             args = self._denormals_as_zero(args)
         if name in GRID_SAMPLERS and self.generator is not None:
-            args = self._moved_coordinates(args)
+            args = self._moved_coordinates(name, args)
         if route == "lattice":
             lattice = out_vd[0]
             out = func(*[a.to(lattice) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
@@ -2936,11 +2940,12 @@ class RoundingMode(TriageDispatchMode):
             out.append(a)
         return tuple(out)
 
-    def _moved_coordinates(self, args: tuple) -> tuple:
-        """A sampling op's grid (`GRID_SAMPLERS`) as its kernel unnormalizes it, in a random
-        replay: each coordinate moved by up to COORDINATE_ROUNDINGS·u·(|x| + 1), u of the
+    def _moved_coordinates(self, name: str, args: tuple) -> tuple:
+        """A sampling op's grid (`GRID_SAMPLERS[name]`) as its kernel unnormalizes it, in a
+        random replay: each coordinate moved by up to COORDINATE_ROUNDINGS·u·(|x| + 1), u of the
         grid's arm dtype; a stack's directed replays keep it."""
-        grid = args[1] if len(args) > 1 else None
+        at = GRID_SAMPLERS[name]
+        grid = args[at] if len(args) > at else None
         if not isinstance(grid, torch.Tensor) or not grid.is_floating_point():
             return args
         dtype = self.vdtype(grid)
@@ -2951,7 +2956,7 @@ class RoundingMode(TriageDispatchMode):
             draws = draws * (self._sign_views(draws.dim())[0] == 0)
         moved = grid + draws * reach
         moved._arm_dtype = dtype
-        return args[:1] + (_mark_stacked(moved) if self.samples else moved,) + args[2:]
+        return args[:at] + (_mark_stacked(moved) if self.samples else moved,) + args[at + 1:]
 
     def _unit_draws(self, a: torch.Tensor) -> torch.Tensor:
         """Uniform draws in [-1, 1] shaped like `a`; for a complex `a`, real and imaginary parts
