@@ -2529,6 +2529,8 @@ class RoundingMode(TriageDispatchMode):
             else:
                 with self:
                     out = _decomposition(func)(*args, **kwargs)
+                if out is NotImplemented:  # torch's decompositions cover some arguments only
+                    raise NotImplementedError(f"its decomposition does not cover these arguments ({name})")
         finally:
             self.inner_dtype.pop()
             self.sequential.pop()
