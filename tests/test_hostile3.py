@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import textwrap
 import time
@@ -489,6 +490,29 @@ def test_two_runs_of_one_script_at_once_compile_in_two_caches(tmp_path):
     assert os.path.isdir(first)  # kept for later runs of the script
     assert caches.claim_compile_cache("print(6)\n", str(tmp_path / "cache")) == first
     caches.release_compile_cache(first)
+
+
+def test_a_pruned_compile_cache_takes_its_lock_file_with_it(tmp_path):
+    """Each script's compile cache has a lock file (`claim_compile_cache`); pruning the cache
+    left it, one file per script ever compiled, forever. A pruned cache's lock goes too,
+    unless a run holds it; a claim checks that the file it locked is still the one named."""
+    root = tmp_path / "cache"
+    old = caches.claim_compile_cache("print(8)\n", str(root))
+    caches.release_compile_cache(old)
+    held = caches.claim_compile_cache("print(9)\n", str(root))
+    locks = root / "compile-locks"
+    assert sorted(p.stem for p in locks.iterdir()) == sorted(Path(c).parent.name for c in (old, held))
+    long_ago = time.time() - caches.COMPILE_CACHE_TTL_S - 60
+    os.utime(Path(old).parent, (long_ago, long_ago))
+    shutil.rmtree(Path(held).parent)  # pruned while a run holds its claim (past the size bound)
+    fresh = caches.claim_compile_cache("print(10)\n", str(root))
+    assert not Path(old).parent.exists()
+    assert sorted(p.stem for p in locks.iterdir()) == sorted(Path(c).parent.name for c in (held, fresh))
+    for claim in (held, fresh):
+        caches.release_compile_cache(claim)
+    assert caches.claim_compile_cache("print(8)\n", str(root)) == old  # made again, with a lock of its own
+    assert (locks / (Path(old).parent.name + ".lock")).exists()
+    caches.release_compile_cache(old)
 
 
 def test_a_kernel_library_cut_short_in_the_cache_is_compiled_again(tmp_path):

@@ -136,16 +136,54 @@ def claim_compile_cache(source: str, directory: str | None = None) -> str:
     shared = compile_cache(source, directory)
     locks = cache_root(directory) / "compile-locks"
     locks.mkdir(parents=True, exist_ok=True)
-    lock = os.open(str(locks / (Path(shared).parent.name + ".lock")), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(lock)
-        private = tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=str(cache_root(directory) / "compile"))
-        return own_directory(os.path.join(private, "inductor"))
+    path = locks / (Path(shared).parent.name + ".lock")
+    while True:
+        lock = os.open(str(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(lock)
+            private = tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=str(cache_root(directory) / "compile"))
+            return own_directory(os.path.join(private, "inductor"))
+        if _still_named(lock, path):
+            break
+        os.close(lock)  # a prune removed the file between our open and our lock: the claim is on the new one
     _CLAIMS[shared] = lock
     _drop_cut_libraries(shared)
     return shared
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `fd` (not removed, nor made anew since)."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _prune_locks(locks: Path, caches: Path) -> None:
+    """The lock files of compile caches pruned (one per script ever compiled, kept forever
+    otherwise): each removed under its own lock, so a run that opened it just before sees it
+    gone (`_still_named`) and claims a new one."""
+    if not locks.is_dir():
+        return
+    for path in locks.glob("*.lock"):
+        if (caches / path.stem).exists():
+            continue
+        try:
+            fd = os.open(str(path), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _still_named(fd, path):
+                path.unlink()
+        except OSError:
+            pass  # held by a run: its cache is being made again
+        finally:
+            os.close(fd)
 
 
 def _drop_cut_libraries(folder: str) -> None:
@@ -296,3 +334,4 @@ def _prune(base: Path, keep: Path) -> None:
         total += disk_usage([str(entry)], COMPILE_CACHE_TOTAL_BYTES)
         if total > COMPILE_CACHE_TOTAL_BYTES:
             remove_tree(str(entry))
+    _prune_locks(base.parent / "compile-locks", base)
