@@ -260,6 +260,38 @@ def test_a_second_side_that_starts_from_what_the_first_left_is_a_testing_method_
     assert "`sub_` (line 4) writes its input in place" in v["summary"] and "`x.clone()`" in v["summary"]
 
 
+def test_a_wrong_backward_that_gradcheck_catches_is_a_bug_not_its_perturbation(triage, tmp_path):
+    """A custom Function's backward missing its minus sign: `gradcheck`'s two Jacobians differ
+    by −1 in float64. Its in-place ±eps (written back) was read as state carried from one side
+    to the other, and the script's data, drawn before gradcheck's own input, as random numbers
+    drawn anew for each side: `nondeterministic`, "expected", a planted bug excused."""
+    script = write(tmp_path, """\
+        import torch
+        torch.manual_seed(0)
+
+        class ExpNeg(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                y = torch.exp(-x)
+                ctx.save_for_backward(y)
+                return y
+
+            @staticmethod
+            def backward(ctx, grad_out):
+                (y,) = ctx.saved_tensors
+                return grad_out * y
+
+        x = torch.rand(16, requires_grad=True)
+        t = torch.rand(16)
+        ((ExpNeg.apply(x) - t) ** 2).sum().backward()
+        print("gradcheck:", torch.autograd.gradcheck(ExpNeg.apply, (torch.rand(5, dtype=torch.float64, requires_grad=True),),
+                                                     raise_exception=False))
+    """)
+    _, v = judged(triage, script)
+    assert (v["kind"], v["expected"]) == ("likely-bug", False), v["summary"]
+    assert "-1 ×" in v["summary"], v["summary"]
+
+
 def test_a_check_that_moves_an_input_in_place_and_writes_it_back_carries_nothing(triage, tmp_path):
     """float32 `gradcheck` moves each input element by ±eps in place, writes it back, and then
     compares the analytical Jacobian with the central differences: both computations read the

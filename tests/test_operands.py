@@ -504,7 +504,7 @@ def test_a_library_checks_own_comparison_is_named_by_what_it_compares():
     from triage.operands import library_check_operands
 
     source = "import torch\nok = torch.autograd.gradcheck(f, (x, w), raise_exception=False)\nassert torch.allclose(a, b)\n"
-    assert library_check_operands(source, 2, "torch.allclose") == ("`gradcheck`'s analytical Jacobian",
-                                                                   "`gradcheck`'s finite-difference Jacobian")
+    assert library_check_operands(source, 2, "torch.allclose") == (
+        "gradcheck", ("`gradcheck`'s analytical Jacobian", "`gradcheck`'s finite-difference Jacobian"))
     assert library_check_operands(source, 3, "torch.allclose") is None  # the script's own allclose
     assert library_check_operands(source, 2, "torch.testing.assert_close") is None

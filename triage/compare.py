@@ -139,7 +139,8 @@ def name_from_source(run: ArmRun, source: str) -> None:
             if names:
                 o.name = f"`{names[o.claim['operand']]}`"
             elif checked:
-                o.name = checked[o.claim["operand"]]
+                o.library_check, shown = checked
+                o.name = shown[o.claim["operand"]]
         elif o.kind == "readback" and (checked := checked_operand(o.label)):
             symbol, operand = checked
             names = operand_names(source, o.line, symbol)

@@ -121,6 +121,9 @@ class Observable:
     uninitialized: bool | None = None
     # The script line of a `torch.compile`d call the value comes through (worker/session.py); None: none.
     compiled_line: int | None = None
+    # The check of torch's own (`gradcheck`) whose internal comparison this claim operand is
+    # (compare.name_from_source); None where the script's code made the comparison.
+    library_check: str | None = field(default=None, metadata={"json": False})
     value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     reference_value: np.ndarray | None = field(default=None, repr=False, metadata={"json": False})
     spread: dict[str, np.ndarray] | None = field(default=None, repr=False, metadata={"json": False})

@@ -96,9 +96,9 @@ LIBRARY_CHECKS = {"gradcheck": ("analytical Jacobian", "finite-difference Jacobi
                   "gradgradcheck": ("analytical second derivatives", "finite-difference second derivatives")}
 
 
-def library_check_operands(source: str, line: int | None, func: str) -> tuple[str, str] | None:
-    """The two values a check of torch's own compares, where the script's `line` calls one
-    (`torch.autograd.gradcheck`) and the comparison recorded is its `torch.allclose`: the
+def library_check_operands(source: str, line: int | None, func: str) -> tuple[str, tuple[str, str]] | None:
+    """The check of torch's own the script's `line` calls (`torch.autograd.gradcheck`), where
+    the comparison recorded is its `torch.allclose`, and the two values it compares: the
     analytical Jacobian against central differences, not "torch.allclose operand 1 and 2"."""
     index = _by_line(source) if line is not None else None
     if index is None or func.rsplit(".", 1)[-1] != "allclose":
@@ -108,7 +108,7 @@ def library_check_operands(source: str, line: int | None, func: str) -> tuple[st
     if len(checks) != 1:
         return None
     check = checks.pop()
-    return tuple(f"`{check}`'s {what}" for what in LIBRARY_CHECKS[check])  # type: ignore[return-value]
+    return check, tuple(f"`{check}`'s {what}" for what in LIBRARY_CHECKS[check])  # type: ignore[return-value]
 
 
 def _called_name(func: ast.expr) -> str | None:

@@ -637,7 +637,11 @@ def _different_computations(c: Comparison, d: Divergence, source: str) -> Verdic
     if d.source == "arms":
         return _arms_differ(run_a, run_b, d, float(gap.max()), spreads)
     ancestors = set(oa.ancestors) | set(ob.ancestors)
-    draws = [leaf for leaf in run_a.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors]
+    # Draws made before anything the sides are computed from cannot have been made for them
+    # (a script's data, drawn before the `gradcheck` it then runs on an input of its own).
+    began = min(ancestors, default=-1)
+    draws = [leaf for leaf in run_a.leaves if leaf["kind"] == "random" and leaf["index"] not in ancestors
+             and leaf["index"] > began]
     calls = sorted({leaf.get("call_line") for leaf in draws if leaf.get("call_line") is not None})
     if not draws or len(calls) < 2:
         return _different_functions(d, ra, rb, both, spreads, _one_change_text(c, d, source) + _wraparound_text(c, d))
@@ -1443,14 +1447,18 @@ def _carried(c: Comparison, d: Divergence | None) -> Verdict | None:
     carried = (d.paths or {}).get("carried") if d is not None and d.source == "claim" and d.b is not None else None
     if not carried:
         return None
+    first, later = (c.resolve(d.a)[1], c.resolve(d.b)[1]) if carried["later"] == "b" else \
+        (c.resolve(d.b)[1], c.resolve(d.a)[1])
+    if first.library_check is not None and first.library_check == later.library_check:
+        # A check of torch's own computes both sides from inputs it perturbs in place and
+        # writes back (`gradcheck`'s central differences): nothing carries from one to the other.
+        return None
     # Where the two float64 values agree within the sides' rounding, what the first side's
-    # computation left changed nothing the second computes from: `gradcheck` moves an input by
-    # ±eps in place and writes it back before the analytical Jacobian reads it.
+    # computation left changed nothing the second computes from (a write put back: a saved
+    # copy restored with `copy_`).
     measured = _float64_gap(c, d)
     if measured is not None and not (measured.gap > measured.limit).any():
         return None
-    first, later = (c.resolve(d.a)[1], c.resolve(d.b)[1]) if carried["later"] == "b" else \
-        (c.resolve(d.b)[1], c.resolve(d.a)[1])
     lines = [n for n in carried.get("lines") or [] if isinstance(n, int)]
     at = (f" (line {lines[0]})" if len(lines) == 1 else f" (lines {', '.join(map(str, lines))})") if lines else ""
     if carried["via"] == "value":
