@@ -157,6 +157,21 @@ def test_the_slope_ratio_floors_and_needs_the_figure_in_every_entry_merged(tmp_p
     assert cancelling.sensitivity_ratio("erf", torch.float32) is None
 
 
+def test_a_half_kernel_computing_in_float32_inherits_float32s_error_where_ill_conditioned():
+    """bfloat16 GELU's gradient computes in float32: where GELU's tail cancels, its error is
+    float32's, which in bfloat16's units measured 0. Float32's bound, in bfloat16's units,
+    and float32's slope figure with it; a kernel not computing in float32 inherits nothing."""
+    E = kernel_errors.KernelError
+    table = KernelTable({"gelu_backward": {"float32": E(18.3, 800, 8, None, 1.17, 0.5),
+                                           "bfloat16": E(0.99, 800, 8, True, 0.0, 0.0)},
+                         "erf": {"float32": E(2.0, 800, 8, None, 3.0), "bfloat16": E(0.9, 800, 8, False, 0.0)}}, "test")
+    inherited = kernel_errors.MARGIN * 1.17 * 2.0 ** -24 / 2.0 ** -8
+    assert table.input_u("gelu_backward", torch.bfloat16) == inherited
+    assert table.sensitivity_ratio("gelu_backward", torch.bfloat16) == table.sensitivity_ratio("gelu_backward",
+                                                                                                torch.float32)
+    assert table.input_u("erf", torch.bfloat16) == 0.0
+
+
 def test_a_gpu_torch_can_no_longer_name_gets_any_gpus_entry(monkeypatch):
     """The table is read after the script, which may have hidden the GPU CUDA started on (a
     CUDA_VISIBLE_DEVICES set after; seen on an H200 as "Invalid device id")."""

@@ -1479,6 +1479,22 @@ def test_a_backward_kernel_near_its_roots_is_inside(op, root):
     assert judge(out, spread).zone == "inside"
 
 
+def test_a_bfloat16_gradient_computed_in_float32_keeps_float32s_error_in_its_tail():
+    """bfloat16 GELU's gradient is computed in float32, whose Φ(x) + xφ(x) cancels to exactly
+    0 for x near −6 where the true value is −1e-8: float32's error of its inputs, which the
+    bfloat16 entry (in its own units) measured as 0. The correct kernel was 42σ outside."""
+    x = torch.linspace(-7.0, -5.0, 200).bfloat16()
+
+    def gradient(t):
+        t = t.detach().requires_grad_()
+        (g,) = torch.autograd.grad(F.gelu(t).sum(), t)
+        return g
+
+    out, spread = spread_of(gradient, x)
+    assert int((out == 0).sum()) > 0
+    assert judge(out, spread).zone == "inside"
+
+
 def test_a_library_kernels_result_below_the_smallest_normal_may_lose_every_digit():
     """float32 `sigmoid(−96.8)` is 1/(1 + exp(96.8)) = 1/inf = 0, where the exact 9.1e-43 is a
     subnormal: the table measures kernels on normal results only, and a subnormal result

@@ -134,7 +134,20 @@ class KernelTable:
         e = self.get(op, dtype)
         # Any error left after two roundings of the result is the formula's (a correctly
         # rounded kernel leaves none): lerp's a + w·(b − a) is 0.35 u·Σ|xᵢ| off where it cancels.
-        return 0.0 if e is None or not e.backward_u else MARGIN * e.backward_u
+        own = 0.0 if e is None or not e.backward_u else MARGIN * e.backward_u
+        return max(own, self._opmath_input_u(op, dtype))
+
+    def _opmath_input_u(self, op: str, dtype: Any) -> float:
+        """`input_u` a float16/bfloat16 kernel that computes in float32 (`float32_opmath`)
+        inherits: the float32 kernel's error where the function is ill-conditioned, an absolute
+        error in float32's units, in this dtype's. Measured in this dtype's units it rounds to
+        0 (bfloat16 GELU's gradient: `backward_u` 0.0), yet at x = −6.19 that float32
+        computation gives 0 for −1.2e-8, and the correct bfloat16 kernel was 42σ outside."""
+        e = self.get(op, dtype)
+        wide = self.get(op, torch.float32)
+        if e is None or not e.float32_opmath or wide is None or not wide.backward_u or dtype not in UNIT_ROUNDOFF:
+            return 0.0
+        return MARGIN * wide.backward_u * UNIT_ROUNDOFF[torch.float32] / UNIT_ROUNDOFF[dtype]
 
     def sensitivity_ratio(self, op: str, dtype: Any) -> float | None:
         """Where a pointwise op is ill-conditioned, the bound its kernel's measured error sets
@@ -149,6 +162,8 @@ class KernelTable:
         it keeps the input's scale alone, the wider."""
         e = self.get(op, dtype)
         backward = self.input_u(op, dtype)
+        if backward and backward == self._opmath_input_u(op, dtype):  # float32's bound: its slope figure too
+            return self.sensitivity_ratio(op, torch.float32)
         if e is None or e.sensitivity_u is None or e.sensitivity_u > BACKWARD_STABLE_U or not backward:
             return None
         return max(LIBRARY_FLOOR_U, MARGIN * e.sensitivity_u) / backward
