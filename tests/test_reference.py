@@ -134,6 +134,24 @@ def test_weights_rebuilt_from_a_storage_are_leaves_of_their_values(restore):
     assert "set_" not in {getattr(n.target, "__name__", "").split(".")[0] for n in recording.graph.nodes}
 
 
+def test_a_module_deep_copied_before_it_runs_keeps_its_own_history():
+    """`copy.deepcopy(model)` clones each tensor's storage through a byte view `set_` onto
+    it; counted as a write there, the original model's every buffer and weight went "stale"
+    (re-anchored to the arm's float32 values), and a float32-against-float64 training check
+    was withdrawn as "computed where triage records no ops (compiled kernels)"."""
+    import copy
+
+    def run(dtype):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6)).to(dtype)
+        twin = copy.deepcopy(net).double()
+        return net(torch.randn(8, 4).to(dtype)).square().sum() + 0 * twin[0].bias.sum().to(dtype)
+
+    _, reference, recording = record_and_replay(run)
+    assert math.isclose(reference.item(), run(torch.float64).item(), rel_tol=RTOL)
+    assert not [leaf for leaf in recording.leaves if leaf.kind == "stale"]
+
+
 def test_foreach_step_moves_version_counters_under_the_recorder():
     """Under a dispatch mode a foreach op moves no version counter; the recorder advances
     them, as the op does outside one, so autograd and staleness checks still see the write."""

@@ -306,7 +306,8 @@ class OpRecorder(TriageDispatchMode):
         stored = _reads_storage(flat)
         if is_random or not has_tensor_input or name in UNINITIALIZED_OPS or beyond or stored:
             out = self._call(func, args, kwargs, random=is_random)
-            self._wrote(_written_tensors(func, args, kwargs))
+            if name not in REPOINTING_OPS:
+                self._wrote(_written_tensors(func, args, kwargs))
             kind = ("random" if is_random else "uninitialized" if name in UNINITIALIZED_OPS
                     else "storage" if beyond else "input" if stored else "factory")
             if is_random and not self.seeded and self.random_before_seed is None:
@@ -331,7 +332,8 @@ class OpRecorder(TriageDispatchMode):
         out = self._call(func, args, kwargs)
         if written_lists:
             self._bump_unmoved(written, before)
-        self._wrote(written)
+        if name not in REPOINTING_OPS:
+            self._wrote(written)
         if self.fault is not None and self.fault.matches(func):
             self.paused += 1
             try:
@@ -857,6 +859,12 @@ def _argument(func: Any, position: int, args: tuple, kwargs: dict) -> Any:
     if position < len(args):
         return args[position]
     return kwargs.get(func._schema.arguments[position].name)
+
+
+# Ops that point their tensor at another storage and write no element: counted as a write to
+# the storage it then holds, `copy.deepcopy` of a module (`set_` of a byte view onto each
+# buffer's storage, to clone it) left every buffer it copied unrecorded ("stale").
+REPOINTING_OPS = {"set_"}
 
 
 def _written_tensors(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
