@@ -96,7 +96,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
     # differ by besides (an eager-only arm fails it too: the arms' difference is not its cause).
     failing = [{(x["line"], x["how"]) for x in claims if x["arm"] == run.spec and x["holds"] is False}
                for run in completed]
-    everywhere = set.intersection(*failing) if len(completed) >= 2 else set()
+    everywhere = set.intersection(*failing) if failing else set()
     checked = {(run.spec, o.index) for run in completed for o in run.observables
                if o.kind == "readback" and checked_operand(o.label)}
     headline = min(range(len(judged)), key=lambda i: _headline_rank(judged[i], i, everywhere, checked)) \
