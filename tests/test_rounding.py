@@ -1495,6 +1495,38 @@ def test_a_bfloat16_gradient_computed_in_float32_keeps_float32s_error_in_its_tai
     assert judge(out, spread).zone == "inside"
 
 
+def test_a_softmax_gradient_errs_relative_to_each_probability():
+    """The softmax gradient yᵢ·(gᵢ − Σ gⱼyⱼ) carries each probability's scale: its kernel's
+    error added at the output's scale left the gradients of probabilities far below the
+    largest with 1.6 digits in float32, and a float16 softmax gradient against float32's
+    was called ill-conditioned."""
+    g = torch.Generator().manual_seed(0)
+    logits, upstream = torch.randn(8, 300, generator=g) * 4, torch.randn(8, 300, generator=g)
+    out, spread = spread_of(
+        lambda x: torch.ops.aten._softmax_backward_data(upstream, torch.softmax(x, -1), -1, torch.float32), logits)
+    assert spread.digits() > 4.5
+    assert judge(out, spread).zone == "inside"
+
+
+def test_a_losss_cancelling_sum_is_no_figure_behind_its_gradient():
+    """`backward()` seeds the gradient with `ones_like(loss)`, which reads the loss's shape, not
+    its value: a cancellation in the loss (Σ|x|/|Σx| = 2e4, noted) does not reach the gradient
+    through it, nor does the loss's input."""
+    from triage.worker.session import _ancestry
+
+    x, w = torch.tensor([1e4, -1e4 + 1.0, 3.0, -3.0]), torch.ones(4)
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        a = x.detach().requires_grad_()
+        (a * w).sum().backward()
+    node = recorder.lookup(a.grad)
+    recording = recorder.finish()
+    noted = {c["node"]: i for i, c in enumerate(recording.conditioning)}
+    assert [c["kind"] for c in recording.conditioning] == ["cancellation"]
+    leaves, conditioning, _ = _ancestry(node, {leaf.node.name: leaf.index for leaf in recording.leaves}, noted)
+    assert (leaves, conditioning) == ([1], [])
+
+
 def test_a_library_kernels_result_below_the_smallest_normal_may_lose_every_digit():
     """float32 `sigmoid(−96.8)` is 1/(1 + exp(96.8)) = 1/inf = 0, where the exact 9.1e-43 is a
     subnormal: the table measures kernels on normal results only, and a subnormal result

@@ -85,6 +85,7 @@ from triage.worker.conditioning import reduced_dims
 from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_conditioned_scale
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
+from triage.worker.opgraph import value_inputs
 from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
 from triage.worker.reference import EXACT_OPS, cone, custom_implementation, last_uses, muted, widen, widen_dtype
 
@@ -120,7 +121,11 @@ SCANS = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin", "_logcumsumexp
 # softmax is exp(xᵢ − max)/Σ, each factor's error relative. At the scale's error a probability
 # of 1e-87 (a logit 200 below the largest) moved by ±2e-7: negative in half the replays, and
 # never the 0 float32 underflows it to, so log(softmax(x)) was "−inf no rounding gives".
-RELATIVE_KERNELS = SCANS | {"_softmax", "softmax"}
+# Its gradient yᵢ·(gᵢ − Σ gⱼyⱼ) carries each yᵢ's scale: at the output's, the gradients of
+# the probabilities far below the largest kept 1.6 digits in float32 (a correct float16
+# softmax gradient called ill-conditioned); where gᵢ − Σ cancels, the replayed subtraction
+# of rounded operands keeps that cancellation's error.
+RELATIVE_KERNELS = SCANS | {"_softmax", "softmax", "_softmax_backward_data"}
 # Copies and casts: exact when the result's dtype is at least as precise as the input's.
 COPIES = {"_to_copy", "to", "copy", "clone"}
 # One accumulation per output element: n terms summed inside the op.
@@ -1216,7 +1221,9 @@ def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str], exac
             value = inner.meta.get("example_value")
             if isinstance(value, torch.Tensor) and value.dtype in UNIT_ROUNDOFF:
                 dtypes.add(value.dtype)
-        for a in n.all_input_nodes:
+        # Through the inputs whose values it reads: what rounded upstream of `ones_like(loss)`
+        # (the gradient `backward()` is seeded with) does not reach the gradient through it.
+        for a in value_inputs(n):
             dtypes |= found[a][0]
             names |= found[a][1]
         found[n] = (frozenset(dtypes), frozenset(names))
