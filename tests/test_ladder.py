@@ -1073,6 +1073,21 @@ def test_a_side_keeping_no_digit_where_the_sides_differ_most_is_ill_conditioned(
     assert "`cpu` `pe16` keeps no significant digit" in v.summary, v.summary
 
 
+def test_a_function_ill_conditioned_at_its_inputs_is_the_figure_behind_a_wide_spread():
+    """A float16 tanh gradient (nu28 g10): `tanh_backward`'s 1 − y² of a y rounded to 1 keeps
+    no digit; the simulation notes the op as amplifying its inputs' rounding, which the
+    verdict names as the figure, not "no single op recorded explains it"."""
+    ref = np.array([7.07e-2, 2.5e-2, 4.9e-3, 9.9e-4])
+    o = _read_back(0, "`x16.grad`", 9, ref * (1 + np.array([0, 0, 0.3, 0.9])), ref, "float16", ref * 0.6)
+    o.spread["sd"] = o.spread["sig"] / 2
+    o.rounding["cancellations"] = [{"op": "aten.tanh_backward", "line": 9, "kind": "amplifies", "digits_lost": "inf",
+                                    "node": "tanh_backward_default", "hint": None}]
+    v = verdict(arm("cpu", [o]))
+    assert (v.kind, v.expected) == ("expected-ill-conditioned", True), v.summary
+    assert "`aten.tanh_backward` at line 9 is ill-conditioned at its inputs" in v.summary, v.summary
+    assert "losing every digit" in v.summary
+
+
 def test_elements_an_absorbing_addition_leaves_no_digit_are_ill_conditioned_whatever_a_typical_one_keeps():
     """`rel = |log(1 + p) - log1p(p)| / log1p(p)` for p down to 1e-9 (nu25 c04): `1 + p` rounds
     p away at the two smallest, where every rounding gives a relative error near 1 and float64

@@ -1527,6 +1527,25 @@ def test_a_losss_cancelling_sum_is_no_figure_behind_its_gradient():
     assert (leaves, conditioning) == ([1], [])
 
 
+def test_a_function_ill_conditioned_at_its_inputs_is_named_as_the_figure():
+    """float16 tanh saturates: y rounds to within a few spacings of 1, and `tanh_backward`'s
+    1 − y² keeps no digit. No subtraction of the script's cancels, yet that op is why the
+    gradient keeps none: it is noted beside the cancellations, by the digits it loses."""
+    x = torch.linspace(2.0, 6.0, 9).half()
+
+    def gradient(a):
+        a = a.detach().requires_grad_()
+        torch.tanh(a).sum().backward()
+        return a.grad
+
+    _, _, sim = simulated_spread(gradient, x)
+    (spread,) = sim.spreads.values()
+    (site,) = [s for s in spread.cancellations if s["kind"] == "amplifies"]
+    assert site["op"] == "aten.tanh_backward" and site["digits_lost"] >= 3
+    _, _, calm = simulated_spread(gradient, torch.linspace(-0.5, 0.5, 9).half())
+    assert not [s for s in next(iter(calm.spreads.values())).cancellations if s["kind"] == "amplifies"]
+
+
 def test_a_library_kernels_result_below_the_smallest_normal_may_lose_every_digit():
     """float32 `sigmoid(−96.8)` is 1/(1 + exp(96.8)) = 1/inf = 0, where the exact 9.1e-43 is a
     subnormal: the table measures kernels on normal results only, and a subnormal result

@@ -98,7 +98,7 @@ OBSERVABLE_ROUNDING = record({
                                              "them is its own choice).", boolean())},
                           required=("op", "replays", "of"), closed=True), 16),
     "cancellations": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True),
-                                   "kind": one_of("cancels", "absorbs"),
+                                   "kind": one_of("cancels", "absorbs", "amplifies"),
                                    "digits_lost": number(), "hint": text(2000, nullable=True),
                                    "reference_error": described(
                                        "The largest error float64 itself makes there, u64·(|a| + |b|): the float64 "

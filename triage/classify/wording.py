@@ -226,6 +226,9 @@ def cancellation_site(c: Comparison, d: Divergence) -> str | None:
     lost = "every digit" if lost in ("inf", float("inf")) else f"{float(lost):.1f} digits"
     if top.get("kind") == "absorbs":
         return f"`{top['op']}` at line {top['line']} rounds away {lost} of its smaller operand before a logarithm reads it"
+    if top.get("kind") == "amplifies":
+        return (f"`{top['op']}` at line {top['line']} is ill-conditioned at its inputs: its result is far smaller than "
+                f"they are, so their rounding reaches it amplified, losing {lost}")
     return f"`{top['op']}` at line {top['line']} cancels its operands, losing {lost}"
 
 

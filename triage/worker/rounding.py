@@ -598,6 +598,7 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     k = len(samples)
     # The statistics are a few passes over K × numel values: there threads pay.
     torch.set_num_threads(threads)
+    cancellations = {**amplification_sites(order, center.calls, cache), **cancellations}
     noted = set(center.discrete) | set(center.unmeasured) | set(cancellations) | set(center.overflows)
     upstream = _upstream(order, {by_name[w] for w in live}, noted, set(cache.constants))
     for w, ref in live.items():
@@ -1670,6 +1671,36 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any, exact_operands: bool = Fa
             "reference_error": _float64_error(_largest_finite(magnitude))}
 
 
+def _amplification(scale: torch.Tensor, value: torch.Tensor) -> float:
+    """How many times smaller than the scale its inputs' rounding reaches it at (`scale`, where
+    ill-conditioned) a pointwise function's result is, at most: its inputs' relative rounding
+    reaches the result amplified so much (inf where the result is 0 and the scale is not)."""
+    ill = (scale > 0) & torch.isfinite(scale)
+    if not bool(ill.any()):
+        return 1.0
+    with torch.no_grad():
+        ratio = scale[ill] / value.abs().expand(scale.shape)[ill]
+    return float(ratio.nan_to_num(nan=1.0, posinf=math.inf).max())
+
+
+def amplification_sites(order: list[fx.Node], calls: dict[str, tuple[int, int]], cache: _CallCache
+                        ) -> dict[str, dict[str, Any]]:
+    """The pointwise library ops a replay found ill-conditioned at their inputs
+    (`RoundingMode._find_ill_conditioned`) by at least DIGITS_LOST_NOTED digits, as notes beside
+    the cancellations: `tanh_backward`'s 1 − y² of a float16 y rounded to 1 is no subtraction
+    the script wrote, yet it is why the gradient keeps no digit."""
+    sites = {}
+    for n in order:
+        first, end = calls.get(n.name, (0, 0))
+        worst = max((entry[2] for entry in (cache.ill_conditioned.get(i) for i in range(first, end))
+                     if entry is not None and entry[2] is not None), default=1.0)
+        if worst >= 10 ** DIGITS_LOST_NOTED:
+            lost = math.log10(worst) if math.isfinite(worst) else math.inf
+            sites[n.name] = {"op": _op_name(n.target), "line": n.meta.get("line"), "kind": "amplifies",
+                             "digits_lost": round(lost, 1) if math.isfinite(lost) else math.inf, "hint": None}
+    return sites
+
+
 def _float64_error(largest: float) -> float:
     """The largest error float64 itself makes at a site whose operands' magnitudes |a| + |b|
     reach `largest`: one float64 rounding of operands that carry one each, u64·(|a| + |b|). The
@@ -1789,7 +1820,7 @@ class _CallCache:
     def __init__(self) -> None:
         self.dtypes: dict[tuple, Any] = {}
         self.magnitudes: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
-        self.ill_conditioned: dict[int, tuple[Any, torch.Tensor | None]] = {}
+        self.ill_conditioned: dict[int, tuple[Any, torch.Tensor | None, float | None]] = {}
         self.exact_reductions: dict[int, torch.Tensor] = {}  # collapsed reductions of their exact terms
         # Where an accumulator or a half-precision decomposition may overflow (`RoundingMode._overflowing`,
         # `RoundingMode._overflowing_at`)
@@ -2418,9 +2449,11 @@ class RoundingMode(TriageDispatchMode):
         first_args, first_kwargs = (_sample_args(args, 0), _sample_kwargs(kwargs, 0)) if self.samples else (args, kwargs)
         try:
             slope_ratio = self.options.kernels.sensitivity_ratio(func.overloadpacket.__name__.rstrip("_"), dtype)
-            cached = (func, ill_conditioned_scale(_out_of_place(func), first_args, first_kwargs, slope_ratio))
+            scale = ill_conditioned_scale(_out_of_place(func), first_args, first_kwargs, slope_ratio)
+            cached = (func, scale, None if scale is None else _amplification(
+                scale, _out_of_place(func)(*first_args, **first_kwargs)))
         except Exception:  # noqa: BLE001 - no sensitivity (nor an out-of-place form): the forward bound alone
-            cached = (func, None)
+            cached = (func, None, None)
         self.cache.ill_conditioned[call] = cached
 
     def _noise_where_ill_conditioned(self, call: int, out: torch.Tensor, bound: float) -> torch.Tensor:
