@@ -1173,6 +1173,18 @@ def test_a_constant_factor_between_tensors_names_a_whole_divisor(factor, said):
 
 
 
+def test_a_matrix_against_its_transpose_is_said_so():
+    """A hand-written weight gradient `x.t() @ g_out` where autograd's is `g_out.t() @ x`
+    (nu28 g14): square, so the script's comparison runs, and each is the other transposed."""
+    from triage.classify.wording import difference_shape
+    m = np.arange(16.0).reshape(4, 4) ** 1.5 - 7
+    assert "transposed: `g_W` is `W.grad` with its last two dimensions swapped" in difference_shape(
+        m.T.copy(), m, ("`g_W`", "`W.grad`"))
+    symmetric = m + m.T
+    assert "transposed" not in difference_shape(symmetric, symmetric * 1.5, ("`a`", "`b`"))
+    assert "transposed" not in difference_shape(m[:, :3].copy(), m[:, 1:].copy(), ("`a`", "`b`"))
+
+
 @pytest.mark.parametrize("small, large", [(1e-300, 1e300), (1e-160, 1e150)])
 def test_a_constant_factor_too_small_to_invert_is_said_as_a_factor(small, large):
     """Ratios that underflow to 0 (1e-300 against 1e300) or whose inverse passes float64's

@@ -153,6 +153,9 @@ def difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> st
         mid = float(np.median(offset))
         if mid != 0 and np.all(np.abs(offset - mid) <= 1e-6 * max(abs(mid), 1e-300)):
             return f", by a constant offset: {names[0]} = {names[1]} + {mid:.6g} in every element"
+        if _transposed(a, b):
+            return (f", transposed: {names[0]} is {names[1]} with its last two dimensions swapped, in every element "
+                    "(a matrix product's operands swapped or one transposed: (AᵀB)ᵀ = BᵀA)")
         shifted = _shift(a, b)
         if shifted is not None:
             axis, step = shifted
@@ -161,6 +164,16 @@ def difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> st
             return (f", shifted by one element{along}: `{x}[i] = {y}[i {'-' if step > 0 else '+'} 1]` wherever both "
                     "exist (an off-by-one index)")
     return ""
+
+
+def _transposed(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether square matrices `a` and `b` (their last two dimensions) are each other's
+    transposes, their float64 values equal to 1e-9 relative, and not symmetric."""
+    if a.ndim < 2 or a.shape != b.shape or a.shape[-1] != a.shape[-2] or a.shape[-1] < 2:
+        return False
+    scale = float(np.abs(b).max())
+    return not np.allclose(a, b, rtol=1e-9, atol=1e-12 * scale) and np.allclose(
+        a, np.swapaxes(b, -1, -2), rtol=1e-9, atol=1e-12 * scale)
 
 
 def _shift(a: np.ndarray, b: np.ndarray) -> tuple[int, int] | None:
