@@ -152,6 +152,22 @@ def test_a_module_deep_copied_before_it_runs_keeps_its_own_history():
     assert not [leaf for leaf in recording.leaves if leaf.kind == "stale"]
 
 
+def test_an_output_a_kernel_leaves_empty_without_gradients_is_not_read_past_its_end():
+    """Sparse `mm` with the `amax` reduction computes its argmax indices only where an input
+    requires a gradient: the float64 replay (no gradients) got them empty, and the recorded
+    backward read them past their end and crashed the process. A replayed output whose shape
+    is not the recording's stops the replay there."""
+    a = torch.randn(5, 5).relu().to_sparse_csr().requires_grad_()
+    b = torch.randn(5, 3, requires_grad=True)
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with torch.enable_grad(), recorder:
+        (grad,) = torch.autograd.grad(torch.sparse.mm(a, b, "amax").sum(), b)
+    node = recorder.lookup(grad)
+    replay = replay_fp64(recorder.finish().graph, {node.name}, 60)
+    assert node.name not in replay.values
+    assert "shape (0,) where the recording's had (5, 3)" in replay.failed[node.name]
+
+
 def test_foreach_step_moves_version_counters_under_the_recorder():
     """Under a dispatch mode a foreach op moves no version counter; the recorder advances
     them, as the op does outside one, so autograd and staleness checks still see the write."""

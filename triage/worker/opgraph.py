@@ -722,6 +722,9 @@ class OpRecorder(TriageDispatchMode):
         item.meta["line"] = node.meta.get("line")
         if value is not None:
             item.meta["dtype"] = value.dtype
+            # What a replay must give back (`reference.shape_as_recorded`): a kernel may leave an
+            # output empty where nothing asks for its gradient.
+            item.meta["shape"] = tuple(value.shape)
         return item
 
     def _count(self) -> None:

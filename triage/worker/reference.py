@@ -243,7 +243,7 @@ def _evaluate(n: fx.Node, env: dict[fx.Node, Any], result: Replay) -> None:
     target = n.target
     try:
         if target is operator.getitem:
-            env[n] = args[0][args[1]]
+            env[n] = shape_as_recorded(n, args[0][args[1]])
         elif isinstance(target, torch._ops.OpOverload):
             env[n] = _run_op(n, target, args, kwargs, result)
         else:  # a CompiledRegion: one run of a dynamo graph
@@ -256,6 +256,17 @@ def _evaluate(n: fx.Node, env: dict[fx.Node, Any], result: Replay) -> None:
                 env[n] = tree_map(widen, target(*copies))
     except Exception as e:  # noqa: BLE001 - any failure only removes this node's reference
         result.failed[n.name] = f"{_op_name(target)} could not be replayed in float64: {type(e).__name__}: {str(e)[:200]}"
+
+
+def shape_as_recorded(n: fx.Node, value: Any) -> Any:
+    """`value`, an output of a recorded op, where its shape is the one recorded; else raises.
+    A kernel may compute an output only for autograd (sparse `mm`'s `amax` reduction leaves
+    its argmax indices empty where no input requires a gradient), and the recorded backward
+    then read the empty one past its end: a segfault that took the arm's process with it."""
+    recorded = n.meta.get("shape")
+    if recorded is not None and isinstance(value, torch.Tensor) and tuple(value.shape) != recorded:
+        raise RuntimeError(f"the replay's output has shape {tuple(value.shape)} where the recording's had {recorded}")
+    return value
 
 
 def _run_op(n: fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict, result: Replay) -> Any:
