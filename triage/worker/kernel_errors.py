@@ -597,15 +597,16 @@ def _analytic_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
 NUMPY_CONDITIONING_ELEMENTS = 1 << 12
 
 
-def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict, slope_ratio: float | None = None
-                          ) -> torch.Tensor | None:
+def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict, slope_ratio: float | None = None,
+                          value: torch.Tensor | None = None) -> torch.Tensor | None:
     """Where pointwise `func` (out of place) is ill-conditioned on these float64 arguments
     (Σ|xᵢ·∂f/∂xᵢ| above WELL_CONDITIONED·|f|, or AMPLIFYING·|f| for a formula that cancels)
     and every input is finite: the scale
     max(Σ|xᵢ|, |f|) there and 0 elsewhere; None where it is well conditioned everywhere or has
     no sensitivity figure. With the kernel's `slope_ratio` (`KernelTable.sensitivity_ratio`),
-    the scale is at most that multiple of max(Σ|xᵢ·∂f/∂xᵢ|, |f|)."""
-    value = func(*args, **kwargs)
+    the scale is at most that multiple of max(Σ|xᵢ·∂f/∂xᵢ|, |f|). `value`: `func`'s result on
+    these arguments, where the caller has it."""
+    value = func(*args, **kwargs) if value is None else value
     name = func.overloadpacket.__name__.rstrip("_")
     if value.numel() <= NUMPY_CONDITIONING_ELEMENTS and name in LINEAR_TERMS \
             and len(args) <= LINEAR_TERMS[name]:

@@ -1675,12 +1675,13 @@ def _amplification(scale: torch.Tensor, value: torch.Tensor) -> float:
     """How many times smaller than the scale its inputs' rounding reaches it at (`scale`, where
     ill-conditioned) a pointwise function's result is, at most: its inputs' relative rounding
     reaches the result amplified so much (inf where the result is 0 and the scale is not)."""
-    ill = (scale > 0) & torch.isfinite(scale)
-    if not bool(ill.any()):
+    s, v = scale.detach().numpy(), np.broadcast_to(np.abs(value.detach().numpy()), scale.shape)
+    ill = (s > 0) & np.isfinite(s)
+    if not ill.any():
         return 1.0
-    with torch.no_grad():
-        ratio = scale[ill] / value.abs().expand(scale.shape)[ill]
-    return float(ratio.nan_to_num(nan=1.0, posinf=math.inf).max())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = s[ill] / v[ill]
+    return float(np.nan_to_num(ratio, nan=1.0, posinf=math.inf).max())
 
 
 def amplification_sites(order: list[fx.Node], calls: dict[str, tuple[int, int]], cache: _CallCache
@@ -2449,9 +2450,9 @@ class RoundingMode(TriageDispatchMode):
         first_args, first_kwargs = (_sample_args(args, 0), _sample_kwargs(kwargs, 0)) if self.samples else (args, kwargs)
         try:
             slope_ratio = self.options.kernels.sensitivity_ratio(func.overloadpacket.__name__.rstrip("_"), dtype)
-            scale = ill_conditioned_scale(_out_of_place(func), first_args, first_kwargs, slope_ratio)
-            cached = (func, scale, None if scale is None else _amplification(
-                scale, _out_of_place(func)(*first_args, **first_kwargs)))
+            value = _out_of_place(func)(*first_args, **first_kwargs)
+            scale = ill_conditioned_scale(_out_of_place(func), first_args, first_kwargs, slope_ratio, value)
+            cached = (func, scale, None if scale is None else _amplification(scale, value))
         except Exception:  # noqa: BLE001 - no sensitivity (nor an out-of-place form): the forward bound alone
             cached = (func, None, None)
         self.cache.ill_conditioned[call] = cached
