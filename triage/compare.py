@@ -220,7 +220,8 @@ def _headline_rank(d: Divergence, order: int, failing_everywhere: set[tuple[int 
     sides = [s for s in (d.a, d.b) if s is not None]
     floating = any(_is_float(s.dtype or "") for s in sides) or all(_is_index(s.dtype or "") for s in sides) and (
         kind == KIND_RANK["claim"] or all((s.arm, s.observable) in checked for s in sides))
-    reported = d.source == "claim" and (d.a.line, d.how) in failing_everywhere
+    # (a boolean the failing check reads says less than the floating values behind it, too)
+    reported = d.source == "claim" and (d.a.line, d.how) in failing_everywhere and floating
     return (not outside, not decisive, not reported, not floating, kind, order)
 
 
