@@ -792,19 +792,10 @@ OVERWRITING_OPS = {"fill_", "zero_", "copy_", "normal_", "uniform_", "random_", 
                    "geometric_", "cauchy_", "log_normal_"}
 
 
-# Ops whose result takes only its inputs' shape, dtype and device, never their values.
-SHAPE_ONLY_OPS = {"ones_like", "zeros_like", "empty_like", "full_like", "new_ones", "new_zeros", "new_full",
-                  "new_empty", "new_empty_strided", "_new_zeros_with_same_feature_meta"}
-
-
 def value_inputs(n: fx.Node) -> list[fx.Node]:
     """The input nodes whose values `n`'s value depends on: all of them, except the target of
-    an op that overwrites it entirely, and none of an op that reads their shapes alone
-    (`ones_like(loss)`, the gradient `backward()` is seeded with: a cancelling sum in the loss
-    was named as the figure behind every gradient element)."""
+    an op that overwrites it entirely."""
     target = n.target
-    if isinstance(target, torch._ops.OpOverload) and target.overloadpacket.__name__ in SHAPE_ONLY_OPS:
-        return []
     if isinstance(target, torch._ops.OpOverload) and target.overloadpacket.__name__ in OVERWRITING_OPS \
             and n.args and isinstance(n.args[0], fx.Node):
         overwritten = n.args[0]

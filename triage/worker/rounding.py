@@ -85,7 +85,6 @@ from triage.worker.conditioning import reduced_dims
 from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_conditioned_scale
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
-from triage.worker.opgraph import value_inputs
 from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
 from triage.worker.reference import EXACT_OPS, cone, custom_implementation, last_uses, muted, widen, widen_dtype
 
@@ -1222,9 +1221,7 @@ def _upstream(order: list[fx.Node], targets: set[fx.Node], noted: set[str], exac
             value = inner.meta.get("example_value")
             if isinstance(value, torch.Tensor) and value.dtype in UNIT_ROUNDOFF:
                 dtypes.add(value.dtype)
-        # Through the inputs whose values it reads: what rounded upstream of `ones_like(loss)`
-        # (the gradient `backward()` is seeded with) does not reach the gradient through it.
-        for a in value_inputs(n):
+        for a in n.all_input_nodes:
             dtypes |= found[a][0]
             names |= found[a][1]
         found[n] = (frozenset(dtypes), frozenset(names))
