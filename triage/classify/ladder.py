@@ -572,7 +572,7 @@ def _loses_every_digit(site: dict[str, Any]) -> bool:
     """A cancellation note (`cancellations` of a rounding record) whose op keeps no digit of
     what it reads: an absorbed operand, or a difference of operands equal to the last bit."""
     lost = site.get("digits_lost")
-    return site.get("kind") == "absorbs" or lost in ("inf", math.inf)
+    return site.get("kind") == "absorbs" or site.get("kind") != "amplifies" and lost in ("inf", math.inf)
 
 def _conditioning_shown(c: Comparison, d: Divergence, wide: list[Judgement], cancels: str) -> bool:
     """Something makes the computation ill-conditioned, not merely long: a side keeping no
@@ -586,7 +586,10 @@ def _conditioning_shown(c: Comparison, d: Divergence, wide: list[Judgement], can
                 and not flush_notes(c)
                 for j in wide)
             or bool(cancels) or singular_upstream(c, d) is not None or matrix_upstream(c, d)
-            or ill_conditioning(c, d) is not None or cancellation_site(c, d) is not None)
+            or ill_conditioning(c, d) is not None
+            # (a function ill-conditioned at its inputs names the cause of a side's lost digits,
+            # but elements in its tail alone are no sign the comparison is ill-conditioned)
+            or any(site.get("kind") != "amplifies" for site in cancellation_sites(c, d)))
 
 
 def _within_noise(j: Judgement) -> bool:
