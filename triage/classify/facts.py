@@ -56,13 +56,22 @@ def precision_of(comparison: Comparison | None) -> str:
 
 
 def cancellation_sites(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
-    """The additions/subtractions upstream of the sides that lose the most digits to
-    cancellation (found by the rounding simulation's unperturbed replay)."""
+    """The ops upstream of the sides that lose the most digits (found by the rounding
+    simulation's unperturbed replay): additions and subtractions that cancel or absorb an
+    operand, and functions ill-conditioned at their inputs (kind "amplifies")."""
     sites = []
     for s in (d.a, d.b):
         found = c.find(s)
         sites += ((found[1].rounding or {}).get("cancellations") or []) if found else []
     return sites
+
+
+def written_sites(c: Comparison, d: Divergence) -> list[dict[str, Any]]:
+    """The cancellation sites of the script's own additions and subtractions: a function
+    found ill-conditioned at its inputs is the less direct figure. It names the cause of a
+    side's lost digits, but no cancellation, and elements in its tail alone are no sign the
+    comparison is ill-conditioned."""
+    return [site for site in cancellation_sites(c, d) if site.get("kind") != "amplifies"]
 
 
 MASKING = re.compile(r"\bwhere\s*\(|\bmasked_(?:fill|scatter|select)_?\s*\(")

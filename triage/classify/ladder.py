@@ -40,6 +40,7 @@ from triage.classify.facts import (
     site_key,
     state_key,
     threshold_checks,
+    written_sites,
 )
 from triage.classify.wording import (
     CAUSES,
@@ -514,7 +515,7 @@ def _judged(c: Comparison, d: Divergence, agree: list[Ablation], source: str) ->
         # carry no digits to be rounding-accurate in. (A cancelling matmul element is not
         # one: every model has a few.)
         wide = [j for j in js if j.poorly_determined]
-    if not wide and any(_loses_every_digit(site) for site in cancellation_sites(c, d)):
+    if not wide and any(_loses_every_digit(site) for site in written_sites(c, d)):
         # An addition upstream rounds away every digit of its smaller operand (`1 + p` for a
         # p below float32's unit roundoff, then `log`), or a subtraction cancels all of them:
         # the elements it reaches keep none in every rounding, all alike, so a typical
@@ -569,10 +570,9 @@ LONG_SUM_DIGITS = 2.0
 
 
 def _loses_every_digit(site: dict[str, Any]) -> bool:
-    """A cancellation note (`cancellations` of a rounding record) whose op keeps no digit of
+    """A note of the script's own arithmetic (`written_sites`) whose op keeps no digit of
     what it reads: an absorbed operand, or a difference of operands equal to the last bit."""
-    lost = site.get("digits_lost")
-    return site.get("kind") == "absorbs" or site.get("kind") != "amplifies" and lost in ("inf", math.inf)
+    return site.get("kind") == "absorbs" or site.get("digits_lost") in ("inf", math.inf)
 
 def _conditioning_shown(c: Comparison, d: Divergence, wide: list[Judgement], cancels: str) -> bool:
     """Something makes the computation ill-conditioned, not merely long: a side keeping no
@@ -586,10 +586,7 @@ def _conditioning_shown(c: Comparison, d: Divergence, wide: list[Judgement], can
                 and not flush_notes(c)
                 for j in wide)
             or bool(cancels) or singular_upstream(c, d) is not None or matrix_upstream(c, d)
-            or ill_conditioning(c, d) is not None
-            # (a function ill-conditioned at its inputs names the cause of a side's lost digits,
-            # but elements in its tail alone are no sign the comparison is ill-conditioned)
-            or any(site.get("kind") != "amplifies" for site in cancellation_sites(c, d)))
+            or ill_conditioning(c, d) is not None or bool(written_sites(c, d)))
 
 
 def _within_noise(j: Judgement) -> bool:
@@ -1030,7 +1027,7 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
             elif left.get("zeros"):
                 # log(1 - p) where float16 rounds p to 1: the 0 comes from a cancellation (or is the
                 # script's own), and ±inf is the op's exact answer at it, not a value past the range.
-                site = next((x for x in cancellation_sites(c, d) if _loses_every_digit(x)), None)
+                site = next((x for x in written_sites(c, d) if _loses_every_digit(x)), None)
                 source = (f" `{site['op']}` at line {site['line']} cancels its operands to 0 at {left['dtype']}, and "
                           f"`{left['op']}`{at} turns the 0 into" if site else f" `{left['op']}`{at} reads 0 and returns")
                 why = (f"{source} {result}, its exact answer at 0 (not a value past {left['dtype']}'s range); what is "

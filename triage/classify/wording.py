@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from triage import policy
-from triage.classify.facts import cancellation_sites, notes_upstream, settings_between, singular_upstream, torch_of
+from triage.classify.facts import (
+    cancellation_sites,
+    notes_upstream,
+    settings_between,
+    singular_upstream,
+    torch_of,
+    written_sites,
+)
 from triage.model import (
     Ablation,
     ArmRun,
@@ -235,8 +242,8 @@ def cancellation_site(c: Comparison, d: Divergence) -> str | None:
     # The site losing the most, whichever side it is on (a manual distance's exact difference
     # beside cdist's matmul path, which loses more).
     # A subtraction or addition the script's values go through is named before a function
-    # found ill-conditioned at its inputs, the less direct figure.
-    written = [site for site in sites if site.get("kind") != "amplifies"] or sites
+    # found ill-conditioned at its inputs (`written_sites`).
+    written = written_sites(c, d) or sites
     top = max(written, key=lambda site: float(site.get("digits_lost") or 0.0))
     lost = top["digits_lost"]
     lost = "every digit" if lost in ("inf", float("inf")) else f"{float(lost):.1f} digits"

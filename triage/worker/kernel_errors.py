@@ -131,11 +131,17 @@ class KernelTable:
         """The error bound (units of u·max(Σ|xᵢ|, |f|)) the simulation adds to a pointwise op's result
         where the function is ill-conditioned: a formula that cancels there (1 + erf(x)) is
         accurate relative to its inputs, not to its result."""
+        return self._input_bound(op, dtype)[0]
+
+    def _input_bound(self, op: str, dtype: Any) -> tuple[float, bool]:
+        """`input_u`, and whether it is the bound a float32-opmath kernel inherits
+        (`_opmath_input_u`) rather than this dtype's own measurement."""
         e = self.get(op, dtype)
         # Any error left after two roundings of the result is the formula's (a correctly
         # rounded kernel leaves none): lerp's a + w·(b − a) is 0.35 u·Σ|xᵢ| off where it cancels.
         own = 0.0 if e is None or not e.backward_u else MARGIN * e.backward_u
-        return max(own, self._opmath_input_u(op, dtype))
+        inherited = self._opmath_input_u(op, dtype)
+        return (inherited, True) if inherited and inherited >= own else (own, False)
 
     def _opmath_input_u(self, op: str, dtype: Any) -> float:
         """`input_u` a float16/bfloat16 kernel that computes in float32 (`float32_opmath`)
@@ -161,8 +167,8 @@ class KernelTable:
         outgrows its slope without bound (79.6 u of it on OpInfo's samples, 10⁹ at x = −8);
         it keeps the input's scale alone, the wider."""
         e = self.get(op, dtype)
-        backward = self.input_u(op, dtype)
-        if backward and backward == self._opmath_input_u(op, dtype):  # float32's bound: its slope figure too
+        backward, inherited = self._input_bound(op, dtype)
+        if inherited:  # float32's bound: its slope figure too
             return self.sensitivity_ratio(op, torch.float32)
         if e is None or e.sensitivity_u is None or e.sensitivity_u > BACKWARD_STABLE_U or not backward:
             return None

@@ -1669,9 +1669,10 @@ def cancellation_at(n: fx.Node, args: tuple, out: Any, exact_operands: bool = Fa
 
 
 def _amplification(scale: torch.Tensor, value: torch.Tensor) -> float:
-    """How many times smaller than the scale its inputs' rounding reaches it at (`scale`, where
-    ill-conditioned) a pointwise function's result is, at most: its inputs' relative rounding
-    reaches the result amplified so much (inf where the result is 0 and the scale is not)."""
+    """The largest ratio of `scale` (a pointwise function's ill-conditioned scale,
+    max(Σ|xᵢ|, |f|) where it is ill-conditioned and 0 elsewhere) to the function's result
+    |f|: its inputs' relative rounding reaches the result amplified that many times (inf
+    where the result is 0 and the scale is not; 1 where it is nowhere ill-conditioned)."""
     s, v = scale.detach().numpy(), np.broadcast_to(np.abs(value.detach().numpy()), scale.shape)
     ill = (s > 0) & np.isfinite(s)
     if not ill.any():
