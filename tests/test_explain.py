@@ -109,6 +109,21 @@ def test_intermediate_overflow_domain_edges_and_signed_zero():
     assert sensitivity_of("sum", (torch.full((10,), 6e4, dtype=torch.float16),), None) is None  # float32 holds 6e5
 
 
+def test_a_norm_whose_squares_are_all_subnormal_is_noted():
+    """A float32 2-norm of values near 1e-22 (nu28 g07): its kernel squares without scaling,
+    every square lies below float32's smallest normal, keeping a digit or two."""
+    tiny = torch.tensor([2.1e-22, -1.3e-22, 0.4e-22])
+    note = sensitivity_of("linalg_vector_norm", (tiny, 2), None)
+    assert note["kind"] == "intermediate-underflow" and note["ill_conditioned"], note
+    assert "lies below the smallest normal float32" in note["figure"] and "at most 1.5 significant digits" in note["figure"]
+    assert sensitivity_of("norm", (tiny,), None)["kind"] == "intermediate-underflow"  # p = 2 by default
+    assert sensitivity_of("linalg_vector_norm", (tiny, 1), None) is None  # no squares
+    assert sensitivity_of("linalg_vector_norm", (tiny.double(), 2), None) is None  # float64 holds 4e-44
+    # float16 inputs are squared in float32, which holds 1e-10: no note.
+    assert sensitivity_of("linalg_vector_norm", (torch.tensor([1e-5, 2e-5], dtype=torch.float16), 2), None) is None
+    assert sensitivity_of("linalg_vector_norm", (torch.tensor([1e-18, 2e-18]), 2), None) is None  # 4e-36: normal
+
+
 def test_a_probability_loss_reading_probabilities_at_its_edges_is_noted():
     """`binary_cross_entropy` of float32 sigmoid outputs that are exactly 1 where the target is
     0 reads log(1 − p) of no digit (PyTorch clamps it at −100): the figure names the edge and

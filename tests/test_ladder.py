@@ -1088,6 +1088,24 @@ def test_a_function_ill_conditioned_at_its_inputs_is_the_figure_behind_a_wide_sp
     assert "losing every digit" in v.summary
 
 
+def test_a_norm_of_subnormal_squares_is_the_figure_and_the_extremal_values_section():
+    """The gradient of a float32 norm of values near 1e-22 (nu28 g07) keeps 0.4 digits: the
+    norm's squares are subnormal (`intermediate-underflow`). That range, not "no single op",
+    is the figure, and the accuracy note's section is its extremal values."""
+    ref = np.array([1.0])
+    o = _read_back(0, "`x.grad.norm().item()`", 13, ref + 0.0083, ref, "float32", np.array([0.12]))
+    o.spread["sd"] = o.spread["sig"] / 2
+    o.conditioning = [0]
+    note = {"op": "linalg_vector_norm", "line": 11, "shape": [16], "dtype": "float32", "singular": False,
+            "ill_conditioned": True, "kind": "intermediate-underflow", "node": "n", "cond": None, "rank": None,
+            "order": None, "figure": "max |x| = 2.12e-22, so every square x² (at most 4.47e-44) lies below the "
+                                     "smallest normal float32 (1.18e-38)"}
+    v = verdict(arm("cpu", [o], conditioning=[note]))
+    assert (v.kind, v.expected, v.policy_section) == ("expected-ill-conditioned", True, "Extremal values"), v.summary
+    assert "`aten.linalg_vector_norm` at line 11, where max |x| = 2.12e-22" in v.summary, v.summary
+    assert "No single op recorded explains it" not in v.summary
+
+
 def test_elements_an_absorbing_addition_leaves_no_digit_are_ill_conditioned_whatever_a_typical_one_keeps():
     """`rel = |log(1 + p) - log1p(p)| / log1p(p)` for p down to 1e-9 (nu25 c04): `1 + p` rounds
     p away at the two smallest, where every rounding gives a relative error near 1 and float64

@@ -280,6 +280,13 @@ def singular_upstream(c: Comparison, d: Divergence, side: int | None = None) -> 
     return next((n for n in ranked if n.get("singular") or n.get("ill_conditioned")), None)
 
 
+def range_note(note: dict[str, Any]) -> bool:
+    """A conditioning note about the dtype's range (a value or an intermediate past its
+    largest value, or below its smallest normal one): the accuracy note's extremal values."""
+    kind = str(note.get("kind", ""))
+    return "overflow" in kind or "underflow" in kind
+
+
 def matrix_upstream(c: Comparison, d: Divergence) -> bool:
     return any((n.get("singular") or n.get("ill_conditioned")) and
                ("figure" not in n or str(n.get("kind", "")).startswith("close-")) for n in notes_upstream(c, d))

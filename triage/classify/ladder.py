@@ -33,6 +33,7 @@ from triage.classify.facts import (
     nonfinite_side,
     notes_upstream,
     precision_of,
+    range_note,
     recorded_operand,
     reduced_counts,
     reduced_matmul_notes,
@@ -420,7 +421,7 @@ def _by_float64(comparison: Comparison, d: Divergence, agree: list[Ablation]) ->
     if conditioned:
         note = singular_upstream(comparison, d) or {}
         matrix = "figure" not in note
-        section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
+        section = policy.LINALG if matrix else policy.EXTREMAL if range_note(note) else policy.GENERAL
         return make_verdict("expected-ill-conditioned", True, section, ["numerical"] + (["linalg"] if matrix else []),
                         f"{where_text(d)} differs beyond tolerance, but it depends on {conditioned}. "
                         "On such inputs results may vary between devices and backends.",
@@ -1037,7 +1038,7 @@ def _nonfinite_inside(c: Comparison, d: Divergence, evidence: list[str]) -> Verd
                        f"{result} from finite inputs (the largest finite {left['dtype']} is {left['largest']:.6g}), "
                        "and what is computed from it follows.")
         elif note:
-            section = policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
+            section = policy.EXTREMAL if range_note(note) else policy.GENERAL
             why = f" At `aten.{note['op']}` (line {note['line']}) {note['figure']}."
     both = "Both sides are" if d.b is not None else "The value is"
     return make_verdict("nonfinite-flip", True, section, labels,
@@ -1185,7 +1186,7 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
         else math.inf)
     note = singular_upstream(c, d) or {}
     matrix = bool(note) and "figure" not in note
-    section = policy.LINALG if matrix else policy.EXTREMAL if "overflow" in note.get("kind", "") else policy.GENERAL
+    section = policy.LINALG if matrix else policy.EXTREMAL if range_note(note) else policy.GENERAL
     if j.computational_zero and any(u.endswith(FINITE_UNDER_SOME) for u in j.unstable):
         state = (f"`{j.arm}` {j.label} is not finite under some of its simulated roundings at {j.precision_text}, so no "
                  "finite value of it keeps a reliable digit")
@@ -2302,7 +2303,7 @@ def _nonfinite_flip(c: Comparison, d: Divergence) -> Verdict:
                         f"so `inf` is the correctly rounded {s.dtype} answer: expected range overflow, not a bug.",
                         evidence)
     if singular and "figure" in singular:
-        section = policy.EXTREMAL if "overflow" in singular["kind"] else policy.GENERAL
+        section = policy.EXTREMAL if range_note(singular) else policy.GENERAL
         return make_verdict("nonfinite-flip", True, section, ["nonfinite", "numerical"],
                         f"{who} At `aten.{singular['op']}` (line {singular['line']}) {singular['figure']}, so a "
                         "non-finite value on one side is the input's doing, not a kernel's.",

@@ -253,6 +253,7 @@ def _bareiss_det(m: list[list]) -> object:
 REDUCTIONS = {"sum", "mean", "cumsum", "var", "std", "var_mean", "std_mean", "nansum"}
 MATMULS = {"mm", "mv", "addmm", "addmv", "bmm", "dot", "matmul"}
 SQUARING = {"linalg_vector_norm", "norm", "var", "std", "var_mean", "std_mean"}
+NORMS = {"linalg_vector_norm", "norm"}  # the SQUARING ops that square their input itself
 DOMAINS = {"log": (0.0, None), "log2": (0.0, None), "log10": (0.0, None), "log1p": (-1.0, None),
            "sqrt": (0.0, None), "rsqrt": (0.0, None), "acosh": (1.0, None), "atanh": (-1.0, 1.0),
            "asin": (-1.0, 1.0), "acos": (-1.0, 1.0)}
@@ -326,6 +327,34 @@ def _large_angle(wide: torch.Tensor, dtype: torch.dtype, base: dict[str, Any]) -
                        f"(its spacing there is {spacing:.2g}): the result is off by as much, so a result of unit size "
                        f"keeps {kept}; computing the argument and the function in {wider} keeps them")
 
+def _norm_order(args: tuple) -> Any:
+    """A norm op's order (`linalg_vector_norm`'s `ord`, `norm`'s `p`): 2 where not given."""
+    order = args[1] if len(args) > 1 else 2
+    return 2 if order is None else order
+
+
+def _squares_below_normal(wide: torch.Tensor, accumulated: torch.dtype, base: dict[str, Any]
+                          ) -> dict[str, Any] | None:
+    """A 2-norm's note where even its largest element's square lies below the smallest normal
+    value of the dtype its kernel squares in (float32 for fp16/bf16): the kernel adds the
+    squares as they are, without scaling (LAPACK's nrm2 scales), so they are subnormal, keep
+    fewer digits the smaller they are, and the smallest round to 0 (a norm of 16 elements near
+    1e-22 came out 0.8 % low in float32, of 16 near 1e-24 exactly 0)."""
+    biggest = float(wide.abs().max())
+    info = torch.finfo(accumulated)
+    if not 0 < biggest * biggest < info.tiny:
+        return None
+    spacing = info.tiny * info.eps  # the subnormals' spacing
+    digits = max(0.0, math.log10(biggest * biggest / spacing))
+    name = str(accumulated).replace("torch.", "")
+    return dict(base, kind="intermediate-underflow", ill_conditioned=True,
+                figure=f"max |x| = {biggest:.3g}, so every square x² (at most {biggest * biggest:.3g}) lies below the "
+                       f"smallest normal {name} ({info.tiny:.3g}), where {name} is spaced by {spacing:.2g}: the squares "
+                       f"keep at most {digits:.1f} significant digits and the smaller ones round to 0, so the norm keeps "
+                       "no more (the kernel does not scale its input); dividing x by its largest element first, or "
+                       "computing in float64, keeps them")
+
+
 def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
     """The worst numerical hazard of this op at this input, or None where there is none."""
     x = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -350,6 +379,10 @@ def sensitivity_of(op: str, args: tuple, out: Any) -> dict[str, Any] | None:
             return dict(base, kind="intermediate-overflow", ill_conditioned=True, overflow=True,
                         figure=f"max |x| = {biggest:.3g}, so x² = {biggest * biggest:.3g} exceeds the largest "
                                f"{base['dtype']} ({finfo.max:.3g}) although the result may not")
+    if op in NORMS and _norm_order(args) == 2:
+        note = _squares_below_normal(wide, accumulated, base)
+        if note:
+            return note
     if op in ("exp", "expm1"):
         limit = math.log(finfo.max)
         over = int((wide > limit).sum())
