@@ -870,7 +870,13 @@ def test_a_check_asking_for_less_than_its_dtype_holds_says_so():
 
     text = difference_text(pair({"rtol": 1e-8, "atol": 0.0}))
     assert "not within the script's own rtol=1e-08, atol=0: that rtol is below float32's unit roundoff" in text, text
-    assert "the script's own" not in difference_text(pair({"rtol": 1e-5, "atol": 1e-8}))
+    assert "the script's own" not in difference_text(pair({"rtol": 1e-5, "atol": 1e-8}))  # it holds
+    # Tighter than assert_close's float32 defaults (rtol 1.3e-6, atol 1e-5), and failing there.
+    text = difference_text(pair({"rtol": 1e-8, "atol": 1e-8}))
+    assert "rtol=1e-08, atol=1e-08: that rtol is below float32's unit roundoff" in text, text
+    text = difference_text(pair({"rtol": 1e-7, "atol": 1e-8}))
+    assert ("not within the script's own rtol=1e-07, atol=1e-08, tighter than `assert_close`'s float32 defaults "
+            "(rtol=1.3e-06, atol=1e-05), which it meets") in text, text
     assert "the script's own" not in difference_text(pair(None))
     # What an allclose call asks for: positional, by keyword, or its defaults; equal asks for none.
     x = torch.ones(2)

@@ -50,6 +50,7 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
             d = pair_divergence("claim", run, x, run, y)
             d.how = how
             d.claim_tolerance = (x.claim or {}).get("tolerance")
+            d.fails_asked = _fails(x, y, d.claim_tolerance)
             d.distinct_draws = _distinct_draws(run, x, y)
             if x.name and y.name and how not in ("implicit", "repeat", "rerun", "printed"):
                 d.observable_label = f"{x.name} vs {y.name} (`{how}`)"
@@ -638,6 +639,17 @@ def _single(run: ArmRun, o: Observable, side: Side) -> Divergence:
         max_abs_diff=side.max_abs_error, nonfinite_mismatch=side.nonfinite_vs_reference,
         numel=fp.get("numel", 0), ancestors=_ancestors(run, o, None, None),
     )
+
+
+def _fails(x: Observable, y: Observable, tolerance: dict[str, float] | None) -> bool | None:
+    """Whether two values of one shape fail a check's rtol and atol, as `assert_close` and
+    `allclose` test them (|x − y| ≤ atol + rtol·|y|, nan equal to nan); None without a
+    tolerance or values to test."""
+    if not tolerance or x.value is None or y.value is None or x.value.shape != y.value.shape:
+        return None
+    kind = np.complex128 if np.iscomplexobj(x.value) or np.iscomplexobj(y.value) else np.float64
+    return not np.allclose(x.value.astype(kind), y.value.astype(kind), rtol=tolerance["rtol"],
+                           atol=tolerance["atol"], equal_nan=True)
 
 
 def pair_divergence(source: str, ra: ArmRun, x: Observable, rb: ArmRun, y: Observable) -> Divergence:

@@ -330,6 +330,9 @@ class Divergence:
     how: str | None = None
     bit_difference: str | None = None  # equal values, different bits: "signed-zero" or "nan-bits"
     claim_tolerance: dict[str, float] | None = None  # the rtol and atol the script's check asked for
+    # Whether the values fail that rtol and atol (None where the check asked for none, or the
+    # values cannot be compared element by element).
+    fails_asked: bool | None = None
     differing: int | None = None  # two values of one shape: the elements that differ
     judgements: list[Judgement] = field(default_factory=list)  # each side against its own rounding
     # Two values of one arm: the ops of each side's computation with no counterpart in the
