@@ -1112,6 +1112,23 @@ def test_a_norm_of_subnormal_squares_is_the_figure_and_the_extremal_values_secti
     assert "No single op recorded explains it" not in v.summary
 
 
+def test_of_two_cancelling_figures_the_one_leaving_fewer_digits_is_named():
+    """A float32 bias after one Adam step where BatchNorm makes its gradient cancel (nu28 g12):
+    the forward matmul (recorded first) cancels to Σ|ab|/|Σab| = 2e4, the bias gradient's sum
+    over the batch to 4.6e8, which leaves no digit: that one is the figure."""
+    ref = np.array([0.0, 0.0, 0.0])
+    o = _read_back(0, "`b32`", 30, np.array([7.2e-4, -3e-4, 1e-4]), ref, "float32", np.array([9e-4, 9e-4, 9e-4]))
+    o.spread["sd"] = o.spread["sig"] / 2
+    o.conditioning = [0, 1]
+    base = {"shape": [32], "dtype": "float32", "eps": 1.19e-7, "singular": False, "ill_conditioned": True,
+            "kind": "cancellation", "rank": None, "order": None}
+    forward = dict(base, op="addmm", line=16, node="addmm", cond=2.06e4, figure="Σ|aᵢbᵢ| / |Σaᵢbᵢ| = 2.06e+04")
+    gradient = dict(base, op="sum", line=18, node="sum", cond=4.55e8, figure="Σ|x| / |Σx| = 4.55e+08")
+    v = verdict(arm("cpu", [o], conditioning=[forward, gradient]))
+    assert (v.kind, v.expected) == ("expected-ill-conditioned", True), v.summary
+    assert "`aten.sum` at line 18, where Σ|x| / |Σx| = 4.55e+08" in v.summary and "2.06e+04" not in v.summary
+
+
 def test_elements_an_absorbing_addition_leaves_no_digit_are_ill_conditioned_whatever_a_typical_one_keeps():
     """`rel = |log(1 + p) - log1p(p)| / log1p(p)` for p down to 1e-9 (nu25 c04): `1 + p` rounds
     p away at the two smallest, where every rounding gives a relative error near 1 and float64
