@@ -949,7 +949,7 @@ def test_a_failing_simulation_costs_the_judgement_not_the_arms_values(monkeypatc
     from triage.worker import rounding, session
     from triage.worker.protocol import OBSERVED, REFERENCE, SPREAD_ARRAYS
 
-    def broken(graph, records, references, values, *rest):
+    def broken(graph, records, references, values, *rest, **options):
         values["sig0"] = np.zeros(2)  # a spread written before the failure is not kept
         raise AssertionError("Invalid device id")
 
@@ -1100,22 +1100,41 @@ def test_a_matmul_onednn_computed_from_bfloat16_inputs_is_replayed_so():
     """`torch.set_float32_matmul_precision("medium")` on a CPU with bfloat16 arithmetic: oneDNN
     reads a float32 matmul's inputs as bfloat16, 6e-3 from float32's product on a 768-wide
     Linear, which the simulation called 2e4σ outside (a likely bug). The recorder marks such
-    an op (`matmul_inputs`, set here by hand: not every CPU has bfloat16), and every replay
-    rounds its inputs to bfloat16; an error beyond that is still outside."""
+    an op (`matmul_inputs`; here by hand, the setting and its measurement faked: not every CPU
+    reads them so), and every replay rounds its inputs to bfloat16; an error beyond that is
+    still outside."""
     from triage.worker import opgraph
 
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(32, 256, generator=g), torch.randn(256, 16, generator=g)
-    original = opgraph.onednn_fp32_precision
+    original, measured = opgraph.onednn_fp32_precision, opgraph.OpRecorder._bfloat16_candidates
     opgraph.onednn_fp32_precision = lambda name: "bf16"
+    opgraph.OpRecorder._bfloat16_candidates = lambda self, func, name, args, kwargs: ("mm", None, None)
     try:
         out, spread = spread_of(lambda x: torch.mm(x, b), a)
     finally:
-        opgraph.onednn_fp32_precision = original
+        opgraph.onednn_fp32_precision, opgraph.OpRecorder._bfloat16_candidates = original, measured
     bf16 = a.bfloat16().float() @ b.bfloat16().float()
     assert judge(bf16, spread).zone == "inside"
     assert spread.precision == "bfloat16"
     assert judge(bf16 + 0.05 * bf16.abs().max(), spread).zone == "outside"
+
+
+def test_a_matmul_the_cpu_computed_at_float32_under_a_bfloat16_setting_is_not_replayed_from_bfloat16(monkeypatch):
+    """oneDNN's float32 precision "bf16" lets it read a matmul's inputs as bfloat16; whether it
+    does depends on the CPU and the sizes (an AMD EPYC with AVX512-BF16 computed a new user's
+    Linear at float32). The recorder assumed it did, and the explanation said "computed at
+    bfloat16" of a float32 result. It measures: this mm is float32's (the setting is faked, the
+    kernel is not), so nothing is marked and the spread is float32's."""
+    from triage.worker import opgraph
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(32, 256, generator=g), torch.randn(256, 16, generator=g)
+    monkeypatch.setattr(opgraph, "onednn_fp32_precision", lambda name: "bf16")
+    out, spread = spread_of(lambda x: torch.mm(x, b), a)
+    assert spread.precision == "float32"
+    assert judge(out, spread).zone == "inside"
+    assert judge(a.bfloat16().float() @ b.bfloat16().float(), spread).zone == "outside"
 
 
 @torch.library.custom_op("triage_test::layer_norm", mutates_args=())

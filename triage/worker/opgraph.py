@@ -242,8 +242,10 @@ class OpRecorder(TriageDispatchMode):
         self.flushing = False
         self.flush_line: int | None = None
         # Whether a contraction computed from bfloat16 inputs (oneDNN under the script's
-        # float32 matmul precision) has carried its note yet.
+        # float32 matmul precision) has carried its note yet, and whether oneDNN read a
+        # contraction's inputs so, by op and operand shapes (`_reads_bfloat16`).
         self.reduced_matmul_noted = False
+        self.bfloat16_reads: dict[tuple, bool] = {}
 
     def flush_denormal(self, on: bool) -> None:
         """The script turned the CPU's flush-to-zero on or off: the ops recorded while it is
@@ -271,13 +273,50 @@ class OpRecorder(TriageDispatchMode):
                     "bfloat16, 6.1e-05 in float16) are 0, and the simulation flushes them too")))
         self.flush_line = None
 
-    def _reduced_matmul(self, node: fx.Node, name: str, out: Any) -> None:
-        """Mark a CPU float32 contraction that oneDNN computed from bfloat16 inputs: what
-        `torch.set_float32_matmul_precision("medium")` (or oneDNN's own fp32_precision "bf16")
-        asks of a CPU with bfloat16 support, as it stood when the op ran. The replay rounds
-        its inputs to bfloat16 too (`rounding.RoundingMode`); the first one carries the note."""
-        if name not in ONEDNN_BF16_OPS or not isinstance(out, torch.Tensor) or out.dtype != torch.float32 \
-                or out.device.type != "cpu" or onednn_fp32_precision(name) != "bf16":
+    def _bfloat16_candidates(self, func: Any, name: str, args: tuple, kwargs: dict) -> tuple | None:
+        """Before a CPU float32 contraction that oneDNN may compute from bfloat16 inputs (the
+        script's `torch.set_float32_matmul_precision("medium")`, or oneDNN's own fp32_precision
+        "bf16", on a CPU with bfloat16 support): its operand shapes, and where those were not
+        seen yet, the op in float64 on its inputs and on its inputs rounded to bfloat16, which
+        `_reduced_matmul` tells the result apart by. Whether oneDNN reads them so depends on
+        the CPU's bfloat16 path and the sizes (an AMD EPYC with AVX512-BF16 computed a 64×512
+        Linear at float32 under "medium"; an Intel Xeon with AMX read it as bfloat16): it is
+        measured, not assumed. None where no such op is about to run."""
+        if name not in ONEDNN_BF16_OPS or onednn_fp32_precision(name) != "bf16":
+            return None
+        flat, spec = tree_flatten((args, kwargs))
+        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        if not tensors or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
+            return None
+        key = (name, tuple((tuple(t.shape), t.stride()) for t in tensors))
+        if key in self.bfloat16_reads:
+            return key, None, None
+        self.paused += 1
+        try:
+            exact_args, exact_kwargs = tree_unflatten([a.detach().double() if isinstance(a, torch.Tensor) else a
+                                                       for a in flat], spec)
+            rounded_args, rounded_kwargs = tree_unflatten([a.detach().to(torch.bfloat16).double()
+                                                           if isinstance(a, torch.Tensor) else a for a in flat], spec)
+            return key, func(*exact_args, **exact_kwargs), func(*rounded_args, **rounded_kwargs)
+        except Exception:  # noqa: BLE001 - an out= form, say: oneDNN's documented behaviour is assumed
+            return key, None, None
+        finally:
+            self.paused -= 1
+
+    def _reduced_matmul(self, node: fx.Node, name: str, out: Any, candidates: tuple | None) -> None:
+        """Mark a CPU float32 contraction that oneDNN computed from bfloat16 inputs: its result
+        nearer the op on bfloat16-rounded inputs than on its own (`_bfloat16_candidates`), as
+        the first op of its shapes was. The replay rounds its inputs to bfloat16 too
+        (`rounding.RoundingMode`); the first one carries the note."""
+        if candidates is None or not isinstance(out, torch.Tensor) or out.dtype != torch.float32 \
+                or out.device.type != "cpu":
+            return
+        key, exact, rounded = candidates
+        if isinstance(exact, torch.Tensor) and isinstance(rounded, torch.Tensor) \
+                and exact.shape == out.shape == rounded.shape:
+            result = out.detach().double()
+            self.bfloat16_reads[key] = bool((result - rounded).norm() < (result - exact).norm())
+        if not self.bfloat16_reads.get(key, True):
             return
         node.meta["matmul_inputs"] = "bf16"
         if self.reduced_matmul_noted:
@@ -329,6 +368,7 @@ class OpRecorder(TriageDispatchMode):
         written_lists = _writes_list(func)
         before = [_version(t) for t in written] if written_lists else []
         through = self._viewed_bases(written) if written and not written_lists else []
+        bfloat16_candidates = self._bfloat16_candidates(func, name, args, kwargs)
         out = self._call(func, args, kwargs)
         if written_lists:
             self._bump_unmoved(written, before)
@@ -345,7 +385,7 @@ class OpRecorder(TriageDispatchMode):
         node = self.graph.call_function(functional or func, tuple(n_args), dict(n_kwargs))
         node.meta["line"] = self.site()
         self._flushed(node, out)
-        self._reduced_matmul(node, name, out)
+        self._reduced_matmul(node, name, out, bfloat16_candidates)
         if functional is not None:
             self._register_written(node, func, args, kwargs, out)
         else:
