@@ -338,11 +338,16 @@ def test_calibrate_command_writes_this_machines_entry(tmp_path):
 
 @pytest.mark.parametrize("op, extra", [
     (torch.ops.aten.lerp.Scalar, (0.3,)), (torch.ops.aten.lerp.Tensor, ()), (torch.ops.aten.addcmul.default, ()),
-    (torch.ops.aten.addcdiv.default, ()), (torch.ops.aten.addcdiv.default, ({"value": -0.7},))])
-def test_the_exact_sensitivity_of_a_sum_of_linear_terms_is_the_central_differences(monkeypatch, op, extra):
+    (torch.ops.aten.addcdiv.default, ()), (torch.ops.aten.addcdiv.default, ({"value": -0.7},)),
+    (torch.ops.aten.tanh_backward.default, ()), (torch.ops.aten.sigmoid_backward.default, ())])
+def test_the_exact_sensitivity_of_a_closed_form_op_is_the_central_differences(monkeypatch, op, extra):
     g = torch.Generator().manual_seed(3)
     a, b, c = (torch.randn(64, generator=g, dtype=torch.float64) for _ in range(3))
-    if op is torch.ops.aten.lerp.Scalar:
+    if op is torch.ops.aten.tanh_backward.default:  # a gradient and tanh's outputs, some within 1e-6 of ±1
+        args = (a, torch.tanh(3 * b).clamp(-1 + 1e-6, 1 - 1e-6))
+    elif op is torch.ops.aten.sigmoid_backward.default:
+        args = (a, torch.sigmoid(4 * b))
+    elif op is torch.ops.aten.lerp.Scalar:
         args = (a, b) + extra
     elif op is torch.ops.aten.lerp.Tensor:
         args = (a, b, torch.rand(64, generator=g, dtype=torch.float64))
@@ -350,7 +355,7 @@ def test_the_exact_sensitivity_of_a_sum_of_linear_terms_is_the_central_differenc
         args = (a, b, c + torch.sign(c))  # a divisor away from 0
     kwargs = extra[0] if extra and isinstance(extra[0], dict) else {}
     exact = kernel_errors.input_sensitivity(op, args, kwargs, torch.float64, a.shape)
-    monkeypatch.setattr(kernel_errors, "_linear_terms", lambda *_: None)
+    monkeypatch.setattr(kernel_errors, "_closed_form_terms", lambda *_: None)
     differences = kernel_errors.input_sensitivity(op, args, kwargs, torch.float64, a.shape)
     assert torch.allclose(exact, differences, rtol=1e-6, atol=0)
 
@@ -358,8 +363,8 @@ def test_the_exact_sensitivity_of_a_sum_of_linear_terms_is_the_central_differenc
 @pytest.mark.parametrize("op, extra", [
     (torch.ops.aten.lerp.Scalar, (0.3,)), (torch.ops.aten.lerp.Tensor, ()), (torch.ops.aten.lerp.Tensor, ("row",)),
     (torch.ops.aten.addcmul.default, ()), (torch.ops.aten.addcdiv.default, ({"value": -0.7},)),
-    (torch.ops.aten.addcmul.default, ("row",))])
-def test_the_numpy_conditioning_of_a_small_linear_op_is_torchs_bit_for_bit(monkeypatch, op, extra):
+    (torch.ops.aten.addcmul.default, ("row",)), (torch.ops.aten.tanh_backward.default, ())])
+def test_the_numpy_conditioning_of_a_small_closed_form_op_is_torchs_bit_for_bit(monkeypatch, op, extra):
     # Half the elements cancel (the start is minus the other terms, up to a few ulp), so both
     # paths find ill-conditioned elements, zeros and well-conditioned ones to tell apart.
     g = torch.Generator().manual_seed(5)
@@ -373,6 +378,10 @@ def test_the_numpy_conditioning_of_a_small_linear_op_is_torchs_bit_for_bit(monke
                                                                                          dtype=torch.float64)
         args, kwargs = (a, b, w), {}
         a[:, ::2] = (-b * w / (1 - w))[:, ::2]
+    elif op is torch.ops.aten.tanh_backward.default:  # 1 − y² cancels where tanh saturates
+        y = torch.tanh(b)
+        y[:, ::2] = torch.sign(b[:, ::2]) * (1 - 1e-9)
+        args, kwargs = (a, y), {}
     else:
         kwargs = extra[0] if extra and isinstance(extra[0], dict) else {}
         if extra == ("row",):
@@ -405,7 +414,7 @@ def test_a_broadcast_operand_counts_in_the_sensitivity(monkeypatch, linear):
     t2 = 1 + 1e-4 * torch.rand(1, 5, generator=g, dtype=torch.float64)
     x = -t1 * (1 + 1e-3)
     if not linear:
-        monkeypatch.setattr(kernel_errors, "_linear_terms", lambda *_: None)
+        monkeypatch.setattr(kernel_errors, "_closed_form_terms", lambda *_: None)
         monkeypatch.setattr(kernel_errors, "NUMPY_CONDITIONING_ELEMENTS", 0)
     op = torch.ops.aten.addcdiv.default
     f = op(x, t1, t2).abs()

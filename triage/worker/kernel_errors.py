@@ -554,14 +554,16 @@ def input_magnitude(args: tuple, dtype: Any, shape: Any) -> Any:
     return total
 
 
-# The ops `_linear_terms` knows, with how many positional arguments it gives a term for.
-LINEAR_TERMS = {"lerp": 3, "addcmul": 3, "addcdiv": 3}
+# The ops `_closed_form_terms` knows, with how many positional arguments it gives a term for.
+CLOSED_FORM_TERMS = {"lerp": 3, "addcmul": 3, "addcdiv": 3, "tanh_backward": 2, "sigmoid_backward": 2}
 
 
-def _linear_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
-    """xᵢ·∂f/∂xᵢ for each argument of an op that is a sum of terms each linear in one
-    argument (lerp's, addcmul's, addcdiv's): exactly what central differences find, in a few
-    passes instead of a dozen per argument. None for any other op."""
+def _closed_form_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
+    """xᵢ·∂f/∂xᵢ for each argument of an op that is a sum of terms each linear in one argument
+    (lerp's, addcmul's, addcdiv's) or a gradient g times a quadratic in the output y (tanh's
+    backward g·(1 − y²), sigmoid's g·y·(1 − y)): exactly what central differences find (they
+    are exact for a quadratic), in a few passes instead of a dozen per argument, on tensors or
+    NumPy arrays alike. None for any other op."""
     if name == "lerp" and len(args) >= 2:
         start, end = args[:2]
         weight = args[2] if len(args) > 2 else kwargs["weight"]
@@ -570,6 +572,12 @@ def _linear_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
         start, t1, t2 = args[:3]
         term = kwargs.get("value", 1) * (t1 * t2 if name == "addcmul" else t1 / t2)  # `value`: keyword-only
         return [start, term, term]  # t2·∂(t1/t2)/∂t2 = −t1/t2: the same magnitude
+    if name == "tanh_backward" and len(args) == 2:
+        g, y = args
+        return [g * (1 - y * y), -2 * g * y * y]
+    if name == "sigmoid_backward" and len(args) == 2:
+        g, y = args
+        return [g * y * (1 - y), g * y * (1 - 2 * y)]
     return None
 
 
@@ -596,10 +604,10 @@ def _analytic_terms(name: str, args: tuple, kwargs: dict) -> list[Any] | None:
     return [x * slope]
 
 
-# Up to this many elements the conditioning of an op with linear terms is found in NumPy: a
-# few dozen passes over a small value are mostly the calls' overhead (an optimizer's
+# Up to this many elements the conditioning of an op with closed-form terms is found in
+# NumPy: a few dozen passes over a small value are mostly the calls' overhead (an optimizer's
 # `lerp_`, `addcmul_`, `addcdiv_` on every parameter, every step: a quarter of a training
-# loop's simulated rounding in torch).
+# loop's simulated rounding in torch; `tanh_backward` on every hidden layer, every step).
 NUMPY_CONDITIONING_ELEMENTS = 1 << 12
 
 
@@ -614,8 +622,8 @@ def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict, slope_ratio: flo
     these arguments, where the caller has it."""
     value = func(*args, **kwargs) if value is None else value
     name = func.overloadpacket.__name__.rstrip("_")
-    if value.numel() <= NUMPY_CONDITIONING_ELEMENTS and name in LINEAR_TERMS \
-            and len(args) <= LINEAR_TERMS[name]:
+    if value.numel() <= NUMPY_CONDITIONING_ELEMENTS and name in CLOSED_FORM_TERMS \
+            and len(args) <= CLOSED_FORM_TERMS[name]:
         return _ill_conditioned_scale_numpy(name, args, kwargs, value, slope_ratio)
     sens = input_sensitivity(func, args, kwargs, torch.float64, value.shape)
     if sens is None:
@@ -635,13 +643,13 @@ def ill_conditioned_scale(func: Any, args: tuple, kwargs: dict, slope_ratio: flo
 
 def _ill_conditioned_scale_numpy(name: str, args: tuple, kwargs: dict, value: torch.Tensor,
                                  slope_ratio: float | None = None) -> torch.Tensor | None:
-    """`ill_conditioned_scale` of an op with linear terms (`_linear_terms`), in NumPy: the
+    """`ill_conditioned_scale` of an op with closed-form terms (`_closed_form_terms`), in NumPy: the
     same IEEE operations in the same order as `input_sensitivity`, `input_magnitude` and
     `well_conditioned`, so the same scale bit for bit."""
     shape = tuple(value.shape)
     arrays = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
-    linear = _linear_terms(name, tuple(arrays), {k: v.numpy() if isinstance(v, torch.Tensor) else v
-                                                 for k, v in kwargs.items()})
+    linear = _closed_form_terms(name, tuple(arrays), {k: v.numpy() if isinstance(v, torch.Tensor) else v
+                                                      for k, v in kwargs.items()})
     f = np.abs(value.numpy())
 
     def spread(x: Any) -> np.ndarray:  # `expand`, without NumPy's cost where the shape is the result's already
@@ -691,11 +699,11 @@ def input_sensitivity(func: Any, args: tuple, kwargs: dict, dtype: Any, shape: A
     """Σ|xᵢ·∂f/∂xᵢ| per element of a pointwise op's result, by central differences in
     float64 over each tensor input (broadcast to the result: `addcdiv(x, t1[:, None], t2[None])`'s
     quotient term cancels against x as much as a full-size one; None where there is none);
-    exactly for an op whose terms are each linear in one input (`_linear_terms`)."""
+    exactly for an op whose terms have a closed form (`_closed_form_terms`)."""
     wide = [_in_float64(a, dtype) for a in args]
     wide_kwargs = {k: _in_float64(v, dtype) for k, v in kwargs.items()}
     name = func.overloadpacket.__name__.rstrip("_")
-    linear = _linear_terms(name, tuple(wide), wide_kwargs) or _analytic_terms(name, tuple(wide), wide_kwargs)
+    linear = _closed_form_terms(name, tuple(wide), wide_kwargs) or _analytic_terms(name, tuple(wide), wide_kwargs)
     total = None
     for j, a in enumerate(wide):
         if not isinstance(a, torch.Tensor) or a.dtype != torch.float64 or not _broadcasts_to(a.shape, shape):

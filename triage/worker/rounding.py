@@ -337,12 +337,14 @@ class Simulation:
 
 def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: SimulationOptions,
                       out_dtypes: dict[str, torch.dtype],
-                      arm_values: dict[str, torch.Tensor] | None = None) -> Simulation:
+                      arm_values: dict[str, torch.Tensor] | None = None, thaw: bool = True) -> Simulation:
     """The rounding spread of every node in `wanted` (node name -> its float64 reference).
 
     `out_dtypes` gives each wanted node's dtype on the arm: every replay's value is rounded to
     it, as the arm stored it. With the arm's own values (`arm_values`), sampling stops early
     once every one of them is certainly inside its spread (a sequential Monte Carlo test).
+    `thaw`: the objects frozen for the simulation (below) are thawed after it; the worker,
+    which froze the script's objects already and exits after, thaws nothing.
     """
     script_threads = torch.get_num_threads()
     threads = min(options.threads or script_threads, script_threads)
@@ -355,9 +357,8 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     _set_vmap_fallback_warning_enabled(False)
     # The objects that exist already (torch's, the script's, the recording's) are not the
     # simulation's: a full collection its allocations trigger would walk them all (0.1 s of a
-    # 0.14 s simulation). Frozen, collections see only what the simulation makes. (The worker
-    # froze the script's at its end, and thaws nothing: it exits after.)
-    freezing = gc.get_freeze_count() == 0
+    # 0.14 s simulation). Frozen, collections see only what the simulation makes. (Not asked
+    # with `gc.get_freeze_count()`, which walks every frozen object: 37 ms in the worker.)
     gc.freeze()
     try:
         # The replays compute with infinities and nans on purpose (overflow, inf - inf), as
@@ -367,7 +368,7 @@ def simulate_rounding(graph: fx.Graph, wanted: dict[str, torch.Tensor], options:
     finally:
         torch.set_num_threads(script_threads)
         _set_vmap_fallback_warning_enabled(True)
-        if freezing:
+        if thaw:
             gc.unfreeze()
 
 
@@ -4128,11 +4129,11 @@ EXIT_ONLY_ELEMENTS = 1 << 16
 
 def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], references: dict[str, Any],
                          values: dict[str, Any], job: dict[str, Any], device: str,
-                         flags: dict[str, Any]) -> dict[str, Any]:
+                         flags: dict[str, Any], thaw: bool = True) -> dict[str, Any]:
     """Simulate the rounding of every observed value with a float64 reference, write each
     one's spread into `values` (``sig``/``up``/``dn``/``mu``/``sd``/``nf`` + index) and its
     summary into the record's ``rounding`` (``spread_of``: the index whose arrays a record of
-    the same value shares); returns the run's summary."""
+    the same value shares); returns the run's summary. `thaw`: as `simulate_rounding`'s."""
     settings = job.get("rounding") or {}
     # `model`: the values are judged as another device would round them (a reporter's GPU,
     # triage/reported/), with the script's own numerics settings as it left them.
@@ -4183,7 +4184,7 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
     # device's model the values judged are a reporter's, unknown here: no early stop.
     arm_values = {} if model else {r["node"]: torch.from_numpy(values[f"{OBSERVED}{r['index']}"]) for r in records
                                    if r["node"] in wanted and f"{OBSERVED}{r['index']}" in values}
-    sim = simulate_rounding(graph, wanted, options, dtypes, arm_values)
+    sim = simulate_rounding(graph, wanted, options, dtypes, arm_values, thaw=thaw)
     by_name = {n.name: n for n in graph.nodes}
     budget = int(settings.get("value_bytes", 64 << 20))
     kept: dict[str, int] = {}  # node → the record whose index its spread arrays are kept under

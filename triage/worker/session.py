@@ -476,7 +476,8 @@ def _simulated(graph: Any, records: list[dict[str, Any]], references: dict[str, 
     from triage.worker.rounding import simulate_observables
 
     try:
-        return simulate_observables(graph, records, references, values, job, device, flags)
+        # The script's objects are frozen (`run_job`) for good: the worker exits after.
+        return simulate_observables(graph, records, references, values, job, device, flags, thaw=False)
     except Exception as e:  # noqa: BLE001 - any failure of the simulation leaves the run's values standing
         traceback.print_exc()
         message = str(e).strip().partition("\n")[0]
