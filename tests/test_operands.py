@@ -508,3 +508,24 @@ def test_a_library_checks_own_comparison_is_named_by_what_it_compares():
         "gradcheck", ("`gradcheck`'s analytical Jacobian", "`gradcheck`'s finite-difference Jacobian"))
     assert library_check_operands(source, 3, "torch.allclose") is None  # the script's own allclose
     assert library_check_operands(source, 2, "torch.testing.assert_close") is None
+
+
+def test_a_batch_norm_in_training_mode_against_eval_mode_is_two_functions_by_design(tmp_path):
+    """`bn(x)` in training mode against `bn.eval(); bn(x)` on the batch the running statistics
+    converged on (a thirtieth new user): eval's outputs are √(7/8) of training's for 8 rows,
+    since the running variance is the unbiased estimate. It was "one of the two paths computes
+    something else" with only the flag that differs; the design is said."""
+    leaves = [{"name": n, "op": "leaf", "line": 6, "dtype": "float32", "kind": "random", "shape": [4]}
+              for n in ("w", "b", "rm", "rv")]
+    nodes = [{"name": "x", "op": "leaf", "line": 6, "dtype": "float32", "kind": "random", "shape": [8, 4]}, *leaves]
+    stats = [{"node": n} for n in ("x", "w", "b", "rm", "rv")]
+    train = call("train", "aten.native_batch_norm.default", stats + [True, 0.1, 1e-5], 10)
+    evaluated = call("eval", "aten.native_batch_norm.default", stats + [False, 0.0, 1e-5], 12)
+    parted = part_ways(_graph(tmp_path, nodes + [train, evaluated]), "eval", "train")
+    said = " ".join(parted["hints"])
+    assert "at line 10 normalizes with the batch's own statistics (training mode)" in said
+    assert "line 12 with the running ones (eval mode): two functions by design" in said
+    assert "√((n − 1)/n)" in said and said.index("training mode") < said.index("takes the constant False")
+    same_mode = call("eval", "aten.native_batch_norm.default", stats + [True, 0.0, 1e-5], 12)
+    plain = part_ways(_graph(tmp_path, nodes + [train, same_mode]), "eval", "train")
+    assert not any("two functions by design" in h for h in plain["hints"])

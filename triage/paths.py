@@ -74,7 +74,8 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
                              for found in [_running_sum(graph, ops)] if found is not None],
             "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
             "precisions": _precisions(graph, only_a, only_b),
-            "hints": (_constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)
+            "hints": (_batch_norm_modes(graph, only_a, only_b)
+                      + _constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)
                       + _variance_hints(graph, only_a, only_b) + _layout_hint(graph, cone_a, cone_b, only_a, only_b)
                       + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source)
                       )[:3 if batched else 4]}
@@ -608,6 +609,42 @@ def _variance_hints(graph: OpGraph, only_a: list[str], only_b: list[str]) -> lis
                          f"`{b['target']}` at line {b.get('line')} uses the biased variance (divides by n). "
                          "Pass `correction=0` (`unbiased=False`) to compute the same statistic")
     return hints[:1]
+
+
+# Batch norm kernels, with the position of their `training` flag (None: eval mode by name).
+BATCH_NORMS = {"native_batch_norm": 5, "_native_batch_norm_legit": 5, "_native_batch_norm_legit_no_training": None,
+               "cudnn_batch_norm": 5, "miopen_batch_norm": 5}
+
+
+def _batch_norm_modes(graph: OpGraph, only_a: list[str], only_b: list[str]) -> list[str]:
+    """A batch norm in training mode on one side, in eval mode on the other: two functions by
+    design, whose outputs differ on the very batch the running statistics come from (the
+    running variance is the unbiased estimate, training mode divides by the biased one)."""
+    def mode(ops: list[str]) -> dict[bool, dict[str, Any]]:
+        found: dict[bool, dict[str, Any]] = {}
+        for op in ops:
+            node = graph.by_name[op]
+            name = _op_name(node)
+            if name not in BATCH_NORMS:
+                continue
+            at, args = BATCH_NORMS[name], node.get("args") or []
+            training = False if at is None else args[at] if len(args) > at and isinstance(args[at], bool) else None
+            if training is not None:
+                found.setdefault(training, node)
+        return found
+
+    a, b = mode(only_a), mode(only_b)
+    for train_side, eval_side in ((a, b), (b, a)):
+        if True in train_side and False in eval_side and False not in train_side and True not in eval_side:
+            t, e = train_side[True], eval_side[False]
+            return [f"`{t['target']}` at line {t.get('line')} normalizes with the batch's own statistics (training "
+                    f"mode) and `{e['target']}` at line {e.get('line')} with the running ones (eval mode): two "
+                    "functions by design. Training mode divides by the batch's biased variance (by n), while the "
+                    "running variance is updated with the unbiased one (by n − 1), so even on the batch the running "
+                    "statistics come from, eval-mode outputs are √((n − 1)/n) times the training-mode ones (n: the "
+                    "elements each channel's statistics are taken over; `nn.BatchNorm1d`'s documentation). Call "
+                    "both in one mode to compare one function"]
+    return []
 
 
 def _divides_by_n_minus_one(node: dict[str, Any]) -> bool:
