@@ -886,6 +886,35 @@ def test_a_check_asking_for_less_than_its_dtype_holds_says_so():
     assert _tolerance_of(torch.equal, (x, x), {}) is None
 
 
+def test_a_check_finer_than_the_precision_a_side_was_computed_at_says_so():
+    """A float16 `std` cast to float32 and checked with rtol=1e-5, a bfloat16 group norm cast
+    back and checked at `assert_close`'s float32 defaults (a thirtieth new user's s03, s12):
+    the values are held in float32, so the check asks for float32's tolerance of a result
+    computed at the coarser precision. Said, with that precision's own tolerance."""
+    from triage.classify.wording import difference_text
+    from triage.model import Judgement
+
+    def pair(tolerance, computed="float16"):
+        claim = {"id": 0, "func": "torch.testing.assert_close", "holds": False, "tolerance": tolerance}
+        a = obs(0, [2.0039], [2.00387], kind="claim", label="operand 1", claim=claim | {"operand": 0})
+        b = obs(1, [2.00387], [2.00387], kind="claim", label="operand 2", claim=claim | {"operand": 1})
+        d = compare([arm("cpu", [a, b])]).divergence
+        d.judgements = [Judgement(arm="cpu", observable=0, label="`std16.float()`", line=8, dtype=computed,
+                                  status="judged", stored="float32"),
+                        Judgement(arm="cpu", observable=1, label="`std32`", line=8, dtype="float32", status="judged")]
+        return d
+
+    text = difference_text(pair({"rtol": 1e-5, "atol": 1e-5}))
+    assert ("`std16.float()` was computed at float16: the check's rtol=1e-05 is below float16's unit roundoff, "
+            "0.00049, which no float16 result is promised to meet (`assert_close`'s float16 tolerance is rtol=0.001, "
+            "atol=1e-05)") in text, text
+    text = difference_text(pair(None, "bfloat16"))
+    assert ("the check's rtol=1.3e-06 (`assert_close`'s float32 default, from the dtype the values are held in) is "
+            "below bfloat16's unit roundoff") in text, text
+    # A check as coarse as the computed precision's rounding: nothing said.
+    assert "unit roundoff" not in difference_text(pair({"rtol": 1e-3, "atol": 1e-8}))
+
+
 def test_two_exact_sides_whose_float64_values_differ_say_so_without_a_warning():
     """An int8 accumulator that wraps against `sum()`: both sides exact (spreads of no width),
     their float64 values apart. The evidence read "inf× their combined width", and NumPy's

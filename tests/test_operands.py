@@ -277,6 +277,18 @@ def test_the_same_ops_at_two_precisions_are_named_as_such(tmp_path):
         masked += [nodes[0], nan, nodes[1]]
     graph = _graph(tmp_path, [x, plain, wide, *masked, narrow])
     assert part_ways(graph, "out32", "back")["precisions"] == {"a": "float32", "b": "float64"}
+    # Steps at two dtypes on one side, each at most as precise as the other side's (a bfloat16
+    # `cumsum` divided by float32 counts, against the same in float64: a thirtieth new user's
+    # running mean was "one value computed by different operations"): its least precise.
+    mixed = side("32", "float32", 4)
+    mixed[0]["dtype"] = "bfloat16"
+    graph = _graph(tmp_path, [x, plain, *mixed, wide, *side("64", "float64", 5), narrow])
+    assert part_ways(graph, "out32", "back")["precisions"] == {"a": "bfloat16", "b": "float64"}
+    # Not where the sides' order turns between steps.
+    crossed = side("64", "float64", 5)
+    crossed[1]["dtype"] = "float16"
+    graph = _graph(tmp_path, [x, plain, *side("32", "float32", 4), wide, *crossed, narrow])
+    assert part_ways(graph, "out32", "back")["precisions"] is None
 
 
 def test_a_hand_written_backward_that_runs_parting_ops_is_named(tmp_path):

@@ -446,19 +446,29 @@ def _one_step_apart(graph: OpGraph, cone_a: frozenset[str], cone_b: frozenset[st
             "take; otherwise both sides take the same steps in the same order"]
 
 
+# Significand bits of the floating dtypes, to order two sides' precisions.
+SIGNIFICAND_BITS = {"float64": 53, "complex128": 53, "float32": 24, "complex64": 24, "float16": 11, "complex32": 11,
+                    "bfloat16": 8}
+
+
 def _precisions(graph: OpGraph, only_a: list[str], only_b: list[str]) -> dict[str, str] | None:
-    """The same steps in the same order on both sides, each side's at one dtype and the two
-    dtypes apart (`f(x)` against `f(x.double()).float()`): {"a": a's dtype, "b": b's}."""
+    """The same steps in the same order on both sides, each step of one side at most as
+    precise as its counterpart on the other and one less precise (`f(x)` against
+    `f(x.double()).float()`; a bfloat16 `cumsum` divided by float32 counts against the same
+    in float64): {"a": a's least precise dtype, "b": b's}."""
     if not only_a or [_step_key(graph.by_name[x]) for x in only_a] != [_step_key(graph.by_name[x]) for x in only_b]:
         return None
     # The floating steps' dtypes: a mask or an index the steps make along the way (quantile's
     # `isnan`, `sort`'s indices) is a bool or an integer on both sides.
-    floating = [{d for d in (_dtype_of(graph, x) for x in side) if isinstance(d, str) and d.startswith(FLOATING)}
-                for side in (only_a, only_b)]
-    if any(len(dtypes) != 1 for dtypes in floating):
+    pairs = [(da, db) for da, db in ((_dtype_of(graph, x), _dtype_of(graph, y)) for x, y in zip(only_a, only_b))
+             if isinstance(da, str) and da.startswith(FLOATING) and isinstance(db, str) and db.startswith(FLOATING)]
+    if not pairs or any(d not in SIGNIFICAND_BITS for pair in pairs for d in pair):
         return None
-    (da,), (db,) = floating
-    return {"a": da, "b": db} if da != db else None
+    bits = [(SIGNIFICAND_BITS[da], SIGNIFICAND_BITS[db]) for da, db in pairs]
+    if not (all(x <= y for x, y in bits) or all(x >= y for x, y in bits)) or all(x == y for x, y in bits):
+        return None
+    least_a, least_b = (min((p[i] for p in pairs), key=SIGNIFICAND_BITS.__getitem__) for i in (0, 1))
+    return {"a": least_a, "b": least_b} if least_a != least_b else None
 
 
 def _dtype_of(graph: OpGraph, op: str) -> str | None:

@@ -318,7 +318,31 @@ def difference_text(d: Divergence) -> str:
     if narrower and not d.within_tolerance:
         tol += (f", the dtype both are held in; {narrower[0].label} was computed at {narrower[0].dtype}"
                 if len({j.label for j in d.judgements}) > 1 else f"; it was computed at {narrower[0].dtype}")
+        tol += _check_finer_than_computed(d, narrower[0].dtype)
     return f"differs between {pair_text(d)} by {d.max_abs_diff:.3g} ({tol}{asked_text(d)})"
+
+
+def _check_finer_than_computed(d: Divergence, computed: str) -> str:
+    """Where the script's failing check asks for a relative tolerance below the unit roundoff
+    of the precision a side was computed at (a float16 `std` cast to float32 and checked with
+    rtol=1e-5; a bfloat16 group norm cast back and checked at `assert_close`'s float32
+    defaults, which it takes from the dtype the values are held in): said, with that
+    precision's own `assert_close` tolerance."""
+    u = policy.unit_roundoff(computed)
+    if d.claim_tolerance:
+        if not d.fails_asked:
+            return ""
+        rtol, whose = d.claim_tolerance["rtol"], f"the check's rtol={d.claim_tolerance['rtol']:g}"
+    elif d.how == "torch.testing.assert_close":
+        rtol, atol = policy.tolerance(d.dtype)
+        whose = f"the check's rtol={rtol:g} (`assert_close`'s {d.dtype} default, from the dtype the values are held in)"
+    else:
+        return ""
+    if not rtol or rtol >= u or computed not in policy.TOLERANCES:
+        return ""
+    own_rtol, own_atol = policy.tolerance(computed)
+    return (f": {whose} is below {computed}'s unit roundoff, {u:.2g}, which no {computed} result is promised to meet "
+            f"(`assert_close`'s {computed} tolerance is rtol={own_rtol:g}, atol={own_atol:g})")
 
 
 def asked_text(d: Divergence) -> str:
