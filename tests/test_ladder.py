@@ -915,6 +915,30 @@ def test_a_check_finer_than_the_precision_a_side_was_computed_at_says_so():
     assert "unit roundoff" not in difference_text(pair({"rtol": 1e-3, "atol": 1e-8}))
 
 
+def test_a_cancellation_is_said_with_its_typical_loss_and_a_zero_everywhere_is_not_the_figure():
+    """A Welford loop's `row - mean` (a thirtieth new user's s14): exactly 0 at every element in
+    its first update (the mean is that row), 6.6 digits at its worst and 3.0 at a typical
+    element later. The summary said "losing every digit" of a value keeping 4.2."""
+    from triage.classify.wording import cancellation_site
+
+    def said(*sites):
+        claim = {"id": 0, "func": "torch.equal", "holds": False}
+        a = obs(0, [1.0, 2.0], [1.0, 2.0], kind="claim", label="operand 1", claim=claim | {"operand": 0})
+        b = obs(1, [1.0, 2.5], [1.0, 2.5], kind="claim", label="operand 2", claim=claim | {"operand": 1})
+        a.rounding = {"status": "judged", "cancellations": list(sites)}
+        c = compare([arm("cpu", [a, b])])
+        return cancellation_site(c, c.divergence)
+
+    zero = {"op": "aten.sub", "line": 12, "kind": "cancels", "digits_lost": "inf", "typical_digits_lost": None}
+    later = {"op": "aten.sub", "line": 10, "kind": "cancels", "digits_lost": 6.6, "typical_digits_lost": 3.0}
+    assert said(zero, later) == "`aten.sub` at line 10 cancels its operands, losing 6.6 digits at its worst element and 3.0 at a typical one"
+    assert said(zero) == "`aten.sub` at line 12 cancels its operands, losing every digit"
+    some = dict(zero, typical_digits_lost=2.7)
+    assert said(some, later) == ("`aten.sub` at line 12 cancels its operands, losing every digit where they are equal "
+                                 "and 2.7 digits at a typical element")
+    assert said(dict(later, typical_digits_lost=6.1)) == "`aten.sub` at line 10 cancels its operands, losing 6.6 digits"
+
+
 def test_two_exact_sides_whose_float64_values_differ_say_so_without_a_warning():
     """An int8 accumulator that wraps against `sum()`: both sides exact (spreads of no width),
     their float64 values apart. The evidence read "inf× their combined width", and NumPy's

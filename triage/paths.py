@@ -460,7 +460,7 @@ def _precisions(graph: OpGraph, only_a: list[str], only_b: list[str]) -> dict[st
         return None
     # The floating steps' dtypes: a mask or an index the steps make along the way (quantile's
     # `isnan`, `sort`'s indices) is a bool or an integer on both sides.
-    pairs = [(da, db) for da, db in ((_dtype_of(graph, x), _dtype_of(graph, y)) for x, y in zip(only_a, only_b))
+    pairs = [(da, db) for da, db in ((_dtype_of(graph, x), _dtype_of(graph, y)) for x, y in zip(only_a, only_b, strict=True))
              if isinstance(da, str) and da.startswith(FLOATING) and isinstance(db, str) and db.startswith(FLOATING)]
     if not pairs or any(d not in SIGNIFICAND_BITS for pair in pairs for d in pair):
         return None

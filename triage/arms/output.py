@@ -103,7 +103,10 @@ OBSERVABLE_ROUNDING = record({
                                    "reference_error": described(
                                        "The largest error float64 itself makes there, u64·(|a| + |b|): the float64 "
                                        "replay's own error, which no difference of float64 values below it outgrows.",
-                                       number())},
+                                       number()),
+                                   "typical_digits_lost": described(
+                                       "The median digits a cancellation loses over the elements whose difference is "
+                                       "not 0 (`digits_lost` is the worst element's).", number(nullable=True))},
                                   required=("op", "digits_lost"), closed=True), 16),
     "overflow": described("The first op upstream whose replay leaves its dtype's range (±inf or nan from finite"
                           " inputs), where the value is not finite.",

@@ -244,7 +244,10 @@ def cancellation_site(c: Comparison, d: Divergence) -> str | None:
     # A subtraction or addition the script's values go through is named before a function
     # found ill-conditioned at its inputs (`written_sites`).
     written = written_sites(c, d) or sites
-    top = max(written, key=lambda site: float(site.get("digits_lost") or 0.0))
+    # A difference exactly 0 at every element (`row - mean` where the mean is that row: a
+    # first running update) loses "every digit" of nothing: another site, losing digits at
+    # typical elements, says more of what the value keeps.
+    top = max(written, key=lambda site: (not _zero_everywhere(site), float(site.get("digits_lost") or 0.0)))
     lost = top["digits_lost"]
     lost = "every digit" if lost in ("inf", float("inf")) else f"{float(lost):.1f} digits"
     if top.get("kind") == "absorbs":
@@ -252,7 +255,22 @@ def cancellation_site(c: Comparison, d: Divergence) -> str | None:
     if top.get("kind") == "amplifies":
         return (f"`{top['op']}` at line {top['line']} is ill-conditioned at its inputs: its result is far smaller than "
                 f"they are, so their rounding reaches it amplified, losing {lost}")
-    return f"`{top['op']}` at line {top['line']} cancels its operands, losing {lost}"
+    said = f"`{top['op']}` at line {top['line']} cancels its operands, losing {lost}"
+    typical = top.get("typical_digits_lost")
+    if not isinstance(typical, (int, float)):
+        return said
+    if top["digits_lost"] in ("inf", float("inf")):
+        # Exactly 0 at a few elements: what the value keeps a trace of is the others' loss.
+        return f"{said} where they are equal and {typical:.1f} digits at a typical element"
+    if float(top["digits_lost"]) - typical >= 1:
+        return f"{said} at its worst element and {typical:.1f} at a typical one"
+    return said
+
+
+def _zero_everywhere(site: dict) -> bool:
+    """A cancellation note whose difference is 0 at every element (no typical loss)."""
+    return site.get("kind") == "cancels" and site.get("digits_lost") in ("inf", float("inf")) \
+        and "typical_digits_lost" in site and site["typical_digits_lost"] is None
 
 
 def cancellation_hint(c: Comparison, d: Divergence) -> str:
