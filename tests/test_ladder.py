@@ -1036,6 +1036,25 @@ def test_a_float32_value_keeping_under_two_digits_is_ill_conditioned_without_a_r
         assert "No single op recorded explains it" in v.summary
 
 
+def test_a_wide_spread_resting_on_flipped_decisions_says_so_not_an_amplification():
+    """A histogram's counts (a thirtieth new user's `histc` of decimals at bin edges) keep no
+    digit: rounding moves values across bin edges. "The computation as a whole amplifies its
+    rounding (as a division by values near zero does)" was wrong; the decision is named."""
+    c = _printed((("h32", 9), ("h64", 10)), values=((1.0,), (2.0,)), refs=((2.0,), (2.0,)),
+                 dtypes=("float32", "float64"))
+    for o, sig in zip(c.arms[0].observables, (0.9, 1e-15), strict=True):
+        flips = [{"op": "aten.histc", "line": 4, "replays": 11, "of": 11}] if sig > 0.5 else []
+        o.rounding = {"status": "judged", "samples": 29, "sample_stats": [0.5] * 29, "flips": flips}
+        ref = np.array([2.0])
+        o.spread = {"sig": np.array([max(sig, 0.02)]), "up": ref + 3 * max(sig, 0.02), "dn": ref - 3 * max(sig, 0.02),
+                    "mu": ref, "sd": np.array([sig]), "nf": np.array([1], np.uint8)}
+    v = classify(REPRO, compare(c.arms))
+    assert v.kind == "expected-ill-conditioned", v.summary
+    assert "No op recorded amplifies its rounding: the value rests on decisions rounding switches — `aten.histc` " \
+           "(line 4) decides otherwise" in v.summary, v.summary
+    assert "division by values near zero" not in v.summary
+
+
 def test_one_arm_run_without_a_reference_does_not_claim_it_agrees_with_one():
     """`--no-reference` on one arm: "every observed value agrees with the float64 reference"
     was said of values no reference was computed for."""

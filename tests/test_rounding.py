@@ -270,6 +270,17 @@ def test_a_cancellation_notes_its_typical_loss_beside_its_worst():
     assert [c["typical_digits_lost"] for s in sim.spreads.values() for c in s.cancellations] in ([], [None])
 
 
+def test_a_histograms_counts_are_decisions_rounding_switches_at_bin_edges():
+    """`torch.histc` of decimals 0.00 … 0.99 in 100 bins (a thirtieth new user's): 0.29 as a
+    float32 lies below its bin's edge, and which bin it lands in is rounding's. The counts are
+    floats, and were read as a value the computation amplifies "as a division by values near
+    zero does"; they are decisions, flipped as an argmax's."""
+    x = torch.tensor([round(0.01 * i, 2) for i in range(100)])
+    _, _, sim = simulated_spread(lambda t: torch.histc(t * 1.0000001, bins=100, min=0, max=1), x)
+    (spread,) = sim.spreads.values()
+    assert [f["op"] for f in spread.flips] == ["aten.histc"], spread.flips
+
+
 def test_an_in_place_subtraction_that_cancels_is_a_figure_too():
     """`F.cosine_embedding_loss` computes 1 − cos in place (`ones.sub_(cos)`): of near-parallel
     vectors it cancels every digit. An in-place op was not read as a subtraction, and its

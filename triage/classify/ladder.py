@@ -1216,7 +1216,11 @@ def _ill_conditioned(c: Comparison, d: Divergence, wide: list, evidence: list[st
     behind = _underflow(c, j) or ill_conditioning(c, d) or cancellation_site(c, d)
     sums = (d.paths or {}).get("running_sums") or []
     total = min(sums, key=lambda x: policy.FLOAT_FORMATS.get(x.get("dtype"), (53,))[0]) if sums else None
+    flips = [u for u in j.unstable if not u.endswith(FINITE_UNDER_SOME)]
     figure = (f" The figure behind it: {behind}." if behind else
+              f" No op recorded amplifies its rounding: the value rests on decisions rounding switches — {flips[0]} "
+              "(a value at a decision's edge, such as a histogram's bin edge or a threshold, goes either way): its "
+              "float64 value is one outcome of many." if flips else
               f" No single op recorded explains it: {d.a.label if total['side'] == 'a' else d.b.label} adds "
               f"{total['terms']:,} terms one after another at line {total['line']} into a {total['dtype']} total, and "
               "once that total is large each addition rounds away much of what it adds (stagnation); accumulating in "

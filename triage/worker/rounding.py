@@ -1150,6 +1150,17 @@ def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -
     return out[:8]
 
 
+# Ops whose floating result counts comparisons (which bin each value falls in): a decision
+# rounding switches at a bin edge, as an argmax's.
+HISTOGRAMS = {"histc", "histogram", "histogramdd", "_histogramdd_from_bin_cts", "_histogramdd_from_bin_tensors"}
+
+
+def _counts(n: fx.Node) -> bool:
+    """Whether `n` is a histogram's counts (or a getitem of them)."""
+    op = n.args[0].target if n.target is operator.getitem and n.args and isinstance(n.args[0], fx.Node) else n.target
+    return isinstance(op, torch._ops.OpOverload) and op.overloadpacket.__name__ in HISTOGRAMS
+
+
 def _is_index(a: Any) -> bool:
     """An integer tensor (not a mask): positions an op may read memory at."""
     return isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex()) and a.dtype != torch.bool
@@ -1448,7 +1459,8 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                         if _unchanging(n, plan.inputs[n], constants, mode) or _representable(
                                 n, plan.inputs[n], constants, mode, (first_call, mode.calls), args, kwargs, out):
                             mode.cache.keep(n, out, (first_call, mode.calls))
-                    if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
+                    if isinstance(out, torch.Tensor) and (not (out.is_floating_point() or out.is_complex())
+                                                          or _counts(n)):
                         result.discrete[n.name] = out
                         result.nodes[n.name] = n
                 if n.name in wanted:
