@@ -530,6 +530,36 @@ def test_two_readbacks_the_script_compares_as_python_numbers_are_a_pair():
     assert forged is None or forged.how != "=="
 
 
+def test_an_asserted_comparison_of_two_indices_heads_before_a_printed_pair_of_values():
+    """`assert i32.item() == i16.item()` fails (a thirtieth new user's kthvalue indices, float32
+    against float16), after a print of the values `v32.item()`, `v16.item()`: the verdict
+    explained the printed values and never the failing check, since Python's `==` of two
+    numbers leaves no record that it failed. The AssertionError at its line does."""
+    source = ("\n" * 7 + "print(v32.item(), i32.item())\nprint(v16.item(), i16.item())\n"
+              "assert i32.item() == i16.item()\n")
+
+    def readback(i, value, ref, dtype, spelled, line):
+        o = obs(i, [value], [ref], kind="readback", label=".item()", dtype=dtype)
+        o.line, o.expression = line, spelled
+        if dtype == "int64":
+            o.fingerprint["dtype"] = "int64"
+        return o
+
+    def runs(raised):
+        exception = {"type": "AssertionError", "line": 10, "claim": True, "message": ""} if raised else None
+        return [arm("cpu", [readback(0, 0.5, 0.5, "float32", "v32.item()", 8),
+                            readback(1, 1000.0, 1000.0, "int64", "i32.item()", 8),
+                            readback(2, 0.5005, 0.5, "float16", "v16.item()", 9),
+                            readback(3, 1001.0, 1001.0, "int64", "i16.item()", 9),
+                            readback(4, 1000.0, 1000.0, "int64", "i32.item()", 10),
+                            readback(5, 1001.0, 1001.0, "int64", "i16.item()", 10)], exception=exception)]
+
+    d = compare(runs(True), source).divergence
+    assert (d.line, d.how) == (10, "=="), d.observable_label
+    # Without the failing assert the printed values head, as before.
+    assert compare(runs(False), source).divergence.a.dtype.startswith("float")
+
+
 def test_a_compile_arm_that_compiled_nothing_is_not_the_comparison_asked_for():
     """`--arms cpu,cpu/compile` on a script that never calls torch.compile: the compile arm
     runs the eager program again, and its agreement was "does not reproduce here"."""

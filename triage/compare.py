@@ -95,7 +95,11 @@ def compare(runs: list[ArmRun], source: str | None = None) -> Comparison:
         d.judgements = _judgements(completed, d)
     # A check of the script's that fails on every arm is what it reports, whatever the arms
     # differ by besides (an eager-only arm fails it too: the arms' difference is not its cause).
-    failing = [{(x["line"], x["how"]) for x in claims if x["arm"] == run.spec and x["holds"] is False}
+    # (A comparison the script asserts, `assert i32.item() == i16.item()`, fails where its
+    # AssertionError is raised: Python's `==` of two numbers leaves no record of its own.)
+    failing = [{(x["line"], x["how"]) for x in claims if x["arm"] == run.spec and (
+                x["holds"] is False or x["holds"] is None and x["how"] in COMPARISON_SYMBOLS.values()
+                and (run.exception or {}).get("claim") and (run.exception or {}).get("line") == x["line"])}
                for run in completed]
     everywhere = set.intersection(*failing) if failing else set()
     checked = {(run.spec, o.index) for run in completed for o in run.observables
@@ -219,10 +223,11 @@ def _headline_rank(d: Divergence, order: int, failing_everywhere: set[tuple[int 
     # (`torch.equal(pred32, pred16)` of two argmaxes, top-k indices, or the operands of
     # `(pred32 != pred16).sum().item()`) are what it is about.
     sides = [s for s in (d.a, d.b) if s is not None]
+    failing_check = d.source == "claim" and (d.a.line, d.how) in failing_everywhere
     floating = any(_is_float(s.dtype or "") for s in sides) or all(_is_index(s.dtype or "") for s in sides) and (
-        kind == KIND_RANK["claim"] or all((s.arm, s.observable) in checked for s in sides))
+        kind == KIND_RANK["claim"] or failing_check or all((s.arm, s.observable) in checked for s in sides))
     # (a boolean the failing check reads says less than the floating values behind it, too)
-    reported = d.source == "claim" and (d.a.line, d.how) in failing_everywhere and floating
+    reported = failing_check and floating
     return (not outside, not decisive, not reported, not floating, kind, order)
 
 
