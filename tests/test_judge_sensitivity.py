@@ -3,6 +3,7 @@ gap, not cond(A)), a spread as wide as the value (a computational zero is never 
 and an "outside" at the Monte Carlo floor sampled further before it is believed."""
 
 import numpy as np
+import pytest
 import torch
 
 from triage.judge import RoundingSpread, judge_value
@@ -256,3 +257,31 @@ def test_a_fused_sum_that_drops_its_small_terms_is_rounding(monkeypatch):
     assert judged(1 + 120 * u).zone == "outside"  # not any distance: past the bias and the walk
     monkeypatch.setattr(rounding, "lane_stagnation", lambda *a: None)
     assert judged(eight).zone != "inside"
+
+
+def test_a_pseudoinverses_rank_is_counted_at_its_own_cutoff_with_its_margin():
+    """`torch.linalg.pinv(A32, rtol=1e-6)` of a matrix whose smallest singular value is 1.01e-6
+    of its largest (a twenty-ninth new user's): whether float32's rounding keeps it is the
+    cutoff's choice. The note said "rank 6 of 6, cond = 9.8e5" from the default cutoff; it
+    counts at the call's rtol, and says the nearest singular value lies within rounding of it."""
+    from triage.classify.wording import cond_text
+
+    g = torch.Generator().manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(6, 6, generator=g, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(6, 6, generator=g, dtype=torch.float64))
+
+    def matrix(smallest):
+        return (u @ torch.diag(torch.tensor([1.0, 0.5, 0.2, 0.1, 0.05, smallest], dtype=torch.float64)) @ v.T).float()
+
+    rtol = {"atol": torch.tensor(0.0, dtype=torch.float64), "rtol": torch.tensor(1e-6, dtype=torch.float64)}
+    near = condition_of("linalg_pinv", matrix(1.01e-6), rtol)
+    assert near["cutoff"] == pytest.approx(1e-6) and near["cutoff_at_rounding"] is True
+    text = cond_text(near)
+    assert "at its cutoff, 1e-06 of the largest singular value" in text and "lies within float32's rounding" in text
+    # Far from the cutoff: counted there, no margin said; below it: a rank the cutoff drops.
+    far = condition_of("linalg_pinv", matrix(1e-3), rtol)
+    assert far["cutoff_at_rounding"] is False and far["rank"] == 6 and "rounding of it" not in cond_text(far)
+    dropped = condition_of("linalg_pinv", matrix(1e-9), rtol)
+    assert dropped["rank"] == 5 and dropped["singular"] and dropped["cutoff_at_rounding"] is False
+    # No cutoff given: torch's default, max(m, n)·eps of float32.
+    assert condition_of("linalg_pinv", matrix(1e-3), {})["cutoff"] == pytest.approx(6 * 2.0 ** -23)

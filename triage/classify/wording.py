@@ -649,10 +649,18 @@ def cond_text(note: dict[str, Any], full: bool = False) -> str:
     parts = []
     if note.get("exact_singular"):
         parts.append("determinant exactly 0 in rational arithmetic")
+    cutoff = note.get("cutoff")
     if note.get("rank") is not None:
-        parts.append(f"rank {note['rank']} of {note['order']}")
+        at = f" at its cutoff, {_num(cutoff, 3)} of the largest singular value" if isinstance(cutoff, (int, float)) else ""
+        parts.append(f"rank {note['rank']} of {note['order']}{at}")
     if note.get("cond") is not None:
         parts.append(f"cond = {note['cond']:.3g}")
+    if note.get("cutoff_at_rounding") is True and isinstance(note.get("cutoff_nearest"), (int, float)):
+        # A pseudoinverse's rank cutoff within the arm's rounding of a singular value: which
+        # side it falls on is rounding's choice, and the result changes with it.
+        parts.append(f"the singular value nearest that cutoff, {_num(note['cutoff_nearest'], 3)} of the largest, lies "
+                     f"within {note.get('dtype')}'s rounding of it ({_num(note.get('cutoff_margin'), 2)} units of "
+                     "roundoff of the largest away): under another rounding the rank, and the result with it, differ")
     for side, whose in (("kernel", "the arm's kernel"), ("float64", "the float64 replay's kernel")):
         if note.get(f"{side}_disagrees") is True:
             off = (f"{whose} returns rank {_num(note.get(f'{side}_value'))} where a correct one returns "

@@ -35,11 +35,13 @@ MAX_ORDER = 1024
 MAX_BATCH = 256
 
 
-def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
+def condition_of(op: str, a: torch.Tensor, kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Condition number and numerical rank of the matrix (worst over a batch); for an eigen-
     or singular-vector op, the vectors' figure, carrying the matrix's own note for a script
     that reads the values alone (`VALUES_ONLY`: eigenvalues err by u·‖A‖₂ each, which the
-    condition number says relative to the smallest)."""
+    condition number says relative to the smallest). A pseudoinverse's rank is counted at
+    the call's own cutoff (`kwargs`' atol and rtol), with how near a singular value lies to it
+    (`_rank_cutoff`)."""
     if a.dim() < 2 or not (a.is_floating_point() or a.is_complex()) or a.numel() == 0:
         return None
     m, n = a.shape[-2], a.shape[-1]
@@ -94,12 +96,52 @@ def condition_of(op: str, a: torch.Tensor) -> dict[str, Any] | None:
         "ill_conditioned": c * eps > 1e-2 or rank < k or bool(exact),
         "eps": eps,
     }
+    if op in CUTOFF_OPS:
+        note.update(_rank_cutoff(s, kwargs or {}, a.dtype, m, n))
+        note["singular"] = note["rank"] < k or bool(exact)
+        note["ill_conditioned"] = note["ill_conditioned"] or note["singular"] or note["cutoff_at_rounding"]
     if vector_note is not None:
         # What to say instead where the script reads only the values (the recorder decides,
         # once it knows whether the vectors are read: `values_only`).
         vector_note[VALUES_ONLY] = note
         return vector_note
     return note
+
+
+# Ops that drop the singular values below a cutoff max(atol, rtol·σmax) (torch's default:
+# rtol = max(m, n)·eps where no atol is given).
+CUTOFF_OPS = {"linalg_pinv"}
+# A singular value within this many u·σmax of the cutoff falls on either side of it under the
+# arm's rounding: a backward-stable SVD moves each σ by up to about √max(m, n)·u·‖A‖₂.
+CUTOFF_ROUNDINGS = 4.0
+
+
+def _rank_cutoff(s: torch.Tensor, kwargs: dict[str, Any], dtype: torch.dtype, m: int, n: int) -> dict[str, Any]:
+    """The rank at a pseudoinverse's own cutoff (worst over a batch: the fewest kept), the
+    cutoff relative to σmax, and the singular value nearest it, in units of the arm's u·σmax
+    (`cutoff_margin`): within CUTOFF_ROUNDINGS·√max(m, n) of them, the rank is rounding's
+    choice (`cutoff_at_rounding`), and the pseudoinverse with it."""
+    def number(x: Any) -> float | None:
+        if isinstance(x, torch.Tensor):
+            return float(x.reshape(-1)[0]) if x.numel() == 1 else None
+        return float(x) if isinstance(x, (int, float)) else None
+
+    eps = torch.finfo(dtype if dtype.is_floating_point else torch.float32).eps
+    atol, rtol = number(kwargs.get("atol")), number(kwargs.get("rtol"))
+    if rtol is None:
+        rtol = 0.0 if atol is not None and atol > 0 else max(m, n) * eps
+    atol = atol or 0.0
+    smax = s[:, :1]
+    threshold = torch.clamp(rtol * smax, min=atol)
+    ranks = (s > threshold).sum(-1)
+    unit = torch.where(smax > 0, eps / 2 * smax, torch.ones_like(smax))
+    margins = ((s - threshold).abs() / unit).min(-1).values
+    worst = int(torch.argmin(margins))
+    nearest = int(torch.argmin((s[worst] - threshold[worst]).abs()))
+    margin = float(margins[worst])
+    return {"rank": int(ranks.min()), "cutoff": float(threshold[worst, 0] / smax[worst, 0]) if smax[worst, 0] > 0
+            else None, "cutoff_nearest": float(s[worst, nearest] / smax[worst, 0]) if smax[worst, 0] > 0 else None,
+            "cutoff_margin": margin, "cutoff_at_rounding": margin <= CUTOFF_ROUNDINGS * math.sqrt(max(m, n))}
 
 
 # The key under which a vector note carries the note for the values alone (never reported),

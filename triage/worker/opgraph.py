@@ -406,7 +406,7 @@ class OpRecorder(TriageDispatchMode):
             self.hazard_checks += checked
             self.paused += 1
             try:
-                note = condition_of(name, args[0]) if linalg else sensitivity_of(name, args, out)
+                note = condition_of(name, args[0], kwargs) if linalg else sensitivity_of(name, args, out)
             except Exception:  # noqa: BLE001 - a check that cannot read its input only loses a note
                 note = None
             finally:
