@@ -281,6 +281,24 @@ def test_a_histograms_counts_are_decisions_rounding_switches_at_bin_edges():
     assert [f["op"] for f in spread.flips] == ["aten.histc"], spread.flips
 
 
+def test_a_per_channel_fake_quantization_is_replayed_with_its_float32_scales():
+    """`torch.fake_quantize_per_channel_affine` takes float32 scales only ("Scale must be Float
+    or BFloat16, found Double"): widened to float64, the replay failed, and every value of the
+    script went unjudged with it (a thirty-first new user's, a dim slip then `inconclusive`)."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4, 16, generator=g)
+    zero = torch.zeros(4, dtype=torch.int32)
+
+    def quantized(x):
+        scale = x.abs().amax(dim=1) / 127
+        return torch.fake_quantize_per_channel_affine(x, scale, zero, 0, -128, 127)
+
+    out, spread, sim = simulated_spread(quantized, w)
+    (judged,) = sim.spreads.values()
+    assert judged.status == "judged", judged.reason
+    assert judge(out, spread).zone == "inside"
+
+
 def test_an_in_place_subtraction_that_cancels_is_a_figure_too():
     """`F.cosine_embedding_loss` computes 1 − cos in place (`ones.sub_(cos)`): of near-parallel
     vectors it cancels every digit. An in-place op was not read as a subtraction, and its

@@ -269,6 +269,23 @@ def shape_as_recorded(n: fx.Node, value: Any) -> Any:
     return value
 
 
+# Quantization kernels that take their per-channel scales as float32 only ("Scale must be
+# Float or BFloat16, found Double"): the replay keeps them float32, which holds the arm's
+# float32 scales exactly, and widens the input alone.
+FLOAT32_SCALES = {"fake_quantize_per_channel_affine", "fake_quantize_per_channel_affine_cachemask",
+                  "_fake_quantize_learnable_per_channel_affine"}
+
+
+def float32_scales(name: str, args: tuple) -> tuple:
+    """`args` with a FLOAT32_SCALES op's scale (its second argument) back at float32."""
+    if name not in FLOAT32_SCALES or len(args) < 2 or not isinstance(args[1], torch.Tensor) \
+            or args[1].dtype != torch.float64:
+        return args
+    scale = args[1].float()
+    scale.__dict__.update(args[1].__dict__)  # the replays' tags (its arm dtype, a stack of samples)
+    return (args[0], scale) + tuple(args[2:])
+
+
 def _run_op(n: fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict, result: Replay) -> Any:
     name = op.overloadpacket.__name__
     mutable = written_positions(op)
@@ -279,7 +296,7 @@ def _run_op(n: fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict, re
     kwargs = {k: v.clone() if k in written_names and isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     if name in EXACT_OPS and any(isinstance(a, torch.dtype) for a in args):
         return _run_at_recorded_precision(n, op, args, kwargs, result)
-    wide_args = tree_map(widen, args)
+    wide_args = float32_scales(name, tree_map(widen, args))
     wide_kwargs = _widen_kwargs(tree_map(widen, kwargs))
     custom = custom_implementation(op)
     if custom is not None:

@@ -86,7 +86,16 @@ from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_condition
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opclasses import EXACT, UNIT_ROUNDOFF
 from triage.worker.protocol import OBSERVED, SPREAD_ARRAYS
-from triage.worker.reference import EXACT_OPS, cone, custom_implementation, last_uses, muted, widen, widen_dtype
+from triage.worker.reference import (
+    EXACT_OPS,
+    cone,
+    custom_implementation,
+    float32_scales,
+    last_uses,
+    muted,
+    widen,
+    widen_dtype,
+)
 
 # Mantissa bits (with the implicit one), the largest finite value and the smallest normal.
 FORMATS = {
@@ -2331,7 +2340,7 @@ class RoundingMode(TriageDispatchMode):
             _, out_vd, _, in_vd = routed
         written = [args[i] for i in _written(func) if i < len(args) and isinstance(args[i], torch.Tensor)]
         if name not in EXACT_OPS:  # a dtype argument names the arm's precision: compute in float64
-            args = _widened(args)
+            args = float32_scales(name, _widened(args))
         if kwargs:
             kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
                           else _widened(v) if isinstance(v, (list, tuple)) else widen(v)) for k, v in kwargs.items()}
