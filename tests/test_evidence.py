@@ -100,6 +100,18 @@ def test_a_value_the_script_expects_that_float64_also_misses_is_inconclusive(tri
     assert (v["kind"], v["expected"]) == ("inconclusive", None), v["summary"]
     assert "the value the script expects" in v["summary"] and v["labels"] == ["triage review"]
     assert v["withdrawn"] is None and v["conflicts"] == []  # decided by the ladder, not withdrawn by the audit
+    assert "inclusive" not in v["summary"]  # not a shift: no scan's definition said
+    # Segment start offsets by `cumsum` against a loop's exclusive running sum (a thirty-first
+    # new user's): torch's element i takes in the i-th count too, one element ahead.
+    script = write(tmp_path, """\
+        import torch
+        counts = torch.tensor([3, 1, 4, 1, 5])
+        offsets = torch.cumsum(counts, dim=0)
+        assert torch.equal(offsets, torch.tensor([0, 3, 4, 8, 9]))
+    """)
+    report, v = judged(triage, script)
+    assert v["kind"] == "inconclusive", v["summary"]
+    assert "`torch.cumsum` is inclusive" in v["summary"] and "`torch.cumsum(x, dim) - x`" in v["summary"], v["summary"]
 
 
 def test_a_train_mode_call_between_two_eval_calls_changes_the_modules_state(triage, tmp_path):

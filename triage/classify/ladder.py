@@ -721,6 +721,26 @@ def _draw_lines(draws: list[dict[str, Any]]) -> list[str]:
         f"{', '.join(str(c) for c in sorted(at))}" if at else "") for (op, line), at in list(calls.items())[:4]]
 
 
+# Scans whose element i includes the i-th term (torch's, NumPy's and `itertools.accumulate`'s),
+# with the exclusive form a start offset or a prefix before each term is often written as.
+INCLUSIVE_SCANS = {"cumsum": "`torch.cumsum(x, dim) - x`", "cumprod": "`torch.cumprod(x, dim) / x` (x nonzero)"}
+
+
+def _inclusive_scan_text(ops: list[dict[str, Any]], shape: str, computed: Side, expected: Side) -> str:
+    """Where the computed side ends in a cumulative sum or product and is the expected value
+    shifted one element ahead (`offsets[i] = expected[i + 1]`): the expected value is likely
+    the exclusive scan (each start offset without its own term), which torch's inclusive one
+    is not."""
+    scan = next((x["op"].split(".")[1] for x in reversed(ops) if x.get("op", "").count(".") >= 2
+                 and x["op"].split(".")[1] in INCLUSIVE_SCANS), None)
+    ahead = f"`{computed.label.strip('`')}[i] = {expected.label.strip('`')}[i + 1]`"
+    if scan is None or ahead not in shape:
+        return ""
+    return (f" A likely cause: `torch.{scan}` is inclusive — its element i takes in the i-th term too — where the "
+            f"expected value looks like the exclusive scan, element i from the terms before it "
+            f"({INCLUSIVE_SCANS[scan]}).")
+
+
 def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np.ndarray, spreads: str,
                          change: str = "") -> Verdict:
     """Two values the script compares whose float64 replays differ beyond both spreads, with
@@ -744,12 +764,13 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
         scaled = _round_trip_scaled(trip, *ratio, (computed.label, fixed.label), where_text(d), spreads)
         if scaled is not None:
             return scaled
+        own = paths.get("only_b" if paths.get("constant_a") else "only_a") or []
         return make_verdict("inconclusive", None, policy.NONE, ["review"],
                         f"{where_text(d)}: {computed.label} differs from the value the script expects ({fixed.label}) "
                         f"by {gap:.3g}, and its float64 replay differs from it just as much{shape}: not rounding. "
                         "But the float64 reference runs the same kernels as the arm, so triage cannot tell whether "
                         "the kernel is wrong in every precision or the expected value is; a maintainer should "
-                        "check the expected value.", [spreads])
+                        f"check the expected value.{_inclusive_scan_text(own, shape, computed, fixed)}", [spreads])
     # What "something else" may be, where the one change that explains it was not found: a
     # custom kernel only where a side runs one.
     custom = any("is a custom op" in h for h in paths.get("hints") or [])
