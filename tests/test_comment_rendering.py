@@ -560,3 +560,20 @@ def test_screenshot_of_the_comment(tmp_path):
     assert width == 900 and 1000 < height <= 3000
     assert colours > 16  # text drawn, not a blank page
     assert "i2_compile_elu.py" in page.read_text()
+
+
+def test_two_values_of_one_arm_each_show_in_the_arms_table_by_name():
+    """The script's own comparison of two values of one arm (`cents_torch` against `cents_py`, a
+    thirty-first new user's): the arms' table showed one value, whichever side was read last —
+    the script's expected numbers, in the row a reader takes for torch's output."""
+    report = _elu_report()
+    a = dataclasses.replace(_side("cuda", "[52, 58, 104] int64[3]"), label="`cents_torch`")
+    b = dataclasses.replace(_side("cuda", "[53, 59, 105] int64[3]"), label="`cents_py`", observable=1)
+    report.comparison.divergence = dataclasses.replace(report.comparison.divergence, source="claim", a=a, b=b,
+                                                       observable_label="`cents_torch` vs `cents_py`")
+    root = assert_renders_cleanly(render_comment(report_json(report))).root
+    rows = _table(root, "arm", "status")
+    cuda = next(row for row in rows[1:] if row[0].text().replace(ZWSP, "") == "cuda")
+    shown = cuda[2].text().replace(ZWSP, "")
+    assert "cents_torch [52, 58, 104] int64[3]" in shown and "cents_py [53, 59, 105] int64[3]" in shown, shown
+    assert shown.index("cents_torch") < shown.index("cents_py")

@@ -111,21 +111,32 @@ def _cut(text: str, keep: int) -> str:
     return head + (fence + "\n" if fence else "") + "\n</details>\n" * open_details
 
 
+def _error_of(side: dict[str, Any]) -> str:
+    """A side's distance from its float64 reference, as the arms' table shows it."""
+    if real(side.get("max_rel_error")) is not None:
+        return f"rel {figure(side['max_rel_error'], '.2g')}, {figure(side.get('max_ulps') or 0, '.3g')} ulp"
+    if side.get("reference_summary"):
+        return f"float64 {side['reference_summary']}"
+    return "—"
+
+
 def _render(data: dict[str, Any], source_cap: int, output_cap: int, env_cap: int, full_report: str | None) -> str:
     v = data["verdict"]
     runs = data.get("arms") or []
     divergence = (data.get("comparison") or {}).get("divergence") or {}
-    sides = {s["arm"]: s for s in (divergence.get("a"), divergence.get("b")) if isinstance(s, dict) and "arm" in s}
+    sides: dict[str, list[dict[str, Any]]] = {}
+    for s in (divergence.get("a"), divergence.get("b")):
+        if isinstance(s, dict) and "arm" in s:
+            sides.setdefault(s["arm"], []).append(s)
     arms_rows = []
     for r in runs:
-        side = sides.get(r["spec"])
-        value = side.get("summary") if side else (r.get("failure") or "—") if r["status"] != "ok" else "—"
-        if side and real(side.get("max_rel_error")) is not None:
-            error = f"rel {figure(side['max_rel_error'], '.2g')}, {figure(side.get('max_ulps') or 0, '.3g')} ulp"
-        elif side and side.get("reference_summary"):
-            error = f"float64 {side['reference_summary']}"
-        else:
-            error = "—"
+        own = sides.get(r["spec"]) or []
+        # Two values of one arm (the script's own comparison): each by its name, the value first
+        # shown being the computed one, not whichever side was read last.
+        named = len(own) > 1
+        value = "; ".join(f"{s.get('label')} {s.get('summary')}" if named else str(s.get("summary")) for s in own) \
+            if own else (r.get("failure") or "—") if r["status"] != "ok" else "—"
+        error = "; ".join(f"{s.get('label')} {_error_of(s)}" if named else _error_of(s) for s in own) if own else "—"
         elapsed = r.get("elapsed_s")
         arms_rows.append({"spec": r["spec"], "status": r["status"], "value": value, "error": error,
                           "time": f"{figure(elapsed, '.2f')} s" if real(elapsed) is not None else "—"})
