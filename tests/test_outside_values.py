@@ -49,6 +49,26 @@ def test_an_asserts_float_operands_are_kept_and_nothing_else(tmp_path):
     assert ops[0]["values"].tolist() == 1.5 and ops[2]["values"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
+def test_a_list_of_plain_numbers_is_an_operand_and_nothing_else_in_a_list(tmp_path):
+    """`assert rounded.tolist() == [math.floor(v + 0.5) for v in vals]` (a thirty-first new
+    user's): the expected list was not kept, and the failing check read as "every value
+    agrees with float64". A list of exact ints and floats is kept; a list holding anything
+    else, a ragged one, or integers float64 does not hold exactly, is not."""
+    ops = _failed(tmp_path, """\
+        class Sneaky(float):
+            pass
+        expected = [1, 2, 3.5]
+        nested = [[1, 2], [3, 4]]
+        ragged = [[1], [2, 3]]
+        sneaky = [1.0, Sneaky(2.0)]
+        huge = [2 ** 60]
+        flags = [True, False]
+        assert expected == nested or ragged == sneaky or huge == flags == 0, "no"
+    """)
+    assert [(o["name"], o["shape"]) for o in ops] == [("expected", [3]), ("nested", [2, 2])]
+    assert ops[0]["values"].tolist() == [1.0, 2.0, 3.5] and ops[0]["dtype"] == "float64"
+
+
 def test_operands_are_read_in_the_helper_that_raised_and_of_a_testing_call(tmp_path):
     ops = _failed(tmp_path, """\
         import math
@@ -274,6 +294,32 @@ def test_a_named_factor_a_negated_read_back_and_a_definition_are_said():
                               {"name": "n", "dtype": "float64", "value": np.array([0.2625])}]
         v = classify(Repro(path=REPRO.path, name=REPRO.name, source=SOURCE), compare([run]))
         assert v.kind == "inconclusive" and ("lower of the two middle values" in v.summary) == said, v.summary
+
+
+def test_round_and_floor_division_are_said_as_definitions_by_their_recorded_ops():
+    """`torch.round` against `math.floor(v + 0.5)`, `torch.floor_divide` against C's truncating
+    division (a thirty-first new user's): the two definitions are said. By the recorded op's
+    whole name: `floor_divide_default` is floor division, `floor_default` is not."""
+    for node, said in (("round_default", "rounds a half to the nearest even integer"),
+                       ("floor_divide_default", "round a quotient toward −∞"), ("floor_default", None)):
+        v = _verdict(_recorded([2.0], [2.0], 1e-7, node=node), [3.0], source=SOURCE.replace("x.var()", "f(x)"))
+        assert v.kind == "inconclusive", v.summary
+        assert (said in v.summary) if said else "A possible difference of definition" not in v.summary, v.summary
+
+
+def test_of_equal_read_backs_the_one_the_check_spells_is_the_operand():
+    """`q_floor` and `q_div` are equal: the check's `q_floor.tolist()` was matched to the last
+    of them (`q_div` at exit), whose op says nothing of floor division."""
+    spelled = _recorded([2.0], [2.0], 1e-7, node="floor_divide_default")
+    spelled.name = "`t`"
+    other = _recorded([2.0], [2.0], 1e-7, node="div_tensor_mode")
+    other.index, other.name = 1, "`q_div`"
+    run = arm("cpu", [spelled, other], status="raised", leaves=(LEAF,),
+              exception={"type": "AssertionError", "message": "", "line": 6, "claim": True})
+    run.check_operands = [{"name": "t", "dtype": "float64", "value": np.array([2.0])},
+                          {"name": "n", "dtype": "float64", "value": np.array([3.0])}]
+    v = classify(Repro(path=REPRO.path, name=REPRO.name, source=SOURCE), compare([run]))
+    assert "round a quotient toward −∞" in v.summary, v.summary
 
 
 def test_a_constant_written_short_of_its_digits_is_named_where_it_can_account_for_the_gap():

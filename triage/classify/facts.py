@@ -327,7 +327,8 @@ def settings_between(run: ArmRun | None, d: Divergence) -> tuple[list[dict[str, 
     return (list(calls.values()), line_a, line_b) if calls else None
 
 
-def recorded_operand(run: ArmRun, value: np.ndarray) -> tuple[Observable, int, int | None] | None:
+def recorded_operand(run: ArmRun, value: np.ndarray, name: str | None = None
+                     ) -> tuple[Observable, int, int | None] | None:
     """The recorded floating value a failing check's operand is (`ArmRun.check_operands`), its
     sign and, for one number taken from a read-back array, its flat index: the last
     observable holding the same numbers bit for bit (`t = x.sum().item()`, `t = (a @
@@ -336,10 +337,12 @@ def recorded_operand(run: ArmRun, value: np.ndarray) -> tuple[Observable, int, i
     assert got == want`), where no other element of any read-back value does. The script
     stopped at the check, so every observable was made before it. Each with a float64
     reference and a spread; None for a value the script made outside torch (NumPy, Python
-    arithmetic on read-back numbers)."""
+    arithmetic on read-back numbers). Of several holding the same numbers, the one the script
+    spells as the operand's `name` (`q_floor.tolist()`, not another value equal to it)."""
     judged = [o for o in run.observables if o.value is not None and o.reference_value is not None and o.spread
-              and np.asarray(o.value).dtype.kind == "f"]
-    for o in reversed(judged):
+              and np.asarray(o.value).dtype.kind in "fiu"]
+    spelled = [o for o in judged if name is not None and o.name == f"`{name}`"]
+    for o in [*reversed(spelled), *reversed(judged)]:
         held = np.asarray(o.value).astype(np.float64)
         if held.shape != value.shape:
             continue

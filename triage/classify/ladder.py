@@ -1753,7 +1753,7 @@ def _outside_value(completed: list[ArmRun], source: str) -> Verdict | None:
         # An operand's name is the worker's word: quoted only as the script's source spells it,
         # and only printable (a script may spell a terminal escape inside its check).
         spelled = " ".join(source.split())
-        found = [(x, recorded_operand(run, x["value"])) for x in run.check_operands
+        found = [(x, recorded_operand(run, x["value"], x["name"])) for x in run.check_operands
                  if "`" not in x["name"] and x["name"].isprintable() and x["name"] in spelled]
         outside = [x for x, held in found if held is None]
         # Only two sides the check expects equal (`t == n`, `abs(t - n) < 1e-5`,
@@ -1977,6 +1977,11 @@ SHORT_CONSTANT_REACH = 10
 # reference is often written with, by the recorded op or the call on torch's value's line: said
 # as a possibility (what the other side computes is the script's, not recorded).
 DEFINITIONS = {
+    "round": "`torch.round` rounds a half to the nearest even integer (2.5 to 2, as `np.round` and Python 3's "
+             "`round`), where `math.floor(x + 0.5)` and C's `round` take every half up or away from zero",
+    "floor_divide": "`torch.floor_divide` and `//` round a quotient toward −∞ (-7 // 2 is -4, as Python's `//`), where C's "
+             "and CUDA's integer division and `int(a / b)` truncate toward zero, as `torch.div(a, b, "
+             "rounding_mode=\"trunc\")` does",
     "median": "`torch.median` returns the lower of the two middle values of an even count, where `np.median` and "
               "`statistics.median` average them (`torch.quantile(x, 0.5)` does too)",
     "nanmedian": "`torch.nanmedian` returns the lower of the two middle values of an even count, where "
@@ -2013,7 +2018,8 @@ def _definition_text(run: ArmRun, o: Observable, source: str) -> str:
     op by its recorded node, or a call the script makes on torch's value's line (a composite
     op such as `quantile` is recorded by the ops it is made of); with the argument that picks
     the other definition where the script passes one (`interpolation="nearest"`)."""
-    ops = {(o.node or "").rstrip("_").split("_")[0]}
+    parts = (o.node or "").rstrip("_").split("_")
+    ops = {"_".join(parts[:k]) for k in range(1, len(parts) + 1)}  # `floor_divide_default`: floor_divide
     calls = _calls_at(source, o.line)
     ops |= {callee(c) for c in calls}
     op = next((name for name in DEFINITIONS if name in ops), None)

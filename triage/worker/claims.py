@@ -201,16 +201,48 @@ def _names_read(tree: ast.AST, line: int) -> list[str]:
 
 
 def _floats(value: Any) -> dict[str, Any] | None:
-    """{dtype, shape, values (float64)} of a Python or NumPy float value or float array; None
-    for anything else, or an array over MAX_OPERAND_ELEMENTS."""
+    """{dtype, shape, values (float64)} of a Python or NumPy float value or float array, or of a
+    list of Python numbers (`[math.floor(v + 0.5) for v in vals]`, compared with a tensor's
+    `.tolist()`; nested lists of one length each, integers exact in float64); None for
+    anything else, or an array over MAX_OPERAND_ELEMENTS."""
     if type(value) in FLOAT_SCALARS:
         array = np.asarray(value)
     elif type(value) is np.ndarray and value.dtype.kind == "f" and value.size <= MAX_OPERAND_ELEMENTS:
         array = value
+    elif type(value) is list and (numbers := _plain_numbers(value)) is not None:
+        array = numbers
     else:
         return None
-    return {"dtype": "float64" if type(value) is float else str(array.dtype), "shape": list(array.shape),
+    return {"dtype": "float64" if type(value) in (float, list) else str(array.dtype), "shape": list(array.shape),
             "values": np.array(array, dtype=np.float64)}
+
+
+# Integers a float64 holds exactly: a list of larger ones is not read as numbers.
+EXACT_INTEGERS = 2 ** 53
+
+
+def _plain_numbers(value: list) -> np.ndarray | None:
+    """A list (of lists) of exact Python ints and floats, regular in shape, as a float64 array;
+    None for anything else. Every element's type is checked before any is read, so nothing of
+    the script's (a subclass's `__float__`) runs."""
+    stack, count = [value], 0
+    while stack:
+        item = stack.pop()
+        if type(item) is list:
+            count += len(item)
+            if count > MAX_OPERAND_ELEMENTS:
+                return None
+            stack.extend(item)
+        elif type(item) is int:
+            if abs(item) > EXACT_INTEGERS:
+                return None
+        elif type(item) is not float:
+            return None
+    try:
+        array = np.array(value, dtype=np.float64)
+    except ValueError:  # ragged
+        return None
+    return array if array.size else None
 
 
 def operands(e: ast.expr) -> list[ast.expr]:

@@ -93,14 +93,15 @@ def wrap_check_operands(tree: ast.Module, source: str) -> ast.Module:
 
 class CheckOperands:
     """The hook: the last value each check operand took, by (check line, source text), where
-    it is a float or a NumPy array (worker/claims.py reads it only where the check fails; a
-    tensor, the recording has, is not held on to)."""
+    it is a float, a NumPy array or a list (`t.tolist()`: worker/claims.py reads it only where
+    the check fails, and only a list of plain numbers; a tensor, the recording has, is not
+    held on to)."""
 
     def __init__(self) -> None:
         self.values: dict[tuple[int, str], Any] = {}
 
     def __call__(self, value: Any, line: int, text: str) -> Any:
-        if type(value) in FLOAT_SCALARS or type(value) is np.ndarray:
+        if type(value) in FLOAT_SCALARS or type(value) in (np.ndarray, list):
             self.values[(line, text)] = value
         return value
 
