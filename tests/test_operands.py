@@ -541,3 +541,25 @@ def test_a_batch_norm_in_training_mode_against_eval_mode_is_two_functions_by_des
     same_mode = call("eval", "aten.native_batch_norm.default", stats + [True, 0.0, 1e-5], 12)
     plain = part_ways(_graph(tmp_path, nodes + [train, same_mode]), "eval", "train")
     assert not any("two functions by design" in h for h in plain["hints"])
+
+
+def test_integers_cast_to_float32_on_one_side_are_said_to_round_past_two_to_the_24(tmp_path):
+    """Token ids through float32 features and back (a thirty-first new user's): the parting was
+    "`aten.stack` is a step the other side does not take"; the cast that rounds 16777217 to
+    16777216 is named, with float32's exact-integer limit."""
+    ids = {"name": "ids", "op": "leaf", "line": 6, "dtype": "int64", "kind": "input", "shape": [6]}
+    cast = call("as_float", "aten._to_copy.default", [{"node": "ids"}], 7, dtype={"dtype": "float32"})
+    ones = {"name": "ones", "op": "leaf", "line": 7, "dtype": "float32", "kind": "factory", "shape": [6]}
+    stacked = call("feats", "aten.stack.default", [[{"node": "as_float"}, {"node": "ones"}], 1], 7)
+    column = call("col", "aten.select.int", [{"node": "feats"}, 1, 0], 8)
+    back = call("back", "aten._to_copy.default", [{"node": "col"}], 8, dtype={"dtype": "int64"})
+    back["dtype"] = "int64"
+    alias = call("same", "aten.alias.default", [{"node": "ids"}], 9)
+    alias["dtype"] = "int64"
+    parted = part_ways(_graph(tmp_path, [ids, cast, ones, stacked, column, back, alias]), "same", "back")
+    said = " ".join(parted["hints"])
+    assert "`aten._to_copy.default` at line 7 converts int64 values to float32, which holds every integer " \
+           "exactly only up to 2^24 = 16,777,216" in said, said
+    floats = dict(ids, dtype="float64")
+    parted = part_ways(_graph(tmp_path, [floats, cast, ones, stacked, column, back, alias]), "same", "back")
+    assert not any("2^24" in h for h in parted["hints"])
