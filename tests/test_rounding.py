@@ -270,7 +270,7 @@ def test_a_cancellation_notes_its_typical_loss_beside_its_worst():
     assert [c["typical_digits_lost"] for s in sim.spreads.values() for c in s.cancellations] in ([], [None])
 
 
-def test_a_histograms_counts_are_decisions_rounding_switches_at_bin_edges():
+def test_a_histograms_counts_and_a_floor_are_decisions_rounding_switches():
     """`torch.histc` of decimals 0.00 … 0.99 in 100 bins (a thirtieth new user's): 0.29 as a
     float32 lies below its bin's edge, and which bin it lands in is rounding's. The counts are
     floats, and were read as a value the computation amplifies "as a division by values near
@@ -279,6 +279,12 @@ def test_a_histograms_counts_are_decisions_rounding_switches_at_bin_edges():
     _, _, sim = simulated_spread(lambda t: torch.histc(t * 1.0000001, bins=100, min=0, max=1), x)
     (spread,) = sim.spreads.values()
     assert [f["op"] for f in spread.flips] == ["aten.histc"], spread.flips
+    # A rounding to an integer decides as much: `floor(p * 100)` of prices in float32 (0.53 is
+    # 52.99999 there), the `.long()` after it only keeps what floor decided.
+    prices = torch.tensor([0.53, 0.59, 1.05, 2.10, 4.20])
+    _, _, sim = simulated_spread(lambda p: torch.floor(p * 100).long(), prices)
+    (spread,) = sim.spreads.values()
+    assert [f["op"] for f in spread.flips][:1] == ["aten.floor"], spread.flips
 
 
 def test_a_per_channel_fake_quantization_is_replayed_with_its_float32_scales():

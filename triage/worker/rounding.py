@@ -1159,15 +1159,17 @@ def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -
     return out[:8]
 
 
-# Ops whose floating result counts comparisons (which bin each value falls in): a decision
-# rounding switches at a bin edge, as an argmax's.
-HISTOGRAMS = {"histc", "histogram", "histogramdd", "_histogramdd_from_bin_cts", "_histogramdd_from_bin_tensors"}
+# Ops whose floating result is a decision rounding switches, as an argmax's: a histogram's
+# counts (which bin each value falls in, at a bin edge) and a rounding to an integer (which
+# integer, at a half or a whole: `floor(p * 100)` of a price of 0.53 in float32).
+DECISIONS = {"histc", "histogram", "histogramdd", "_histogramdd_from_bin_cts", "_histogramdd_from_bin_tensors",
+             "floor", "ceil", "round", "trunc", "fix"}
 
 
-def _counts(n: fx.Node) -> bool:
-    """Whether `n` is a histogram's counts (or a getitem of them)."""
+def _decides(n: fx.Node) -> bool:
+    """Whether `n`'s floating value is a decision (`DECISIONS`; a getitem of one's outputs)."""
     op = n.args[0].target if n.target is operator.getitem and n.args and isinstance(n.args[0], fx.Node) else n.target
-    return isinstance(op, torch._ops.OpOverload) and op.overloadpacket.__name__ in HISTOGRAMS
+    return isinstance(op, torch._ops.OpOverload) and op.overloadpacket.__name__.rstrip("_") in DECISIONS
 
 
 def _is_index(a: Any) -> bool:
@@ -1469,7 +1471,7 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                                 n, plan.inputs[n], constants, mode, (first_call, mode.calls), args, kwargs, out):
                             mode.cache.keep(n, out, (first_call, mode.calls))
                     if isinstance(out, torch.Tensor) and (not (out.is_floating_point() or out.is_complex())
-                                                          or _counts(n)):
+                                                          or _decides(n)):
                         result.discrete[n.name] = out
                         result.nodes[n.name] = n
                 if n.name in wanted:
