@@ -307,6 +307,15 @@ def test_round_and_floor_division_are_said_as_definitions_by_their_recorded_ops(
         assert (said in v.summary) if said else "A possible difference of definition" not in v.summary, v.summary
 
 
+def test_the_element_quoted_is_one_that_differs_not_a_signed_zero_no_rounding_reaches():
+    """`torch.fmod` against `np.mod` (a thirty-first new user's): where torch's value is exact
+    (no rounding reaches it), a -0.0 against NumPy's 0.0 was quoted as the element farthest
+    out, "differs from that replay by 0"."""
+    v = _verdict(_recorded([-0.0, -1.5], [-0.0, -1.5], 0.0), [0.0, 0.5])
+    assert v.kind == "inconclusive", v.summary
+    assert "(-1.5 at element 1)" in v.summary and "differs from that replay by 2" in v.summary, v.summary
+
+
 def test_of_equal_read_backs_the_one_the_check_spells_is_the_operand():
     """`q_floor` and `q_div` are equal: the check's `q_floor.tolist()` was matched to the last
     of them (`q_div` at exit), whose op says nothing of floor division."""

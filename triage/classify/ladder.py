@@ -1859,7 +1859,9 @@ def _outside_differs(run: ArmRun, line: int, x: dict[str, Any], y: dict[str, Any
                      ref: np.ndarray, gap: np.ndarray, reach: np.ndarray, sides: tuple[str, str], source: str
                      ) -> Verdict:
     with np.errstate(divide="ignore", invalid="ignore"):
-        beyond = np.where(reach > 0, gap / reach, np.inf)
+        # Where no rounding reaches (an exact value), any gap is beyond it and none is not: a
+        # -0.0 against a 0.0 is no element to quote.
+        beyond = np.where(reach > 0, gap / reach, np.where(gap > 0, np.inf, 0.0))
     i = int(np.argmax(beyond))
     relative = float(gap.flat[i] / abs(ref.flat[i])) if ref.flat[i] else None
     bessel = _bessel_text(run, o, ref, y["value"], j)
