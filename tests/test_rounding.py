@@ -285,6 +285,9 @@ def test_a_histograms_counts_and_a_floor_are_decisions_rounding_switches():
     _, _, sim = simulated_spread(lambda p: torch.floor(p * 100).long(), prices)
     (spread,) = sim.spreads.values()
     assert [f["op"] for f in spread.flips][:1] == ["aten.floor"], spread.flips
+    # A floor of a NaN is NaN in every replay: no flip.
+    _, _, sim = simulated_spread(lambda p: torch.floor(p * 100) + 1.0, torch.tensor([float("nan"), 2.345]))
+    assert [f["op"] for s in sim.spreads.values() for f in s.flips] == []
 
 
 def test_a_per_channel_fake_quantization_is_replayed_with_its_float32_scales():

@@ -243,7 +243,7 @@ class OpRecorder(TriageDispatchMode):
         self.flush_line: int | None = None
         # Whether a contraction computed from bfloat16 inputs (oneDNN under the script's
         # float32 matmul precision) has carried its note yet, and whether oneDNN read a
-        # contraction's inputs so, by op and operand shapes (`_reads_bfloat16`).
+        # contraction's inputs so, by op and operand shapes (`_bfloat16_candidates`).
         self.reduced_matmul_noted = False
         self.bfloat16_reads: dict[tuple, bool] = {}
 

@@ -1146,7 +1146,7 @@ def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -
     for name, base in center.discrete.items():
         if name not in upstream:
             continue
-        changed = sum(1 for r in runs if name in r.discrete and not torch.equal(r.discrete[name], base))
+        changed = sum(1 for r in runs if name in r.discrete and not _same_decision(r.discrete[name], base))
         if changed:
             node = center.nodes[name]
             # One output of a multi-output op (`topk(...).indices`): the op decides.
@@ -1157,6 +1157,15 @@ def _flips(center: _Replayed, runs: list[_Replayed], upstream: frozenset[str]) -
                 flip["ties"] = True
             out.append(flip)
     return out[:8]
+
+
+def _same_decision(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two replays' values of a decision alike: a floating one's NaNs (`floor` of a NaN) alike too."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 # Ops whose floating result is a decision rounding switches, as an argmax's: a histogram's
