@@ -289,3 +289,15 @@ def test_a_nonfinite_value_some_roundings_reach_has_no_digit_not_a_zero_spread()
     j.nonfinite, j.value, j.sigma, j.digits, j.zeros, j.numel = None, 1.06, 2e-7, 5.8, 241, 512
     assert spread_text(j) == ("±2e-07 (5.8 significant digits at float32; 241 of 512 elements keep no significant digit, "
                               "their rounding noise as large as themselves)")
+
+
+def test_an_inside_many_sigma_out_says_how_far_its_samples_reach():
+    """A bfloat16 group norm 10σ from float64 at the element shown, inside because its samples
+    reach 1,000σ at elements whose spread is narrow (a thirtieth new user's): the row read
+    "±0.00042 … inside" beside a value 0.0043 off, a contradiction on its face."""
+    far = dataclasses.replace(_judgement("cpu", 0), statistic=10.3, max_sample_stat=1000.0)
+    text = render_comment(report_json(_judged_report([far])))
+    (row,) = _table_rows(text, "| arm | x")
+    assert "inside its own rounding spread (10.3σ here; its samples reach 1e+03σ)" in row, row
+    near = render_comment(report_json(_judged_report([_judgement("cpu", 0)])))
+    assert "σ here" not in _table_rows(near, "| arm | x")[0]

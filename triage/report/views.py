@@ -152,19 +152,27 @@ def _judgement_row(j: dict[str, Any]) -> dict[str, str]:
             "spread": spread_text(_as_judgement(j)) if judged else "—", "p": p_text, "conclusion": _zone_text(j)}
 
 
+# From this many σ at the element shown, an "inside" says how far its samples reach.
+SAID_SIGMAS = 4.0
+
+
 def _zone_text(j: dict[str, Any]) -> str:
     if j.get("status") != "judged":
         return f"not judged: {j.get('reason') or 'no reason given'}"
     if _outside_by_nonfinite(j):
         return "outside: " + str(j["nonfinite"]).removeprefix("outside: ")
     zone = j.get("zone")
+    statistic, reach = real(j.get("statistic")), real(j.get("max_sample_stat"))
     if zone == "inside":
-        return "inside its own rounding spread"
+        # Many σ from float64 at the element shown, yet inside: the samples themselves reach
+        # further (elements whose spread is narrow and whose samples are heavy-tailed).
+        far = statistic is not None and reach is not None and math.isfinite(statistic) and statistic > SAID_SIGMAS
+        return "inside its own rounding spread" + (f" ({statistic:.3g}σ here; its samples reach {reach:.3g}σ)"
+                                                   if far else "")
     if zone == "envelope" and j.get("nearest") is True:
         return "rounding to nearest: outside the unbiased spread, where a replay rounding every op to nearest lands"
     if zone == "envelope":
         return "directed envelope: outside the unbiased spread, inside rounding all up / all down"
-    statistic, reach = real(j.get("statistic")), real(j.get("max_sample_stat"))
     if statistic is None or not math.isfinite(statistic):
         return "outside: where no simulated rounding moves it at all"
     return f"outside: {statistic:.3g}σ" + (f", the samples reach {reach:.3g}σ" if reach is not None else "")
