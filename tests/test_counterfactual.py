@@ -187,6 +187,13 @@ def _binned_mean(x, bins, off_by_one):
     (lambda x: torch.zeros(5).scatter_reduce(0, torch.tensor([0, 1, 1, 2, 4]), x[0], "amax"),
      lambda x: torch.zeros(5).scatter_reduce(0, torch.tensor([0, 1, 1, 2, 4]), x[0], "amax", include_self=False),
      {"kind": "argument", "argument": "include_self", "was": True, "to": False}),
+    # a dequantization adding its zero point where it subtracts it (a thirty-first new user's)
+    (lambda x: (torch.round(x / 0.05) + 7 + 7) * 0.05, lambda x: (torch.round(x / 0.05) + 7 - 7) * 0.05,
+     {"kind": "opposite", "argument": "other", "was": 7, "to": -7}),
+    # int8's range written as [-128, 128]
+    (lambda x: torch.clamp(torch.round(x / 0.01), -128, 128) * 0.01,
+     lambda x: torch.fake_quantize_per_tensor_affine(x, 0.01, 0, -128, 127),
+     {"op": "aten.clamp", "kind": "argument", "argument": "max", "was": 128, "to": 127}),
 ])
 def test_a_slip_in_the_formula_is_found(ours, ref, change):
     found = changed(ours, ref, X - 2.5)
@@ -330,3 +337,13 @@ def test_a_value_computed_outside_torch_is_matched_by_changing_torchs_side_only(
     # The value torch computes itself: no change to find.
     same = torch.from_numpy(m.double().numpy().mean(axis=0))
     assert one_change(recording.graph, node, "chk:n", dict(values, **{"chk:n": same}), time.monotonic() + 10) is None
+
+
+def test_a_slip_between_two_integer_values_is_found():
+    """`torch.bucketize(ages, edges)` against `(ages[:, None] >= edges).sum(1)`, ages on the
+    edges (a thirty-first new user's): two integer values were never searched; `right=True`."""
+    ages = torch.tensor([18.0, 30.0, 45.0, 65.0, 29.0, 31.0, 70.0])
+    edges = torch.tensor([18.0, 30.0, 45.0, 65.0])
+    found = changed(lambda a: torch.bucketize(a, edges), lambda a: (a[:, None] >= edges).sum(1), ages)
+    assert found is not None and {k: found[k] for k in ("op", "argument", "was", "to")} == {
+        "op": "aten.bucketize", "argument": "right", "was": False, "to": True}, found

@@ -158,7 +158,7 @@ STREAMED_OBSERVABLE = record(OBSERVABLE_FIELDS, required=tuple(OBSERVABLE_FIELDS
 ONE_CHANGE = record({
     "op": OP, "line": integer(nullable=True),
     "kind": one_of("constant", "without", "moved", "argument", "sign", "dropped", "transposed", "shifted",
-                   "triangle", "conjugated", "negated"),
+                   "triangle", "conjugated", "negated", "opposite"),
     "argument": text(100), "around": maybe(OP),
     "was": either(number(), boolean(), array(integer(), 8), text(20)),
     "to": either(number(), boolean(), array(integer(), 8), text(20)),

@@ -877,6 +877,10 @@ def change_text(change: dict[str, Any], side: str, other: str, library_step: boo
         verb, other_verb = ("adds", "subtracting") if was == "add" else ("subtracts", "adding")
         return (f" {where} {verb} its second operand{operand}: {other_verb} it instead, {then} — the sign is the "
                 "difference.")
+    if change["kind"] == "opposite":
+        verb, other_verb = ("adds", "subtracting") if change["op"].split(".")[-1].startswith("add") else (
+            "subtracts", "adding")
+        return f" {where} {verb} {was!r}: {other_verb} it instead, {then} — the sign of that step is the difference."
     if change["kind"] == "dropped":
         term = "its second operand" if change["argument"] == "other" else "its first operand"
         verb = "adds" if was == "add" else "subtracts"

@@ -17,7 +17,9 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
   off, or the other triangle (`tril(x, -1)` for `triu(x, 1)`);
 * a step's constant → half or twice it (a Huber loss's linear branch without its ½); a scale
   → its square root or square (1/d for 1/√d); a divisor that counts → one more or less (n − 1);
-* a sum or difference of two tensors → the other sign, or without one of its terms;
+* a sum or difference of two tensors → the other sign, or without one of its terms; a step
+  adding (or subtracting) a number → subtracting (adding) it (a zero point's sign);
+* a clamp's whole-number bound → one off (`clamp(q, -128, 128)` for int8's 127);
 * a matrix product's or a solver's operand → transposed (`x @ W` where `F.linear` takes
   `x @ W.T`); a complex product's operand → conjugated (`X * X` for `X * X.conj()`);
 * a boolean mask (`where`'s condition, `masked_fill`'s mask) → negated (a padding mask passed
@@ -89,9 +91,12 @@ CONJUGABLE = {"mul": (0, 1), "mm": (0, 1), "bmm": (0, 1), "dot": (0, 1), "mv": (
 # running statistics reached a native kernel that does not check, and the worker died of SIGSEGV.
 FLAGS = {"include_self", "align_corners", "ceil_mode", "count_include_pad", "largest", "upper", "left", "transpose",
          "unitriangular", "log_target", "full", "center", "normalized", "onesided", "descending", "is_causal",
-         "forward", "antialias", "accumulate"}
+         "forward", "antialias", "accumulate", "right"}
 # Index arguments one off of which is a slip: (op, argument) pairs.
 SHIFTABLE = {("slice", "start"), ("slice", "end"), ("select", "index"), ("narrow", "start")}
+# Ops that clamp to a range, and their bounds: a whole-number bound one off is a slip.
+CLAMPS = {"clamp", "clip", "clamp_min", "clamp_max", "hardtanh"}
+CLAMP_BOUNDS = {"min", "max", "min_val", "max_val"}
 # A mask's triangle and the other one (`tril(x, k)` keeps what `triu(x, -k)` drops, but the diagonal).
 TRIANGLES = {"tril": torch.ops.aten.triu.default, "triu": torch.ops.aten.tril.default}
 # Ops whose `dim` arranges values rather than computes with them: another one changes the
@@ -207,7 +212,10 @@ def _apart(x: Any, y: Any) -> float | None:
 
 def _gap(x: Any, y: Any) -> float | None:
     """max |x − y| relative to max |y|, of two finite float64 (or complex128) values of one
-    shape; None otherwise."""
+    shape, integer ones (indices, counts: a `bucketize` without `right=True`) read as float64;
+    None otherwise."""
+    x, y = (t.double() if isinstance(t, torch.Tensor) and not (t.is_floating_point() or t.is_complex())
+            and t.dtype != torch.bool else t for t in (x, y))
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or x.shape != y.shape \
             or not all(t.is_floating_point() or t.is_complex() for t in (x, y)) or not x.numel() \
             or not bool(torch.isfinite(x).all()) or not bool(torch.isfinite(y).all()):
@@ -220,7 +228,8 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
     """Each change to try, the likeliest slips first: named constants, steps by a constant,
     an eps moved across a square root, a variance's estimate, a reduction's dimension, then
     the dimensions several reductions share."""
-    scalars, steps, moves, estimates, dims, flags, signs, transposes, drops, shifts, factors = ([] for _ in range(11))
+    scalars, steps, moves, estimates, dims, flags, signs, transposes, drops, shifts, factors, opposites, bounds = (
+        [] for _ in range(13))
     roots = [n for n in nodes if n.target.overloadpacket.__name__ in ROOTS]
     for n in nodes:
         name = n.target.overloadpacket.__name__.rstrip("_")
@@ -248,6 +257,11 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                                "to": value + step}) for step in (1, -1)]
                 flags.append((n, {"kind": "triangle", "position": position, "argument": argument, "was": value,
                                   "to": -value, "triangle": TRIANGLES[name]}))
+            elif name in CLAMPS and argument in CLAMP_BOUNDS and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool) and math.isfinite(value) and float(value).is_integer():
+                # A quantization range one off (`clamp(q, -128, 128)` for int8's 127).
+                bounds += [(n, {"kind": "argument", "position": position, "argument": argument, "was": value,
+                                "to": type(value)(value + step)}) for step in (-1, 1)]
             elif (name, argument) in SHIFTABLE and isinstance(value, int) and abs(value) < HUGE_INDEX:
                 shifts += [(n, {"kind": "shifted", "position": position, "argument": argument, "was": value,
                                 "to": value + step}) for step in (-1, 1)]
@@ -264,6 +278,9 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                                   "was": value, "to": IDENTITY[name]}))
                 factors += [(n, {"kind": "argument", "position": position, "argument": argument, "was": value,
                                  "to": to}) for to in _slipped_numbers(name, value)]
+                if name in ("add", "sub"):  # a zero point added where it is subtracted
+                    opposites.append((n, {"kind": "opposite", "position": position, "argument": argument,
+                                          "was": value, "to": -value}))
         if n.target in SIGNED and _two_tensors(n):
             signs.append((n, {"kind": "sign", "argument": "other", "was": name, "to": SIGNED[n.target].__name__
                               .split(".")[0], "operand": _producer(n.args[1])}))
@@ -290,7 +307,7 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
             flags.append((n, {"kind": "argument", "position": "scale", "argument": "scale", "was": "1/√d",
                               "to": 1.0}))
     yield from (scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes) + flags
-                + signs + transposes + factors + drops + shifts)
+                + signs + opposites + transposes + factors + drops + shifts + bounds)
 
 
 def _shared_dims(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
