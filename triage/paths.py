@@ -74,9 +74,9 @@ def part_ways(graph: OpGraph, node_a: str, node_b: str, source: str | None = Non
                              for found in [_running_sum(graph, ops)] if found is not None],
             "round_trip_a": _round_trip(graph, only_a), "round_trip_b": _round_trip(graph, only_b),
             "precisions": _precisions(graph, only_a, only_b),
-            "hints": (_integer_casts(graph, [op for op in graph.ordered(cone_a) if keys[op] not in keys_b]
-                                     + [op for op in graph.ordered(cone_b) if keys[op] not in keys_a])
-                      + _batch_norm_modes(graph, only_a, only_b)
+            "integer_cast": _integer_cast(graph, [op for op in graph.ordered(cone_a) if keys[op] not in keys_b]
+                                          + [op for op in graph.ordered(cone_b) if keys[op] not in keys_a]),
+            "hints": (_batch_norm_modes(graph, only_a, only_b)
                       + _constants(graph, only_a, only_b) + _one_step_apart(graph, cone_a, cone_b, keys, node_a, node_b)
                       + _variance_hints(graph, only_a, only_b) + _layout_hint(graph, cone_a, cone_b, only_a, only_b)
                       + _custom_ops(graph, only_a + only_b) + _custom_backwards(graph, only_a + only_b, source)
@@ -628,10 +628,12 @@ EXACT_INTEGER_BITS = {"float16": 11, "bfloat16": 8, "float32": 24, "complex64": 
 CASTS = ("_to_copy", "to", "copy_", "_to_dtype")
 
 
-def _integer_casts(graph: OpGraph, ops: list[str]) -> list[str]:
+def _integer_cast(graph: OpGraph, ops: list[str]) -> dict[str, Any] | None:
     """A cast of integers to a floating dtype among the ops one side takes and the other does
     not (`ids.float()`, token ids through float32 features): past 2^24 in float32 (2^11 in
-    float16, 2^8 in bfloat16) not every integer is representable, and the cast rounds them."""
+    float16, 2^8 in bfloat16) not every integer is representable, and the cast rounds them.
+    {"text", "limit"}: said only where the values compared reach the limit (the classifier
+    knows them; a count of 3,000 cast to float32 is exact)."""
     for op in ops:
         node = graph.by_name[op]
         bits = EXACT_INTEGER_BITS.get(str(node.get("dtype")))
@@ -639,11 +641,12 @@ def _integer_casts(graph: OpGraph, ops: list[str]) -> list[str]:
         if _op_name(node) not in CASTS or bits is None or source is None \
                 or not str(source.get("dtype") or "").startswith(("int", "uint")):
             continue
-        return [f"`{node['target']}` at line {node.get('line')} converts {source.get('dtype')} values to "
-                f"{node.get('dtype')}, which holds every integer exactly only up to 2^{bits} = {2 ** bits:,}: "
-                "larger ones round to the nearest value it holds (a multiple of 2, then 4, …). Keep integers "
-                "(ids, counts, indices) in an integer dtype, or in float64 up to 2^53"]
-    return []
+        return {"limit": 2 ** bits,
+                "text": f"`{node['target']}` at line {node.get('line')} converts {source.get('dtype')} values to "
+                        f"{node.get('dtype')}, which holds every integer exactly only up to 2^{bits} = {2 ** bits:,}: "
+                        "larger ones round to the nearest value it holds (a multiple of 2, then 4, …). Keep "
+                        "integers (ids, counts, indices) in an integer dtype, or in float64 up to 2^53"}
+    return None
 
 
 # Batch norm kernels, with the position of their `training` flag (None: eval mode by name).

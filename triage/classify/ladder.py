@@ -741,6 +741,13 @@ def _inclusive_scan_text(ops: list[dict[str, Any]], shape: str, computed: Side, 
             f"({INCLUSIVE_SCANS[scan]}).")
 
 
+def _largest(*values: np.ndarray) -> float | None:
+    """The largest finite magnitude among `values`."""
+    finite = [np.abs(v[np.isfinite(v)]).max() for v in (np.asarray(x, dtype=np.float64) for x in values)
+              if np.isfinite(v).any()]
+    return float(max(finite)) if finite else None
+
+
 def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np.ndarray, spreads: str,
                          change: str = "") -> Verdict:
     """Two values the script compares whose float64 replays differ beyond both spreads, with
@@ -780,7 +787,7 @@ def _different_functions(d: Divergence, ra: np.ndarray, rb: np.ndarray, both: np
                     f"{where_text(d)}: the two sides compute different functions, not one quantity rounded twice — "
                     f"replayed in float64 they still differ by up to {gap:.3g}{shape}, far beyond both rounding "
                     f"spreads. Rounding does not explain it: one of the two paths computes something else"
-                    f"{causes}.{change}{parting_text(paths, names, functions_differ=True)}",
+                    f"{causes}.{change}{parting_text(paths, names, functions_differ=True, largest=_largest(ra, rb))}",
                     [spreads] + [f"only in {name}: {ops_text(paths[key], paths.get(key + '_count'))}"
                                  for key, name in (("only_a", names[0]), ("only_b", names[1])) if paths.get(key)])
 

@@ -210,9 +210,11 @@ BATCHED_NOT_THE_CAUSE = (". Batching changes only how a value rounds (the accura
                          "one of the two computes, not in the batching")
 
 
-def parting_text(paths: dict[str, Any], names: tuple[str, str], functions_differ: bool = False) -> str:
+def parting_text(paths: dict[str, Any], names: tuple[str, str], functions_differ: bool = False,
+                 largest: float | None = None) -> str:
     """Where two sides' op graphs part, and what the parting tells (`triage.paths.part_ways`);
-    `functions_differ`: their float64 replays differ beyond rounding."""
+    `functions_differ`: their float64 replays differ beyond rounding; `largest`: the largest
+    magnitude the sides hold, which an integer cast's exact limit is said against."""
     if not paths:
         return ""
     parts = []
@@ -223,7 +225,9 @@ def parting_text(paths: dict[str, Any], names: tuple[str, str], functions_differ
     also = (f" (both call {', '.join(f'`{t}`' for t in both[:3])}, each on inputs the other's call does not have)"
             if both else "")
     text = (" Where they part: " + "; ".join(parts) + f", with no counterpart on the other side{also}.") if parts else ""
-    hints = list(paths.get("hints") or [])
+    cast = paths.get("integer_cast") or {}
+    hints = ([cast["text"]] if largest is not None and cast.get("limit") and largest > cast["limit"] else []) \
+        + list(paths.get("hints") or [])
     if paths.get("batched"):
         hints.append(paths["batched"] + (BATCHED_NOT_THE_CAUSE if functions_differ else BATCHED_ALLOWS))
     return text + "".join(f" {h}." for h in hints)
@@ -538,7 +542,7 @@ def rounding_cause(d: Divergence, run: ArmRun | None, runs: list[ArmRun] = ()) -
     if paths.get("only_a") or paths.get("only_b"):
         return (" Their float64 replays agree within their rounding spreads: the two are one value computed by "
                 f"different operations, which round differently ({_why_orders_differ(paths)})."
-                + parting_text(paths, (a.label, b.label)))
+                + parting_text(paths, (a.label, b.label), largest=_largest_held(run, d)))
     compiled = [(s, o.compiled_line) for s in (a, b) if run is not None
                 for o in run.observables if o.index == s.observable and o.compiled_line is not None]
     if len(compiled) == 1:
@@ -565,6 +569,14 @@ def rounding_cause(d: Divergence, run: ArmRun | None, runs: list[ArmRun] = ()) -
                 f"({lines}): kernels split and order their work by it (a reduction's order), which can make the same "
                 "operations round differently.")
     return ""
+
+
+def _largest_held(run: ArmRun | None, d: Divergence) -> float | None:
+    """The largest finite magnitude either side of a claim holds on its arm; None unknown."""
+    held = [np.abs(np.asarray(o.value, dtype=np.float64)) for s in (d.a, d.b) if s is not None and run is not None
+            for o in run.observables if o.index == s.observable and o.value is not None]
+    finite = [float(h[np.isfinite(h)].max()) for h in held if np.isfinite(h).any()]
+    return max(finite) if finite else None
 
 
 def _fused_rounding(dtype: str) -> str:

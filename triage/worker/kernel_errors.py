@@ -436,7 +436,13 @@ class _Probe(TorchDispatchMode):
             return lambda a: (a.to(to) if isinstance(a, torch.Tensor) and a.dtype == dtype
                               else to if a is dtype else a)
 
-        reference = [t for t in tree_flatten(func(*tree_map(widened(torch.float64), args),
+        def kernel_scalar(a: Any) -> Any:
+            # A Python float operand (`x / 0.3`) enters the kernel at its opmath, float32 for
+            # all three dtypes: the reference reads it so, or its rounding (up to ½ u) is
+            # counted as the kernel's error (a correctly rounded division measured 1.46 u).
+            return float(torch.tensor(a, dtype=torch.float32)) if type(a) is float else a
+
+        reference = [t for t in tree_flatten(func(*tree_map(widened(torch.float64), tree_map(kernel_scalar, args)),
                                                   **tree_map(widened(torch.float64), kwargs)))[0]
                      if isinstance(t, torch.Tensor)]
         single = None
