@@ -209,9 +209,13 @@ def test_in_place_gates_on_the_splits_of_one_gemm_keep_their_history(cell):
                     h, c = h
         return h
 
-    _, reference, recording = record_and_replay(run)
+    value, reference, recording = record_and_replay(run)
     assert not [leaf for leaf in recording.leaves if leaf.kind == "stale"]
-    assert torch.equal(reference, run(torch.float64))
+    # Not bitwise: MKL's float64 GEMM rounds differently with its buffers' alignment, so two
+    # float64 runs of one loop differ in the last bits. A gate left at float32 is 1e-8 away.
+    expected = run(torch.float64)
+    assert torch.allclose(reference, expected, rtol=RTOL, atol=0)
+    assert not torch.allclose(value.double(), expected, rtol=RTOL, atol=0)
 
 
 @pytest.mark.parametrize("split", ["rows", "columns", "unsafe-columns"])

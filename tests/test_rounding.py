@@ -1665,3 +1665,22 @@ def test_the_output_dtypes_of_a_pooling_backward_are_found_on_whole_stand_ins():
     mode = RoundingMode(SimulationOptions(), _CallCache(), direction=0, generator=None)
     args = (grad, x, indices)
     assert mode._output_dtypes(func, args, {}, list(args)) == [torch.float32]
+
+
+@pytest.mark.parametrize("layout", ["rows", "image"])
+def test_batch_norm_statistics_of_rows_add_in_float32_row_after_row(layout):
+    """An N×C (or channels-last) input's batch statistics are float32 sums, one row after
+    another per thread (ATen's channels-last path), not lanes: on one thread a correct kernel's
+    mean of 4096 rows erred 23 ulp where the lanes' model spread 2.7 ("outside"). An N×C×H×W
+    input's sums are in double; both are inside."""
+    x = torch.rand(4096, 3, generator=torch.Generator().manual_seed(0)) + 1
+    x = x if layout == "rows" else x.t().reshape(1, 3, 64, 64).contiguous()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        mean, spread = spread_of(
+            lambda v: torch.ops.aten.native_batch_norm(v, None, None, None, None, True, 0.1, 1e-5)[1], x)
+    finally:
+        torch.set_num_threads(threads)
+    assert judge(mean, spread).zone == "inside"
+    assert judge(mean * (1 + 1e-4), spread).zone == "outside"
