@@ -2614,7 +2614,7 @@ class RoundingMode(TriageDispatchMode):
         self.inner_dtype.append(computation)
         # A sequential kernel's inner decompositions (batch norm's var_mean) add as it does.
         self.sequential.append(bool(self.sequential and self.sequential[-1])
-                               or name in SEQUENTIAL_KERNELS and SEQUENTIAL_KERNELS[name](args))
+                               or name in SEQUENTIAL_KERNELS and SEQUENTIAL_KERNELS[name](func, args))
         if recording:
             self.traced.append([])
         try:
@@ -3464,14 +3464,16 @@ def _cdist_terms(args: tuple) -> int:
     return math.prod(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])) * x1.shape[-2] * x2.shape[-2] * x1.shape[-1]
 
 
-def _rows_added_in_order(args: tuple) -> bool:
+def _rows_added_in_order(func: Any, args: tuple) -> bool:
     """Whether ATen's CPU batch norm adds its statistics row after row: for an input whose
     channels are its innermost dimension (N×C, N×C×1×1, channels-last), each thread sums its
     rows into a float32 buffer, vectorized across channels (batch_norm_kernel.cpp,
     `..._collect_stats_channels_last_impl`), so each channel's sum is a sequential float32
     walk (a correct N×C kernel's mean erred 1.6 ulp where the lanes' model spread 0.55).
     Other layouts add in double, which the walk covers."""
-    if len(args) < 6 or not args[5] or not isinstance(args[0], torch.Tensor):
+    names = [a.name for a in func._schema.arguments]
+    training = args[names.index("training")] if "training" in names and names.index("training") < len(args) else False
+    if not training or not isinstance(args[0], torch.Tensor):
         return False
     one = args[0][0] if _is_stacked(args[0]) else args[0]
     if one.dim() < 2:
@@ -3484,8 +3486,8 @@ def _rows_added_in_order(args: tuple) -> bool:
 # Kernels that add their terms one after another in a scalar loop (the CPU's cdist: one
 # accumulator per distance; batch norm's statistics over rows): their decomposition's sums
 # walk sequentially, not in lanes, where the predicate holds of the call's arguments.
-SEQUENTIAL_KERNELS: dict[str, Callable[[tuple], bool]] = {
-    "_cdist_forward": lambda args: True, "native_batch_norm": _rows_added_in_order,
+SEQUENTIAL_KERNELS: dict[str, Callable[[Any, tuple], bool]] = {
+    "_cdist_forward": lambda func, args: True, "native_batch_norm": _rows_added_in_order,
     "_native_batch_norm_legit": _rows_added_in_order, "_native_batch_norm_legit_functional": _rows_added_in_order}
 # Ops replayed through their decomposition only up to a size its intermediates may reach (per
 # sample: stacked replays hold one per sample); past it, as a library function with the table's bound.
