@@ -1684,3 +1684,36 @@ def test_batch_norm_statistics_of_rows_add_in_float32_row_after_row(layout):
         torch.set_num_threads(threads)
     assert judge(mean, spread).zone == "inside"
     assert judge(mean * (1 + 1e-4), spread).zone == "outside"
+
+
+def test_an_op_the_replay_cannot_take_loses_only_the_values_downstream_of_it(monkeypatch):
+    """A failure of the rounding replay at one op left every observed value unjudged, those
+    that never read it too. A fault made on purpose (`cos` raises in the replay): the value
+    computed from `cos` says why it is unjudged, the one from `sin` is judged as before."""
+    from triage.worker.rounding import RoundingMode
+
+    x = torch.linspace(0.1, 3.0, 64)
+    recorder = OpRecorder(torch.device("cpu"), site=lambda: None)
+    with recorder:
+        a = (x.sin() * 3).sum()
+        b = (x.cos() * 3).sum()
+    recording = recorder.finish()
+    na, nb = recorder.lookup(a), recorder.lookup(b)
+    references = replay_fp64(recording.graph, {na.name, nb.name}, 60).values
+    wanted = {na.name: references[na.name], nb.name: references[nb.name]}
+    dtypes = {na.name: torch.float32, nb.name: torch.float32}
+    clean = simulate_rounding(recording.graph, wanted, SimulationOptions(samples=29), dtypes)
+
+    round_op = RoundingMode.round_op
+
+    def faulty(self, func, args, kwargs):
+        if func is torch.ops.aten.cos.default:
+            raise RuntimeError("a fault made on purpose")
+        return round_op(self, func, args, kwargs)
+
+    monkeypatch.setattr(RoundingMode, "round_op", faulty)
+    sim = simulate_rounding(recording.graph, wanted, SimulationOptions(samples=29), dtypes)
+    assert sim.spreads[nb.name].status == "not-judged"
+    assert "cos could not be replayed" in sim.spreads[nb.name].reason
+    assert sim.spreads[na.name].status == "judged"
+    assert torch.equal(sim.spreads[na.name].sigma, clean.spreads[na.name].sigma)

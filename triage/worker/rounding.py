@@ -492,18 +492,22 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
     t0, t0_cpu, modules = time.monotonic(), time.process_time(), len(sys.modules)
     _parallel(threads, max((n.meta["leaf"].value.numel() for n in order if n.op == "placeholder"
                             and isinstance(n.meta["leaf"].value, torch.Tensor)), default=0))
-    centre_mode = RoundingMode(options, cache, direction=0, generator=None)
-    # Where a value is not finite (the arm's or its float64 one), the centre replay notes which
-    # op first leaves its dtype's range: one check per op, only then.
-    centre_mode.note_overflows = any(not bool(torch.isfinite(v).all()) for v in list(live.values())
-                                     + [arm_values[w] for w in live if isinstance(arm_values.get(w), torch.Tensor)]
-                                     if v.is_floating_point() or v.is_complex())
-    center = _replay(plan, set(live), centre_mode)
+    center = _replay(plan, set(live), _centre_mode(options, cache, live, arm_values))
+    if center.lost and not center.failed:
+        # An op the replay could not take loses the values downstream of it; the others are
+        # replanned without it and replayed afresh (their calls' indices start over).
+        for w, why in center.lost.items():
+            spreads[w] = NodeSpread(status="not-judged", reason=why)
+            del live[w]
+        order = cone(graph, [by_name[w] for w in live])
+        cache, plan = _CallCache(), _ReplayPlan.of(order)
+        t0, t0_cpu = time.monotonic(), time.process_time()  # the cost of the replay that stays
+        center = _replay(plan, set(live), _centre_mode(options, cache, live, arm_values))
     _parallel(threads, max(center.numel.values(), default=0))
     cancellations = center.cancellations
     if center.failed:
         for w in live:
-            spreads[w] = NodeSpread(status="not-judged", reason=center.failed)
+            spreads[w] = NodeSpread(status="not-judged", reason=center.lost.get(w, center.failed))
         return Simulation(spreads, time.monotonic() - start, 0)
     for w in [w for w, ref in live.items() if getattr(center.values.get(w), "shape", None) != ref.shape]:
         spreads[w] = NodeSpread(status="not-judged", reason="its replay has another shape than the arm's value")
@@ -631,6 +635,17 @@ def _simulate(graph: fx.Graph, wanted: dict[str, torch.Tensor], options: Simulat
                                    None)
     return Simulation(spreads, time.monotonic() - start, k,
                       drawn_whole=[r.name for g in collapsed for r in g.reductions])
+
+
+def _centre_mode(options: SimulationOptions, cache: _CallCache, live: dict[str, torch.Tensor],
+                 arm_values: dict[str, torch.Tensor]) -> RoundingMode:
+    """The centre replay's mode. Where a value is not finite (the arm's or its float64 one),
+    it notes which op first leaves its dtype's range: one check per op, only then."""
+    mode = RoundingMode(options, cache, direction=0, generator=None)
+    mode.note_overflows = any(not bool(torch.isfinite(v).all()) for v in list(live.values())
+                              + [arm_values[w] for w in live if isinstance(arm_values.get(w), torch.Tensor)]
+                              if v.is_floating_point() or v.is_complex())
+    return mode
 
 
 # How far past its budget the clock may run the fewest samples whose own work fits it.
@@ -1295,6 +1310,7 @@ class _Replayed:
     calls: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> the mode's call indices it used
     numel: dict[str, int] = field(default_factory=dict)  # node -> elements of its (tensor) value
     ties: set[str] = field(default_factory=set)  # selections that pick among exactly equal values (`_exact_ties`)
+    lost: dict[str, str] = field(default_factory=dict)  # the centre's wanted values downstream of an op it could not replay
 
     def split(self, samples: int) -> list[_Replayed]:
         """A replay of `samples` stacked samples (`RoundingMode.samples`) as one replay per
@@ -1382,12 +1398,20 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
     underflows: dict[fx.Node, dict[str, Any]] = {}  # the centre's nodes that rounded a nonzero value to 0
     # The centre replay notes; the exact one (`_exact_terms`, its own cache) only computes.
     center = mode.generator is None and not mode.directed and not mode.exact
+    # The centre replay goes on past an op it cannot replay: only what depends on that op is
+    # lost (node -> why), and the caller replans the rest. Later replays replay only that rest.
+    lost: dict[fx.Node, str] = {}
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
         with torch.no_grad():
             for i, n in enumerate(plan.order):
-                if n in skipped:
+                upstream_loss = next((lost[a] for a in plan.inputs[n] if a in lost), None) if lost else None
+                if upstream_loss is None and n in same_as:
+                    upstream_loss = lost.get(same_as[n])
+                if upstream_loss is not None:
+                    lost[n] = upstream_loss
+                elif n in skipped:
                     start, end = calls[n.name]
                     mode.calls += end - start
                     if n in exact:
@@ -1449,9 +1473,14 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                                                             n.meta["arm_choices"])
                         else:  # a compiled region: its dynamo graph, op by op
                             env[n] = mode.each_sample(functools.partial(_run_compiled, n.target, mode), args, {})
-                    except Exception as e:  # noqa: BLE001 - the simulation only loses this value
-                        result.failed = f"{_op_name(n.target)} could not be replayed: {type(e).__name__}: {str(e)[:160]}"
-                        return result
+                    except Exception as e:  # noqa: BLE001 - the simulation only loses what depends on it
+                        why = f"{_op_name(n.target)} could not be replayed: {type(e).__name__}: {str(e)[:160]}"
+                        if not center:
+                            result.failed = why
+                            return result
+                        lost[n] = why
+                        mode.calls = first_call
+                        continue
                     out = env[n]
                     result.calls[n.name] = (first_call, mode.calls)
                     if isinstance(out, torch.Tensor):
@@ -1483,13 +1512,16 @@ def _replay(plan: _ReplayPlan, wanted: set[str], mode: RoundingMode,
                                                           or _decides(n)):
                         result.discrete[n.name] = out
                         result.nodes[n.name] = n
-                if n.name in wanted:
+                if n.name in wanted and n not in lost:
                     result.values[n.name] = env[n]
                 for a in plan.frees[i]:
                     if a.name not in wanted:
                         env.pop(a, None)
     finally:
         torch.set_default_dtype(previous)
+    result.lost = {n.name: why for n, why in lost.items() if n.name in wanted}
+    if result.lost and len(result.lost) == len(wanted):
+        result.failed = next(iter(result.lost.values()))
     return result
 
 
