@@ -327,3 +327,26 @@ def test_a_value_reading_torch_empty_is_found_even_where_its_bytes_were_nan():
         records.append({"node": node.name, "ancestors": ancestors})
     _mark_uninitialized_reads(recording, records, 60)
     assert [r["uninitialized"] for r in records] == [True, False]
+
+
+@pytest.mark.parametrize("layout", ["time-major", "batch-first-bidirectional"])
+def test_an_lstm_on_onednn_replays_in_float64_as_the_lstm_it_is(layout):
+    """nn.LSTM on the CPU is `aten.mkldnn_rnn_layer`, a oneDNN kernel with no float64: its
+    float64 reference was the arm's own float32 value, and its rounding was not simulated (a
+    500-step LSTM unjudged). It replays as the LSTM it computes; the same module in float64
+    (which ATen runs without oneDNN) gives the same value."""
+    batch_first = layout != "time-major"
+
+    def run(dtype):
+        torch.manual_seed(0)
+        lstm = nn.LSTM(5, 4, num_layers=2, batch_first=batch_first, bidirectional=batch_first).to(dtype)
+        x = torch.randn(3, 7, 5).to(dtype)
+        with torch.no_grad():
+            out, (h, c) = lstm(x)
+        return out.sum(-1) + h.sum() + c.sum()
+
+    value, reference, recording = record_and_replay(run)
+    assert any("mkldnn_rnn_layer" in str(n.target) for n in recording.graph.nodes)
+    expected = run(torch.float64)
+    assert torch.allclose(reference, expected, rtol=RTOL, atol=0)
+    assert not torch.allclose(value.double(), expected, rtol=RTOL, atol=0)

@@ -1717,3 +1717,16 @@ def test_an_op_the_replay_cannot_take_loses_only_the_values_downstream_of_it(mon
     assert "cos could not be replayed" in sim.spreads[nb.name].reason
     assert sim.spreads[na.name].status == "judged"
     assert torch.equal(sim.spreads[na.name].sigma, clean.spreads[na.name].sigma)
+
+
+def test_an_lstm_on_onednn_rounds_as_its_steps():
+    """`aten.mkldnn_rnn_layer` (nn.LSTM on the CPU) is simulated step by step: the kernel's
+    value is inside, one perturbed by 1e-4 outside (its replay raised, and no value downstream
+    of an LSTM was judged)."""
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(6, 8)
+    x = torch.randn(40, 2, 6)
+    with torch.no_grad():
+        out, spread = spread_of(lambda v: lstm(v)[0], x)
+    assert judge(out, spread).zone == "inside"
+    assert judge(out * (1 + 1e-4), spread).zone == "outside"

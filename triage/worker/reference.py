@@ -22,6 +22,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_map
 
 from triage.worker import arm_choices
+from triage.worker.composites import COMPOSITES
 from triage.worker.independent import COVERED_OPS, Budget, Check
 from triage.worker.modes import TriageDispatchMode
 from triage.worker.opgraph import written_positions
@@ -298,7 +299,7 @@ def _run_op(n: fx.Node, op: torch._ops.OpOverload, args: tuple, kwargs: dict, re
         return _run_at_recorded_precision(n, op, args, kwargs, result)
     wide_args = float32_scales(name, tree_map(widen, args))
     wide_kwargs = _widen_kwargs(tree_map(widen, kwargs))
-    custom = custom_implementation(op)
+    custom = custom_implementation(op) or COMPOSITES.get(op)
     if custom is not None:
         with UpcastMode():
             return tree_map(widen, custom(*wide_args, **wide_kwargs))

@@ -81,6 +81,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from triage import policy
 from triage.worker import arm_choices
+from triage.worker.composites import COMPOSITES
 from triage.worker.conditioning import reduced_dims
 from triage.worker.kernel_errors import UNMEASURED_U, KernelTable, ill_conditioned_scale
 from triage.worker.modes import TriageDispatchMode
@@ -3530,7 +3531,8 @@ OWN_DECOMPOSITIONS = {torch.ops.aten.linalg_vector_norm.default: _vector_norm,
                       torch.ops.aten.native_batch_norm.default: _native_batch_norm,
                       torch.ops.aten._native_batch_norm_legit.default: _native_batch_norm,
                       torch.ops.aten._native_multi_head_attention.default: _native_multi_head_attention,
-                      torch.ops.aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer}
+                      torch.ops.aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer,
+                      **COMPOSITES}
 
 
 def _decomposition(func: Any) -> Any:
