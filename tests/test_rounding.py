@@ -1730,3 +1730,14 @@ def test_an_lstm_on_onednn_rounds_as_its_steps():
         out, spread = spread_of(lambda v: lstm(v)[0], x)
     assert judge(out, spread).zone == "inside"
     assert judge(out * (1 + 1e-4), spread).zone == "outside"
+
+
+def test_a_python_float_operand_is_read_at_float32_as_aten_reads_it():
+    """`randn(...) * 1e-3` multiplies by float32's 0.0010000000475: the kernel's product is
+    a neighbour of that, up to 2 ulp from x·10⁻³, where no rounding of the float64 product
+    reaches ("outside", a kernel bug called on a new user's input). A product 1e-4 off is
+    still outside."""
+    r = torch.randn(4, 16, 128, generator=torch.Generator().manual_seed(0))
+    out, spread = spread_of(lambda v: v * 1e-3, r)
+    assert judge(out, spread).zone == "inside"
+    assert judge(out * (1 + 1e-4), spread).zone == "outside"

@@ -2388,6 +2388,8 @@ class RoundingMode(TriageDispatchMode):
         if kwargs:
             kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
                           else _widened(v) if isinstance(v, (list, tuple)) else widen(v)) for k, v in kwargs.items()}
+        if torch.Tag.pointwise in func.tags and _reads_scalars_at_float32(in_vd):
+            args, kwargs = _scalars_at_float32(args), {k: _scalars_at_float32(v) for k, v in kwargs.items()}
         if routed is None:
             routed = self.cache.routes[call] = (func, out_vd, self._route(func, name, args, kwargs, flat, in_vd, out_vd),
                                                 in_vd)
@@ -4152,6 +4154,29 @@ def _flat(args: tuple) -> list:
         else:
             out.append(a)
     return out
+
+
+def _reads_scalars_at_float32(in_vd: list) -> bool:
+    """Whether a pointwise op on tensors of these arm dtypes reads its Python float operands
+    at float32: TensorIterator casts a number to the tensors' float32, and the float16 and
+    bfloat16 kernels read it at their opmath float32 (`original_scalar_value<opmath_t>`)."""
+    real = [d for d in in_vd if isinstance(d, torch.dtype) and d.is_floating_point]
+    return bool(real) and len(real) == len(in_vd) and all(UNIT_ROUNDOFF.get(d, 0.0) >= UNIT_ROUNDOFF[torch.float32]
+                                                          for d in real)
+
+
+def _scalars_at_float32(value: Any) -> Any:
+    """Python floats (in a list or tuple too) as float32 reads them: `x * 1e-3` multiplies by
+    0.0010000000475, and a float32 kernel's product is a neighbour of that, not of x·10⁻³
+    (a new user's `randn(...) * 1e-3` was "outside" where no rounding moved it)."""
+    if type(value) is float:
+        return float(np.float32(value)) if math.isfinite(value) and abs(value) <= FLOAT32_MAX else value
+    if isinstance(value, (list, tuple)) and any(type(v) is float for v in value):
+        return type(value)(_scalars_at_float32(v) for v in value)
+    return value
+
+
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def _widened(args: list | tuple) -> list | tuple:
