@@ -347,3 +347,58 @@ def test_a_slip_between_two_integer_values_is_found():
     found = changed(lambda a: torch.bucketize(a, edges), lambda a: (a[:, None] >= edges).sum(1), ages)
     assert found is not None and {k: found[k] for k in ("op", "argument", "was", "to")} == {
         "op": "aten.bucketize", "argument": "right", "was": False, "to": True}, found
+
+
+def _line_in_this_file() -> int | None:
+    """The recorder's site: the line of this file the op was called from."""
+    import sys
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename != __file__:
+        frame = frame.f_back
+    return frame.f_lineno if frame is not None else None
+
+
+def changed_by_line(ours, ref, *inputs):
+    recorder = OpRecorder(torch.device("cpu"), site=_line_in_this_file)
+    with recorder:
+        a, b = ours(*inputs), ref(*inputs)
+    recording = recorder.finish()
+    na, nb = recorder.lookup(a).name, recorder.lookup(b).name
+    values = replay_fp64(recording.graph, {na, nb}, 60).values
+    return one_change(recording.graph, na, nb, values, time.monotonic() + 10)
+
+
+def test_a_gate_on_the_wrong_term_in_every_step_of_a_loop_is_found():
+    """A hand-written GRU cell's update `z * n + (1 - z) * h` where GRUCell computes
+    `(1 - z) * n + z * h`, in each of a loop's steps: which term each factor takes, exchanged
+    on that line in every step, makes the two one function (it was "computes something else")."""
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(4, 6)
+    xs = torch.randn(5, 3, 4)
+
+    def mine(xs):
+        h = torch.zeros(3, 6)
+        for x in xs:
+            r, z, n = (x @ cell.weight_ih.t() + cell.bias_ih).chunk(3, 1)
+            hr, hz, hn = (h @ cell.weight_hh.t() + cell.bias_hh).chunk(3, 1)
+            r, z = torch.sigmoid(r + hr), torch.sigmoid(z + hz)
+            n = torch.tanh(n + r * hn)
+            h = z * n + (1 - z) * h
+        return h
+
+    def builtin(xs):
+        h = torch.zeros(3, 6)
+        for x in xs:
+            h = cell(x, h)
+        return h
+
+    with torch.no_grad():
+        found = changed_by_line(mine, builtin, xs)
+    assert found is not None and found["kind"] == "exchanged" and found["op"] == "aten.mul"
+    assert found["places"] == 10  # two products in each of five steps
+
+
+def test_a_quotient_upside_down_is_found():
+    x, y = torch.rand(8) + 1, torch.rand(8) + 2
+    found = changed_by_line(lambda x, y: y / x, lambda x, y: torch.div(x, y), x, y)
+    assert found is not None and found["kind"] == "swapped" and found["op"] == "aten.div"

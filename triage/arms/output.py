@@ -158,7 +158,7 @@ STREAMED_OBSERVABLE = record(OBSERVABLE_FIELDS, required=tuple(OBSERVABLE_FIELDS
 ONE_CHANGE = record({
     "op": OP, "line": integer(nullable=True),
     "kind": one_of("constant", "without", "moved", "argument", "sign", "dropped", "transposed", "shifted",
-                   "triangle", "conjugated", "negated", "opposite"),
+                   "triangle", "conjugated", "negated", "opposite", "swapped", "exchanged"),
     "argument": text(100), "around": maybe(OP),
     "was": either(number(), boolean(), array(integer(), 8), text(20)),
     "to": either(number(), boolean(), array(integer(), 8), text(20)),
@@ -166,6 +166,10 @@ ONE_CHANGE = record({
     "operand": described("The op that made the operand changed (dropped, transposed); null for an input.",
                          record({"op": OP, "line": integer(nullable=True)}, required=("op",), closed=True,
                                 nullable=True)),
+    "exchanged_with": described("Of two ops' operands exchanged: the op that made the second op's operand; null "
+                                "for an input.",
+                                record({"op": OP, "line": integer(nullable=True)}, required=("op",), closed=True,
+                                       nullable=True)),
     "also": described("The other ops changed alike (dims several reductions share, the slices of one "
                       "dimension), the first 8.",
                       array(record({"op": OP, "line": integer(nullable=True)}, required=("op",), closed=True), 8)),

@@ -908,6 +908,17 @@ def change_text(change: dict[str, Any], side: str, other: str, library_step: boo
                        "meant, or the reverse)") if change["kind"] == "transposed" else
                       ("conjugated", "the conjugate is the difference (`X * X` where `X * X.conj()` is meant)"))
         return f" {where} takes its {nth}{operand} as it is: {done}, {then} — {what}."
+    if change["kind"] in ("swapped", "exchanged"):
+        count = change.get("places") or 1
+        repeats = f" (and its {count - 1} repeats on that line, a loop's steps)" if change["kind"] == "swapped" \
+            and count > 1 else f" (in each of the line's {count // 2} repeats, a loop's steps)" if count > 2 else ""
+        if change["kind"] == "swapped":
+            return (f" {where} takes its two operands in this order{repeats}: exchanged, {then} — the operands' "
+                    "order is the difference.")
+        first, second = _made_by(change.get("operand")), _made_by(change.get("exchanged_with"))
+        return (f" {where} and the `{change['op']}` beside it on that line{repeats}: with the first's operand"
+                f"{first} and the second's operand{second} exchanged, {then} — which term each applies to is the "
+                "difference (a gate or a weight on the wrong term).")
     if change["kind"] == "triangle":
         kept, flipped = ("lower", "upper") if change["op"].endswith("tril") else ("upper", "lower")
         return (f" {where} keeps the {kept} triangle from diagonal {was!r}: the {flipped} triangle from diagonal "

@@ -26,7 +26,10 @@ is a change a typo or a slip makes, tried by replaying the changed side in float
   where `scaled_dot_product_attention` wants the positions that take part);
 * fused attention's default scale 1/√d → 1 (a hand-written side without the scale);
 * a slice's start or end, or those of every slice of the side along one dimension (a bin's
-  bounds written once, used for each bin) → one off.
+  bounds written once, used for each bin) → one off;
+* two tensor operands exchanged, in every repeat of the line (a loop's steps): a
+  non-commutative op's own two (`b / a` for `a / b`), or one operand each of two ops of one
+  kind on one line (a GRU's update `z * n + (1 - z) * h` for `(1 - z) * n + z * h`).
 
 A change is reported only where the changed side then equals the other in float64 (their gap
 falls to float64's noise, AGREE_RTOL, or where the sides read float32 inputs, to a few of their
@@ -106,6 +109,10 @@ LAYOUT_OPS = {"unsqueeze", "squeeze", "select", "slice", "narrow", "transpose", 
               "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "roll", "flip"}
 # A slice's end past any real size ("to the end", sys.maxsize): not an index anyone wrote.
 HUGE_INDEX = 1 << 40
+# Ops whose two tensor operands a slip may exchange (`_swaps`), and those of them for which
+# the order itself matters.
+NON_COMMUTATIVE = {"sub", "div", "pow", "atan2", "remainder", "fmod", "mm", "bmm", "matmul"}
+EXCHANGEABLE = NON_COMMUTATIVE | {"mul", "add", "maximum", "minimum"}
 
 
 def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
@@ -148,12 +155,13 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
                     continue
             changed = _gap(replay.values.get(target), values[other])
             if changed is not None and changed <= min(agree, GAP_FALL * gap):
+                touched = list(dict.fromkeys(n for n, _ in places))  # an op whose two operands swap is one place
                 return {"side": side, "op": _name(node), "line": node.meta.get("line"), "kind": change["kind"],
                         "argument": change["argument"], "was": change["was"], "to": change["to"],
-                        "operand": change.get("operand"),
+                        "operand": change.get("operand"), "exchanged_with": change.get("exchanged_with"),
                         "named": change.get("named"), "around": change.get("around"),
-                        "also": [{"op": _name(n), "line": n.meta.get("line")} for n, _ in places[1:9]],
-                        "places": len(places), "written": _written_before(node, cones[other]),
+                        "also": [{"op": _name(n), "line": n.meta.get("line")} for n in touched[1:9]],
+                        "places": len(touched), "written": _written_before(node, cones[other]),
                         "residual": float(f"{changed:.2g}") if changed > AGREE_RTOL else None}
     return None
 
@@ -306,8 +314,57 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
             # side that forgot the scale.
             flags.append((n, {"kind": "argument", "position": "scale", "argument": "scale", "was": "1/√d",
                               "to": 1.0}))
+    # Swaps are taken per line, in every repeat at once: before the changes made to one op,
+    # which in a loop's body are one per step and each alone changes one step only.
     yield from (scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes) + flags
-                + signs + opposites + transposes + factors + drops + shifts + bounds)
+                + _swaps(nodes) + signs + opposites + transposes + factors + drops + shifts + bounds)
+
+
+def _swaps(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
+    """Two tensor operands exchanged, in every repeat of their line at once (the steps of a
+    loop): a non-commutative op's own two, or one operand each of the two ops of one kind a
+    line computes per repeat (a gate applied to the wrong term)."""
+    found = []
+    by_line: dict[tuple[Any, Any], list[fx.Node]] = {}
+    for n in nodes:
+        if n.meta.get("line") is not None and n.target.overloadpacket.__name__ in EXCHANGEABLE:
+            by_line.setdefault((n.meta["line"], n.target), []).append(n)
+    for (_, target), ops in by_line.items():
+        name = target.overloadpacket.__name__.rstrip("_")
+        if name in NON_COMMUTATIVE and all(_two_operands(n) for n in ops):
+            schema = target._schema.arguments
+            found.append((ops[0], {"kind": "swapped", "argument": f"{schema[0].name}↔{schema[1].name}", "was": name,
+                                   "to": name,
+                                   "places": [(n, j) for n in ops for j in (0, 1)],
+                                   "values": [v for n in ops for v in (n.args[1], n.args[0])]}))
+        if len(ops) % 2 or not all(_two_operands(n) for n in ops):
+            continue
+        pairs = list(zip(ops[0::2], ops[1::2], strict=True))
+        for i, j in ((0, 0), (1, 1), (0, 1), (1, 0)):
+            schema = target._schema.arguments
+            found.append((ops[0], {"kind": "exchanged", "argument": f"{schema[i].name}↔{schema[j].name}",
+                                   "was": name, "to": name,
+                                   "places": [(x, i) for x, _ in pairs] + [(y, j) for _, y in pairs],
+                                   "values": [y.args[j] for _, y in pairs] + [x.args[i] for x, _ in pairs],
+                                   "operand": _producer(pairs[0][0].args[i]),
+                                   "exchanged_with": _producer(pairs[0][1].args[j])}))
+    return found
+
+
+def _two_operands(n: fx.Node) -> bool:
+    """Two tensor operands, each of the other's shape, that are not one tensor twice."""
+    if len(n.args) < 2 or not all(isinstance(a, fx.Node) for a in n.args[:2]) or n.args[0] is n.args[1]:
+        return False
+    shapes = [_shape(a) for a in n.args[:2]]
+    return None not in shapes and shapes[0] == shapes[1]
+
+
+def _shape(n: fx.Node) -> tuple[int, ...] | None:
+    """The recorded shape of a node's value (a leaf's, from its value)."""
+    shape = n.meta.get("value_shape", n.meta.get("shape"))
+    if shape is None and n.op == "placeholder":
+        shape = getattr(getattr(n.meta.get("leaf"), "value", None), "shape", None)
+    return tuple(shape) if shape is not None else None
 
 
 def _shared_dims(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:

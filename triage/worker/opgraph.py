@@ -384,6 +384,8 @@ class OpRecorder(TriageDispatchMode):
         functional = functional_variant(func) if written_lists else None
         node = self.graph.call_function(functional or func, tuple(n_args), dict(n_kwargs))
         node.meta["line"] = self.site()
+        if isinstance(out, torch.Tensor):  # for the one-change search's operand swaps
+            node.meta["value_shape"] = tuple(out.shape)
         self._flushed(node, out)
         self._reduced_matmul(node, name, out, bfloat16_candidates)
         if functional is not None:
