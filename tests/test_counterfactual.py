@@ -402,3 +402,22 @@ def test_a_quotient_upside_down_is_found():
     x, y = torch.rand(8) + 1, torch.rand(8) + 2
     found = changed_by_line(lambda x, y: y / x, lambda x, y: torch.div(x, y), x, y)
     assert found is not None and found["kind"] == "swapped" and found["op"] == "aten.div"
+
+
+def test_a_constant_wrong_in_every_step_of_a_loop_is_found_once_for_all_steps():
+    """1/√2 written 0.70711 in each of a loop's twelve steps: changed in one step alone, the
+    sides still differ; changed in every repeat of the line at once, they agree (the twelve
+    single changes were tried one by one and none agreed)."""
+    xs = torch.rand(12, 4) + 0.5
+
+    def mine(xs):
+        acc = torch.zeros(4)
+        for x in xs:
+            acc = acc + torch.erf(x * 0.70711)
+        return acc
+
+    def ref(xs):
+        return torch.erf(xs * 2 ** -0.5).sum(0)
+
+    found = changed_by_line(mine, ref, xs)
+    assert found is not None and (found["kind"], found["named"], found["places"]) == ("constant", "1/√2", 12), found

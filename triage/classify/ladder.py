@@ -847,6 +847,10 @@ def change_text(change: dict[str, Any], side: str, other: str, library_step: boo
     `other` in float64, said as the mistake it points at (each name as the summary shows it;
     `library_step`: the step taken away is a library call's, not written on its line)."""
     where = f"`{change['op']}`" + (f" at line {change['line']}" if change.get("line") is not None else "")
+    also = change.get("also") or []
+    if (change.get("places") or 1) > 1 and change["kind"] not in ("swapped", "exchanged", "shifted") \
+            and change.get("line") is not None and all(o == {"op": change["op"], "line": change["line"]} for o in also):
+        where += f" (each of its {change['places']} repeats, a loop's steps)"
     then = f"{side} equals {other} in float64"
     if change.get("residual"):
         then = (f"{side} agrees with {other} to {change['residual']:.1g} in float64 (the rounding of "

@@ -109,6 +109,9 @@ LAYOUT_OPS = {"unsqueeze", "squeeze", "select", "slice", "narrow", "transpose", 
               "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "roll", "flip"}
 # A slice's end past any real size ("to the end", sys.maxsize): not an index anyone wrote.
 HUGE_INDEX = 1 << 40
+# Kinds of change made by rewriting one op (`_applied`), not by setting an argument's value:
+# `_per_line` leaves them one op at a time.
+PER_OP_KINDS = {"moved", "sign", "triangle", "dropped", "transposed", "conjugated", "negated"}
 # Ops whose two tensor operands a slip may exchange (`_swaps`), and those of them for which
 # the order itself matters.
 NON_COMMUTATIVE = {"sub", "div", "pow", "atan2", "remainder", "fmod", "mm", "bmm", "matmul"}
@@ -316,8 +319,43 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
                               "to": 1.0}))
     # Swaps are taken per line, in every repeat at once: before the changes made to one op,
     # which in a loop's body are one per step and each alone changes one step only.
-    yield from (scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes) + flags
-                + _swaps(nodes) + signs + opposites + transposes + factors + drops + shifts + bounds)
+    yield from _per_line(scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes)
+                         + flags + _swaps(nodes) + signs + opposites + transposes + factors + drops + shifts + bounds)
+
+
+def _per_line(candidates: list[tuple[fx.Node, dict[str, Any]]]) -> list[tuple[fx.Node, dict[str, Any]]]:
+    """A change to an argument of an op that its line computes more than once (a loop's body)
+    made in every repeat at once, as one candidate in place of one per repeat: a constant
+    written wrong in a loop is wrong in each step, and changed in one step alone, the two
+    sides still differ (a 20-step loop's 20 single changes also used up the search's budget)."""
+    grouped: dict[tuple, list[fx.Node]] = {}
+    for node, change in candidates:
+        key = _repeat_key(node, change)
+        if key is not None:
+            grouped.setdefault(key, []).append(node)
+    found, done = [], set()
+    for node, change in candidates:
+        key = _repeat_key(node, change)
+        if key is None or len(grouped[key]) == 1:
+            found.append((node, change))
+        elif key not in done:
+            done.add(key)
+            found.append((node, dict(change, places=[(n, change["position"]) for n in grouped[key]])))
+    return found
+
+
+def _repeat_key(node: fx.Node, change: dict[str, Any]) -> tuple | None:
+    """What makes two candidates one change to one line's repeats: the line, the op, and the
+    argument changed from one value to another; None for a change that is not an argument's
+    value set in place (moves, signs, rewrites) or that spans places of its own."""
+    if change["kind"] in PER_OP_KINDS or "places" in change or node.meta.get("line") is None \
+            or change.get("position") is None:
+        return None
+    try:
+        return (node.meta["line"], node.target, change["kind"], change["position"], repr(change["was"]),
+                repr(change["to"]))
+    except Exception:  # noqa: BLE001 - a value with no repr: that candidate alone
+        return None
 
 
 def _swaps(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
