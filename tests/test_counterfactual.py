@@ -421,3 +421,18 @@ def test_a_constant_wrong_in_every_step_of_a_loop_is_found_once_for_all_steps():
 
     found = changed_by_line(mine, ref, xs)
     assert found is not None and (found["kind"], found["named"], found["places"]) == ("constant", "1/√2", 12), found
+
+
+def test_a_sign_wrong_in_every_step_of_a_loop_is_found_once_for_all_steps():
+    """A difference where a sum is meant, in each of a loop's steps: the rewrite (`sub` for
+    `add`) made to every repeat of the line at once."""
+    xs, ys = torch.rand(10, 4), torch.rand(10, 4)
+
+    def mine(xs, ys):
+        acc = torch.zeros(4)
+        for x, y in zip(xs, ys, strict=True):
+            acc = acc + torch.exp(x - y)
+        return acc
+
+    found = changed_by_line(mine, lambda xs, ys: torch.exp(xs + ys).sum(0), xs, ys)
+    assert found is not None and (found["kind"], found["places"]) == ("sign", 10), found

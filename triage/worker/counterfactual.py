@@ -109,9 +109,9 @@ LAYOUT_OPS = {"unsqueeze", "squeeze", "select", "slice", "narrow", "transpose", 
               "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "roll", "flip"}
 # A slice's end past any real size ("to the end", sys.maxsize): not an index anyone wrote.
 HUGE_INDEX = 1 << 40
-# Kinds of change made by rewriting one op (`_applied`), not by setting an argument's value:
-# `_per_line` leaves them one op at a time.
-PER_OP_KINDS = {"moved", "sign", "triangle", "dropped", "transposed", "conjugated", "negated"}
+# Kinds of change made by rewriting an op (`_applied`), not by setting an argument's value: in
+# a line's repeats, each op is rewritten alike (`_each`). A moved eps is tied to its own root.
+PER_OP_KINDS = {"sign", "triangle", "dropped", "transposed", "conjugated", "negated"}
 # Ops whose two tensor operands a slip may exchange (`_swaps`), and those of them for which
 # the order itself matters.
 NON_COMMUTATIVE = {"sub", "div", "pow", "atan2", "remainder", "fmod", "mm", "bmm", "matmul"}
@@ -340,7 +340,9 @@ def _per_line(candidates: list[tuple[fx.Node, dict[str, Any]]]) -> list[tuple[fx
             found.append((node, change))
         elif key not in done:
             done.add(key)
-            found.append((node, dict(change, places=[(n, change["position"]) for n in grouped[key]])))
+            repeats = grouped[key]
+            found.append((node, dict(change, places=[(n, change.get("position")) for n in repeats],
+                                     **({"repeats": repeats} if change["kind"] in PER_OP_KINDS else {}))))
     return found
 
 
@@ -348,11 +350,10 @@ def _repeat_key(node: fx.Node, change: dict[str, Any]) -> tuple | None:
     """What makes two candidates one change to one line's repeats: the line, the op, and the
     argument changed from one value to another; None for a change that is not an argument's
     value set in place (moves, signs, rewrites) or that spans places of its own."""
-    if change["kind"] in PER_OP_KINDS or "places" in change or node.meta.get("line") is None \
-            or change.get("position") is None:
+    if change["kind"] == "moved" or "places" in change or node.meta.get("line") is None:
         return None
     try:
-        return (node.meta["line"], node.target, change["kind"], change["position"], repr(change["was"]),
+        return (node.meta["line"], node.target, change["kind"], change.get("position"), repr(change["was"]),
                 repr(change["to"]))
     except Exception:  # noqa: BLE001 - a value with no repr: that candidate alone
         return None
@@ -560,6 +561,8 @@ def _applied(graph: fx.Graph, node: fx.Node, change: dict[str, Any],
     """The graph with `change` made, restored afterwards; yields {node: the node standing for
     it} where the changed graph computes a node's value elsewhere."""
     kind = change["kind"]
+    if change.get("repeats"):
+        return _each(graph, change["repeats"], change)
     if kind == "moved":
         return _moved(graph, node, change)
     if kind == "sign":
@@ -571,6 +574,17 @@ def _applied(graph: fx.Graph, node: fx.Node, change: dict[str, Any],
     if kind in REWRITES:
         return _rewritten(graph, node, change["position"], kind)
     return _changed(places, change.get("values") or [change["to"]] * len(places))
+
+
+@contextlib.contextmanager
+def _each(graph: fx.Graph, nodes: list[fx.Node], change: dict[str, Any]) -> Iterator[dict[str, str]]:
+    """One op rewrite made to each of a line's repeats, undone in reverse."""
+    single = {k: v for k, v in change.items() if k not in ("repeats", "places")}
+    with contextlib.ExitStack() as stack:
+        stands_for: dict[str, str] = {}
+        for n in nodes:
+            stands_for.update(stack.enter_context(_applied(graph, n, single, [(n, single.get("position"))])))
+        yield stands_for
 
 
 @contextlib.contextmanager
