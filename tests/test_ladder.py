@@ -1377,3 +1377,33 @@ def test_a_value_below_its_dtypes_smallest_normal_is_said_to_underflow():
     assert said is not None and said.startswith("`w16.grad`'s float64 value there, 1.1e-08, lies below float16's "
                                                 "smallest normal value (6.1e-05)") and "GradScaler" in said, said
     assert case([1e-3, 0.5, 2e-8]) is None and case([1e-3, 0.0, 2e-8]) is None
+
+
+BATCHNORM = {"path": "bn", "type": "BatchNorm2d",
+             "effect": "normalizes with the batch's own statistics and updates running_mean/running_var"}
+
+
+def test_a_batch_norm_switched_to_eval_between_two_calls_is_not_a_nondeterministic_model():
+    """`bn.train(); a = bn(x); bn.eval(); b = bn(x)`: the script compares the two modes on
+    purpose, and they are two functions by design (the running variance is the unbiased one).
+    "Call bn.eval() before comparing" answered another question; dropout's case keeps it."""
+    v = verdict(arm("cpu", [call(0, [1.0, 0.0], layers=[BATCHNORM]), call(1, [0.5, 0.5], training=False)]))
+    assert v.kind != "nondeterministic" and "before comparing" not in v.summary
+
+
+def test_an_image_padded_on_one_side_only_is_named_as_a_shift_along_two_dimensions():
+    """`F.pad(x, (0, 2, 0, 2))` where `padding=1` pads both sides: the hand-written convolution
+    is the library's moved by one row and one column (`mine[i, j] = ref[i + 1, j + 1]` on the
+    interior), which the one-axis shift did not see."""
+    import numpy as np
+
+    from triage.classify.wording import difference_shape
+
+    ref = np.random.default_rng(0).standard_normal((2, 3, 9, 9))
+    mine = np.zeros_like(ref)
+    mine[..., :-1, :-1] = ref[..., 1:, 1:]
+    text = difference_shape(mine, ref, ("`mine`", "`ref`"))
+    assert "along dimensions 2 and 3: `mine[i, j] = ref[i + 1, j + 1]`" in text
+    one = np.zeros_like(ref)
+    one[..., :-1] = ref[..., 1:]
+    assert "along dimension 3: `mine[i] = ref[i + 1]`" in difference_shape(one, ref, ("`mine`", "`ref`"))

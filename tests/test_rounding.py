@@ -1741,3 +1741,15 @@ def test_a_python_float_operand_is_read_at_float32_as_aten_reads_it():
     out, spread = spread_of(lambda v: v * 1e-3, r)
     assert judge(out, spread).zone == "inside"
     assert judge(out * (1 + 1e-4), spread).zone == "outside"
+
+
+def test_an_infinite_statistic_is_ordered_by_its_unmoved_elements():
+    """A float16 product whose exact value is representable (9/16384) rounds there in nearly
+    every replay: a sample that alone rounds elsewhere scores inf at that element. A value 1 %
+    off scores inf too, at every such element, and beside one such sample it was 'inside'
+    (p = 2/30); counted by those elements it is outside, and the kernel's own value inside."""
+    r = torch.randn(4, 16, 128, generator=torch.Generator().manual_seed(0)).half()
+    out, spread = spread_of(lambda v: v * 1e-3, r)
+    assert spread.sample_unmoved is not None
+    assert judge(out, spread).zone == "inside"
+    assert judge(out.double() * 1.01, spread).zone == "outside"

@@ -493,9 +493,10 @@ def test_small_values_scored_together_have_each_ones_own_figures():
         found = rounding._scored_together(live, samples, arm, stored, together)
         assert sorted(found) == sorted(set(live) - {"v5", "v6"})
         assert together.keys() == found.keys() and all(together[w][1] is found[w][0] for w in found)
-        for w, (partial, t) in found.items():
-            single, t_single = rounding._scored(w, live[w], arm[w], samples, stored, alone)
+        for w, (partial, t, unmoved) in found.items():
+            single, t_single, unmoved_single = rounding._scored(w, live[w], arm[w], samples, stored, alone)
             assert t == pytest.approx(t_single, rel=1e-12), w
+            assert unmoved == unmoved_single and partial.sample_unmoved == single.sample_unmoved, w
             assert partial.sample_stats == pytest.approx(single.sample_stats, rel=1e-12), w
             for figure in ("sigma", "mean", "sd", "up", "down", "nonfinite"):
                 a, b = getattr(partial, figure), getattr(single, figure)
@@ -504,4 +505,5 @@ def test_small_values_scored_together_have_each_ones_own_figures():
         # No spread: the arm's float64 value on the reference scores 0, a step off it inf.
         assert found["v3"][1] == 0.0 and max(found["v3"][0].sample_stats) == 0.0
         arm["v3"] = arm["v3"] + 1e-9
-        assert rounding._scored_together(live, samples, arm, stored, {})["v3"][1] == math.inf
+        _, t, unmoved = rounding._scored_together(live, samples, arm, stored, {})["v3"]
+        assert t == math.inf and unmoved == arm["v3"].numel()

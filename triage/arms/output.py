@@ -92,6 +92,9 @@ OBSERVABLE_ROUNDING = record({
     "reason": NOTE,
     "samples": integer(0),
     "sample_stats": array(number(), 10000),
+    "sample_unmoved": described("Of each sample: its elements off the float64 value where no other sample is (its "
+                                "statistic is inf there), which orders two infinite statistics.",
+                                array(integer(0), 10000)),
     "flips": array(record({"node": OPTIONAL_NAME, "op": OP, "line": integer(nullable=True), "replays": integer(0),
                            "of": integer(0),
                            "ties": described("The op picked among exactly equal values (which comes first among "

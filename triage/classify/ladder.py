@@ -1422,6 +1422,8 @@ def _random_layers_in_training(run: ArmRun) -> tuple[str, list[dict[str, Any]]] 
     return None
 
 
+# How worker/observe.py `training_layers` describes a batch norm's training-mode effect.
+BATCH_STATISTICS = "normalizes with the batch's own statistics"
 # Module-call settings (worker/observe.py `numerics_settings`) that only CUDA's kernels read.
 CUDA_SETTINGS = {"cuda_matmul_tf32", "cudnn_tf32", "cudnn_benchmark", "autocast_cuda"}
 
@@ -1437,6 +1439,12 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
     evidence = evidence_lines(d) + [f"both calls: module instance {ma.get('instance')}, weights unchanged, "
                                "bit-identical inputs"]
     layers = ma.get("train_layers") or mb.get("train_layers") or []
+    if layers and ma.get("training") != mb.get("training") \
+            and all(x.get("effect", "").startswith(BATCH_STATISTICS) for x in layers):
+        # The script switched a batch norm's mode between the calls: training normalizes by the
+        # batch's biased variance, eval by the running unbiased one, two functions by design
+        # (paths.py names the √((n − 1)/n)); "call .eval() before comparing" misses the question.
+        return None
     if layers:
         listing = "; ".join(f"`{name}.{x['path']}` ({x['type']}) {x['effect']}" for x in layers[:4])
         modes = ""

@@ -6,6 +6,7 @@ rung. `make_verdict` is the one place a Verdict is built.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 from typing import Any
@@ -165,11 +166,16 @@ def difference_shape(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> st
                     "(a matrix product's operands swapped or one transposed: (AᵀB)ᵀ = BᵀA)")
         shifted = _shift(a, b)
         if shifted is not None:
-            axis, step = shifted
             x, y = (n.strip("`") for n in names)
-            along = "" if a.ndim == 1 else f" along dimension {axis}"
-            return (f", shifted by one element{along}: `{x}[i] = {y}[i {'-' if step > 0 else '+'} 1]` wherever both "
-                    "exist (an off-by-one index)")
+            if len(shifted) == 1:
+                (axis, step), = shifted
+                along = "" if a.ndim == 1 else f" along dimension {axis}"
+                return (f", shifted by one element{along}: `{x}[i] = {y}[i {'-' if step > 0 else '+'} 1]` wherever "
+                        "both exist (an off-by-one index)")
+            (axis, step), (axis2, step2) = shifted
+            return (f", shifted by one element along dimensions {axis} and {axis2}: `{x}[i, j] = "
+                    f"{y}[i {'-' if step > 0 else '+'} 1, j {'-' if step2 > 0 else '+'} 1]` wherever both exist (an "
+                    "off-by-one index or padding on one side only, in both)")
     return ""
 
 
@@ -183,21 +189,28 @@ def _transposed(a: np.ndarray, b: np.ndarray) -> bool:
         a, np.swapaxes(b, -1, -2), rtol=1e-9, atol=1e-12 * scale)
 
 
-def _shift(a: np.ndarray, b: np.ndarray) -> tuple[int, int] | None:
-    """(axis, +1) where a[i] = b[i - 1] along an axis, (axis, -1) where a[i] = b[i + 1]; the
-    float64 values equal to 1e-9 relative (two orders of one sum differ far less), at least three
-    elements along the axis and not a constant."""
+# Shifts along two axes at once are tried on values up to this size (a pass over the value each).
+PAIRED_SHIFT_ELEMENTS = 1 << 20
+
+
+def _shift(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]] | None:
+    """[(axis, +1)] where a[i] = b[i - 1] along an axis, [(axis, -1)] where a[i] = b[i + 1], or
+    two such along two axes at once (an image padded on one side only: a[i, j] = b[i + 1, j + 1]);
+    the float64 values equal to 1e-9 relative (two orders of one sum differ far less), at least
+    three elements along each axis and not a constant."""
     if a.shape != b.shape:
         return None
-    for axis in range(a.ndim):
-        n = a.shape[axis]
-        if n < 3:
-            continue
-        for step in (1, -1):
-            x = np.take(a, range(1, n) if step > 0 else range(n - 1), axis=axis)
-            y = np.take(b, range(n - 1) if step > 0 else range(1, n), axis=axis)
-            if np.ptp(y) > 0 and np.allclose(x, y, rtol=1e-9, atol=1e-12 * float(np.abs(y).max())):
-                return axis, step
+    axes = [axis for axis in range(a.ndim) if a.shape[axis] >= 3]
+    pairs = [] if a.size > PAIRED_SHIFT_ELEMENTS else [
+        [(p, sp), (q, sq)] for p, q in itertools.combinations(axes, 2) for sp in (1, -1) for sq in (1, -1)]
+    for shifts in [[(axis, step)] for axis in axes for step in (1, -1)] + pairs:
+        x, y = a, b
+        for axis, step in shifts:
+            n = a.shape[axis]
+            x = np.take(x, range(1, n) if step > 0 else range(n - 1), axis=axis)
+            y = np.take(y, range(n - 1) if step > 0 else range(1, n), axis=axis)
+        if np.ptp(y) > 0 and np.allclose(x, y, rtol=1e-9, atol=1e-12 * float(np.abs(y).max())):
+            return shifts
     return None
 
 

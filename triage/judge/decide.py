@@ -32,6 +32,26 @@ def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray,
     return float(ratio.reshape(-1)[i]), i
 
 
+def unmoved_count(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray, noise: np.ndarray | None = None) -> int:
+    """Elements finite in both (and not in `noise`) where the value is off the reference and no
+    sample is (σ 0): each makes T infinite; their count orders two infinite statistics."""
+    both = np.isfinite(value) & np.isfinite(ref)
+    if noise is not None:
+        both = both & ~noise.reshape(both.shape)
+    return int(((sigma == 0) & (value != ref) & both).sum())
+
+
+def exceeding(spread: RoundingSpread, t: float, unmoved: int) -> int:
+    """The samples that score at least as far out as a value of statistic `t` (the worker's
+    `exceeding`): an infinite score is compared by its count of unmoved elements, where the
+    worker gave them (a sample alone off the reference at one element, against a value off
+    it at hundreds, is not as far out)."""
+    stats = spread.sample_stats
+    if np.isfinite(t) or spread.sample_unmoved is None:
+        return int((stats >= t).sum())
+    return int((np.isinf(stats) & (spread.sample_unmoved >= unmoved)).sum())
+
+
 def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable: int, label: str,
                 line: int | None, zeros_exempt: bool = True) -> Judgement:
     """Judge one value (an arm's, or an ablated run's) against a rounding spread.
@@ -55,9 +75,10 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
     j.poorly_determined = spread.poorly_determined()
     j.unmeasured = list(spread.unmeasured)
     j.nonfinite, offending = _nonfinite(v, spread)
-    t, at = deviation_stat(v, spread.reference, spread.sigma, zeros if zeros_exempt else None)
+    noise = zeros if zeros_exempt else None
+    t, at = deviation_stat(v, spread.reference, spread.sigma, noise)
     j.statistic = t
-    j.p = (1 + int((spread.sample_stats >= t).sum())) / (spread.samples + 1)
+    j.p = (1 + exceeding(spread, t, unmoved_count(v, spread.reference, spread.sigma, noise))) / (spread.samples + 1)
     finite_stats = spread.sample_stats[np.isfinite(spread.sample_stats)]
     j.max_sample_stat = float(finite_stats.max()) if finite_stats.size else None
     flat = lambda a, i: float(np.asarray(a, dtype=np.float64).reshape(-1)[i])  # noqa: E731
@@ -149,7 +170,7 @@ def _at_nearest(v: np.ndarray, spread: RoundingSpread, exempt: np.ndarray | None
             or not spread.dtype.startswith(("float", "bfloat", "complex")):
         return False
     t, _ = deviation_stat(v, centre, spread.sigma, exempt)
-    return (1 + int((spread.sample_stats >= t).sum())) / (spread.samples + 1) > ALPHA
+    return (1 + exceeding(spread, t, unmoved_count(v, centre, spread.sigma, exempt))) / (spread.samples + 1) > ALPHA
 
 
 def _nonfinite(v: np.ndarray, spread: RoundingSpread) -> tuple[str | None, int | None]:

@@ -47,6 +47,9 @@ class RoundingSpread:
     precision: str | None = None  # the least precise dtype the computation ran in
     unmeasured: list[str] = field(default_factory=list)  # library ops modelled by the conservative bound
     centre: np.ndarray | None = None  # the replay rounding every op to nearest, as the arm does
+    # Of each sample, its elements off the reference where no other sample is (an infinite T_k's
+    # weight, `exceeding`); None where the worker did not say (every infinite T_k then counts).
+    sample_unmoved: np.ndarray | None = None
     # Per-element figures, each a few passes over the arrays (a million-element value: tens of
     # ms each), computed once: the judge and the ladder ask for them many times.
     _figures: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -77,11 +80,14 @@ class RoundingSpread:
         if ref.shape != s["sig"].shape:
             return None
         stats = np.array([float(x) for x in r.get("sample_stats", [])], dtype=np.float64)
+        unmoved = r.get("sample_unmoved")
         return cls(dtype=(o.fingerprint or {}).get("dtype", "float32"), samples=int(r.get("samples", 0)),
                    sample_stats=stats, reference=ref, sigma=s["sig"], up=s["up"], down=s["dn"], mean=s["mu"],
                    sd=s["sd"], nonfinite=s["nf"], flips=list(r.get("flips") or []),
                    precision=r.get("precision") or None, unmeasured=list(r.get("unmeasured") or []),
-                   centre=s.get("ct"))
+                   centre=s.get("ct"),
+                   sample_unmoved=np.array(unmoved, dtype=np.int64) if unmoved and len(unmoved) == len(stats)
+                   else None)
 
     @classmethod
     def of_simulation(cls, spread: Any, reference: np.ndarray, dtype: str) -> RoundingSpread:
@@ -91,7 +97,9 @@ class RoundingSpread:
                    reference=np.asarray(reference, dtype=np.float64), sigma=arrays["sigma"], up=arrays["up"],
                    down=arrays["down"], mean=arrays["mean"], sd=arrays["sd"], nonfinite=arrays["nonfinite"],
                    flips=list(spread.flips), precision=spread.precision,
-                   centre=spread.centre.numpy() if spread.centre is not None else None)
+                   centre=spread.centre.numpy() if spread.centre is not None else None,
+                   sample_unmoved=np.array(spread.sample_unmoved, dtype=np.int64)
+                   if len(spread.sample_unmoved) == len(spread.sample_stats) and spread.sample_stats else None)
 
     @property
     def dtype_digits(self) -> float:

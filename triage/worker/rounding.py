@@ -326,6 +326,9 @@ class NodeSpread:
     sd: torch.Tensor | None = None  # around the samples' own mean (significant digits)
     nonfinite: torch.Tensor | None = None  # uint8 bits: 1 finite, 2 +inf, 4 -inf, 8 nan (random replays)
     sample_stats: list[float] = field(default_factory=list)  # T_k, leave-one-out
+    # Of each sample: its elements off the reference where no other sample is (T_k is inf
+    # there), which orders two infinite statistics (`exceeding`).
+    sample_unmoved: list[int] = field(default_factory=list)
     flips: list[dict[str, Any]] = field(default_factory=list)
     cancellations: list[dict[str, Any]] = field(default_factory=list)  # where digits are lost upstream
     # The first op upstream whose centre replay leaves its dtype's range (±inf or nan from finite
@@ -891,10 +894,10 @@ def _settled(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values
         value = arm_values.get(w)
         if value is None or ref.is_complex() or value.shape != ref.shape:
             return False
-        partial, t = small[w] if w in small else _scored(w, ref, value, samples, out_dtypes, scored)
+        partial, t, unmoved = small[w] if w in small else _scored(w, ref, value, samples, out_dtypes, scored)
         if bool((~torch.isfinite(value)).any()) or bool((partial.nonfinite != 1).any()):
             return False
-        if sum(1 for x in partial.sample_stats if x >= t) >= EARLY_EXCEEDING:
+        if exceeding(partial.sample_stats, partial.sample_unmoved, t, unmoved) >= EARLY_EXCEEDING:
             continue
         dtype = out_dtypes.get(w, torch.float32)
         beyond = floor_reached and all(math.isfinite(x) for x in partial.sample_stats) \
@@ -907,17 +910,18 @@ def _settled(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values
 
 def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list[_Replayed],
             out_dtypes: dict[str, torch.dtype],
-            scored: dict[str, tuple[int, NodeSpread]]) -> tuple[NodeSpread, float]:
+            scored: dict[str, tuple[int, NodeSpread]]) -> tuple[NodeSpread, float, int]:
     """The spread of the samples so far (noted in `scored`; its directed replays are the
-    reference until the end), and the arm's value's statistic against it."""
+    reference until the end), and the arm's value's statistic and unmoved count against it."""
     partial = _spread(ref, [s.values[w] for s in samples], ref, ref, stored=out_dtypes.get(w, torch.float32))
     scored[w] = (len(samples), partial)
-    return partial, deviation_stat(value.double(), ref, partial.sigma)
+    value = value.double()
+    return partial, deviation_stat(value, ref, partial.sigma), unmoved_count(value, ref, partial.sigma)
 
 
 def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values: dict[str, torch.Tensor],
                      out_dtypes: dict[str, torch.dtype],
-                     scored: dict[str, tuple[int, NodeSpread]]) -> dict[str, tuple[NodeSpread, float]]:
+                     scored: dict[str, tuple[int, NodeSpread]]) -> dict[str, tuple[NodeSpread, float, int]]:
     """`_scored` of every small value finite everywhere (reference, samples, the arm's), as
     one pass over their elements side by side: a training loop observes hundreds of values of
     a few elements, each a dozen torch ops of statistics. Each element's figures are the ones
@@ -963,6 +967,8 @@ def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], ar
         t = np.where(sigma > 0, off / np.where(sigma > 0, sigma, 1.0), np.where(off > 0, math.inf, 0.0))
     stats = np.maximum(np.maximum.reduceat(ratio, offsets[:-1], axis=1), 0.0)
     ts = np.maximum.reduceat(t, offsets[:-1])
+    unmoved = np.add.reduceat(((loo == 0) & (dev != 0)).astype(np.int64), offsets[:-1], axis=1)
+    arm_unmoved = np.add.reduceat(((sigma == 0) & (off > 0)).astype(np.int64), offsets[:-1])
     found = {}
     for i, w in enumerate(names):
         if not keep[i]:
@@ -973,9 +979,10 @@ def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], ar
         partial = NodeSpread(status="judged", samples=k, sigma=torch.from_numpy(sigma[part]).reshape(shape),
                              up=reference, down=reference, mean=torch.from_numpy(mean).reshape(shape),
                              sd=torch.from_numpy(sd[part]).reshape(shape),
-                             nonfinite=torch.ones(shape, dtype=torch.uint8), sample_stats=stats[:, i].tolist())
+                             nonfinite=torch.ones(shape, dtype=torch.uint8), sample_stats=stats[:, i].tolist(),
+                             sample_unmoved=unmoved[:, i].tolist())
         scored[w] = (k, partial)
-        found[w] = (partial, float(ts[i]))
+        found[w] = (partial, float(ts[i]), int(arm_unmoved[i]))
     return found
 
 
@@ -996,7 +1003,7 @@ def _near_floor(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_val
         if within_envelope(value, ref, _stored(directed[1].values[w], dtype), _stored(directed[-1].values[w], dtype),
                            dtype):
             continue
-        partial, t = _scored(w, ref, value, samples, out_dtypes, scored)
+        partial, t, _ = _scored(w, ref, value, samples, out_dtypes, scored)
         stats = [x for x in partial.sample_stats if math.isfinite(x)]
         if not stats or not math.isfinite(t):
             continue
@@ -1023,6 +1030,25 @@ def within_envelope(value: torch.Tensor, ref: torch.Tensor, up: torch.Tensor, do
 
 
 # -- the statistic ------------------------------------------------------------------------
+def unmoved_count(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor) -> int:
+    """Elements, finite in both, where the value is off the reference and no sample is (σ 0):
+    each makes T infinite, and their count orders two infinite statistics."""
+    value, ref, sigma = value.double(), ref.double(), sigma.double()
+    both = torch.isfinite(value) & torch.isfinite(ref)
+    return int(((sigma == 0) & (value != ref) & both).sum())
+
+
+def exceeding(stats: list[float], unmoved: list[int], t: float, t_unmoved: int) -> int:
+    """How many samples score at least as far out as a value of statistic `t`: an infinite
+    score is compared by the count of elements that make it infinite. A sample that is the only
+    one off the reference at one element (a rare rounding where all others are exact) scores
+    inf; against a value off it at hundreds of such elements, it is not as far out (a float16
+    product 1% off was 'inside' beside two such samples)."""
+    if not math.isinf(t) or len(unmoved) != len(stats):
+        return sum(1 for x in stats if x >= t)
+    return sum(1 for x, u in zip(stats, unmoved, strict=True) if math.isinf(x) and u >= t_unmoved)
+
+
 def deviation_stat(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor) -> float:
     """T = max over elements finite in both of |value - ref| / sigma (inf where sigma is 0
     and the value is not exactly the reference). One scalar per tensor: one test, not one per
@@ -1064,19 +1090,22 @@ def _spread(ref: torch.Tensor, values: list[Any], up: torch.Tensor, down: torch.
                                                             for v in flat]))
 
     if n <= width:
-        *figures, scores = figures_of(slice(0, n))
+        *figures, scores, unmoved = figures_of(slice(0, n))
     else:
         figures = [torch.empty(n, dtype=torch.float64) for _ in range(3)] + [torch.empty(n, dtype=torch.uint8)]
         scores = torch.full((k,), -1.0, dtype=torch.float64)
+        unmoved = torch.zeros(k, dtype=torch.int64)
         for a in range(0, n, width):
             part = slice(a, min(n, a + width))
-            *pieces, chunk_scores = figures_of(part)
+            *pieces, chunk_scores, chunk_unmoved = figures_of(part)
             for whole, piece in zip(figures, pieces, strict=True):
                 whole[part] = piece
             torch.maximum(scores, chunk_scores, out=scores)
+            unmoved += chunk_unmoved
     sigma, mean, sd, nonfinite = (f.reshape(ref.shape) for f in figures)
     return NodeSpread(status="judged", samples=k, sigma=sigma, up=up, down=down, mean=mean, sd=sd,
-                      nonfinite=nonfinite, sample_stats=[max(float(x), 0.0) for x in scores] if n else [0.0] * k)
+                      nonfinite=nonfinite, sample_stats=[max(float(x), 0.0) for x in scores] if n else [0.0] * k,
+                      sample_unmoved=unmoved.tolist() if n else [0] * k)
 
 
 # Elements of K samples `_spread` takes at a time: 1 MB of float64, whose dozen passes stay
@@ -1085,9 +1114,10 @@ SPREAD_CHUNK = 1 << 17
 
 
 def _spread_figures(ref: torch.Tensor, stack: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`_spread`'s figures of one chunk (`ref` (n,), `stack` (K, n)): σ, mean, sd, the
-    nonfinite bits, and each sample's largest ratio (-1 where none is finite)."""
+    nonfinite bits, each sample's largest ratio (-1 where none is finite) and its count of
+    elements off the reference where no other sample is (`exceeding`)."""
     if bool(torch.isfinite(stack).all()) and bool(torch.isfinite(ref).all()):
         return _finite_figures(ref, stack)
     k = stack.shape[0]
@@ -1112,6 +1142,7 @@ def _spread_figures(ref: torch.Tensor, stack: torch.Tensor
     loo = ((total - sq).clamp(min=0) / (nfin - finite.to(nfin.dtype)).clamp(min=1)).sqrt()
     ratio = torch.where(loo > 0, dev.abs() / torch.where(loo > 0, loo, 1.0),
                         torch.where(dev != 0, math.inf, 0.0))
+    unmoved = (finite & (loo == 0) & (dev != 0)).reshape(k, -1).sum(1)
     ratio = torch.where(finite, ratio, -1.0).reshape(k, -1)
     scores = ratio.max(1).values if ratio.shape[1] else torch.full((k,), -1.0, dtype=torch.float64)
     # Nonfinite outcomes from the random replays only: rounding every op toward -inf turns an
@@ -1120,11 +1151,11 @@ def _spread_figures(ref: torch.Tensor, stack: torch.Tensor
             | (torch.isposinf(stack).any(0).to(torch.uint8) << 1)
             | (torch.isneginf(stack).any(0).to(torch.uint8) << 2)
             | (torch.isnan(stack).any(0).to(torch.uint8) << 3))
-    return sigma, mean, sd, bits, scores
+    return sigma, mean, sd, bits, scores, unmoved
 
 
 def _finite_figures(ref: torch.Tensor, stack: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`_spread_figures` where every sample and the reference are finite (the common case):
     the same statistics without the masks, a third of the passes."""
     k = stack.shape[0]
@@ -1137,11 +1168,12 @@ def _finite_figures(ref: torch.Tensor, stack: torch.Tensor
     # T_k leave one out, as in `_spread_figures`.
     loo = (total - sq).clamp_(min=0).div_(max(k - 1, 1)).sqrt_()
     at_zero = torch.where(dev != 0, math.inf, 0.0)  # no spread left out: any deviation is infinitely far
+    unmoved = ((loo == 0) & (dev != 0)).reshape(k, -1).sum(1)
     ratio = torch.where(loo > 0, dev.abs_().div_(torch.where(loo > 0, loo, 1.0)), at_zero)
     ratio = ratio.reshape(k, -1)
     scores = ratio.max(1).values if ratio.shape[1] else torch.full((k,), -1.0, dtype=torch.float64)
     mean = torch.where((stack == stack[0]).all(0), stack[0], ref + shift)  # as `_spread_figures`: one value, exactly
-    return sigma, mean, sd, torch.ones(ref.shape, dtype=torch.uint8), scores
+    return sigma, mean, sd, torch.ones(ref.shape, dtype=torch.uint8), scores, unmoved
 
 
 def _stored(v: Any, dtype: torch.dtype) -> torch.Tensor:
@@ -4334,7 +4366,8 @@ def simulate_observables(graph: fx.Graph, records: list[dict[str, Any]], referen
             r["rounding"] = None
             continue
         r["rounding"] = {"status": spread.status, "reason": spread.reason, "samples": spread.samples,
-                         "sample_stats": spread.sample_stats, "flips": spread.flips,
+                         "sample_stats": spread.sample_stats, "sample_unmoved": spread.sample_unmoved,
+                         "flips": spread.flips,
                          "cancellations": spread.cancellations, "overflow": spread.overflow,
                          "precision": spread.precision,
                          "unmeasured": spread.unmeasured,
