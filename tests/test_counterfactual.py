@@ -436,3 +436,22 @@ def test_a_sign_wrong_in_every_step_of_a_loop_is_found_once_for_all_steps():
 
     found = changed_by_line(mine, lambda xs, ys: torch.exp(xs + ys).sum(0), xs, ys)
     assert found is not None and (found["kind"], found["places"]) == ("sign", 10), found
+
+
+def test_two_inputs_used_in_each_others_roles_are_found():
+    """ImageNet's mean and std folded into a 1×1 convolution with their roles exchanged over
+    two lines (`1 / MEAN`, `-STD / MEAN`): the two inputs exchanged wherever that side reads
+    them make it the reference normalization."""
+    mean, std = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
+    img = torch.rand(2, 3, 8, 8)
+
+    def folded(img, mean, std):
+        scale = 1.0 / mean
+        bias = -std / mean
+        return F.conv2d(img, scale.view(3, 1, 1, 1), bias, groups=3)
+
+    def reference(img, mean, std):
+        return (img - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1)
+
+    found = changed_by_line(folded, reference, img, mean, std)
+    assert found is not None and found["kind"] == "inputs", found

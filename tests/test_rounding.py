@@ -1753,3 +1753,22 @@ def test_an_infinite_statistic_is_ordered_by_its_unmoved_elements():
     assert spread.sample_unmoved is not None
     assert judge(out, spread).zone == "inside"
     assert judge(out.double() * 1.01, spread).zone == "outside"
+
+
+def test_one_representable_number_from_a_value_no_replay_moves_is_rounding():
+    """A bilinear interpolation's output at a source point (weights 0 and 1) is exact in every
+    replay, and the kernel, computing its weights another way, landed on the next float32: 'inf σ',
+    a false alarm on OpInfo's own sample. PyTorch promises no correctly rounded kernel: one
+    spacing of the stored dtype from such a value is rounding, two are not."""
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    out, spread = spread_of(lambda v: torch.nn.functional.interpolate(v, (5, 5), mode="bilinear",
+                                                                       align_corners=True), x)
+    exact = spread.sigma == 0
+    assert exact.any()  # the corners: weights 1 and 0
+    v = spread.reference.copy()  # every element on its float64 value, but one
+    i = np.flatnonzero(exact.reshape(-1))[0]
+    step = float(np.spacing(np.float32(abs(v.reshape(-1)[i]))))
+    v.reshape(-1)[i] += step
+    assert judge(v, spread).zone == "inside"
+    v.reshape(-1)[i] += step
+    assert judge(v, spread).zone == "outside"

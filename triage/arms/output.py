@@ -161,7 +161,7 @@ STREAMED_OBSERVABLE = record(OBSERVABLE_FIELDS, required=tuple(OBSERVABLE_FIELDS
 ONE_CHANGE = record({
     "op": OP, "line": integer(nullable=True),
     "kind": one_of("constant", "without", "moved", "argument", "sign", "dropped", "transposed", "shifted",
-                   "triangle", "conjugated", "negated", "opposite", "swapped", "exchanged"),
+                   "triangle", "conjugated", "negated", "opposite", "swapped", "exchanged", "inputs"),
     "argument": text(100), "around": maybe(OP),
     "was": either(number(), boolean(), array(integer(), 8), text(20)),
     "to": either(number(), boolean(), array(integer(), 8), text(20)),

@@ -912,6 +912,11 @@ def change_text(change: dict[str, Any], side: str, other: str, library_step: boo
                        "meant, or the reverse)") if change["kind"] == "transposed" else
                       ("conjugated", "the conjugate is the difference (`X * X` where `X * X.conj()` is meant)"))
         return f" {where} takes its {nth}{operand} as it is: {done}, {then} — {what}."
+    if change["kind"] == "inputs":
+        first, second = _made_by(change.get("operand")), _made_by(change.get("exchanged_with"))
+        return (f" {side} reads two input tensors of one shape, one{first} and one{second}: exchanged wherever "
+                f"{side}'s own ops read them, {then} — the two inputs' roles are the difference (each used where "
+                "the other is meant).")
     if change["kind"] in ("swapped", "exchanged"):
         count = change.get("places") or 1
         repeats = f" (and its {count - 1} repeats on that line, a loop's steps)" if change["kind"] == "swapped" \

@@ -13,12 +13,13 @@ ALPHA = policy.ALPHA
 
 
 def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray,
-                   noise: np.ndarray | None = None) -> tuple[float, int | None]:
+                   noise: np.ndarray | None = None, slack: np.ndarray | float = 0.0) -> tuple[float, int | None]:
     """T = max over elements finite in both of |value − ref| / σ (the worker's samples were
     scored the same way), and the element where it is reached. Elements in `noise`
     (computational zeros: the spread is as wide as the value) are left out: every value is
     consistent with a spread that keeps no digit, so none can be "outside" it. The samples'
-    statistics include them, which only makes the test more conservative."""
+    statistics include them, which only makes the test more conservative. Where σ is 0, a
+    value within `slack` (`one_spacing`) of the reference scores 0, one past it inf."""
     both = np.isfinite(value) & np.isfinite(ref)
     if noise is not None:
         both = both & ~noise.reshape(both.shape)
@@ -26,19 +27,32 @@ def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray,
         return 0.0, None
     with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf where both are infinite: left out by `both`
         dev = np.abs(value - ref)
-        ratio = np.where(sigma > 0, dev / np.where(sigma > 0, sigma, 1.0), np.where(dev > 0, np.inf, 0.0))
+        ratio = np.where(sigma > 0, dev / np.where(sigma > 0, sigma, 1.0), np.where(dev > slack, np.inf, 0.0))
     ratio = np.where(both, ratio, -1.0)
     i = int(np.argmax(ratio))
     return float(ratio.reshape(-1)[i]), i
 
 
-def unmoved_count(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray, noise: np.ndarray | None = None) -> int:
-    """Elements finite in both (and not in `noise`) where the value is off the reference and no
-    sample is (σ 0): each makes T infinite; their count orders two infinite statistics."""
+def one_spacing(ref: np.ndarray, dtype: str) -> np.ndarray | float:
+    """The spacing of the value's stored dtype at each reference value (the worker's
+    `one_spacing`): where no replay moves, a value one representable number away is still a
+    rounding of the reference. 0 for a discrete dtype."""
+    if policy.discrete(dtype):
+        return 0.0
+    parts = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}.get(dtype, dtype)
+    return 2 * policy.half_ulp(ref, parts)
+
+
+def unmoved_count(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray, noise: np.ndarray | None = None,
+                  slack: np.ndarray | float = 0.0) -> int:
+    """Elements finite in both (and not in `noise`) where the value is past `slack` from the
+    reference and no sample moves (σ 0): each makes T infinite; their count orders two infinite
+    statistics."""
     both = np.isfinite(value) & np.isfinite(ref)
     if noise is not None:
         both = both & ~noise.reshape(both.shape)
-    return int(((sigma == 0) & (value != ref) & both).sum())
+    with np.errstate(invalid="ignore"):
+        return int(((sigma == 0) & (np.abs(value - ref) > slack) & both).sum())
 
 
 def exceeding(spread: RoundingSpread, t: float, unmoved: int) -> int:
@@ -76,9 +90,11 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
     j.unmeasured = list(spread.unmeasured)
     j.nonfinite, offending = _nonfinite(v, spread)
     noise = zeros if zeros_exempt else None
-    t, at = deviation_stat(v, spread.reference, spread.sigma, noise)
+    slack = one_spacing(spread.reference, spread.dtype)
+    t, at = deviation_stat(v, spread.reference, spread.sigma, noise, slack)
     j.statistic = t
-    j.p = (1 + exceeding(spread, t, unmoved_count(v, spread.reference, spread.sigma, noise))) / (spread.samples + 1)
+    j.p = (1 + exceeding(spread, t, unmoved_count(v, spread.reference, spread.sigma, noise, slack))) \
+        / (spread.samples + 1)
     finite_stats = spread.sample_stats[np.isfinite(spread.sample_stats)]
     j.max_sample_stat = float(finite_stats.max()) if finite_stats.size else None
     flat = lambda a, i: float(np.asarray(a, dtype=np.float64).reshape(-1)[i])  # noqa: E731
@@ -169,8 +185,10 @@ def _at_nearest(v: np.ndarray, spread: RoundingSpread, exempt: np.ndarray | None
     if centre is None or np.shape(centre) != np.shape(v) or not np.isfinite(centre).all() \
             or not spread.dtype.startswith(("float", "bfloat", "complex")):
         return False
-    t, _ = deviation_stat(v, centre, spread.sigma, exempt)
-    return (1 + exceeding(spread, t, unmoved_count(v, centre, spread.sigma, exempt))) / (spread.samples + 1) > ALPHA
+    slack = one_spacing(centre, spread.dtype)
+    t, _ = deviation_stat(v, centre, spread.sigma, exempt, slack)
+    return (1 + exceeding(spread, t, unmoved_count(v, centre, spread.sigma, exempt, slack))) / (spread.samples + 1) \
+        > ALPHA
 
 
 def _nonfinite(v: np.ndarray, spread: RoundingSpread) -> tuple[str | None, int | None]:

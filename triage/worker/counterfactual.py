@@ -109,6 +109,8 @@ LAYOUT_OPS = {"unsqueeze", "squeeze", "select", "slice", "narrow", "transpose", 
               "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "roll", "flip"}
 # A slice's end past any real size ("to the end", sys.maxsize): not an index anyone wrote.
 HUGE_INDEX = 1 << 40
+# Input tensors of one side tried two at a time as exchanged (`_swapped_inputs`): the first few.
+MAX_SWAPPED_INPUTS = 4
 # Kinds of change made by rewriting an op (`_applied`), not by setting an argument's value: in
 # a line's repeats, each op is rewritten alike (`_each`). A moved eps is tied to its own root.
 PER_OP_KINDS = {"sign", "triangle", "dropped", "transposed", "conjugated", "negated"}
@@ -320,7 +322,47 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
     # Swaps are taken per line, in every repeat at once: before the changes made to one op,
     # which in a loop's body are one per step and each alone changes one step only.
     yield from _per_line(scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes)
-                         + flags + _swaps(nodes) + signs + opposites + transposes + factors + drops + shifts + bounds)
+                         + flags + _swaps(nodes) + _swapped_inputs(nodes) + signs + opposites + transposes + factors
+                         + drops + shifts + bounds)
+
+
+def _swapped_inputs(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
+    """Two of the script's input tensors of one shape and dtype exchanged wherever the side's
+    own ops read them (ImageNet's mean and std folded into a convolution with their roles
+    swapped, over two lines): a pair at a time, the fewest uses first."""
+    own = set(nodes)
+    uses: dict[fx.Node, list[tuple[fx.Node, int]]] = {}
+    for n in nodes:
+        for j, a in enumerate(n.args):
+            if isinstance(a, fx.Node) and a not in own:  # a leaf, or a value both sides read
+                uses.setdefault(a, []).append((n, j))
+    inputs = sorted(uses, key=lambda a: len(uses[a]))[:MAX_SWAPPED_INPUTS]
+    found = []
+    for a, b in itertools.combinations(inputs, 2):
+        if _shape(a) is None or _shape(a) != _shape(b) or _dtype(a) != _dtype(b):
+            continue
+        places = uses[a] + uses[b]
+        found.append((places[0][0], {"kind": "inputs", "argument": "inputs", "was": "", "to": "",
+                                     "places": places, "values": [b] * len(uses[a]) + [a] * len(uses[b]),
+                                     "operand": _made_where(a), "exchanged_with": _made_where(b)}))
+    return found
+
+
+def _made_where(n: fx.Node) -> dict[str, Any]:
+    """An input tensor as the explanation names it: the op that made it, and its line."""
+    if n.op != "placeholder":
+        name = _name(n) if isinstance(n.target, torch._ops.OpOverload) else str(n.target)
+        # `torch.tensor([...])` records as lift_fresh: the script wrote torch.tensor.
+        return {"op": "torch.tensor" if name in ("aten.lift_fresh", "aten.lift_fresh_copy") else name,
+                "line": n.meta.get("line")}
+    made = n.meta["leaf"]
+    return {"op": f"torch.{made.op}" if made.op else "an input", "line": made.line}
+
+
+def _dtype(n: fx.Node) -> torch.dtype | None:
+    """A node's value's dtype (a leaf's, from its value)."""
+    leaf = n.meta.get("leaf")
+    return n.meta.get("dtype") or (leaf.value.dtype if leaf is not None else None)
 
 
 def _per_line(candidates: list[tuple[fx.Node, dict[str, Any]]]) -> list[tuple[fx.Node, dict[str, Any]]]:

@@ -913,10 +913,12 @@ def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list[_Repla
             scored: dict[str, tuple[int, NodeSpread]]) -> tuple[NodeSpread, float, int]:
     """The spread of the samples so far (noted in `scored`; its directed replays are the
     reference until the end), and the arm's value's statistic and unmoved count against it."""
-    partial = _spread(ref, [s.values[w] for s in samples], ref, ref, stored=out_dtypes.get(w, torch.float32))
+    stored = out_dtypes.get(w, torch.float32)
+    partial = _spread(ref, [s.values[w] for s in samples], ref, ref, stored=stored)
     scored[w] = (len(samples), partial)
     value = value.double()
-    return partial, deviation_stat(value, ref, partial.sigma), unmoved_count(value, ref, partial.sigma)
+    slack = one_spacing(ref.double(), stored if value.is_floating_point() else None)
+    return partial, deviation_stat(value, ref, partial.sigma, slack), unmoved_count(value, ref, partial.sigma, slack)
 
 
 def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values: dict[str, torch.Tensor],
@@ -962,13 +964,15 @@ def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], ar
         total = sq.sum(axis=0)
         sigma = np.sqrt(total / k)
         loo = np.sqrt(np.maximum(total - sq, 0.0) / max(k - 1, 1))
-        ratio = np.where(loo > 0, np.abs(dev) / np.where(loo > 0, loo, 1.0), np.where(dev != 0, math.inf, 0.0))
+        slack = np.concatenate([one_spacing(live[w].reshape(-1).double(), stored_as(w)).numpy() for w in names])
+        beyond = np.abs(dev) > slack
+        ratio = np.where(loo > 0, np.abs(dev) / np.where(loo > 0, loo, 1.0), np.where(beyond, math.inf, 0.0))
         off = np.abs(value - ref)
-        t = np.where(sigma > 0, off / np.where(sigma > 0, sigma, 1.0), np.where(off > 0, math.inf, 0.0))
+        t = np.where(sigma > 0, off / np.where(sigma > 0, sigma, 1.0), np.where(off > slack, math.inf, 0.0))
     stats = np.maximum(np.maximum.reduceat(ratio, offsets[:-1], axis=1), 0.0)
     ts = np.maximum.reduceat(t, offsets[:-1])
-    unmoved = np.add.reduceat(((loo == 0) & (dev != 0)).astype(np.int64), offsets[:-1], axis=1)
-    arm_unmoved = np.add.reduceat(((sigma == 0) & (off > 0)).astype(np.int64), offsets[:-1])
+    unmoved = np.add.reduceat(((loo == 0) & beyond).astype(np.int64), offsets[:-1], axis=1)
+    arm_unmoved = np.add.reduceat(((sigma == 0) & (off > slack)).astype(np.int64), offsets[:-1])
     found = {}
     for i, w in enumerate(names):
         if not keep[i]:
@@ -1030,12 +1034,27 @@ def within_envelope(value: torch.Tensor, ref: torch.Tensor, up: torch.Tensor, do
 
 
 # -- the statistic ------------------------------------------------------------------------
-def unmoved_count(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor) -> int:
-    """Elements, finite in both, where the value is off the reference and no sample is (σ 0):
-    each makes T infinite, and their count orders two infinite statistics."""
+def one_spacing(ref: torch.Tensor, stored: torch.dtype | None) -> torch.Tensor:
+    """The spacing of the stored dtype's values at each reference value: where every replay is
+    exact, a value one representable number away is still a rounding of it (PyTorch promises
+    no correctly rounded kernel: a bilinear interpolation's weights of 0 and 1 computed
+    another way land on the neighbour), and only a deviation past it is infinitely far.
+    Discrete values (None, or not a floating dtype): 0."""
+    if stored is None or not (stored.is_floating_point or stored.is_complex):
+        return torch.zeros(ref.shape, dtype=torch.float64)
+    name = str(COMPLEX_PARTS.get(stored, stored)).removeprefix("torch.")
+    spacing = np.asarray(2 * policy.half_ulp(ref.detach().double().numpy(), name), dtype=np.float64)
+    return torch.from_numpy(spacing).reshape(ref.shape)
+
+
+def unmoved_count(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor, slack: torch.Tensor | float = 0.0
+                  ) -> int:
+    """Elements, finite in both, where the value is past `slack` (`one_spacing`) from the
+    reference and no sample moves (σ 0): each makes T infinite, and their count orders two
+    infinite statistics."""
     value, ref, sigma = value.double(), ref.double(), sigma.double()
     both = torch.isfinite(value) & torch.isfinite(ref)
-    return int(((sigma == 0) & (value != ref) & both).sum())
+    return int(((sigma == 0) & ((value - ref).abs() > slack) & both).sum())
 
 
 def exceeding(stats: list[float], unmoved: list[int], t: float, t_unmoved: int) -> int:
@@ -1049,19 +1068,19 @@ def exceeding(stats: list[float], unmoved: list[int], t: float, t_unmoved: int) 
     return sum(1 for x, u in zip(stats, unmoved, strict=True) if math.isinf(x) and u >= t_unmoved)
 
 
-def deviation_stat(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor) -> float:
+def deviation_stat(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor,
+                   slack: torch.Tensor | float = 0.0) -> float:
     """T = max over elements finite in both of |value - ref| / sigma (inf where sigma is 0
-    and the value is not exactly the reference). One scalar per tensor: one test, not one per
-    element."""
+    and the value is past `slack` from the reference, `one_spacing`). One scalar per tensor:
+    one test, not one per element."""
     value, ref, sigma = value.double(), ref.double(), sigma.double()
     both = torch.isfinite(value) & torch.isfinite(ref)
     if not bool(both.any()):
         return 0.0
-    dev = (value - ref).abs()[both]
-    s = sigma[both]
-    ratio = torch.where(s > 0, dev / torch.where(s > 0, s, torch.ones_like(s)),
-                        torch.where(dev > 0, torch.full_like(dev, math.inf), torch.zeros_like(dev)))
-    return float(ratio.max())
+    dev = (value - ref).abs()
+    ratio = torch.where(sigma > 0, dev / torch.where(sigma > 0, sigma, torch.ones_like(sigma)),
+                        torch.where(dev > slack, torch.full_like(dev, math.inf), torch.zeros_like(dev)))
+    return float(ratio[both].max())
 
 
 def _spread(ref: torch.Tensor, values: list[Any], up: torch.Tensor, down: torch.Tensor,
@@ -1084,10 +1103,11 @@ def _spread(ref: torch.Tensor, values: list[Any], up: torch.Tensor, down: torch.
     flat = [v.reshape(-1) for v in values]
     n = flat_ref.numel()
     width = max(1024, SPREAD_CHUNK // max(k, 1))
+    slack = one_spacing(flat_ref, stored)
 
     def figures_of(part: slice) -> tuple[torch.Tensor, ...]:
         return _spread_figures(flat_ref[part], torch.stack([_stored(v[part], stored) if stored is not None else v[part]
-                                                            for v in flat]))
+                                                            for v in flat]), slack[part])
 
     if n <= width:
         *figures, scores, unmoved = figures_of(slice(0, n))
@@ -1113,13 +1133,13 @@ def _spread(ref: torch.Tensor, values: list[Any], up: torch.Tensor, down: torch.
 SPREAD_CHUNK = 1 << 17
 
 
-def _spread_figures(ref: torch.Tensor, stack: torch.Tensor
+def _spread_figures(ref: torch.Tensor, stack: torch.Tensor, slack: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`_spread`'s figures of one chunk (`ref` (n,), `stack` (K, n)): σ, mean, sd, the
     nonfinite bits, each sample's largest ratio (-1 where none is finite) and its count of
     elements off the reference where no other sample is (`exceeding`)."""
     if bool(torch.isfinite(stack).all()) and bool(torch.isfinite(ref).all()):
-        return _finite_figures(ref, stack)
+        return _finite_figures(ref, stack, slack)
     k = stack.shape[0]
     own_finite = torch.isfinite(stack)
     finite = own_finite & torch.isfinite(ref)
@@ -1140,9 +1160,9 @@ def _spread_figures(ref: torch.Tensor, stack: torch.Tensor
     # Each sample scored as the arm's value will be: T_k = max |x_k - ref| / σ without x_k
     # (leave one out), over the elements finite in both.
     loo = ((total - sq).clamp(min=0) / (nfin - finite.to(nfin.dtype)).clamp(min=1)).sqrt()
-    ratio = torch.where(loo > 0, dev.abs() / torch.where(loo > 0, loo, 1.0),
-                        torch.where(dev != 0, math.inf, 0.0))
-    unmoved = (finite & (loo == 0) & (dev != 0)).reshape(k, -1).sum(1)
+    beyond = dev.abs() > slack  # where no other sample moves: past the next representable value
+    ratio = torch.where(loo > 0, dev.abs() / torch.where(loo > 0, loo, 1.0), torch.where(beyond, math.inf, 0.0))
+    unmoved = (finite & (loo == 0) & beyond).reshape(k, -1).sum(1)
     ratio = torch.where(finite, ratio, -1.0).reshape(k, -1)
     scores = ratio.max(1).values if ratio.shape[1] else torch.full((k,), -1.0, dtype=torch.float64)
     # Nonfinite outcomes from the random replays only: rounding every op toward -inf turns an
@@ -1154,7 +1174,7 @@ def _spread_figures(ref: torch.Tensor, stack: torch.Tensor
     return sigma, mean, sd, bits, scores, unmoved
 
 
-def _finite_figures(ref: torch.Tensor, stack: torch.Tensor
+def _finite_figures(ref: torch.Tensor, stack: torch.Tensor, slack: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`_spread_figures` where every sample and the reference are finite (the common case):
     the same statistics without the masks, a third of the passes."""
@@ -1167,8 +1187,10 @@ def _finite_figures(ref: torch.Tensor, stack: torch.Tensor
     sigma = (total / k).sqrt()
     # T_k leave one out, as in `_spread_figures`.
     loo = (total - sq).clamp_(min=0).div_(max(k - 1, 1)).sqrt_()
-    at_zero = torch.where(dev != 0, math.inf, 0.0)  # no spread left out: any deviation is infinitely far
-    unmoved = ((loo == 0) & (dev != 0)).reshape(k, -1).sum(1)
+    # No spread left out: a deviation past the next representable value is infinitely far.
+    beyond = dev.abs() > slack
+    at_zero = torch.where(beyond, math.inf, 0.0)
+    unmoved = ((loo == 0) & beyond).reshape(k, -1).sum(1)
     ratio = torch.where(loo > 0, dev.abs_().div_(torch.where(loo > 0, loo, 1.0)), at_zero)
     ratio = ratio.reshape(k, -1)
     scores = ratio.max(1).values if ratio.shape[1] else torch.full((k,), -1.0, dtype=torch.float64)
