@@ -103,7 +103,7 @@ def test_samples_that_are_one_value_have_that_value_as_their_mean():
     stack = torch.zeros(9, 2, dtype=torch.float64)  # 9 samples: ref - 9·ref/9 leaves 1.7e-18
     stack[:, 1] = 0.5 + torch.linspace(-1, 1, 9, dtype=torch.float64) * 2 ** -30
     for figures in (_finite_figures, _spread_figures):
-        mean = figures(ref, stack)[1]
+        mean = figures(ref, stack, torch.zeros(2, dtype=torch.float64))[1]
         assert mean[0].item() == 0.0 and abs(mean[1].item() - 0.5) < 2 ** -40
 
 

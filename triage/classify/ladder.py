@@ -345,7 +345,7 @@ def _ladder_of_runs(repro: Repro, comparison: Comparison, ablations: list[Ablati
         # Two operands drawn separately, where the script reseeds some runs and not another:
         # the unseeded run is the cause to name.
         drawn = _unseeded_runs(completed, repro.source) or drawn
-    rung = (_repeated_call(comparison, d, agree) or _carried(comparison, d) or _rerun(comparison, d) or drawn
+    rung = (_repeated_call(comparison, d, agree, repro.source) or _carried(comparison, d) or _rerun(comparison, d) or drawn
             or _ablated(comparison, d, random_agree) or _uninitialized_divergence(comparison, d))
     if rung is not None:
         return rung
@@ -1427,13 +1427,15 @@ def _random_layers_in_training(run: ArmRun) -> tuple[str, list[dict[str, Any]]] 
     return None
 
 
+# A script's own `.train()` call: a mode it chose, not one a model was left in.
+EXPLICIT_TRAIN = re.compile(r"\.train\(\s*(True\s*)?\)")
 # How worker/observe.py `training_layers` describes a batch norm's training-mode effect.
 BATCH_STATISTICS = "normalizes with the batch's own statistics"
 # Module-call settings (worker/observe.py `numerics_settings`) that only CUDA's kernels read.
 CUDA_SETTINGS = {"cuda_matmul_tf32", "cudnn_tf32", "cudnn_benchmark", "autocast_cuda"}
 
 
-def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -> Verdict | None:
+def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation], source: str = "") -> Verdict | None:
     """One module, same weights, bit-identical input, called twice: why the answers differ."""
     if d is None or d.how != "repeat":
         return None
@@ -1444,11 +1446,13 @@ def _repeated_call(c: Comparison, d: Divergence | None, agree: list[Ablation]) -
     evidence = evidence_lines(d) + [f"both calls: module instance {ma.get('instance')}, weights unchanged, "
                                "bit-identical inputs"]
     layers = ma.get("train_layers") or mb.get("train_layers") or []
-    if layers and ma.get("training") != mb.get("training") \
+    if layers and ma.get("training") != mb.get("training") and EXPLICIT_TRAIN.search(source or "") \
             and all(x.get("effect", "").startswith(BATCH_STATISTICS) for x in layers):
-        # The script switched a batch norm's mode between the calls: training normalizes by the
-        # batch's biased variance, eval by the running unbiased one, two functions by design
-        # (paths.py names the √((n − 1)/n)); "call .eval() before comparing" misses the question.
+        # The script put a batch norm in training mode itself and switched it between the calls:
+        # it compares the two modes, which are two functions by design (training divides by
+        # the batch's biased variance, eval by the running unbiased one: paths.py names the
+        # √((n − 1)/n)), and "call .eval() before comparing" misses its question. A model left in
+        # training mode by default is the testing-method slip, with that fix.
         return None
     if layers:
         listing = "; ".join(f"`{name}.{x['path']}` ({x['type']}) {x['effect']}" for x in layers[:4])
