@@ -405,7 +405,7 @@ def _swaps(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
     """Two tensor operands exchanged, in every repeat of their line at once (the steps of a
     loop): a non-commutative op's own two, or one operand each of the two ops of one kind a
     line computes per repeat (a gate applied to the wrong term)."""
-    found = []
+    found: list[tuple[fx.Node, dict[str, Any]]] = []
     by_line: dict[tuple[Any, Any], list[fx.Node]] = {}
     for n in nodes:
         if n.meta.get("line") is not None and n.target.overloadpacket.__name__ in EXCHANGEABLE:
@@ -429,7 +429,16 @@ def _swaps(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
                                    "values": [y.args[j] for _, y in pairs] + [x.args[i] for x, _ in pairs],
                                    "operand": _producer(pairs[0][0].args[i]),
                                    "exchanged_with": _producer(pairs[0][1].args[j])}))
-    return found
+    # Two terms of one sum first (a gate on the wrong term: both products feed one add): each
+    # candidate is a float64 replay of the side, and a loop's lines give dozens.
+    return sorted(found, key=lambda c: not (c[1]["kind"] == "exchanged" and _share_a_reader(c[1]["places"])))
+
+
+def _share_a_reader(places: list[tuple[fx.Node, Any]]) -> bool:
+    """Whether the two ops of an exchange's first repeat feed one op."""
+    half = len(places) // 2
+    first, second = places[0][0], places[half][0]
+    return bool(set(first.users) & set(second.users))
 
 
 def _two_operands(n: fx.Node) -> bool:
