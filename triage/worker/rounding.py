@@ -2442,7 +2442,7 @@ class RoundingMode(TriageDispatchMode):
         if kwargs:
             kwargs = {k: (widen_dtype(v) if k == "dtype" else torch.device("cpu") if k == "device" and v is not None
                           else _widened(v) if isinstance(v, (list, tuple)) else widen(v)) for k, v in kwargs.items()}
-        if torch.Tag.pointwise in func.tags and _reads_scalars_at_float32(in_vd):
+        if _has_float(args, kwargs) and _is_pointwise(func) and _reads_scalars_at_float32(in_vd):
             args, kwargs = _scalars_at_float32(args), {k: _scalars_at_float32(v) for k, v in kwargs.items()}
         if routed is None:
             routed = self.cache.routes[call] = (func, out_vd, self._route(func, name, args, kwargs, flat, in_vd, out_vd),
@@ -4208,6 +4208,17 @@ def _flat(args: tuple) -> list:
         else:
             out.append(a)
     return out
+
+
+@functools.cache
+def _is_pointwise(func: Any) -> bool:
+    return torch.Tag.pointwise in func.tags
+
+
+def _has_float(args: tuple, kwargs: dict) -> bool:
+    """Whether a Python float is among the arguments (in a list or tuple too)."""
+    return any(type(a) is float or type(a) in (list, tuple) and any(type(x) is float for x in a)
+               for a in itertools.chain(args, kwargs.values()))
 
 
 def _reads_scalars_at_float32(in_vd: list) -> bool:
