@@ -142,14 +142,21 @@ def one_change(graph: fx.Graph, a: str, b: str, values: dict[str, torch.Tensor],
         return None  # random numbers drawn for one side only: the draws differ, not a formula
     agree = _agreement(cones[a] | cones[b])
     tried = 0
-    for side, other in ((a, b), (b, a)):
-        if side not in by_name or any(n.name in native or _unchecked(n) for n in cones[side]):
+    searchable = {side: side in by_name and not any(n.name in native or _unchecked(n) for n in cones[side])
+                  for side in (a, b)}
+    for first, (side, other) in enumerate(((a, b), (b, a))):
+        if not searchable[side]:
             continue
         own = [n for n in orders[side] if n not in cones[other] and n.op == "call_function"
                and isinstance(n.target, torch._ops.OpOverload)]
+        # Half the time for the first side where the other is searched too: a library call's
+        # ops (GRUCell's) took it all, and the hand-written side was never searched.
+        until = deadline if first or not searchable[other] else time.monotonic() + (deadline - time.monotonic()) / 2
         for node, change in _candidates(own):
             if tried >= MAX_CANDIDATES or time.monotonic() > deadline:
                 return None
+            if time.monotonic() > until:
+                break
             tried += 1
             places = change["places"] if "places" in change else [(node, change.get("position"))]
             with _applied(graph, node, change, places) as stands_for:
@@ -319,11 +326,15 @@ def _candidates(nodes: list[fx.Node]) -> Iterator[tuple[fx.Node, dict[str, Any]]
             # side that forgot the scale.
             flags.append((n, {"kind": "argument", "position": "scale", "argument": "scale", "was": "1/√d",
                               "to": 1.0}))
-    # Swaps are taken per line, in every repeat at once: before the changes made to one op,
-    # which in a loop's body are one per step and each alone changes one step only.
-    yield from _per_line(scalars + steps + moves + estimates + dims + _shared_dims(nodes) + _shared_shifts(nodes)
-                         + flags + _swaps(nodes) + _swapped_inputs(nodes) + signs + opposites + transposes + factors
-                         + drops + shifts + bounds)
+    # Swaps are taken per line, in every repeat at once; two terms of one sum exchanged (a
+    # gate on the wrong term) are as likely a slip as a wrong axis, and come before it: each
+    # candidate is a float64 replay of the side, and the search has BUDGET_S.
+    swaps = _swaps(nodes)
+    terms = [c for c in swaps if c[1]["kind"] == "exchanged" and _share_a_reader(c[1]["places"])]
+    swaps = [c for c in swaps if c not in terms]
+    yield from _per_line(scalars + steps + moves + estimates + terms + dims + _shared_dims(nodes)
+                         + _shared_shifts(nodes) + flags + swaps + _swapped_inputs(nodes) + signs + opposites
+                         + transposes + factors + drops + shifts + bounds)
 
 
 def _swapped_inputs(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
@@ -429,9 +440,7 @@ def _swaps(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
                                    "values": [y.args[j] for _, y in pairs] + [x.args[i] for x, _ in pairs],
                                    "operand": _producer(pairs[0][0].args[i]),
                                    "exchanged_with": _producer(pairs[0][1].args[j])}))
-    # Two terms of one sum first (a gate on the wrong term: both products feed one add): each
-    # candidate is a float64 replay of the side, and a loop's lines give dozens.
-    return sorted(found, key=lambda c: not (c[1]["kind"] == "exchanged" and _share_a_reader(c[1]["places"])))
+    return found
 
 
 def _share_a_reader(places: list[tuple[fx.Node, Any]]) -> bool:
