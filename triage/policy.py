@@ -7,6 +7,7 @@ check (``torch._dynamo.utils.same`` with ``fp64_ref``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,27 @@ def half_ulp(values: np.ndarray, dtype: str) -> np.ndarray:
     bits, _ = FLOAT_FORMATS.get(dtype, (53, math.inf))
     _, exp = np.frexp(np.maximum(np.abs(values), MIN_NORMAL.get(dtype, 2.0 ** -1022)))
     return np.asarray(np.ldexp(1.0, exp - bits - 1))  # an array for a 0-d one too (NumPy returns a scalar)
+
+
+def spacing(values: np.ndarray, dtype: str) -> np.ndarray:
+    """The spacing of `dtype`'s values at each of `values` (a complex dtype's parts'): where no
+    simulated replay moves a value, one that far from it is still a rounding of it (PyTorch
+    promises no correctly rounded kernel), and only a value past it is infinitely far. 0 for a
+    discrete dtype."""
+    if discrete(dtype):
+        return np.zeros(np.shape(values))
+    return 2 * half_ulp(values, "float16" if dtype == "complex32" else dtype)
+
+
+def exceeding(stats: Sequence[float], unmoved: Sequence[int] | None, t: float, t_unmoved: int) -> int:
+    """How many samples score at least as far out as a value of statistic `t`, the worker's
+    early stop and the judge's p-value alike: an infinite score is compared by its count of
+    elements off the reference where no other replay is (`unmoved`, where given). A sample
+    alone off at one exact element scores inf; against a value off at hundreds of such
+    elements it is not as far out (a float16 product 1 % off was 'inside' beside such a sample)."""
+    if not math.isinf(t) or unmoved is None or len(unmoved) != len(stats):
+        return sum(1 for x in stats if x >= t)
+    return sum(1 for x, u in zip(stats, unmoved, strict=True) if math.isinf(x) and u >= t_unmoved)
 
 
 def unit_roundoff(dtype: str) -> float:

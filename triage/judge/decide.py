@@ -19,7 +19,7 @@ def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray,
     (computational zeros: the spread is as wide as the value) are left out: every value is
     consistent with a spread that keeps no digit, so none can be "outside" it. The samples'
     statistics include them, which only makes the test more conservative. Where σ is 0, a
-    value within `slack` (`one_spacing`) of the reference scores 0, one past it inf."""
+    value within `slack` (`policy.spacing`) of the reference scores 0, one past it inf."""
     both = np.isfinite(value) & np.isfinite(ref)
     if noise is not None:
         both = both & ~noise.reshape(both.shape)
@@ -31,16 +31,6 @@ def deviation_stat(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray,
     ratio = np.where(both, ratio, -1.0)
     i = int(np.argmax(ratio))
     return float(ratio.reshape(-1)[i]), i
-
-
-def one_spacing(ref: np.ndarray, dtype: str) -> np.ndarray | float:
-    """The spacing of the value's stored dtype at each reference value (the worker's
-    `one_spacing`): where no replay moves, a value one representable number away is still a
-    rounding of the reference. 0 for a discrete dtype."""
-    if policy.discrete(dtype):
-        return 0.0
-    parts = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}.get(dtype, dtype)
-    return 2 * policy.half_ulp(ref, parts)
 
 
 def unmoved_count(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray, noise: np.ndarray | None = None,
@@ -56,14 +46,8 @@ def unmoved_count(value: np.ndarray, ref: np.ndarray, sigma: np.ndarray, noise: 
 
 
 def exceeding(spread: RoundingSpread, t: float, unmoved: int) -> int:
-    """The samples that score at least as far out as a value of statistic `t` (the worker's
-    `exceeding`): an infinite score is compared by its count of unmoved elements, where the
-    worker gave them (a sample alone off the reference at one element, against a value off
-    it at hundreds, is not as far out)."""
-    stats = spread.sample_stats
-    if np.isfinite(t) or spread.sample_unmoved is None:
-        return int((stats >= t).sum())
-    return int((np.isinf(stats) & (spread.sample_unmoved >= unmoved)).sum())
+    """The samples that score at least as far out as a value of statistic `t` (`policy.exceeding`)."""
+    return policy.exceeding(spread.sample_stats, spread.sample_unmoved, t, unmoved)
 
 
 def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable: int, label: str,
@@ -90,7 +74,7 @@ def judge_value(value: np.ndarray, spread: RoundingSpread, arm: str, observable:
     j.unmeasured = list(spread.unmeasured)
     j.nonfinite, offending = _nonfinite(v, spread)
     noise = zeros if zeros_exempt else None
-    slack = one_spacing(spread.reference, spread.dtype)
+    slack = policy.spacing(spread.reference, spread.dtype)
     t, at = deviation_stat(v, spread.reference, spread.sigma, noise, slack)
     j.statistic = t
     j.p = (1 + exceeding(spread, t, unmoved_count(v, spread.reference, spread.sigma, noise, slack))) \
@@ -185,7 +169,7 @@ def _at_nearest(v: np.ndarray, spread: RoundingSpread, exempt: np.ndarray | None
     if centre is None or np.shape(centre) != np.shape(v) or not np.isfinite(centre).all() \
             or not spread.dtype.startswith(("float", "bfloat", "complex")):
         return False
-    slack = one_spacing(centre, spread.dtype)
+    slack = policy.spacing(centre, spread.dtype)
     t, _ = deviation_stat(v, centre, spread.sigma, exempt, slack)
     return (1 + exceeding(spread, t, unmoved_count(v, centre, spread.sigma, exempt, slack))) / (spread.samples + 1) \
         > ALPHA

@@ -423,8 +423,8 @@ def _swaps(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
             by_line.setdefault((n.meta["line"], n.target), []).append(n)
     for (_, target), ops in by_line.items():
         name = target.overloadpacket.__name__.rstrip("_")
+        schema = target._schema.arguments
         if name in NON_COMMUTATIVE and all(_two_operands(n) for n in ops):
-            schema = target._schema.arguments
             found.append((ops[0], {"kind": "swapped", "argument": f"{schema[0].name}↔{schema[1].name}", "was": name,
                                    "to": name,
                                    "places": [(n, j) for n in ops for j in (0, 1)],
@@ -433,7 +433,6 @@ def _swaps(nodes: list[fx.Node]) -> list[tuple[fx.Node, dict[str, Any]]]:
             continue
         pairs = list(zip(ops[0::2], ops[1::2], strict=True))
         for i, j in ((0, 0), (1, 1), (0, 1), (1, 0)):
-            schema = target._schema.arguments
             found.append((ops[0], {"kind": "exchanged", "argument": f"{schema[i].name}↔{schema[j].name}",
                                    "was": name, "to": name,
                                    "places": [(x, i) for x, _ in pairs] + [(y, j) for _, y in pairs],

@@ -327,7 +327,7 @@ class NodeSpread:
     nonfinite: torch.Tensor | None = None  # uint8 bits: 1 finite, 2 +inf, 4 -inf, 8 nan (random replays)
     sample_stats: list[float] = field(default_factory=list)  # T_k, leave-one-out
     # Of each sample: its elements off the reference where no other sample is (T_k is inf
-    # there), which orders two infinite statistics (`exceeding`).
+    # there), which orders two infinite statistics (`policy.exceeding`).
     sample_unmoved: list[int] = field(default_factory=list)
     flips: list[dict[str, Any]] = field(default_factory=list)
     cancellations: list[dict[str, Any]] = field(default_factory=list)  # where digits are lost upstream
@@ -897,7 +897,7 @@ def _settled(live: dict[str, torch.Tensor], samples: list[_Replayed], arm_values
         partial, t, unmoved = small[w] if w in small else _scored(w, ref, value, samples, out_dtypes, scored)
         if bool((~torch.isfinite(value)).any()) or bool((partial.nonfinite != 1).any()):
             return False
-        if exceeding(partial.sample_stats, partial.sample_unmoved, t, unmoved) >= EARLY_EXCEEDING:
+        if policy.exceeding(partial.sample_stats, partial.sample_unmoved, t, unmoved) >= EARLY_EXCEEDING:
             continue
         dtype = out_dtypes.get(w, torch.float32)
         beyond = floor_reached and all(math.isfinite(x) for x in partial.sample_stats) \
@@ -916,8 +916,7 @@ def _scored(w: str, ref: torch.Tensor, value: torch.Tensor, samples: list[_Repla
     stored = out_dtypes.get(w, torch.float32)
     partial = _spread(ref, [s.values[w] for s in samples], ref, ref, stored=stored)
     scored[w] = (len(samples), partial)
-    value = value.double()
-    slack = one_spacing(ref.double(), stored if value.is_floating_point() else None)
+    value, slack = value.double(), one_spacing(ref, stored)
     return partial, deviation_stat(value, ref, partial.sigma, slack), unmoved_count(value, ref, partial.sigma, slack)
 
 
@@ -946,10 +945,12 @@ def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], ar
     sizes = [live[w].numel() for w in names]
     offsets = np.cumsum([0] + sizes)
     first = 0
+    slack = np.empty_like(ref)  # `one_spacing` of each element's stored dtype
     for dtype, group in itertools.groupby(names, key=stored_as):
         end = first + sum(1 for _ in group)
         columns = slice(int(offsets[first]), int(offsets[end]))
         stack[:, columns] = _stored(stack[:, columns], dtype)
+        slack[columns] = one_spacing(torch.from_numpy(ref[columns]), dtype).numpy()
         first = end
     stack = stack.numpy()
     finite = np.isfinite(stack).all(axis=0) & np.isfinite(ref) & np.isfinite(value)
@@ -964,7 +965,6 @@ def _scored_together(live: dict[str, torch.Tensor], samples: list[_Replayed], ar
         total = sq.sum(axis=0)
         sigma = np.sqrt(total / k)
         loo = np.sqrt(np.maximum(total - sq, 0.0) / max(k - 1, 1))
-        slack = np.concatenate([one_spacing(live[w].reshape(-1).double(), stored_as(w)).numpy() for w in names])
         beyond = np.abs(dev) > slack
         ratio = np.where(loo > 0, np.abs(dev) / np.where(loo > 0, loo, 1.0), np.where(beyond, math.inf, 0.0))
         off = np.abs(value - ref)
@@ -1035,16 +1035,13 @@ def within_envelope(value: torch.Tensor, ref: torch.Tensor, up: torch.Tensor, do
 
 # -- the statistic ------------------------------------------------------------------------
 def one_spacing(ref: torch.Tensor, stored: torch.dtype | None) -> torch.Tensor:
-    """The spacing of the stored dtype's values at each reference value: where every replay is
-    exact, a value one representable number away is still a rounding of it (PyTorch promises
-    no correctly rounded kernel: a bilinear interpolation's weights of 0 and 1 computed
-    another way land on the neighbour), and only a deviation past it is infinitely far.
-    Discrete values (None, or not a floating dtype): 0."""
+    """`policy.spacing` of the stored dtype at each reference value (a bilinear interpolation's
+    weights of 0 and 1 computed another way land on the neighbour of an exact value); 0 for a
+    discrete value (None, or not a floating dtype)."""
     if stored is None or not (stored.is_floating_point or stored.is_complex):
         return torch.zeros(ref.shape, dtype=torch.float64)
-    name = str(COMPLEX_PARTS.get(stored, stored)).removeprefix("torch.")
-    spacing = np.asarray(2 * policy.half_ulp(ref.detach().double().numpy(), name), dtype=np.float64)
-    return torch.from_numpy(spacing).reshape(ref.shape)
+    return torch.from_numpy(np.asarray(policy.spacing(ref.detach().double().numpy(), str(stored).removeprefix("torch.")),
+                                       dtype=np.float64)).reshape(ref.shape)
 
 
 def unmoved_count(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor, slack: torch.Tensor | float = 0.0
@@ -1055,17 +1052,6 @@ def unmoved_count(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor, s
     value, ref, sigma = value.double(), ref.double(), sigma.double()
     both = torch.isfinite(value) & torch.isfinite(ref)
     return int(((sigma == 0) & ((value - ref).abs() > slack) & both).sum())
-
-
-def exceeding(stats: list[float], unmoved: list[int], t: float, t_unmoved: int) -> int:
-    """How many samples score at least as far out as a value of statistic `t`: an infinite
-    score is compared by the count of elements that make it infinite. A sample that is the only
-    one off the reference at one element (a rare rounding where all others are exact) scores
-    inf; against a value off it at hundreds of such elements, it is not as far out (a float16
-    product 1% off was 'inside' beside two such samples)."""
-    if not math.isinf(t) or len(unmoved) != len(stats):
-        return sum(1 for x in stats if x >= t)
-    return sum(1 for x, u in zip(stats, unmoved, strict=True) if math.isinf(x) and u >= t_unmoved)
 
 
 def deviation_stat(value: torch.Tensor, ref: torch.Tensor, sigma: torch.Tensor,
@@ -1137,7 +1123,7 @@ def _spread_figures(ref: torch.Tensor, stack: torch.Tensor, slack: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`_spread`'s figures of one chunk (`ref` (n,), `stack` (K, n)): σ, mean, sd, the
     nonfinite bits, each sample's largest ratio (-1 where none is finite) and its count of
-    elements off the reference where no other sample is (`exceeding`)."""
+    elements off the reference where no other sample is (`policy.exceeding`)."""
     if bool(torch.isfinite(stack).all()) and bool(torch.isfinite(ref).all()):
         return _finite_figures(ref, stack, slack)
     k = stack.shape[0]
